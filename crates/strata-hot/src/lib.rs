@@ -1,0 +1,280 @@
+//! Strata's DRAM tier: a concurrent, sharded cache with an honest byte budget.
+//!
+//! The cache holds copies of values whose durable home is the warm or the cold tier, so an
+//! eviction never loses data and needs no write-back. Each shard is a hash map plus an
+//! eviction [`Policy`] that sees only slot numbers; later policies (prefix-aware,
+//! chain-aware, admission filters) plug in through that trait. What it is not: a store.
+//! It does no I/O, knows nothing of RocksDB, and keeps nothing across restarts.
+//!
+//! ```
+//! use strata_hot::{HotCache, Lru};
+//! let cache = HotCache::new(1 << 20, 4, || Box::new(Lru::default()));
+//! cache.insert(b"k", bytes::Bytes::from_static(b"v"), 0);
+//! assert_eq!(cache.get(b"k", 0).unwrap().0, "v");
+//! ```
+
+mod lru;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+pub use lru::Lru;
+
+/// Bytes charged per entry on top of key and value: the map slot, the slab slot with its
+/// two `Bytes` handles, the policy's links and the allocator's headers.
+pub const ENTRY_OVERHEAD_BYTES: usize = 128;
+
+/// An eviction policy over the slots of one shard.
+///
+/// The shard calls `on_insert` once per new slot, `on_hit` on every read hit, and
+/// `on_remove` when a slot leaves for any reason other than being chosen by `victim`.
+pub trait Policy: Send + 'static {
+    fn name(&self) -> &'static str;
+    fn on_insert(&mut self, slot: u32);
+    fn on_hit(&mut self, slot: u32);
+    fn on_remove(&mut self, slot: u32);
+    /// Chooses and forgets the slot to evict next, or `None` if the shard is empty.
+    fn victim(&mut self) -> Option<u32>;
+}
+
+struct Slot {
+    key: Bytes,
+    value: Bytes,
+    expire_ms: u64,
+    charge: usize,
+}
+
+struct Shard {
+    map: std::collections::HashMap<Bytes, u32, ahash::RandomState>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    bytes: usize,
+    policy: Box<dyn Policy>,
+}
+
+impl Shard {
+    fn remove_slot(&mut self, slot: u32) -> Slot {
+        let s = self.slots[slot as usize].take().expect("live slot");
+        self.map.remove(&s.key);
+        self.free.push(slot);
+        self.bytes -= s.charge;
+        s
+    }
+}
+
+/// A snapshot of the cache's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotStats {
+    pub entries: u64,
+    pub bytes: u64,
+    pub bytes_max: u64,
+    pub evictions: u64,
+    pub rejected: u64,
+}
+
+/// The sharded DRAM cache.
+pub struct HotCache {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: ahash::RandomState,
+    shard_bytes_max: usize,
+    evictions: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl HotCache {
+    /// A cache of at most `bytes_max` bytes (keys, values and [`ENTRY_OVERHEAD_BYTES`] each),
+    /// split over `shard_count` shards, each with its own policy from `policy`.
+    pub fn new(bytes_max: usize, shard_count: usize, policy: impl Fn() -> Box<dyn Policy>) -> Self {
+        let shard_count = shard_count.clamp(1, 1024);
+        let shards = (0..shard_count)
+            .map(|_| {
+                Mutex::new(Shard {
+                    map: Default::default(),
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    bytes: 0,
+                    policy: policy(),
+                })
+            })
+            .collect();
+        HotCache {
+            shards,
+            hasher: ahash::RandomState::new(),
+            shard_bytes_max: bytes_max / shard_count,
+            evictions: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
+        let h = self.hasher.hash_one(key);
+        &self.shards[(h % self.shards.len() as u64) as usize]
+    }
+
+    /// The value and expiry of `key`, if cached and not expired at `now_ms`.
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64)> {
+        let mut sh = self.shard(key).lock();
+        let slot = *sh.map.get(key)?;
+        let s = sh.slots[slot as usize].as_ref().expect("mapped slot is live");
+        if s.expire_ms != 0 && s.expire_ms <= now_ms {
+            sh.policy.on_remove(slot);
+            sh.remove_slot(slot);
+            return None;
+        }
+        let out = (s.value.clone(), s.expire_ms);
+        sh.policy.on_hit(slot);
+        Some(out)
+    }
+
+    /// Whether `key` is cached (expired entries count as absent); does not count as a hit.
+    pub fn contains(&self, key: &[u8], now_ms: u64) -> bool {
+        let sh = self.shard(key).lock();
+        match sh.map.get(key) {
+            Some(&slot) => {
+                let s = sh.slots[slot as usize].as_ref().expect("mapped slot is live");
+                s.expire_ms == 0 || s.expire_ms > now_ms
+            }
+            None => false,
+        }
+    }
+
+    /// Caches `value` for `key`, replacing any cached value, evicting as needed. Returns
+    /// false (and caches nothing) when the entry is too large for the cache to be useful.
+    pub fn insert(&self, key: &[u8], value: Bytes, expire_ms: u64) -> bool {
+        let charge = key.len() + value.len() + ENTRY_OVERHEAD_BYTES;
+        let mut sh = self.shard(key).lock();
+        if let Some(&slot) = sh.map.get(key) {
+            sh.policy.on_remove(slot);
+            sh.remove_slot(slot);
+        }
+        if charge > self.shard_bytes_max / 2 {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        while sh.bytes + charge > self.shard_bytes_max {
+            let Some(victim) = sh.policy.victim() else { break };
+            sh.remove_slot(victim);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        let key = Bytes::copy_from_slice(key);
+        let slot = match sh.free.pop() {
+            Some(s) => s,
+            None => {
+                sh.slots.push(None);
+                (sh.slots.len() - 1) as u32
+            }
+        };
+        sh.slots[slot as usize] = Some(Slot { key: key.clone(), value, expire_ms, charge });
+        sh.map.insert(key, slot);
+        sh.bytes += charge;
+        sh.policy.on_insert(slot);
+        true
+    }
+
+    /// Drops `key` from the cache if present.
+    pub fn remove(&self, key: &[u8]) {
+        let mut sh = self.shard(key).lock();
+        if let Some(&slot) = sh.map.get(key) {
+            sh.policy.on_remove(slot);
+            sh.remove_slot(slot);
+        }
+    }
+
+    /// Drops everything.
+    pub fn clear(&self) {
+        for m in self.shards.iter() {
+            let mut sh = m.lock();
+            let slots: Vec<u32> = sh.map.values().copied().collect();
+            for slot in slots {
+                sh.policy.on_remove(slot);
+                sh.remove_slot(slot);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> HotStats {
+        let mut st = HotStats {
+            bytes_max: (self.shard_bytes_max * self.shards.len()) as u64,
+            evictions: self.evictions.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for m in self.shards.iter() {
+            let sh = m.lock();
+            st.entries += sh.map.len() as u64;
+            st.bytes += sh.bytes as u64;
+        }
+        st
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(bytes: usize) -> HotCache {
+        HotCache::new(bytes, 1, || Box::new(Lru::default()))
+    }
+
+    #[test]
+    fn budget_counts_keys_values_and_overhead() {
+        let c = cache(10 * (ENTRY_OVERHEAD_BYTES + 100));
+        for i in 0..100u32 {
+            c.insert(format!("k{i:03}").as_bytes(), Bytes::from(vec![0u8; 96]), 0);
+            assert!(c.stats().bytes <= c.stats().bytes_max);
+        }
+        let st = c.stats();
+        assert_eq!(st.entries, 10);
+        assert_eq!(st.bytes, 10 * (4 + 96 + ENTRY_OVERHEAD_BYTES as u64));
+        assert_eq!(st.evictions, 90);
+    }
+
+    #[test]
+    fn lru_keeps_recently_read_entries() {
+        let c = cache(3 * (ENTRY_OVERHEAD_BYTES + 2));
+        for k in [b"a", b"b", b"c"] {
+            c.insert(k, Bytes::from_static(b"v"), 0);
+        }
+        assert!(c.get(b"a", 0).is_some());
+        c.insert(b"d", Bytes::from_static(b"v"), 0);
+        assert!(c.get(b"b", 0).is_none(), "b was least recently used");
+        assert!(c.get(b"a", 0).is_some());
+        assert!(c.get(b"c", 0).is_some());
+        assert!(c.get(b"d", 0).is_some());
+    }
+
+    #[test]
+    fn expired_entries_are_not_returned() {
+        let c = cache(1 << 16);
+        c.insert(b"k", Bytes::from_static(b"v"), 100);
+        assert!(c.get(b"k", 99).is_some());
+        assert!(c.get(b"k", 100).is_none());
+        assert_eq!(c.stats().entries, 0);
+    }
+
+    #[test]
+    fn oversized_entries_are_rejected_and_replace_drops_the_old_copy() {
+        let c = cache(1000);
+        c.insert(b"k", Bytes::from_static(b"small"), 0);
+        assert!(!c.insert(b"k", Bytes::from(vec![0u8; 900]), 0));
+        assert!(c.get(b"k", 0).is_none(), "a stale copy must not survive a rejected insert");
+        assert_eq!(c.stats().rejected, 1);
+    }
+
+    #[test]
+    fn remove_and_clear() {
+        let c = cache(1 << 16);
+        c.insert(b"a", Bytes::from_static(b"1"), 0);
+        c.insert(b"b", Bytes::from_static(b"2"), 0);
+        c.remove(b"a");
+        assert!(c.get(b"a", 0).is_none());
+        c.clear();
+        assert_eq!(c.stats().entries, 0);
+        assert_eq!(c.stats().bytes, 0);
+        c.insert(b"c", Bytes::from_static(b"3"), 0);
+        assert!(c.get(b"c", 0).is_some());
+    }
+}
