@@ -15,7 +15,6 @@
 
 mod lru;
 
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;

@@ -1,0 +1,503 @@
+//! The engine: one handle over the three tiers, its reads, and its lifecycle.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
+use strata_format::{BlockRef, WarmRecord};
+use strata_hot::{HotCache, Lru};
+use tokio::sync::{watch, Notify};
+
+use crate::cold::Cold;
+use crate::durability::GroupCommit;
+use crate::stats::{add, Counters};
+use crate::warm::{self, Warm, CF_DATA, CF_INDEX};
+use crate::{Clock, Durability, EngineOptions, EngineStats, Error, Result, SystemClock, TierStats};
+
+const STRIPE_COUNT: usize = 4096;
+const ACCESS_BITS: usize = 1 << 20;
+
+/// Which tier holds a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Hot,
+    Warm,
+    Cold,
+}
+
+impl Tier {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Tier::Hot => "hot",
+            Tier::Warm => "warm",
+            Tier::Cold => "cold",
+        }
+    }
+}
+
+/// Where a stored entry lives, as read under its stripe lock.
+pub(crate) enum Loc {
+    Warm { charge: u64, value: Option<Bytes> },
+    Cold(BlockRef),
+}
+
+pub(crate) struct Stored {
+    pub(crate) loc: Loc,
+    pub(crate) expire_ms: u64,
+    pub(crate) value_len: u64,
+}
+
+impl Stored {
+    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
+        self.expire_ms == 0 || self.expire_ms > now_ms
+    }
+}
+
+/// A bit per hashed key, set on every access and cleared by demotion's clock hand: keys
+/// read since the hand last passed get a second chance before they go cold.
+pub(crate) struct AccessBits(Box<[AtomicU64]>);
+
+impl AccessBits {
+    fn new() -> Self {
+        AccessBits((0..ACCESS_BITS / 64).map(|_| AtomicU64::new(0)).collect())
+    }
+    fn pos(key: &[u8]) -> (usize, u64) {
+        let h = (crc32c::crc32c(key) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44;
+        ((h as usize / 64) % (ACCESS_BITS / 64), 1 << (h % 64))
+    }
+    pub(crate) fn mark(&self, key: &[u8]) {
+        let (i, bit) = Self::pos(key);
+        if self.0[i].load(Ordering::Relaxed) & bit == 0 {
+            self.0[i].fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+    /// Clears the key's bit and says whether it was set.
+    pub(crate) fn take(&self, key: &[u8]) -> bool {
+        let (i, bit) = Self::pos(key);
+        self.0[i].fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) opts: EngineOptions,
+    pub(crate) warm: Warm,
+    pub(crate) cold: Arc<Cold>,
+    pub(crate) hot: HotCache,
+    pub(crate) clock: Arc<dyn Clock>,
+    stripes: Box<[Mutex<()>]>,
+    stripe_versions: Box<[AtomicU64]>,
+    pub(crate) access: AccessBits,
+    pub(crate) write_seq: AtomicU64,
+    pub(crate) counters: Counters,
+    pub(crate) group: Option<Arc<GroupCommit>>,
+    pub(crate) poisoned: Mutex<Option<String>>,
+    pub(crate) next_segment_id: Mutex<u64>,
+    pub(crate) demote_cursor: Mutex<Vec<u8>>,
+    pub(crate) background_wake: Notify,
+    pub(crate) closed: AtomicBool,
+}
+
+/// A handle to an open Strata store. Cheap to clone; all clones share one store.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+    background: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    shutdown: Arc<watch::Sender<bool>>,
+}
+
+fn stripe_of(key: &[u8]) -> usize {
+    crc32c::crc32c(key) as usize % STRIPE_COUNT
+}
+
+impl Inner {
+    pub(crate) fn lock(&self, key: &[u8]) -> MutexGuard<'_, ()> {
+        self.stripes[stripe_of(key)].lock()
+    }
+
+    /// Locks the stripes of all `keys` in a fixed order (so two batches cannot deadlock).
+    pub(crate) fn lock_many<'a>(&'a self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<MutexGuard<'a, ()>> {
+        let set: std::collections::BTreeSet<usize> = keys.map(stripe_of).collect();
+        set.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Locks every stripe (for operations on the whole keyspace).
+    pub(crate) fn lock_all(&self) -> Vec<MutexGuard<'_, ()>> {
+        self.stripes.iter().map(|m| m.lock()).collect()
+    }
+
+    pub(crate) fn bump_all(&self) {
+        for v in self.stripe_versions.iter() {
+            v.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn stripe_version(&self, key: &[u8]) -> u64 {
+        self.stripe_versions[stripe_of(key)].load(Ordering::Acquire)
+    }
+
+    /// Called by writers, under the stripe lock, before they touch the hot tier.
+    pub(crate) fn bump_stripe(&self, key: &[u8]) {
+        self.stripe_versions[stripe_of(key)].fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Reads the stored entry for `key` (expired or not). With `want_value`, a warm entry's
+    /// value is copied out and verified.
+    pub(crate) fn read_stored(&self, key: &[u8], want_value: bool) -> Result<Option<Stored>> {
+        if let Some(p) = self.warm.db.get_pinned_cf(self.warm.cf(CF_DATA), key)? {
+            let rec = if want_value {
+                WarmRecord::decode(key, &p).inspect_err(|_| add(&self.counters.checksum_errors))?
+            } else {
+                WarmRecord::decode_unverified(&p)?
+            };
+            let value = want_value.then(|| Bytes::copy_from_slice(rec.value));
+            let charge = (key.len() + p.len()) as u64;
+            let value_len = rec.value.len() as u64;
+            let loc = Loc::Warm { charge, value };
+            return Ok(Some(Stored { loc, expire_ms: rec.expire_ms, value_len }));
+        }
+        match self.warm.db.get_pinned_cf(self.warm.cf(CF_INDEX), key)? {
+            Some(p) => {
+                let r = BlockRef::decode(&p)?;
+                Ok(Some(Stored { loc: Loc::Cold(r), expire_ms: r.expire_ms, value_len: r.value_len as u64 }))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Fetches a cold key's value through its block.
+    pub(crate) async fn read_cold(&self, key: &[u8], r: &BlockRef) -> Result<Bytes> {
+        let block = self.cold.get_block(r).await.inspect_err(|e| {
+            if matches!(e, Error::Data(_)) {
+                add(&self.counters.checksum_errors);
+            }
+        })?;
+        match strata_format::find_in_block(&block, key) {
+            Ok(Some(e)) => Ok(Bytes::copy_from_slice(e.value)),
+            Ok(None) => {
+                add(&self.counters.checksum_errors);
+                Err(Error::Data(format!(
+                    "key not found in segment {:016x} block {} where the index points",
+                    r.segment_id, r.block
+                )))
+            }
+            Err(e) => {
+                add(&self.counters.checksum_errors);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Copies a value read from warm or cold into hot, unless a write raced with the read.
+    fn promote(&self, key: &[u8], seen_version: u64, value: Bytes, expire_ms: u64) {
+        let _g = self.lock(key);
+        if self.stripe_version(key) == seen_version && self.hot.insert(key, value, expire_ms) {
+            add(&self.counters.promotions);
+        }
+    }
+
+    /// The slow path of a read: warm, then the index and the cold tier.
+    async fn get_uncached(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        for _attempt in 0..3 {
+            let seen = self.stripe_version(key);
+            let now = self.now_ms();
+            let stored = match self.read_stored(key, true)? {
+                Some(s) if s.is_live(now) => s,
+                _ => {
+                    add(&self.counters.misses);
+                    return Ok(None);
+                }
+            };
+            match stored.loc {
+                Loc::Warm { value, .. } => {
+                    let v = value.expect("value requested");
+                    add(&self.counters.warm_hits);
+                    self.promote(key, seen, v.clone(), stored.expire_ms);
+                    return Ok(Some(v));
+                }
+                Loc::Cold(r) => match self.read_cold(key, &r).await {
+                    Ok(v) => {
+                        add(&self.counters.cold_hits);
+                        self.promote(key, seen, v.clone(), r.expire_ms);
+                        return Ok(Some(v));
+                    }
+                    // The segment may have been rewritten under us: retry if the index moved.
+                    Err(e) if matches!(e, Error::ColdUnavailable(_)) => {
+                        let moved = match self.read_stored(key, false)? {
+                            Some(Stored { loc: Loc::Cold(now_r), .. }) => now_r != r,
+                            _ => true,
+                        };
+                        if !moved {
+                            return Err(e);
+                        }
+                    }
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+        Err(Error::Internal("key kept moving between tiers during a read".into()))
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(e) = &*self.poisoned.lock() {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Opens (or creates) the store described by `opts`. Must run inside a tokio runtime:
+    /// it starts the background task that demotes, expires and collects segments.
+    pub async fn open(opts: EngineOptions) -> Result<Engine> {
+        Self::open_with_clock(opts, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Engine::open`], with time from `clock` (tests use a manual clock).
+    pub async fn open_with_clock(opts: EngineOptions, clock: Arc<dyn Clock>) -> Result<Engine> {
+        opts.validate()?;
+        std::fs::create_dir_all(&opts.data_dir).map_err(|e| {
+            Error::Invalid(format!("cannot create data directory {}: {e}", opts.data_dir.display()))
+        })?;
+        let warm = Warm::open(&opts.data_dir.join("warm"), &opts)?;
+        let cold = Arc::new(Cold::open(&opts)?);
+        let hot = HotCache::new(opts.hot_bytes_max as usize, opts.hot_shard_count, || Box::new(Lru::default()));
+        let counters = Counters::default();
+        counters.warm_bytes.store(warm.counter(warm::WARM_BYTES)?, Ordering::Relaxed);
+        counters.warm_entries.store(warm.counter(warm::WARM_ENTRIES)?, Ordering::Relaxed);
+        counters.cold_bytes.store(warm.counter(warm::COLD_BYTES)?, Ordering::Relaxed);
+        counters.cold_entries.store(warm.counter(warm::COLD_ENTRIES)?, Ordering::Relaxed);
+        let next_segment_id = warm.counter(warm::NEXT_SEGMENT_ID)?.max(1) as u64;
+        let group = (opts.durability == Durability::Group).then(|| GroupCommit::start(Arc::clone(&warm.db)));
+        // Write sequences only need to differ from every earlier record's; microseconds since
+        // the epoch at start-up are larger than any sequence a previous run could reach.
+        let seq_start = clock.now_ms().saturating_mul(1000);
+        let inner = Arc::new(Inner {
+            opts,
+            warm,
+            cold,
+            hot,
+            clock,
+            stripes: (0..STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
+            stripe_versions: (0..STRIPE_COUNT).map(|_| AtomicU64::new(0)).collect(),
+            access: AccessBits::new(),
+            write_seq: AtomicU64::new(seq_start),
+            counters,
+            group,
+            poisoned: Mutex::new(None),
+            next_segment_id: Mutex::new(next_segment_id),
+            demote_cursor: Mutex::new(Vec::new()),
+            background_wake: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        let (tx, rx) = watch::channel(false);
+        let handle = tokio::spawn(crate::background::run(Arc::clone(&inner), rx));
+        Ok(Engine {
+            inner,
+            background: Arc::new(Mutex::new(Some(handle))),
+            shutdown: Arc::new(tx),
+        })
+    }
+
+    /// Stops background work, syncs the WAL and flushes memtables. Later calls fail with
+    /// [`Error::Closed`]. Data is safe without calling this; restart is just faster.
+    pub async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.shutdown.send_replace(true);
+        let handle = self.background.lock().take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+        if let Some(g) = &self.inner.group {
+            g.stop();
+        }
+        self.inner.warm.db.flush_wal(true)?;
+        self.inner.warm.db.flush()?;
+        Ok(())
+    }
+
+    /// The options the engine was opened with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.opts
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    /// Reads `key` from the first tier that holds it.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        let inner = &self.inner;
+        inner.access.mark(key);
+        if let Some((v, _)) = inner.hot.get(key, inner.now_ms()) {
+            add(&inner.counters.hot_hits);
+            return Ok(Some(v));
+        }
+        inner.get_uncached(key).await
+    }
+
+    /// Reads many keys at once: hot for all, then one RocksDB multi-get, then the cold
+    /// blocks concurrently (keys sharing a block share its fetch).
+    pub async fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        let inner = &self.inner;
+        let now = inner.now_ms();
+        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut pending = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            inner.access.mark(k);
+            match inner.hot.get(k, now) {
+                Some((v, _)) => {
+                    add(&inner.counters.hot_hits);
+                    out[i] = Some(v);
+                }
+                None => pending.push(i),
+            }
+        }
+        if pending.is_empty() {
+            return Ok(out);
+        }
+        let versions: Vec<u64> = pending.iter().map(|&i| inner.stripe_version(keys[i])).collect();
+        let data_cf = inner.warm.cf(CF_DATA);
+        let got = inner.warm.db.batched_multi_get_cf(data_cf, pending.iter().map(|&i| keys[i]), false);
+        let mut not_warm = Vec::new();
+        for ((&i, res), &seen) in pending.iter().zip(got).zip(&versions) {
+            match res? {
+                Some(p) => {
+                    let rec = WarmRecord::decode(keys[i], &p).inspect_err(|_| add(&inner.counters.checksum_errors))?;
+                    if rec.expire_ms != 0 && rec.expire_ms <= now {
+                        add(&inner.counters.misses);
+                        continue;
+                    }
+                    let v = Bytes::copy_from_slice(rec.value);
+                    add(&inner.counters.warm_hits);
+                    inner.promote(keys[i], seen, v.clone(), rec.expire_ms);
+                    out[i] = Some(v);
+                }
+                None => not_warm.push(i),
+            }
+        }
+        if not_warm.is_empty() {
+            return Ok(out);
+        }
+        let index_cf = inner.warm.cf(CF_INDEX);
+        let got = inner.warm.db.batched_multi_get_cf(index_cf, not_warm.iter().map(|&i| keys[i]), false);
+        let mut cold = Vec::new();
+        for (&i, res) in not_warm.iter().zip(got) {
+            match res? {
+                Some(p) => {
+                    let r = BlockRef::decode(&p)?;
+                    if r.expire_ms != 0 && r.expire_ms <= now {
+                        add(&inner.counters.misses);
+                    } else {
+                        cold.push(i);
+                    }
+                }
+                None => add(&inner.counters.misses),
+            }
+        }
+        let fetched = futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
+        for (&i, v) in cold.iter().zip(fetched) {
+            out[i] = v?;
+        }
+        Ok(out)
+    }
+
+    /// Whether `key` holds a live value, without reading a cold value.
+    pub async fn exists(&self, key: &[u8]) -> Result<bool> {
+        let inner = &self.inner;
+        let now = inner.now_ms();
+        if inner.hot.contains(key, now) {
+            return Ok(true);
+        }
+        Ok(inner.read_stored(key, false)?.is_some_and(|s| s.is_live(now)))
+    }
+
+    /// The absolute expiry of `key` in Unix ms: `None` if absent, `Some(0)` if it never expires.
+    pub async fn expire_time_ms(&self, key: &[u8]) -> Result<Option<u64>> {
+        let now = self.inner.now_ms();
+        Ok(self.inner.read_stored(key, false)?.filter(|s| s.is_live(now)).map(|s| s.expire_ms))
+    }
+
+    /// Which tier serves `key` now, if any.
+    pub async fn tier_of(&self, key: &[u8]) -> Result<Option<Tier>> {
+        let inner = &self.inner;
+        let now = inner.now_ms();
+        let Some(s) = inner.read_stored(key, false)?.filter(|s| s.is_live(now)) else {
+            return Ok(None);
+        };
+        if inner.hot.contains(key, now) {
+            return Ok(Some(Tier::Hot));
+        }
+        Ok(Some(match s.loc {
+            Loc::Warm { .. } => Tier::Warm,
+            Loc::Cold(_) => Tier::Cold,
+        }))
+    }
+
+    /// Figures for every tier.
+    pub fn stats(&self) -> EngineStats {
+        let c = &self.inner.counters;
+        let cc = &self.inner.cold.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let hot = self.inner.hot.stats();
+        EngineStats {
+            hot: TierStats { entries: hot.entries, bytes: hot.bytes, bytes_max: hot.bytes_max, hits: ld(&c.hot_hits) },
+            warm: TierStats {
+                entries: c.warm_entries.load(Ordering::Relaxed).max(0) as u64,
+                bytes: c.warm_bytes.load(Ordering::Relaxed).max(0) as u64,
+                bytes_max: self.inner.opts.warm_bytes_max,
+                hits: ld(&c.warm_hits),
+            },
+            cold: TierStats {
+                entries: c.cold_entries.load(Ordering::Relaxed).max(0) as u64,
+                bytes: c.cold_bytes.load(Ordering::Relaxed).max(0) as u64,
+                bytes_max: 0,
+                hits: ld(&c.cold_hits),
+            },
+            misses: ld(&c.misses),
+            hot_evictions: hot.evictions,
+            demotions: ld(&c.demotions),
+            promotions: ld(&c.promotions),
+            expired: ld(&c.expired),
+            checksum_errors: ld(&c.checksum_errors),
+            segments_written: ld(&c.segments_written),
+            segments_deleted: ld(&c.segments_deleted),
+            segments_rewritten: ld(&c.segments_rewritten),
+            demotion_errors: ld(&c.demotion_errors),
+            writes: ld(&c.writes),
+            cold_requests: crate::stats::ColdRequestStats {
+                gets: ld(&cc.gets),
+                puts: ld(&cc.puts),
+                deletes: ld(&cc.deletes),
+                lists: ld(&cc.lists),
+                errors: ld(&cc.errors),
+                get_bytes: ld(&cc.get_bytes),
+                put_bytes: ld(&cc.put_bytes),
+                get_micros_total: ld(&cc.get_micros_total),
+                shared_fetches: ld(&cc.shared_fetches),
+            },
+            cold_url: self.inner.cold.url.clone(),
+            durability: format!("{:?}", self.inner.opts.durability).to_lowercase(),
+        }
+    }
+
+    /// Drops every cached value from DRAM (tests use it to force reads from lower tiers).
+    pub fn clear_hot(&self) {
+        self.inner.hot.clear();
+    }
+
+    /// Runs one round of background work now: expire, demote until warm is under budget,
+    /// collect segments. Returns the number of keys demoted.
+    pub async fn run_background_once(&self) -> Result<u64> {
+        crate::background::round(&self.inner, true).await
+    }
+}

@@ -1,0 +1,130 @@
+//! Engine options, with units last in every name and a limit on everything.
+
+use std::path::PathBuf;
+
+use crate::{Error, Result};
+
+/// When a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Each write fsyncs the RocksDB WAL before it is acknowledged.
+    Sync,
+    /// Writes are acknowledged after a shared WAL fsync that covers them (group commit):
+    /// as safe as `Sync`, cheaper under concurrency. Other clients may read a value a few
+    /// hundred microseconds before its fsync completes.
+    Group,
+    /// Acknowledged once in the WAL's OS buffers: survives a process crash, not a power loss.
+    None,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "sync" => Ok(Durability::Sync),
+            "group" => Ok(Durability::Group),
+            "none" => Ok(Durability::None),
+            _ => Err(Error::Invalid(format!("durability must be sync, group or none, not '{s}'"))),
+        }
+    }
+}
+
+/// How to reach an S3-compatible cold tier; unset fields fall back to `AWS_*` variables.
+#[derive(Debug, Clone, Default)]
+pub struct S3Options {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Allow `http://` endpoints (a local S3-compatible server in tests).
+    pub allow_http: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Root of everything on local disk; RocksDB lives in `<data_dir>/warm`.
+    pub data_dir: PathBuf,
+    /// `file:///path` or `s3://bucket/prefix`; `None` means `file://<data_dir>/cold`.
+    pub cold_url: Option<String>,
+    pub s3: S3Options,
+    pub hot_bytes_max: u64,
+    pub hot_shard_count: usize,
+    pub warm_bytes_max: u64,
+    /// Demotion stops once warm holds this fraction of `warm_bytes_max`.
+    pub warm_demote_to_fraction: f64,
+    pub durability: Durability,
+    /// Values at least this large go to RocksDB blob files instead of the LSM tree.
+    pub blob_bytes_min: u64,
+    /// RocksDB's rate limiter for flushes and compactions.
+    pub compaction_bytes_per_sec: i64,
+    pub rocksdb_block_cache_bytes: usize,
+    pub segment_bytes_max: u64,
+    pub block_bytes: usize,
+    pub zstd_level: i32,
+    /// Segments with less than this fraction of their bytes still live are rewritten.
+    pub segment_live_fraction_min: f64,
+    pub background_interval_ms: u64,
+    pub cold_request_timeout_ms: u64,
+    pub value_bytes_max: usize,
+    pub key_bytes_max: usize,
+    /// Most expired keys removed per background pass.
+    pub expire_sweep_count_max: usize,
+}
+
+impl EngineOptions {
+    /// Defaults for a store rooted at `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineOptions {
+            data_dir: data_dir.into(),
+            cold_url: None,
+            s3: S3Options::default(),
+            hot_bytes_max: 256 << 20,
+            hot_shard_count: 16,
+            warm_bytes_max: 8 << 30,
+            warm_demote_to_fraction: 0.9,
+            durability: Durability::Group,
+            blob_bytes_min: 4096,
+            compaction_bytes_per_sec: 256 << 20,
+            rocksdb_block_cache_bytes: 64 << 20,
+            segment_bytes_max: 64 << 20,
+            block_bytes: 64 << 10,
+            zstd_level: 3,
+            segment_live_fraction_min: 0.5,
+            background_interval_ms: 1000,
+            cold_request_timeout_ms: 10_000,
+            value_bytes_max: strata_format::VALUE_BYTES_MAX,
+            key_bytes_max: strata_format::KEY_BYTES_MAX,
+            expire_sweep_count_max: 10_000,
+        }
+    }
+
+    /// Checks the options for values that cannot work.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::Invalid(m.to_string()));
+        if self.hot_shard_count == 0 || self.hot_shard_count > 1024 {
+            return bad("hot_shard_count must be between 1 and 1024");
+        }
+        if !(0.1..=1.0).contains(&self.warm_demote_to_fraction) {
+            return bad("warm_demote_to_fraction must be between 0.1 and 1.0");
+        }
+        if self.block_bytes < 512 || self.block_bytes > 16 << 20 {
+            return bad("block_bytes must be between 512 and 16 MiB");
+        }
+        if !(1..=22).contains(&self.zstd_level) {
+            return bad("zstd_level must be between 1 and 22");
+        }
+        if self.value_bytes_max > strata_format::VALUE_BYTES_MAX {
+            return bad("value_bytes_max may not exceed 512 MiB");
+        }
+        if self.key_bytes_max > strata_format::KEY_BYTES_MAX {
+            return bad("key_bytes_max may not exceed 64 KiB");
+        }
+        if self.compaction_bytes_per_sec <= 0 {
+            return bad("compaction_bytes_per_sec must be positive");
+        }
+        if !(0.0..=1.0).contains(&self.segment_live_fraction_min) {
+            return bad("segment_live_fraction_min must be between 0 and 1");
+        }
+        Ok(())
+    }
+}

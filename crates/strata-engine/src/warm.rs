@@ -1,0 +1,150 @@
+//! The warm tier: RocksDB, and the only module in Strata that touches it.
+//!
+//! Column families:
+//! - `default`: key -> [`WarmRecord`](strata_format::WarmRecord) (large values in blob files);
+//! - `index`: key -> [`BlockRef`](strata_format::BlockRef) for keys demoted to the cold tier;
+//! - `ttl`: expire_ms (big-endian) || key -> empty, so expired keys are found without a scan;
+//! - `meta`: counters (merged atomically with every data change), segment records, pins.
+//!
+//! Invariant: a key is in at most one of `default` and `index`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, MergeOperands, Options,
+    WriteBatch, WriteOptions, DB,
+};
+
+use crate::{EngineOptions, Result};
+
+pub(crate) const CF_DATA: &str = "default";
+pub(crate) const CF_INDEX: &str = "index";
+pub(crate) const CF_TTL: &str = "ttl";
+pub(crate) const CF_META: &str = "meta";
+
+/// Meta keys of the persistent counters, each an i64 kept by the add merge operator.
+pub(crate) const WARM_BYTES: &[u8] = b"counter/warm_bytes";
+pub(crate) const WARM_ENTRIES: &[u8] = b"counter/warm_entries";
+pub(crate) const COLD_BYTES: &[u8] = b"counter/cold_bytes";
+pub(crate) const COLD_ENTRIES: &[u8] = b"counter/cold_entries";
+pub(crate) const NEXT_SEGMENT_ID: &[u8] = b"next_segment_id";
+pub(crate) const SEGMENT_PREFIX: &[u8] = b"segment/";
+
+fn add_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
+    let decode = |b: &[u8]| b.try_into().map(i64::from_le_bytes).unwrap_or(0);
+    let mut sum = existing.map(decode).unwrap_or(0);
+    for op in ops {
+        sum = sum.wrapping_add(decode(op));
+    }
+    Some(sum.to_le_bytes().to_vec())
+}
+
+pub(crate) struct Warm {
+    pub(crate) db: Arc<DB>,
+}
+
+impl Warm {
+    pub(crate) fn open(path: &Path, o: &EngineOptions) -> Result<Self> {
+        let cache = Cache::new_lru_cache(o.rocksdb_block_cache_bytes)?;
+        let table = |bloom: bool| {
+            let mut t = BlockBasedOptions::default();
+            t.set_block_cache(&cache);
+            if bloom {
+                t.set_bloom_filter(10.0, false);
+            }
+            t
+        };
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(2);
+        db_opts.set_ratelimiter(o.compaction_bytes_per_sec, 100_000, 10);
+        db_opts.set_bytes_per_sync(1 << 20);
+
+        let mut data = Options::default();
+        data.set_block_based_table_factory(&table(true));
+        data.set_enable_blob_files(true);
+        data.set_min_blob_size(o.blob_bytes_min);
+        data.set_enable_blob_gc(true);
+        data.set_write_buffer_size(64 << 20);
+        let mut index = Options::default();
+        index.set_block_based_table_factory(&table(true));
+        let mut ttl = Options::default();
+        ttl.set_block_based_table_factory(&table(false));
+        let mut meta = Options::default();
+        meta.set_merge_operator_associative("strata_add_i64", add_merge);
+
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(CF_DATA, data),
+            ColumnFamilyDescriptor::new(CF_INDEX, index),
+            ColumnFamilyDescriptor::new(CF_TTL, ttl),
+            ColumnFamilyDescriptor::new(CF_META, meta),
+        ];
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
+        Ok(Warm { db: Arc::new(db) })
+    }
+
+    pub(crate) fn cf(&self, name: &str) -> &ColumnFamily {
+        self.db.cf_handle(name).expect("column family created at open")
+    }
+
+    pub(crate) fn counter(&self, key: &[u8]) -> Result<i64> {
+        Ok(self
+            .db
+            .get_cf(self.cf(CF_META), key)?
+            .and_then(|b| b.as_slice().try_into().ok().map(i64::from_le_bytes))
+            .unwrap_or(0))
+    }
+
+    pub(crate) fn merge_counter(&self, batch: &mut WriteBatch, key: &[u8], delta: i64) {
+        if delta != 0 {
+            batch.merge_cf(self.cf(CF_META), key, delta.to_le_bytes());
+        }
+    }
+
+    pub(crate) fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(batch, &wo)?;
+        Ok(())
+    }
+}
+
+/// The `ttl` column family key for a key expiring at `expire_ms`.
+pub(crate) fn ttl_key(expire_ms: u64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + key.len());
+    k.extend_from_slice(&expire_ms.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+pub(crate) fn segment_meta_key(id: u64) -> Vec<u8> {
+    let mut k = SEGMENT_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// What the meta family records of a committed segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentMeta {
+    pub(crate) entries: u64,
+    pub(crate) value_bytes: u64,
+}
+
+impl SegmentMeta {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = self.entries.to_le_bytes().to_vec();
+        v.extend_from_slice(&self.value_bytes.to_le_bytes());
+        v
+    }
+    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != 16 {
+            return None;
+        }
+        Some(SegmentMeta {
+            entries: u64::from_le_bytes(b[..8].try_into().ok()?),
+            value_bytes: u64::from_le_bytes(b[8..].try_into().ok()?),
+        })
+    }
+}
