@@ -19,7 +19,7 @@ const STRIPE_COUNT: usize = 4096;
 const ACCESS_BITS: usize = 1 << 20;
 
 /// Which tier holds a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tier {
     Hot,
     Warm,

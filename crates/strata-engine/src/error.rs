@@ -52,7 +52,11 @@ impl Error {
 
 impl From<rocksdb::Error> for Error {
     fn from(e: rocksdb::Error) -> Self {
-        Error::Storage(format!("rocksdb: {e}"))
+        match e.kind() {
+            rocksdb::ErrorKind::Corruption => Error::Data(format!("rocksdb: {e}")),
+            rocksdb::ErrorKind::InvalidArgument => Error::Invalid(format!("rocksdb: {e}")),
+            _ => Error::Storage(format!("rocksdb: {e}")),
+        }
     }
 }
 

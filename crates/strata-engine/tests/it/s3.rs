@@ -1,0 +1,76 @@
+//! The cold tier on a real S3-compatible server (moto) on loopback.
+
+use bytes::Bytes;
+use strata_engine::{Engine, ErrorKind, PutOptions, Tier};
+
+use crate::support::{small_options, S3Server};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demotion_reads_restart_and_collection_work_against_s3() {
+    let s3 = S3Server::start();
+    s3.create_bucket("strata-test");
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.cold_url = Some("s3://strata-test/node-a".into());
+    o.s3.endpoint = Some(s3.endpoint());
+    o.s3.region = Some("us-east-1".into());
+    o.s3.access_key_id = Some("test".into());
+    o.s3.secret_access_key = Some("test".into());
+    o.s3.allow_http = true;
+    let engine = Engine::open(o.clone()).await.unwrap();
+    for i in 0..150 {
+        engine.put(format!("key:{i:04}").as_bytes(), Bytes::from(vec![i as u8; 400]), PutOptions::default()).await.unwrap();
+    }
+    engine.run_background_once().await.unwrap();
+    let st = engine.stats();
+    assert!(st.cold.entries > 100, "{st:?}");
+    assert!(s3.object_count("strata-test", "node-a/segments/") >= 1, "no segment object in the bucket");
+    engine.clear_hot();
+    assert_eq!(engine.tier_of(b"key:0003").await.unwrap(), Some(Tier::Cold));
+    let keys: Vec<Vec<u8>> = (0..150).map(|i| format!("key:{i:04}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let got = engine.get_many(&refs).await.unwrap();
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(v.as_deref(), Some(&vec![i as u8; 400][..]), "key {i}");
+    }
+    engine.close().await.unwrap();
+    drop(engine);
+
+    let engine = Engine::open(o.clone()).await.unwrap();
+    assert_eq!(engine.get(b"key:0007").await.unwrap().unwrap(), vec![7u8; 400]);
+    for i in 0..150 {
+        engine.delete(format!("key:{i:04}").as_bytes()).await.unwrap();
+    }
+    engine.run_background_once().await.unwrap();
+    assert_eq!(s3.object_count("strata-test", "node-a/segments/"), 0, "empty segments are deleted from the bucket");
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving() {
+    let s3 = S3Server::start();
+    s3.create_bucket("strata-outage");
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.cold_url = Some("s3://strata-outage".into());
+    o.s3.endpoint = Some(s3.endpoint());
+    o.s3.region = Some("us-east-1".into());
+    o.s3.access_key_id = Some("test".into());
+    o.s3.secret_access_key = Some("test".into());
+    o.s3.allow_http = true;
+    o.cold_request_timeout_ms = 1500;
+    let engine = Engine::open(o).await.unwrap();
+    for i in 0..100 {
+        engine.put(format!("key:{i:04}").as_bytes(), Bytes::from(vec![1u8; 400]), PutOptions::default()).await.unwrap();
+    }
+    engine.run_background_once().await.unwrap();
+    engine.clear_hot();
+    drop(s3);
+    let start = std::time::Instant::now();
+    let err = engine.get(b"key:0000").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(10), "cold read hung for {:?}", start.elapsed());
+    engine.put(b"fresh", "still writable".into(), PutOptions::default()).await.unwrap();
+    assert_eq!(engine.get(b"fresh").await.unwrap().unwrap(), "still writable");
+    assert!(engine.stats().cold_requests.errors > 0);
+}

@@ -1,0 +1,107 @@
+//! Shared helpers: small-budget options, a seeded RNG, and an S3 server on loopback.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use strata_engine::EngineOptions;
+
+/// Options with budgets small enough that demotion happens after a few KiB, and no
+/// background timer (tests run background rounds explicitly, so runs replay exactly).
+pub fn small_options(dir: &Path) -> EngineOptions {
+    let mut o = EngineOptions::new(dir);
+    o.hot_bytes_max = 16 << 10;
+    o.hot_shard_count = 2;
+    o.warm_bytes_max = 8 << 10;
+    o.block_bytes = 1024;
+    o.segment_bytes_max = 4 << 10;
+    o.background_interval_ms = 3_600_000;
+    o.rocksdb_block_cache_bytes = 1 << 20;
+    o
+}
+
+/// A small deterministic RNG (splitmix64); every test prints its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn from_env(test: &str) -> Rng {
+        let seed = std::env::var("STRATA_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+        eprintln!("{test}: STRATA_SEED={seed}");
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A moto S3 server on loopback, killed when dropped.
+pub struct S3Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl S3Server {
+    pub fn start() -> S3Server {
+        let port = free_port();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server must be installed (pip install 'moto[server]'); scripts/install-deps does it");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        S3Server { child, port }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Creates a bucket with one unsigned PUT (moto accepts it).
+    pub fn create_bucket(&self, name: &str) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(s, "PUT /{name} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        assert!(resp.starts_with("HTTP/1.1 200"), "bucket creation failed: {resp}");
+    }
+
+    /// Counts the objects under `prefix` in `bucket` (an unsigned ListObjectsV2).
+    pub fn object_count(&self, bucket: &str, prefix: &str) -> usize {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(s, "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        resp.matches("<Key>").count()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
