@@ -137,6 +137,7 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
         let bytes = it.value().expect("valid iterator");
         match WarmRecord::decode(key, bytes) {
             Ok(rec) if rec.expire_ms != 0 && rec.expire_ms <= now => {}
+            Ok(_) if inner.is_pinned(key) => {}
             Ok(_) if passes == 0 && inner.access.take(key) => {}
             Ok(rec) => {
                 let mut header = [0u8; WARM_HEADER_BYTES];
@@ -144,7 +145,13 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
                 let charge = (key.len() + bytes.len()) as u64;
                 freed += charge;
                 raw += rec.value.len() as u64 + key.len() as u64;
-                out.push(Victim { key: key.to_vec(), header, value: rec.value.to_vec(), expire_ms: rec.expire_ms, charge });
+                out.push(Victim {
+                    key: key.to_vec(),
+                    header,
+                    value: rec.value.to_vec(),
+                    expire_ms: rec.expire_ms,
+                    charge,
+                });
             }
             Err(e) => {
                 add(&inner.counters.checksum_errors);
@@ -156,7 +163,11 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
             break;
         }
     }
-    *cursor = if it.valid() { it.key().expect("valid").to_vec() } else { Vec::new() };
+    *cursor = if it.valid() {
+        it.key().expect("valid").to_vec()
+    } else {
+        Vec::new()
+    };
     out
 }
 
@@ -164,7 +175,11 @@ fn alloc_segment_id(inner: &Inner) -> Result<u64> {
     let mut next = inner.next_segment_id.lock();
     let id = *next;
     *next += 1;
-    inner.warm.db.put_cf(inner.warm.cf(CF_META), warm::NEXT_SEGMENT_ID, (*next as i64).to_le_bytes())?;
+    inner.warm.db.put_cf(
+        inner.warm.cf(CF_META),
+        warm::NEXT_SEGMENT_ID,
+        (*next as i64).to_le_bytes(),
+    )?;
     Ok(id)
 }
 
@@ -213,7 +228,12 @@ async fn demote_once(inner: &Arc<Inner>) -> Result<u64> {
     Ok(moved)
 }
 
-fn commit_demotion(inner: &Inner, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]) -> Result<u64> {
+fn commit_demotion(
+    inner: &Inner,
+    id: u64,
+    victims: &[Victim],
+    refs: &[(Vec<u8>, BlockRef)],
+) -> Result<u64> {
     let _locks = inner.lock_many(victims.iter().map(|v| v.key.as_slice()));
     let w = &inner.warm;
     let mut batch = WriteBatch::default();
@@ -222,7 +242,11 @@ fn commit_demotion(inner: &Inner, id: u64, victims: &[Victim], refs: &[(Vec<u8>,
         assert_eq!(&v.key, k, "segment refs follow the victims' order");
         let current = w.db.get_pinned_cf(w.cf(CF_DATA), &v.key)?;
         // A write after the victim was picked changed the record: keep the new one warm.
-        if current.as_deref().map(|c| &c[..WARM_HEADER_BYTES.min(c.len())]) != Some(&v.header[..]) {
+        if current
+            .as_deref()
+            .map(|c| &c[..WARM_HEADER_BYTES.min(c.len())])
+            != Some(&v.header[..])
+        {
             continue;
         }
         batch.delete_cf(w.cf(CF_DATA), &v.key);
@@ -232,7 +256,10 @@ fn commit_demotion(inner: &Inner, id: u64, victims: &[Victim], refs: &[(Vec<u8>,
         moved += 1;
     }
     if moved > 0 {
-        let meta = SegmentMeta { entries: moved as u64, value_bytes: cold_bytes as u64 };
+        let meta = SegmentMeta {
+            entries: moved as u64,
+            value_bytes: cold_bytes as u64,
+        };
         batch.put_cf(w.cf(CF_META), segment_meta_key(id), meta.encode());
     }
     inner.commit_moves(batch, (warm_bytes, moved), (cold_bytes, moved))?;
@@ -276,9 +303,11 @@ fn segment_metas(inner: &Inner) -> Result<HashMap<u64, SegmentMeta>> {
 /// Deletes orphan and empty segments and rewrites sparse ones.
 pub(crate) async fn collect_segments(inner: &Arc<Inner>) -> Result<()> {
     let me = Arc::clone(inner);
-    let (live, metas) = tokio::task::spawn_blocking(move || Ok::<_, Error>((live_per_segment(&me)?, segment_metas(&me)?)))
-        .await
-        .map_err(|e| Error::Internal(format!("segment scan: {e}")))??;
+    let (live, metas) = tokio::task::spawn_blocking(move || {
+        Ok::<_, Error>((live_per_segment(&me)?, segment_metas(&me)?))
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("segment scan: {e}")))??;
     let next_id = *inner.next_segment_id.lock();
     for id in inner.cold.list_segments().await? {
         // Only this task allocates ids, so ids below `next_id` without a record are orphans.
@@ -290,7 +319,10 @@ pub(crate) async fn collect_segments(inner: &Arc<Inner>) -> Result<()> {
     for (id, meta) in metas {
         let (count, bytes) = live.get(&id).copied().unwrap_or((0, 0));
         if count == 0 {
-            inner.warm.db.delete_cf(inner.warm.cf(CF_META), segment_meta_key(id))?;
+            inner
+                .warm
+                .db
+                .delete_cf(inner.warm.cf(CF_META), segment_meta_key(id))?;
             inner.cold.delete_segment(id).await?;
             add(&inner.counters.segments_deleted);
         } else if (bytes as f64) < meta.value_bytes as f64 * inner.opts.segment_live_fraction_min {
@@ -322,7 +354,9 @@ async fn rewrite_segment(inner: &Arc<Inner>, id: u64) -> Result<()> {
         let (mut n, mut bytes) = (0u64, 0u64);
         for ((key, new_ref), old_ref) in refs.iter().zip(&old_refs) {
             let cur = w.db.get_pinned_cf(w.cf(CF_INDEX), key)?;
-            let Some(cur) = cur.map(|c| BlockRef::decode(&c)).transpose()? else { continue };
+            let Some(cur) = cur.map(|c| BlockRef::decode(&c)).transpose()? else {
+                continue;
+            };
             if cur.segment_id != old_ref.segment_id || cur.block != old_ref.block {
                 continue;
             }
@@ -332,7 +366,15 @@ async fn rewrite_segment(inner: &Arc<Inner>, id: u64) -> Result<()> {
             n += 1;
             bytes += r.value_len as u64;
         }
-        batch.put_cf(w.cf(CF_META), segment_meta_key(new_id), SegmentMeta { entries: n, value_bytes: bytes }.encode());
+        batch.put_cf(
+            w.cf(CF_META),
+            segment_meta_key(new_id),
+            SegmentMeta {
+                entries: n,
+                value_bytes: bytes,
+            }
+            .encode(),
+        );
         batch.delete_cf(w.cf(CF_META), segment_meta_key(id));
         w.write(batch, false)
     })
@@ -350,7 +392,10 @@ type Rewrite = (Vec<BlockRef>, strata_format::Segment);
 fn build_rewrite(inner: &Inner, id: u64, new_id: u64, bytes: &Bytes) -> Result<Option<Rewrite>> {
     let footer = strata_format::decode_footer(bytes)?;
     if footer.segment_id != id {
-        return Err(Error::Data(format!("segment {id:016x} carries id {:016x}", footer.segment_id)));
+        return Err(Error::Data(format!(
+            "segment {id:016x} carries id {:016x}",
+            footer.segment_id
+        )));
     }
     let w = &inner.warm;
     let mut b = SegmentBuilder::new(new_id, inner.opts.block_bytes, inner.opts.zstd_level);
@@ -361,7 +406,9 @@ fn build_rewrite(inner: &Inner, id: u64, new_id: u64, bytes: &Bytes) -> Result<O
         let raw = strata_format::decode_block(&probe, stored)?;
         for e in strata_format::iter_block(&raw) {
             let e = e?;
-            let Some(cur) = w.db.get_pinned_cf(w.cf(CF_INDEX), e.key)? else { continue };
+            let Some(cur) = w.db.get_pinned_cf(w.cf(CF_INDEX), e.key)? else {
+                continue;
+            };
             let cur = BlockRef::decode(&cur)?;
             if cur.segment_id == id && cur.block == i as u32 {
                 b.push(e.key, e.value, e.expire_ms)?;

@@ -60,9 +60,14 @@ impl Cold {
             None => {
                 let dir = o.data_dir.join("cold");
                 std::fs::create_dir_all(&dir).map_err(|e| {
-                    Error::Invalid(format!("cannot create cold directory {}: {e}", dir.display()))
+                    Error::Invalid(format!(
+                        "cannot create cold directory {}: {e}",
+                        dir.display()
+                    ))
                 })?;
-                let dir = dir.canonicalize().map_err(|e| Error::Invalid(e.to_string()))?;
+                let dir = dir
+                    .canonicalize()
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
                 default_url = format!("file://{}", dir.display());
                 default_url.as_str()
             }
@@ -77,12 +82,18 @@ impl Cold {
         })
     }
 
-    async fn timed<T>(&self, what: &str, f: impl std::future::Future<Output = object_store::Result<T>>) -> Result<T> {
+    async fn timed<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> Result<T> {
         match tokio::time::timeout(self.timeout, f).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(object_store::Error::NotFound { path, .. })) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                Err(Error::ColdUnavailable(format!("{what}: object {path} not found")))
+                Err(Error::ColdUnavailable(format!(
+                    "{what}: object {path} not found"
+                )))
             }
             Ok(Err(e)) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -103,7 +114,8 @@ impl Cold {
         let n = bytes.len() as u64;
         self.counters.puts.fetch_add(1, Ordering::Relaxed);
         let payload = PutPayload::from(bytes);
-        self.timed("segment upload", self.store.put(&segment_path(id), payload)).await?;
+        self.timed("segment upload", self.store.put(&segment_path(id), payload))
+            .await?;
         self.counters.put_bytes.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
@@ -114,20 +126,28 @@ impl Cold {
         let path = segment_path(id);
         let res = self.timed("segment read", self.store.get(&path)).await?;
         let bytes = self.timed("segment read", res.bytes()).await?;
-        self.counters.get_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.counters
+            .get_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(bytes)
     }
 
     pub(crate) async fn delete_segment(&self, id: u64) -> Result<()> {
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
-        self.timed("segment delete", self.store.delete(&segment_path(id))).await
+        self.timed("segment delete", self.store.delete(&segment_path(id)))
+            .await
     }
 
     pub(crate) async fn list_segments(&self) -> Result<Vec<u64>> {
         self.counters.lists.fetch_add(1, Ordering::Relaxed);
         let prefix = Path::from("segments");
-        let metas: Vec<_> = self.timed("segment list", self.store.list(Some(&prefix)).try_collect()).await?;
-        Ok(metas.iter().filter_map(|m| parse_segment_path(&m.location)).collect())
+        let metas: Vec<_> = self
+            .timed("segment list", self.store.list(Some(&prefix)).try_collect())
+            .await?;
+        Ok(metas
+            .iter()
+            .filter_map(|m| parse_segment_path(&m.location))
+            .collect())
     }
 
     /// Fetches, verifies and decompresses one block; concurrent calls for the same block
@@ -159,9 +179,18 @@ impl Cold {
     async fn fetch_block(&self, r: &BlockRef) -> Result<Bytes> {
         let start = Instant::now();
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
-        let stored = self.timed("block read", self.store.get_range(&segment_path(r.segment_id), r.range())).await?;
-        self.counters.get_bytes.fetch_add(stored.len() as u64, Ordering::Relaxed);
-        self.counters.get_micros_total.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let stored = self
+            .timed(
+                "block read",
+                self.store.get_range(&segment_path(r.segment_id), r.range()),
+            )
+            .await?;
+        self.counters
+            .get_bytes
+            .fetch_add(stored.len() as u64, Ordering::Relaxed);
+        self.counters
+            .get_micros_total
+            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
         let r = *r;
         let raw = if stored.len() > 1 << 20 {
             tokio::task::spawn_blocking(move || strata_format::decode_block(&r, &stored))
@@ -175,13 +204,19 @@ impl Cold {
 }
 
 fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn ObjectStore>> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| Error::Invalid(format!("cold_url '{url}' is not a URL: {e}; use file:///path or s3://bucket/prefix")))?;
+    let parsed = url::Url::parse(url).map_err(|e| {
+        Error::Invalid(format!(
+            "cold_url '{url}' is not a URL: {e}; use file:///path or s3://bucket/prefix"
+        ))
+    })?;
     match parsed.scheme() {
         "file" => {
             let dir = std::path::PathBuf::from(parsed.path());
             std::fs::create_dir_all(&dir).map_err(|e| {
-                Error::Invalid(format!("cannot create cold directory {}: {e}", dir.display()))
+                Error::Invalid(format!(
+                    "cannot create cold directory {}: {e}",
+                    dir.display()
+                ))
             })?;
             let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| Error::Invalid(format!("cold directory {}: {e}", dir.display())))?;
@@ -218,7 +253,9 @@ fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn ObjectStore>> {
             if let Some(k) = &o.s3.secret_access_key {
                 b = b.with_secret_access_key(k);
             }
-            let s3 = b.build().map_err(|e| Error::Invalid(format!("S3 cold tier: {e}")))?;
+            let s3 = b
+                .build()
+                .map_err(|e| Error::Invalid(format!("S3 cold tier: {e}")))?;
             let prefix = parsed.path().trim_matches('/');
             if prefix.is_empty() {
                 Ok(Arc::new(s3))

@@ -20,17 +20,24 @@ pub(crate) struct GroupCommit {
     wake: Condvar,
     /// (highest synced ticket, error of a failed sync).
     synced: watch::Sender<(u64, Option<String>)>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl GroupCommit {
     pub(crate) fn start(db: Arc<DB>) -> Arc<Self> {
         let (tx, _rx) = watch::channel((0, None));
-        let gc = Arc::new(GroupCommit { requests: Mutex::default(), wake: Condvar::new(), synced: tx });
+        let gc = Arc::new(GroupCommit {
+            requests: Mutex::default(),
+            wake: Condvar::new(),
+            synced: tx,
+            thread: Mutex::new(None),
+        });
         let me = Arc::clone(&gc);
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("strata-group-commit".into())
             .spawn(move || me.run(&db))
             .expect("spawn group commit thread");
+        *gc.thread.lock() = Some(handle);
         gc
     }
 
@@ -77,8 +84,12 @@ impl GroupCommit {
         }
     }
 
+    /// Syncs what is pending, stops the thread and waits for it (it holds the database).
     pub(crate) fn stop(&self) {
         self.requests.lock().stop = true;
         self.wake.notify_one();
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
     }
 }

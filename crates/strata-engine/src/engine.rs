@@ -96,6 +96,7 @@ pub(crate) struct Inner {
     pub(crate) demote_cursor: Mutex<Vec<u8>>,
     pub(crate) background_wake: Notify,
     pub(crate) closed: AtomicBool,
+    pub(crate) pins: parking_lot::RwLock<Vec<Bytes>>,
 }
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
@@ -116,7 +117,10 @@ impl Inner {
     }
 
     /// Locks the stripes of all `keys` in a fixed order (so two batches cannot deadlock).
-    pub(crate) fn lock_many<'a>(&'a self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<MutexGuard<'a, ()>> {
+    pub(crate) fn lock_many<'a>(
+        &'a self,
+        keys: impl Iterator<Item = &'a [u8]>,
+    ) -> Vec<MutexGuard<'a, ()>> {
         let set: std::collections::BTreeSet<usize> = keys.map(stripe_of).collect();
         set.into_iter().map(|i| self.stripes[i].lock()).collect()
     }
@@ -158,12 +162,20 @@ impl Inner {
             let charge = (key.len() + p.len()) as u64;
             let value_len = rec.value.len() as u64;
             let loc = Loc::Warm { charge, value };
-            return Ok(Some(Stored { loc, expire_ms: rec.expire_ms, value_len }));
+            return Ok(Some(Stored {
+                loc,
+                expire_ms: rec.expire_ms,
+                value_len,
+            }));
         }
         match self.warm.db.get_pinned_cf(self.warm.cf(CF_INDEX), key)? {
             Some(p) => {
                 let r = BlockRef::decode(&p)?;
-                Ok(Some(Stored { loc: Loc::Cold(r), expire_ms: r.expire_ms, value_len: r.value_len as u64 }))
+                Ok(Some(Stored {
+                    loc: Loc::Cold(r),
+                    expire_ms: r.expire_ms,
+                    value_len: r.value_len as u64,
+                }))
             }
             None => Ok(None),
         }
@@ -228,7 +240,10 @@ impl Inner {
                     // The segment may have been rewritten under us: retry if the index moved.
                     Err(e) if matches!(e, Error::ColdUnavailable(_)) => {
                         let moved = match self.read_stored(key, false)? {
-                            Some(Stored { loc: Loc::Cold(now_r), .. }) => now_r != r,
+                            Some(Stored {
+                                loc: Loc::Cold(now_r),
+                                ..
+                            }) => now_r != r,
                             _ => true,
                         };
                         if !moved {
@@ -239,7 +254,9 @@ impl Inner {
                 },
             }
         }
-        Err(Error::Internal("key kept moving between tiers during a read".into()))
+        Err(Error::Internal(
+            "key kept moving between tiers during a read".into(),
+        ))
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -264,18 +281,32 @@ impl Engine {
     pub async fn open_with_clock(opts: EngineOptions, clock: Arc<dyn Clock>) -> Result<Engine> {
         opts.validate()?;
         std::fs::create_dir_all(&opts.data_dir).map_err(|e| {
-            Error::Invalid(format!("cannot create data directory {}: {e}", opts.data_dir.display()))
+            Error::Invalid(format!(
+                "cannot create data directory {}: {e}",
+                opts.data_dir.display()
+            ))
         })?;
         let warm = Warm::open(&opts.data_dir.join("warm"), &opts)?;
         let cold = Arc::new(Cold::open(&opts)?);
-        let hot = HotCache::new(opts.hot_bytes_max as usize, opts.hot_shard_count, || Box::new(Lru::default()));
+        let hot = HotCache::new(opts.hot_bytes_max as usize, opts.hot_shard_count, || {
+            Box::new(Lru::default())
+        });
         let counters = Counters::default();
-        counters.warm_bytes.store(warm.counter(warm::WARM_BYTES)?, Ordering::Relaxed);
-        counters.warm_entries.store(warm.counter(warm::WARM_ENTRIES)?, Ordering::Relaxed);
-        counters.cold_bytes.store(warm.counter(warm::COLD_BYTES)?, Ordering::Relaxed);
-        counters.cold_entries.store(warm.counter(warm::COLD_ENTRIES)?, Ordering::Relaxed);
+        counters
+            .warm_bytes
+            .store(warm.counter(warm::WARM_BYTES)?, Ordering::Relaxed);
+        counters
+            .warm_entries
+            .store(warm.counter(warm::WARM_ENTRIES)?, Ordering::Relaxed);
+        counters
+            .cold_bytes
+            .store(warm.counter(warm::COLD_BYTES)?, Ordering::Relaxed);
+        counters
+            .cold_entries
+            .store(warm.counter(warm::COLD_ENTRIES)?, Ordering::Relaxed);
         let next_segment_id = warm.counter(warm::NEXT_SEGMENT_ID)?.max(1) as u64;
-        let group = (opts.durability == Durability::Group).then(|| GroupCommit::start(Arc::clone(&warm.db)));
+        let group = (opts.durability == Durability::Group)
+            .then(|| GroupCommit::start(Arc::clone(&warm.db)));
         // Write sequences only need to differ from every earlier record's; microseconds since
         // the epoch at start-up are larger than any sequence a previous run could reach.
         let seq_start = clock.now_ms().saturating_mul(1000);
@@ -296,7 +327,9 @@ impl Engine {
             demote_cursor: Mutex::new(Vec::new()),
             background_wake: Notify::new(),
             closed: AtomicBool::new(false),
+            pins: parking_lot::RwLock::new(Vec::new()),
         });
+        *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);
         let handle = tokio::spawn(crate::background::run(Arc::clone(&inner), rx));
         Ok(Engine {
@@ -365,14 +398,22 @@ impl Engine {
         if pending.is_empty() {
             return Ok(out);
         }
-        let versions: Vec<u64> = pending.iter().map(|&i| inner.stripe_version(keys[i])).collect();
+        let versions: Vec<u64> = pending
+            .iter()
+            .map(|&i| inner.stripe_version(keys[i]))
+            .collect();
         let data_cf = inner.warm.cf(CF_DATA);
-        let got = inner.warm.db.batched_multi_get_cf(data_cf, pending.iter().map(|&i| keys[i]), false);
+        let got =
+            inner
+                .warm
+                .db
+                .batched_multi_get_cf(data_cf, pending.iter().map(|&i| keys[i]), false);
         let mut not_warm = Vec::new();
         for ((&i, res), &seen) in pending.iter().zip(got).zip(&versions) {
             match res? {
                 Some(p) => {
-                    let rec = WarmRecord::decode(keys[i], &p).inspect_err(|_| add(&inner.counters.checksum_errors))?;
+                    let rec = WarmRecord::decode(keys[i], &p)
+                        .inspect_err(|_| add(&inner.counters.checksum_errors))?;
                     if rec.expire_ms != 0 && rec.expire_ms <= now {
                         add(&inner.counters.misses);
                         continue;
@@ -389,7 +430,11 @@ impl Engine {
             return Ok(out);
         }
         let index_cf = inner.warm.cf(CF_INDEX);
-        let got = inner.warm.db.batched_multi_get_cf(index_cf, not_warm.iter().map(|&i| keys[i]), false);
+        let got =
+            inner
+                .warm
+                .db
+                .batched_multi_get_cf(index_cf, not_warm.iter().map(|&i| keys[i]), false);
         let mut cold = Vec::new();
         for (&i, res) in not_warm.iter().zip(got) {
             match res? {
@@ -404,7 +449,8 @@ impl Engine {
                 None => add(&inner.counters.misses),
             }
         }
-        let fetched = futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
+        let fetched =
+            futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
         for (&i, v) in cold.iter().zip(fetched) {
             out[i] = v?;
         }
@@ -418,13 +464,19 @@ impl Engine {
         if inner.hot.contains(key, now) {
             return Ok(true);
         }
-        Ok(inner.read_stored(key, false)?.is_some_and(|s| s.is_live(now)))
+        Ok(inner
+            .read_stored(key, false)?
+            .is_some_and(|s| s.is_live(now)))
     }
 
     /// The absolute expiry of `key` in Unix ms: `None` if absent, `Some(0)` if it never expires.
     pub async fn expire_time_ms(&self, key: &[u8]) -> Result<Option<u64>> {
         let now = self.inner.now_ms();
-        Ok(self.inner.read_stored(key, false)?.filter(|s| s.is_live(now)).map(|s| s.expire_ms))
+        Ok(self
+            .inner
+            .read_stored(key, false)?
+            .filter(|s| s.is_live(now))
+            .map(|s| s.expire_ms))
     }
 
     /// Which tier serves `key` now, if any.
@@ -450,7 +502,12 @@ impl Engine {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let hot = self.inner.hot.stats();
         EngineStats {
-            hot: TierStats { entries: hot.entries, bytes: hot.bytes, bytes_max: hot.bytes_max, hits: ld(&c.hot_hits) },
+            hot: TierStats {
+                entries: hot.entries,
+                bytes: hot.bytes,
+                bytes_max: hot.bytes_max,
+                hits: ld(&c.hot_hits),
+            },
             warm: TierStats {
                 entries: c.warm_entries.load(Ordering::Relaxed).max(0) as u64,
                 bytes: c.warm_bytes.load(Ordering::Relaxed).max(0) as u64,

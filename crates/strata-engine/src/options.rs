@@ -24,7 +24,9 @@ impl std::str::FromStr for Durability {
             "sync" => Ok(Durability::Sync),
             "group" => Ok(Durability::Group),
             "none" => Ok(Durability::None),
-            _ => Err(Error::Invalid(format!("durability must be sync, group or none, not '{s}'"))),
+            _ => Err(Error::Invalid(format!(
+                "durability must be sync, group or none, not '{s}'"
+            ))),
         }
     }
 }
@@ -69,6 +71,8 @@ pub struct EngineOptions {
     pub key_bytes_max: usize,
     /// Most expired keys removed per background pass.
     pub expire_sweep_count_max: usize,
+    /// Most value bytes that pins may hold in the warm tier.
+    pub pinned_bytes_max: u64,
 }
 
 impl EngineOptions {
@@ -95,6 +99,7 @@ impl EngineOptions {
             value_bytes_max: strata_format::VALUE_BYTES_MAX,
             key_bytes_max: strata_format::KEY_BYTES_MAX,
             expire_sweep_count_max: 10_000,
+            pinned_bytes_max: 1 << 30,
         }
     }
 

@@ -82,7 +82,12 @@ impl Engine {
             }
             let (expire_ms, value_len, tier) = item;
             if expire_ms == 0 || expire_ms > now {
-                page.items.push(ScanItem { key: Bytes::copy_from_slice(key), tier, expire_ms, value_len });
+                page.items.push(ScanItem {
+                    key: Bytes::copy_from_slice(key),
+                    tier,
+                    expire_ms,
+                    value_len,
+                });
             }
             if take_warm {
                 warm.next();
@@ -96,7 +101,12 @@ impl Engine {
     }
 
     /// A page of keys starting with `prefix`, resuming at `cursor` (a previous page's `next`).
-    pub fn scan_prefix(&self, prefix: &[u8], cursor: Option<&[u8]>, count_max: usize) -> Result<ScanPage> {
+    pub fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        cursor: Option<&[u8]>,
+        count_max: usize,
+    ) -> Result<ScanPage> {
         let end = prefix_end(prefix);
         let start = cursor.filter(|c| *c > prefix).unwrap_or(prefix);
         self.scan(start, end.as_deref(), count_max)

@@ -86,7 +86,9 @@ impl Warm {
     }
 
     pub(crate) fn cf(&self, name: &str) -> &ColumnFamily {
-        self.db.cf_handle(name).expect("column family created at open")
+        self.db
+            .cf_handle(name)
+            .expect("column family created at open")
     }
 
     pub(crate) fn counter(&self, key: &[u8]) -> Result<i64> {

@@ -64,7 +64,10 @@ pub struct Existing<'a> {
 /// What an update does to its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    Put { value: Bytes, expire_ms: u64 },
+    Put {
+        value: Bytes,
+        expire_ms: u64,
+    },
     Delete,
     /// New absolute expiry (0 removes it); the value stays where it is.
     SetExpire(u64),
@@ -115,11 +118,18 @@ impl Inner {
 
     /// Applies `change` to `key`, whose stored state is `old`. The caller holds the stripe
     /// lock. Returns a group-commit ticket to wait for, if any.
-    pub(crate) fn apply_locked(&self, key: &[u8], old: Option<&Stored>, change: Change) -> Result<Option<u64>> {
+    pub(crate) fn apply_locked(
+        &self,
+        key: &[u8],
+        old: Option<&Stored>,
+        change: Change,
+    ) -> Result<Option<u64>> {
         self.check_writable()?;
         let now = self.now_ms();
         let change = match change {
-            Change::Put { expire_ms, .. } | Change::SetExpire(expire_ms) if expire_ms != 0 && expire_ms <= now => {
+            Change::Put { expire_ms, .. } | Change::SetExpire(expire_ms)
+                if expire_ms != 0 && expire_ms <= now =>
+            {
                 Change::Delete
             }
             c => c,
@@ -138,15 +148,37 @@ impl Inner {
                 new_expire = *e;
             }
             (Change::SetExpire(e), Some(Loc::Warm { value, charge, .. })) => {
-                let value = value.as_ref().ok_or_else(|| Error::Internal("expire without value".into()))?;
-                let rec = WarmRecord::encode(key, *e, self.write_seq.fetch_add(1, Ordering::Relaxed), value);
+                let loaded;
+                let value = match value {
+                    Some(v) => v,
+                    None => {
+                        loaded = self.read_stored(key, true)?.and_then(|s| match s.loc {
+                            Loc::Warm { value, .. } => value,
+                            Loc::Cold(_) => None,
+                        });
+                        loaded.as_ref().ok_or_else(|| {
+                            Error::Internal("warm record vanished under its lock".into())
+                        })?
+                    }
+                };
+                let rec = WarmRecord::encode(
+                    key,
+                    *e,
+                    self.write_seq.fetch_add(1, Ordering::Relaxed),
+                    value,
+                );
                 d.warm_bytes += (key.len() + rec.len()) as i64 - *charge as i64;
                 batch.put_cf(w.cf(CF_DATA), key, rec);
                 new_expire = *e;
             }
             (Change::SetExpire(_), None) => return Ok(None),
             (Change::Put { value, expire_ms }, loc) => {
-                let rec = WarmRecord::encode(key, *expire_ms, self.write_seq.fetch_add(1, Ordering::Relaxed), value);
+                let rec = WarmRecord::encode(
+                    key,
+                    *expire_ms,
+                    self.write_seq.fetch_add(1, Ordering::Relaxed),
+                    value,
+                );
                 d.warm_bytes += (key.len() + rec.len()) as i64;
                 d.warm_entries += 1;
                 batch.put_cf(w.cf(CF_DATA), key, rec);
@@ -176,7 +208,14 @@ impl Inner {
         Ok(self.group.as_ref().map(|g| g.request()))
     }
 
-    fn remove_old(&self, batch: &mut WriteBatch, d: &mut Deltas, key: &[u8], old: Option<&Loc>, delete_warm: bool) {
+    fn remove_old(
+        &self,
+        batch: &mut WriteBatch,
+        d: &mut Deltas,
+        key: &[u8],
+        old: Option<&Loc>,
+        delete_warm: bool,
+    ) {
         match old {
             Some(Loc::Warm { charge, .. }) => {
                 d.warm_bytes -= *charge as i64;
@@ -212,7 +251,12 @@ impl Inner {
 
     /// Commits a demotion or segment rewrite: `moves` are keys whose warm record (checked
     /// against `header`) or whose old index entry is replaced by a new index entry.
-    pub(crate) fn commit_moves(&self, batch: WriteBatch, warm_removed: (i64, i64), cold_added: (i64, i64)) -> Result<()> {
+    pub(crate) fn commit_moves(
+        &self,
+        batch: WriteBatch,
+        warm_removed: (i64, i64),
+        cold_added: (i64, i64),
+    ) -> Result<()> {
         let d = Deltas {
             warm_bytes: -warm_removed.0,
             warm_entries: -warm_removed.1,
@@ -280,13 +324,17 @@ impl Engine {
                 let existing = match live {
                     None => None,
                     Some(s) => match &s.loc {
-                        Loc::Warm { value, .. } => {
-                            Some(Existing { value: value.as_ref(), expire_ms: s.expire_ms, value_len: s.value_len })
-                        }
+                        Loc::Warm { value, .. } => Some(Existing {
+                            value: value.as_ref(),
+                            expire_ms: s.expire_ms,
+                            value_len: s.value_len,
+                        }),
                         Loc::Cold(r) if want_value => match &fetched {
-                            Some((fr, v)) if fr == r => {
-                                Some(Existing { value: Some(v), expire_ms: s.expire_ms, value_len: s.value_len })
-                            }
+                            Some((fr, v)) if fr == r => Some(Existing {
+                                value: Some(v),
+                                expire_ms: s.expire_ms,
+                                value_len: s.value_len,
+                            }),
                             _ => {
                                 let r = *r;
                                 drop(_g);
@@ -294,7 +342,11 @@ impl Engine {
                                 continue;
                             }
                         },
-                        Loc::Cold(_) => Some(Existing { value: None, expire_ms: s.expire_ms, value_len: s.value_len }),
+                        Loc::Cold(_) => Some(Existing {
+                            value: None,
+                            expire_ms: s.expire_ms,
+                            value_len: s.value_len,
+                        }),
                     },
                 };
                 let f = f.take().expect("update closure runs once");
@@ -311,7 +363,9 @@ impl Engine {
             inner.wait_durable(ticket).await?;
             return Ok(out);
         }
-        Err(Error::Internal("key kept changing while its cold value was fetched".into()))
+        Err(Error::Internal(
+            "key kept changing while its cold value was fetched".into(),
+        ))
     }
 
     /// Stores `value` under `key`. Acknowledged once the configured durability is met.
@@ -326,23 +380,39 @@ impl Engine {
                 (Condition::IfEquals(want), Some(c)) => c.value.is_some_and(|v| v == want),
                 (Condition::IfEquals(_), None) => false,
             };
-            let old = if opts.return_old { cur.as_ref().and_then(|c| c.value.cloned()) } else { None };
+            let old = if opts.return_old {
+                cur.as_ref().and_then(|c| c.value.cloned())
+            } else {
+                None
+            };
             if !ok {
-                return Ok((None, PutResult { written: false, old }));
+                return Ok((
+                    None,
+                    PutResult {
+                        written: false,
+                        old,
+                    },
+                ));
             }
             let expire_ms = match opts.expire {
                 Expire::Persist => 0,
                 Expire::Keep => cur.as_ref().map_or(0, |c| c.expire_ms),
                 Expire::AtMs(t) => t,
             };
-            Ok((Some(Change::Put { value, expire_ms }), PutResult { written: true, old }))
+            Ok((
+                Some(Change::Put { value, expire_ms }),
+                PutResult { written: true, old },
+            ))
         })
         .await
     }
 
     /// Deletes `key`; returns whether it held a live value.
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
-        self.update(key, false, |cur| Ok((cur.is_some().then_some(Change::Delete), cur.is_some()))).await
+        self.update(key, false, |cur| {
+            Ok((cur.is_some().then_some(Change::Delete), cur.is_some()))
+        })
+        .await
     }
 
     /// Atomically adds `delta` to the integer stored at `key` (absent counts as 0) and
@@ -351,7 +421,10 @@ impl Engine {
         self.update(key, true, move |cur| {
             let (old, expire_ms) = match &cur {
                 None => (0, 0),
-                Some(c) => (parse_i64(c.value.expect("value requested")).ok_or(Error::NotInteger)?, c.expire_ms),
+                Some(c) => (
+                    parse_i64(c.value.expect("value requested")).ok_or(Error::NotInteger)?,
+                    c.expire_ms,
+                ),
             };
             let new = old.checked_add(delta).ok_or(Error::Overflow)?;
             let value = Bytes::from(new.to_string());
@@ -362,7 +435,7 @@ impl Engine {
 
     /// Sets (or with 0 removes) the absolute expiry of a live key; returns whether it exists.
     pub async fn set_expire(&self, key: &[u8], expire_ms: u64) -> Result<bool> {
-        self.update(key, true, move |cur| match cur {
+        self.update(key, false, move |cur| match cur {
             None => Ok((None, false)),
             Some(_) => Ok((Some(Change::SetExpire(expire_ms)), true)),
         })
@@ -383,11 +456,21 @@ impl Engine {
         seg_hi.extend_from_slice(&[0xff; 9]);
         w.db.delete_range_cf(w.cf(CF_META), warm::SEGMENT_PREFIX, seg_hi.as_slice())?;
         let mut b = WriteBatch::default();
-        for k in [warm::WARM_BYTES, warm::WARM_ENTRIES, warm::COLD_BYTES, warm::COLD_ENTRIES] {
+        for k in [
+            warm::WARM_BYTES,
+            warm::WARM_ENTRIES,
+            warm::COLD_BYTES,
+            warm::COLD_ENTRIES,
+        ] {
             b.put_cf(w.cf(CF_META), k, 0i64.to_le_bytes());
         }
         w.write(b, true)?;
-        for c in [&inner.counters.warm_bytes, &inner.counters.warm_entries, &inner.counters.cold_bytes, &inner.counters.cold_entries] {
+        for c in [
+            &inner.counters.warm_bytes,
+            &inner.counters.warm_entries,
+            &inner.counters.cold_bytes,
+            &inner.counters.cold_entries,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
         inner.hot.clear();
@@ -406,7 +489,18 @@ mod tests {
         assert_eq!(parse_i64(b"0"), Some(0));
         assert_eq!(parse_i64(b"-12"), Some(-12));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [&b""[..], b"-", b"+1", b"01", b"-0", b" 1", b"1 ", b"1.0", b"9223372036854775808", b"abc"] {
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b"01",
+            b"-0",
+            b" 1",
+            b"1 ",
+            b"1.0",
+            b"9223372036854775808",
+            b"abc",
+        ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

@@ -60,7 +60,10 @@ impl BlockRef {
         let mut r = Reader::new(bytes, "index entry");
         let ver = r.u8()?;
         if ver != REF_VERSION {
-            return Err(FormatError::Bad { what: "index entry", detail: format!("version {ver}") });
+            return Err(FormatError::Bad {
+                what: "index entry",
+                detail: format!("version {ver}"),
+            });
         }
         let out = BlockRef {
             segment_id: r.u64()?,
@@ -73,7 +76,10 @@ impl BlockRef {
             value_len: r.u32()?,
         };
         if r.remaining() != 0 {
-            return Err(FormatError::Bad { what: "index entry", detail: "trailing bytes".into() });
+            return Err(FormatError::Bad {
+                what: "index entry",
+                detail: "trailing bytes".into(),
+            });
         }
         Ok(out)
     }
@@ -172,23 +178,38 @@ impl SegmentBuilder {
     /// Appends one entry. Keys must arrive in strictly increasing order.
     pub fn push(&mut self, key: &[u8], value: &[u8], expire_ms: u64) -> Result<()> {
         if key.len() > KEY_BYTES_MAX {
-            return Err(FormatError::TooLarge { what: "key", len: key.len(), max: KEY_BYTES_MAX });
+            return Err(FormatError::TooLarge {
+                what: "key",
+                len: key.len(),
+                max: KEY_BYTES_MAX,
+            });
         }
         if value.len() > VALUE_BYTES_MAX {
-            return Err(FormatError::TooLarge { what: "value", len: value.len(), max: VALUE_BYTES_MAX });
+            return Err(FormatError::TooLarge {
+                what: "value",
+                len: value.len(),
+                max: VALUE_BYTES_MAX,
+            });
         }
         if let Some(last) = &self.last_key {
             if key <= last.as_slice() {
-                return Err(FormatError::Bad { what: "segment", detail: "keys out of order".into() });
+                return Err(FormatError::Bad {
+                    what: "segment",
+                    detail: "keys out of order".into(),
+                });
             }
         }
-        self.raw.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.raw.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.raw
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.raw
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.raw.extend_from_slice(&expire_ms.to_le_bytes());
-        self.raw.extend_from_slice(&entry_checksum(key, expire_ms, value).to_le_bytes());
+        self.raw
+            .extend_from_slice(&entry_checksum(key, expire_ms, value).to_le_bytes());
         self.raw.extend_from_slice(key);
         self.raw.extend_from_slice(value);
-        self.raw_entries.push((key.to_vec(), expire_ms, value.len() as u32));
+        self.raw_entries
+            .push((key.to_vec(), expire_ms, value.len() as u32));
         self.last_key = Some(key.to_vec());
         if self.raw.len() >= self.block_bytes_target {
             self.seal_block()?;
@@ -200,8 +221,11 @@ impl SegmentBuilder {
         if self.raw_entries.is_empty() {
             return Ok(());
         }
-        let stored = zstd::bulk::compress(&self.raw, self.zstd_level)
-            .map_err(|e| FormatError::Bad { what: "block", detail: format!("zstd: {e}") })?;
+        let stored =
+            zstd::bulk::compress(&self.raw, self.zstd_level).map_err(|e| FormatError::Bad {
+                what: "block",
+                detail: format!("zstd: {e}"),
+            })?;
         let block_no = self.blocks.len() as u32;
         let fb = FooterBlock {
             offset: self.out.len() as u64,
@@ -248,10 +272,15 @@ impl SegmentBuilder {
         }
         let crc = crc32c::crc32c(&footer);
         self.out.extend_from_slice(&footer);
-        self.out.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+        self.out
+            .extend_from_slice(&(footer.len() as u32).to_le_bytes());
         self.out.extend_from_slice(&crc.to_le_bytes());
         self.out.extend_from_slice(MAGIC);
-        Ok(Segment { id: self.id, bytes: self.out, refs: self.refs })
+        Ok(Segment {
+            id: self.id,
+            bytes: self.out,
+            refs: self.refs,
+        })
     }
 }
 
@@ -269,25 +298,40 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
     let footer_len = t.u32()? as usize;
     let crc = t.u32()?;
     if t.bytes(8)? != MAGIC {
-        return Err(FormatError::Bad { what: "segment trailer", detail: "bad magic".into() });
+        return Err(FormatError::Bad {
+            what: "segment trailer",
+            detail: "bad magic".into(),
+        });
     }
     let body_end = segment.len() - FOOTER_TRAILER_BYTES;
     if footer_len > body_end {
-        return Err(FormatError::Truncated { what: "segment footer", need: footer_len, have: body_end });
+        return Err(FormatError::Truncated {
+            what: "segment footer",
+            need: footer_len,
+            have: body_end,
+        });
     }
     let footer = &segment[body_end - footer_len..body_end];
     if crc32c::crc32c(footer) != crc {
-        return Err(FormatError::Checksum { what: "segment footer" });
+        return Err(FormatError::Checksum {
+            what: "segment footer",
+        });
     }
     let mut r = Reader::new(footer, "segment footer");
     if r.bytes(8)? != MAGIC {
-        return Err(FormatError::Bad { what: "segment footer", detail: "bad magic".into() });
+        return Err(FormatError::Bad {
+            what: "segment footer",
+            detail: "bad magic".into(),
+        });
     }
     let segment_id = r.u64()?;
     let count = r.u32()? as usize;
     // Each block takes at least 26 bytes of footer, which bounds the allocation below.
     if count > r.remaining() / 26 {
-        return Err(FormatError::Bad { what: "segment footer", detail: format!("{count} blocks") });
+        return Err(FormatError::Bad {
+            what: "segment footer",
+            detail: format!("{count} blocks"),
+        });
     }
     let mut blocks = Vec::with_capacity(count);
     for _ in 0..count {
@@ -299,9 +343,19 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
         let klen = r.u16()? as usize;
         let first_key = r.bytes(klen)?.to_vec();
         if offset + len as u64 > (body_end - footer_len) as u64 {
-            return Err(FormatError::Bad { what: "segment footer", detail: "block past end".into() });
+            return Err(FormatError::Bad {
+                what: "segment footer",
+                detail: "block past end".into(),
+            });
         }
-        blocks.push(FooterBlock { offset, len, raw_len, crc, entry_count, first_key });
+        blocks.push(FooterBlock {
+            offset,
+            len,
+            raw_len,
+            crc,
+            entry_count,
+            first_key,
+        });
     }
     Ok(Footer { segment_id, blocks })
 }
@@ -309,19 +363,32 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
 /// Checks a stored block against its reference and decompresses it.
 pub fn decode_block(r: &BlockRef, stored: &[u8]) -> Result<Vec<u8>> {
     if stored.len() != r.len as usize {
-        return Err(FormatError::Truncated { what: "block", need: r.len as usize, have: stored.len() });
+        return Err(FormatError::Truncated {
+            what: "block",
+            need: r.len as usize,
+            have: stored.len(),
+        });
     }
     if block_checksum(r.segment_id, r.block, stored) != r.block_crc {
         return Err(FormatError::Checksum { what: "block" });
     }
     let raw_len = r.raw_len as usize;
     if raw_len > BLOCK_RAW_BYTES_MAX {
-        return Err(FormatError::TooLarge { what: "block", len: raw_len, max: BLOCK_RAW_BYTES_MAX });
+        return Err(FormatError::TooLarge {
+            what: "block",
+            len: raw_len,
+            max: BLOCK_RAW_BYTES_MAX,
+        });
     }
-    let raw = zstd::bulk::decompress(stored, raw_len)
-        .map_err(|e| FormatError::Bad { what: "block", detail: format!("zstd: {e}") })?;
+    let raw = zstd::bulk::decompress(stored, raw_len).map_err(|e| FormatError::Bad {
+        what: "block",
+        detail: format!("zstd: {e}"),
+    })?;
     if raw.len() != raw_len {
-        return Err(FormatError::Bad { what: "block", detail: "decompressed length differs".into() });
+        return Err(FormatError::Bad {
+            what: "block",
+            detail: "decompressed length differs".into(),
+        });
     }
     Ok(raw)
 }
@@ -356,9 +423,15 @@ fn next_entry<'a>(r: &mut Reader<'a>) -> Result<BlockEntry<'a>> {
     let key = r.bytes(klen)?;
     let value = r.bytes(vlen)?;
     if entry_checksum(key, expire_ms, value) != crc {
-        return Err(FormatError::Checksum { what: "block entry" });
+        return Err(FormatError::Checksum {
+            what: "block entry",
+        });
     }
-    Ok(BlockEntry { key, value, expire_ms })
+    Ok(BlockEntry {
+        key,
+        value,
+        expire_ms,
+    })
 }
 
 /// Finds `key` in a decompressed block.
@@ -390,7 +463,10 @@ mod tests {
     fn every_key_is_found_through_its_ref_and_footer_matches() {
         let seg = build(300, 4096);
         let footer = decode_footer(&seg.bytes).unwrap();
-        assert!(footer.blocks.len() > 5, "small blocks should give many blocks");
+        assert!(
+            footer.blocks.len() > 5,
+            "small blocks should give many blocks"
+        );
         assert_eq!(footer.segment_id, 9);
         for (i, (key, r)) in seg.refs.iter().enumerate() {
             let enc = r.encode();
@@ -398,7 +474,10 @@ mod tests {
             let raw = decode_block(r, &seg.bytes[r.offset as usize..][..r.len as usize]).unwrap();
             let e = find_in_block(&raw, key).unwrap().unwrap();
             assert_eq!(e.value, vec![i as u8; 100 + i].as_slice());
-            assert_eq!(footer.block_ref(r.block as usize, e.expire_ms, e.value.len() as u32), *r);
+            assert_eq!(
+                footer.block_ref(r.block as usize, e.expire_ms, e.value.len() as u32),
+                *r
+            );
         }
     }
 

@@ -40,13 +40,21 @@ pub const VALUE_BYTES_MAX: usize = 512 * 1024 * 1024;
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum FormatError {
     #[error("truncated {what}: need {need} bytes, have {have}")]
-    Truncated { what: &'static str, need: usize, have: usize },
+    Truncated {
+        what: &'static str,
+        need: usize,
+        have: usize,
+    },
     #[error("checksum mismatch in {what}")]
     Checksum { what: &'static str },
     #[error("bad {what}: {detail}")]
     Bad { what: &'static str, detail: String },
     #[error("{what} too large: {len} bytes, limit {max}")]
-    TooLarge { what: &'static str, len: usize, max: usize },
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, FormatError>;
@@ -67,7 +75,11 @@ impl<'a> Reader<'a> {
     }
     pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.remaining() < n {
-            return Err(FormatError::Truncated { what: self.what, need: n, have: self.remaining() });
+            return Err(FormatError::Truncated {
+                what: self.what,
+                need: n,
+                have: self.remaining(),
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -77,12 +89,18 @@ impl<'a> Reader<'a> {
         Ok(self.bytes(1)?[0])
     }
     pub(crate) fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_le_bytes(
+            self.bytes(2)?.try_into().expect("2 bytes"),
+        ))
     }
     pub(crate) fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.bytes(4)?.try_into().expect("4 bytes"),
+        ))
     }
     pub(crate) fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.bytes(8)?.try_into().expect("8 bytes"),
+        ))
     }
 }

@@ -48,7 +48,9 @@ impl<'a> WarmRecord<'a> {
         let rec = Self::decode_unverified(bytes)?;
         let stored = u32::from_le_bytes(bytes[17..21].try_into().expect("4 bytes"));
         if stored != entry_checksum(key, rec.expire_ms, rec.value) {
-            return Err(FormatError::Checksum { what: "warm record" });
+            return Err(FormatError::Checksum {
+                what: "warm record",
+            });
         }
         Ok(rec)
     }
@@ -58,12 +60,19 @@ impl<'a> WarmRecord<'a> {
         let mut r = Reader::new(bytes, "warm record");
         let ver = r.u8()?;
         if ver != WARM_VERSION {
-            return Err(FormatError::Bad { what: "warm record", detail: format!("version {ver}") });
+            return Err(FormatError::Bad {
+                what: "warm record",
+                detail: format!("version {ver}"),
+            });
         }
         let expire_ms = r.u64()?;
         let write_seq = r.u64()?;
         let _crc = r.u32()?;
-        Ok(WarmRecord { expire_ms, write_seq, value: &bytes[WARM_HEADER_BYTES..] })
+        Ok(WarmRecord {
+            expire_ms,
+            write_seq,
+            value: &bytes[WARM_HEADER_BYTES..],
+        })
     }
 }
 
@@ -75,10 +84,15 @@ mod tests {
     fn warm_record_round_trips_and_binds_key() {
         let enc = WarmRecord::encode(b"k", 42, 7, b"value");
         let rec = WarmRecord::decode(b"k", &enc).unwrap();
-        assert_eq!((rec.expire_ms, rec.write_seq, rec.value), (42, 7, &b"value"[..]));
+        assert_eq!(
+            (rec.expire_ms, rec.write_seq, rec.value),
+            (42, 7, &b"value"[..])
+        );
         assert_eq!(
             WarmRecord::decode(b"other", &enc),
-            Err(FormatError::Checksum { what: "warm record" })
+            Err(FormatError::Checksum {
+                what: "warm record"
+            })
         );
     }
 
@@ -88,6 +102,9 @@ mod tests {
         let last = enc.len() - 1;
         enc[last] ^= 1;
         assert!(WarmRecord::decode(b"k", &enc).is_err());
-        assert!(matches!(WarmRecord::decode(b"k", &enc[..5]), Err(FormatError::Truncated { .. })));
+        assert!(matches!(
+            WarmRecord::decode(b"k", &enc[..5]),
+            Err(FormatError::Truncated { .. })
+        ));
     }
 }

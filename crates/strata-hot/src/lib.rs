@@ -117,7 +117,9 @@ impl HotCache {
     pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64)> {
         let mut sh = self.shard(key).lock();
         let slot = *sh.map.get(key)?;
-        let s = sh.slots[slot as usize].as_ref().expect("mapped slot is live");
+        let s = sh.slots[slot as usize]
+            .as_ref()
+            .expect("mapped slot is live");
         if s.expire_ms != 0 && s.expire_ms <= now_ms {
             sh.policy.on_remove(slot);
             sh.remove_slot(slot);
@@ -133,7 +135,9 @@ impl HotCache {
         let sh = self.shard(key).lock();
         match sh.map.get(key) {
             Some(&slot) => {
-                let s = sh.slots[slot as usize].as_ref().expect("mapped slot is live");
+                let s = sh.slots[slot as usize]
+                    .as_ref()
+                    .expect("mapped slot is live");
                 s.expire_ms == 0 || s.expire_ms > now_ms
             }
             None => false,
@@ -154,7 +158,9 @@ impl HotCache {
             return false;
         }
         while sh.bytes + charge > self.shard_bytes_max {
-            let Some(victim) = sh.policy.victim() else { break };
+            let Some(victim) = sh.policy.victim() else {
+                break;
+            };
             sh.remove_slot(victim);
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
@@ -166,7 +172,12 @@ impl HotCache {
                 (sh.slots.len() - 1) as u32
             }
         };
-        sh.slots[slot as usize] = Some(Slot { key: key.clone(), value, expire_ms, charge });
+        sh.slots[slot as usize] = Some(Slot {
+            key: key.clone(),
+            value,
+            expire_ms,
+            charge,
+        });
         sh.map.insert(key, slot);
         sh.bytes += charge;
         sh.policy.on_insert(slot);
@@ -259,7 +270,10 @@ mod tests {
         let c = cache(1000);
         c.insert(b"k", Bytes::from_static(b"small"), 0);
         assert!(!c.insert(b"k", Bytes::from(vec![0u8; 900]), 0));
-        assert!(c.get(b"k", 0).is_none(), "a stale copy must not survive a rejected insert");
+        assert!(
+            c.get(b"k", 0).is_none(),
+            "a stale copy must not survive a rejected insert"
+        );
         assert_eq!(c.stats().rejected, 1);
     }
 

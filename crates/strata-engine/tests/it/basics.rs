@@ -8,13 +8,20 @@ use strata_engine::{Condition, Engine, Error, Expire, ManualClock, PutOptions, T
 use crate::support::small_options;
 
 fn put_opts(condition: Condition, expire: Expire) -> PutOptions {
-    PutOptions { expire, condition, return_old: false }
+    PutOptions {
+        expire,
+        condition,
+        return_old: false,
+    }
 }
 
 async fn fill(engine: &Engine, n: usize, value_bytes: usize) {
     for i in 0..n {
         let v = Bytes::from(vec![(i % 251) as u8; value_bytes]);
-        engine.put(format!("key:{i:04}").as_bytes(), v, PutOptions::default()).await.unwrap();
+        engine
+            .put(format!("key:{i:04}").as_bytes(), v, PutOptions::default())
+            .await
+            .unwrap();
     }
 }
 
@@ -26,19 +33,31 @@ async fn demoted_keys_read_back_from_the_cold_tier_and_promote_to_hot() {
     let demoted = engine.run_background_once().await.unwrap();
     let st = engine.stats();
     assert!(demoted > 100, "demoted only {demoted}");
-    assert!(st.warm.bytes <= 8 << 10, "warm over budget: {}", st.warm.bytes);
+    assert!(
+        st.warm.bytes <= 8 << 10,
+        "warm over budget: {}",
+        st.warm.bytes
+    );
     assert_eq!(st.cold.entries + st.warm.entries, 200);
     assert!(st.segments_written >= 1);
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"key:0000").await.unwrap(), Some(Tier::Cold));
     for i in 0..200 {
-        let got = engine.get(format!("key:{i:04}").as_bytes()).await.unwrap().unwrap();
+        let got = engine
+            .get(format!("key:{i:04}").as_bytes())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(got, vec![(i % 251) as u8; 300]);
     }
     let st2 = engine.stats();
     assert!(st2.cold.hits > 100, "cold hits {}", st2.cold.hits);
     assert!(st2.cold_requests.gets > 0);
-    assert_eq!(engine.tier_of(b"key:0199").await.unwrap(), Some(Tier::Hot), "the last read is promoted");
+    assert_eq!(
+        engine.tier_of(b"key:0199").await.unwrap(),
+        Some(Tier::Hot),
+        "the last read is promoted"
+    );
     engine.close().await.unwrap();
 }
 
@@ -50,16 +69,28 @@ async fn get_many_spans_tiers_and_keeps_order() {
     engine.run_background_once().await.unwrap();
     engine.clear_hot();
     engine.get(b"key:0099").await.unwrap();
-    let keys: Vec<Vec<u8>> = (0..100).rev().map(|i| format!("key:{i:04}").into_bytes()).chain([b"absent".to_vec()]).collect();
+    let keys: Vec<Vec<u8>> = (0..100)
+        .rev()
+        .map(|i| format!("key:{i:04}").into_bytes())
+        .chain([b"absent".to_vec()])
+        .collect();
     let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let got = engine.get_many(&refs).await.unwrap();
     for (j, i) in (0..100).rev().enumerate() {
-        assert_eq!(got[j].as_deref(), Some(&vec![(i % 251) as u8; 200][..]), "key {i}");
+        assert_eq!(
+            got[j].as_deref(),
+            Some(&vec![(i % 251) as u8; 200][..]),
+            "key {i}"
+        );
     }
     assert_eq!(got[100], None);
     let st = engine.stats();
     assert!(st.cold.hits > 0 && st.hot.hits > 0, "{st:?}");
-    assert!(st.cold_requests.gets < 100, "keys in one block share a fetch: {} gets", st.cold_requests.gets);
+    assert!(
+        st.cold_requests.gets < 100,
+        "keys in one block share a fetch: {} gets",
+        st.cold_requests.gets
+    );
 }
 
 #[tokio::test]
@@ -67,15 +98,65 @@ async fn conditional_puts_and_return_old() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
     let nx = put_opts(Condition::IfAbsent, Expire::Persist);
-    assert!(engine.put(b"a", "1".into(), nx.clone()).await.unwrap().written);
+    assert!(
+        engine
+            .put(b"a", "1".into(), nx.clone())
+            .await
+            .unwrap()
+            .written
+    );
     assert!(!engine.put(b"a", "2".into(), nx).await.unwrap().written);
-    assert!(!engine.put(b"b", "1".into(), put_opts(Condition::IfPresent, Expire::Persist)).await.unwrap().written);
-    assert!(engine.put(b"a", "3".into(), put_opts(Condition::IfPresent, Expire::Persist)).await.unwrap().written);
-    let ifeq = |v: &'static str| put_opts(Condition::IfEquals(Bytes::from_static(v.as_bytes())), Expire::Persist);
-    assert!(!engine.put(b"a", "4".into(), ifeq("1")).await.unwrap().written);
-    assert!(engine.put(b"a", "4".into(), ifeq("3")).await.unwrap().written);
+    assert!(
+        !engine
+            .put(
+                b"b",
+                "1".into(),
+                put_opts(Condition::IfPresent, Expire::Persist)
+            )
+            .await
+            .unwrap()
+            .written
+    );
+    assert!(
+        engine
+            .put(
+                b"a",
+                "3".into(),
+                put_opts(Condition::IfPresent, Expire::Persist)
+            )
+            .await
+            .unwrap()
+            .written
+    );
+    let ifeq = |v: &'static str| {
+        put_opts(
+            Condition::IfEquals(Bytes::from_static(v.as_bytes())),
+            Expire::Persist,
+        )
+    };
+    assert!(
+        !engine
+            .put(b"a", "4".into(), ifeq("1"))
+            .await
+            .unwrap()
+            .written
+    );
+    assert!(
+        engine
+            .put(b"a", "4".into(), ifeq("3"))
+            .await
+            .unwrap()
+            .written
+    );
     let r = engine
-        .put(b"a", "5".into(), PutOptions { return_old: true, ..Default::default() })
+        .put(
+            b"a",
+            "5".into(),
+            PutOptions {
+                return_old: true,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(r.old.as_deref(), Some(&b"4"[..]));
@@ -84,10 +165,20 @@ async fn conditional_puts_and_return_old() {
     engine.run_background_once().await.unwrap();
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"a").await.unwrap(), Some(Tier::Cold));
-    assert!(engine.put(b"a", "6".into(), ifeq("5")).await.unwrap().written);
+    assert!(
+        engine
+            .put(b"a", "6".into(), ifeq("5"))
+            .await
+            .unwrap()
+            .written
+    );
     assert_eq!(engine.tier_of(b"a").await.unwrap(), Some(Tier::Hot));
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"a").await.unwrap(), Some(Tier::Warm), "an overwrite brings a key back to warm");
+    assert_eq!(
+        engine.tier_of(b"a").await.unwrap(),
+        Some(Tier::Warm),
+        "an overwrite brings a key back to warm"
+    );
     assert_eq!(engine.get(b"a").await.unwrap().unwrap(), "6");
 }
 
@@ -97,35 +188,63 @@ async fn incr_parses_strictly_and_detects_overflow() {
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
     assert_eq!(engine.incr_by(b"n", 5).await.unwrap(), 5);
     assert_eq!(engine.incr_by(b"n", -7).await.unwrap(), -2);
-    engine.put(b"s", "abc".into(), PutOptions::default()).await.unwrap();
+    engine
+        .put(b"s", "abc".into(), PutOptions::default())
+        .await
+        .unwrap();
     assert_eq!(engine.incr_by(b"s", 1).await, Err(Error::NotInteger));
-    engine.put(b"m", i64::MAX.to_string().into(), PutOptions::default()).await.unwrap();
+    engine
+        .put(b"m", i64::MAX.to_string().into(), PutOptions::default())
+        .await
+        .unwrap();
     assert_eq!(engine.incr_by(b"m", 1).await, Err(Error::Overflow));
-    assert_eq!(engine.get(b"m").await.unwrap().unwrap(), i64::MAX.to_string());
+    assert_eq!(
+        engine.get(b"m").await.unwrap().unwrap(),
+        i64::MAX.to_string()
+    );
 }
 
 #[tokio::test]
 async fn ttl_holds_in_every_tier_and_expired_keys_are_never_demoted() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let engine = Engine::open_with_clock(small_options(dir.path()), clock.clone()).await.unwrap();
+    let engine = Engine::open_with_clock(small_options(dir.path()), clock.clone())
+        .await
+        .unwrap();
     let at = |ms: u64| put_opts(Condition::Always, Expire::AtMs(1_000_000 + ms));
     engine.put(b"warm-ttl", "v".into(), at(100)).await.unwrap();
-    engine.put(b"cold-ttl", Bytes::from(vec![1u8; 300]), at(200)).await.unwrap();
-    engine.put(b"short", Bytes::from(vec![1u8; 300]), at(50)).await.unwrap();
+    engine
+        .put(b"cold-ttl", Bytes::from(vec![1u8; 300]), at(200))
+        .await
+        .unwrap();
+    engine
+        .put(b"short", Bytes::from(vec![1u8; 300]), at(50))
+        .await
+        .unwrap();
     fill(&engine, 60, 300).await;
     clock.advance_ms(60);
     let before = engine.stats().expired;
     engine.run_background_once().await.unwrap();
-    assert_eq!(engine.stats().expired, before + 1, "the sweeper removes 'short'");
+    assert_eq!(
+        engine.stats().expired,
+        before + 1,
+        "the sweeper removes 'short'"
+    );
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"cold-ttl").await.unwrap(), Some(Tier::Cold));
-    assert_eq!(engine.expire_time_ms(b"cold-ttl").await.unwrap(), Some(1_000_200));
+    assert_eq!(
+        engine.expire_time_ms(b"cold-ttl").await.unwrap(),
+        Some(1_000_200)
+    );
     assert!(engine.get(b"cold-ttl").await.unwrap().is_some());
     clock.advance_ms(100);
     assert_eq!(engine.get(b"warm-ttl").await.unwrap(), None);
     clock.advance_ms(100);
-    assert_eq!(engine.get(b"cold-ttl").await.unwrap(), None, "expired in hot and cold");
+    assert_eq!(
+        engine.get(b"cold-ttl").await.unwrap(),
+        None,
+        "expired in hot and cold"
+    );
     engine.clear_hot();
     assert_eq!(engine.get(b"cold-ttl").await.unwrap(), None);
     assert!(!engine.exists(b"cold-ttl").await.unwrap());
@@ -133,7 +252,10 @@ async fn ttl_holds_in_every_tier_and_expired_keys_are_never_demoted() {
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"key:0000").await.unwrap(), Some(Tier::Cold));
     assert!(engine.set_expire(b"key:0000", 1_000_500).await.unwrap());
-    assert_eq!(engine.expire_time_ms(b"key:0000").await.unwrap(), Some(1_000_500));
+    assert_eq!(
+        engine.expire_time_ms(b"key:0000").await.unwrap(),
+        Some(1_000_500)
+    );
     assert!(engine.set_expire(b"key:0000", 0).await.unwrap());
     clock.advance_ms(1000);
     assert!(engine.exists(b"key:0000").await.unwrap());
@@ -144,7 +266,10 @@ async fn scan_merges_tiers_in_order_with_a_cursor() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
     fill(&engine, 150, 200).await;
-    engine.put(b"other", "x".into(), PutOptions::default()).await.unwrap();
+    engine
+        .put(b"other", "x".into(), PutOptions::default())
+        .await
+        .unwrap();
     engine.run_background_once().await.unwrap();
     let mut seen = Vec::new();
     let mut cursor: Option<Bytes> = None;
@@ -160,9 +285,14 @@ async fn scan_merges_tiers_in_order_with_a_cursor() {
             None => break,
         }
     }
-    let want: Vec<Bytes> = (0..150).map(|i| Bytes::from(format!("key:{i:04}"))).collect();
+    let want: Vec<Bytes> = (0..150)
+        .map(|i| Bytes::from(format!("key:{i:04}")))
+        .collect();
     assert_eq!(seen, want);
-    assert!(tiers.contains(&Tier::Warm) && tiers.contains(&Tier::Cold), "{tiers:?}");
+    assert!(
+        tiers.contains(&Tier::Warm) && tiers.contains(&Tier::Cold),
+        "{tiers:?}"
+    );
 }
 
 #[tokio::test]
@@ -178,7 +308,10 @@ async fn overwrite_and_delete_of_cold_keys_drop_index_entries_and_segments_get_c
         if i % 2 == 0 {
             engine.delete(k.as_bytes()).await.unwrap();
         } else {
-            engine.put(k.as_bytes(), "new".into(), PutOptions::default()).await.unwrap();
+            engine
+                .put(k.as_bytes(), "new".into(), PutOptions::default())
+                .await
+                .unwrap();
         }
     }
     let st = engine.stats();
@@ -186,7 +319,9 @@ async fn overwrite_and_delete_of_cold_keys_drop_index_entries_and_segments_get_c
     assert_eq!(st.cold.bytes, 0);
     assert_eq!(st.warm.entries, 50);
     engine.run_background_once().await.unwrap();
-    let segs = std::fs::read_dir(dir.path().join("cold/segments")).map(|d| d.count()).unwrap_or(0);
+    let segs = std::fs::read_dir(dir.path().join("cold/segments"))
+        .map(|d| d.count())
+        .unwrap_or(0);
     assert_eq!(segs, 0, "segments without live keys are deleted");
     assert!(engine.stats().segments_deleted > 0);
 }
@@ -202,7 +337,10 @@ async fn sparse_segments_are_rewritten() {
     engine.run_background_once().await.unwrap();
     assert_eq!(engine.stats().segments_written, 1);
     for i in 0..70 {
-        engine.delete(format!("key:{i:04}").as_bytes()).await.unwrap();
+        engine
+            .delete(format!("key:{i:04}").as_bytes())
+            .await
+            .unwrap();
     }
     engine.run_background_once().await.unwrap();
     let st = engine.stats();
@@ -210,7 +348,11 @@ async fn sparse_segments_are_rewritten() {
     engine.clear_hot();
     for i in 70..100 {
         let v = engine.get(format!("key:{i:04}").as_bytes()).await.unwrap();
-        assert_eq!(v.as_deref(), Some(&vec![(i % 251) as u8; 300][..]), "key {i}");
+        assert_eq!(
+            v.as_deref(),
+            Some(&vec![(i % 251) as u8; 300][..]),
+            "key {i}"
+        );
     }
 }
 
@@ -222,14 +364,27 @@ async fn restart_keeps_every_tier_and_counters() {
     engine.run_background_once().await.unwrap();
     let st = engine.stats();
     engine.close().await.unwrap();
-    assert!(matches!(engine.put(b"x", "y".into(), PutOptions::default()).await, Err(Error::Closed)));
+    assert!(matches!(
+        engine.put(b"x", "y".into(), PutOptions::default()).await,
+        Err(Error::Closed)
+    ));
     drop(engine);
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
     let st2 = engine.stats();
-    assert_eq!((st2.warm.entries, st2.cold.entries, st2.warm.bytes), (st.warm.entries, st.cold.entries, st.warm.bytes));
+    assert_eq!(
+        (st2.warm.entries, st2.cold.entries, st2.warm.bytes),
+        (st.warm.entries, st.cold.entries, st.warm.bytes)
+    );
     assert_eq!(st2.hot.entries, 0, "the hot tier starts empty");
     for i in 0..120 {
-        assert!(engine.get(format!("key:{i:04}").as_bytes()).await.unwrap().is_some(), "key {i}");
+        assert!(
+            engine
+                .get(format!("key:{i:04}").as_bytes())
+                .await
+                .unwrap()
+                .is_some(),
+            "key {i}"
+        );
     }
 }
 
@@ -239,9 +394,15 @@ async fn oversized_keys_and_values_are_refused() {
     let mut o = small_options(dir.path());
     o.value_bytes_max = 1000;
     let engine = Engine::open(o).await.unwrap();
-    let e = engine.put(b"k", Bytes::from(vec![0u8; 1001]), PutOptions::default()).await.unwrap_err();
+    let e = engine
+        .put(b"k", Bytes::from(vec![0u8; 1001]), PutOptions::default())
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
-    let e = engine.put(&vec![b'k'; 70_000], "v".into(), PutOptions::default()).await.unwrap_err();
+    let e = engine
+        .put(&vec![b'k'; 70_000], "v".into(), PutOptions::default())
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
 }
 
@@ -253,9 +414,20 @@ async fn flush_all_empties_every_tier() {
     engine.run_background_once().await.unwrap();
     engine.flush_all().await.unwrap();
     let st = engine.stats();
-    assert_eq!((st.warm.entries, st.cold.entries, st.hot.entries, st.warm.bytes), (0, 0, 0, 0));
+    assert_eq!(
+        (
+            st.warm.entries,
+            st.cold.entries,
+            st.hot.entries,
+            st.warm.bytes
+        ),
+        (0, 0, 0, 0)
+    );
     assert_eq!(engine.get(b"key:0001").await.unwrap(), None);
     assert!(engine.scan(b"", None, 10).unwrap().items.is_empty());
-    engine.put(b"after", "1".into(), PutOptions::default()).await.unwrap();
+    engine
+        .put(b"after", "1".into(), PutOptions::default())
+        .await
+        .unwrap();
     assert_eq!(engine.stats().warm.entries, 1);
 }

@@ -10,13 +10,23 @@ async fn flipped_byte_in_a_segment_is_a_data_error_not_wrong_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
     for i in 0..100 {
-        engine.put(format!("key:{i:04}").as_bytes(), Bytes::from(vec![7u8; 300]), PutOptions::default()).await.unwrap();
+        engine
+            .put(
+                format!("key:{i:04}").as_bytes(),
+                Bytes::from(vec![7u8; 300]),
+                PutOptions::default(),
+            )
+            .await
+            .unwrap();
     }
     engine.run_background_once().await.unwrap();
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"key:0000").await.unwrap(), Some(Tier::Cold));
     let seg_dir = dir.path().join("cold/segments");
-    let mut segs: Vec<_> = std::fs::read_dir(&seg_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut segs: Vec<_> = std::fs::read_dir(&seg_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     segs.sort();
     let mut bytes = std::fs::read(&segs[0]).unwrap();
     bytes[10] ^= 0x01;
@@ -31,7 +41,10 @@ async fn flipped_byte_in_a_segment_is_a_data_error_not_wrong_bytes() {
             served += 1;
         }
     }
-    assert!(served > 50, "only {served} keys served after one flipped byte");
+    assert!(
+        served > 50,
+        "only {served} keys served after one flipped byte"
+    );
 }
 
 #[tokio::test]
@@ -41,8 +54,13 @@ async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
     o.warm_bytes_max = 1 << 30;
     let engine = Engine::open(o.clone()).await.unwrap();
     // A large, incompressible-looking value lands in a blob file we can find and corrupt.
-    let value: Vec<u8> = (0..64 * 1024u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
-    engine.put(b"victim", Bytes::from(value.clone()), PutOptions::default()).await.unwrap();
+    let value: Vec<u8> = (0..64 * 1024u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    engine
+        .put(b"victim", Bytes::from(value.clone()), PutOptions::default())
+        .await
+        .unwrap();
     engine.close().await.unwrap();
     drop(engine);
     let warm = dir.path().join("warm");

@@ -39,15 +39,25 @@ fn options(dir: &std::path::Path) -> strata_engine::EngineOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_child_writer() {
-    let Ok(dir) = std::env::var("STRATA_CRASH_DIR") else { return };
-    let start: u64 = std::env::var("STRATA_CRASH_START").unwrap().parse().unwrap();
-    let engine = Engine::open(options(std::path::Path::new(&dir))).await.unwrap();
+    let Ok(dir) = std::env::var("STRATA_CRASH_DIR") else {
+        return;
+    };
+    let start: u64 = std::env::var("STRATA_CRASH_START")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let engine = Engine::open(options(std::path::Path::new(&dir)))
+        .await
+        .unwrap();
     let mut out = std::io::stdout().lock();
     for i in start.. {
         let (key, value) = op(i);
         match value {
             Some(v) => {
-                engine.put(&key, Bytes::from(v), PutOptions::default()).await.unwrap();
+                engine
+                    .put(&key, Bytes::from(v), PutOptions::default())
+                    .await
+                    .unwrap();
             }
             None => {
                 engine.delete(&key).await.unwrap();
@@ -69,7 +79,12 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
     let mut demoted_seen = false;
     for cycle in 0..5 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash::crash_child_writer", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash::crash_child_writer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("STRATA_CRASH_DIR", dir.path())
             .env("STRATA_CRASH_START", next_op.to_string())
             .stdout(Stdio::piped())
@@ -106,7 +121,12 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
             if *k == inflight_key && got == inflight_value {
                 continue;
             }
-            assert_eq!(&got, want, "cycle {cycle}: key {} lost or torn", String::from_utf8_lossy(k));
+            assert_eq!(
+                &got,
+                want,
+                "cycle {cycle}: key {} lost or torn",
+                String::from_utf8_lossy(k)
+            );
             checked += 1;
         }
         let got = engine.get(&inflight_key).await.unwrap().map(|b| b.to_vec());
@@ -118,5 +138,8 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
         next_op = last_ack + 2;
     }
     eprintln!("checked {checked} acknowledged keys over 5 SIGKILL cycles");
-    assert!(demoted_seen, "no key reached the cold tier during the crash test");
+    assert!(
+        demoted_seen,
+        "no key reached the cold tier during the crash test"
+    );
 }

@@ -21,7 +21,9 @@ struct Model {
 
 impl Model {
     fn live(&self, key: &[u8], now: u64) -> Option<&Entry> {
-        self.map.get(key).filter(|e| e.expire_ms == 0 || e.expire_ms > now)
+        self.map
+            .get(key)
+            .filter(|e| e.expire_ms == 0 || e.expire_ms > now)
     }
     fn live_keys(&self, prefix: &[u8], now: u64) -> Vec<Vec<u8>> {
         self.map
@@ -41,7 +43,9 @@ async fn run_model(steps: usize, test: &str) {
         async move { Engine::open_with_clock(o, clock).await.unwrap() }
     };
     let mut engine = open(clock.clone()).await;
-    let mut model = Model { map: BTreeMap::new() };
+    let mut model = Model {
+        map: BTreeMap::new(),
+    };
     let mut restarts = 0;
     let mut demotions = 0;
     for step in 0..steps {
@@ -64,7 +68,12 @@ async fn run_model(steps: usize, test: &str) {
                 let condition = match rng.below(8) {
                     0 => Condition::IfAbsent,
                     1 => Condition::IfPresent,
-                    2 => Condition::IfEquals(Bytes::from(model.live(&key, now).map(|e| e.value.clone()).unwrap_or_default())),
+                    2 => Condition::IfEquals(Bytes::from(
+                        model
+                            .live(&key, now)
+                            .map(|e| e.value.clone())
+                            .unwrap_or_default(),
+                    )),
                     _ => Condition::Always,
                 };
                 let return_old = rng.below(4) == 0;
@@ -76,12 +85,24 @@ async fn run_model(steps: usize, test: &str) {
                     Condition::IfEquals(v) => cur.as_ref().is_some_and(|c| c.value == v.as_ref()),
                 };
                 let r = engine
-                    .put(&key, Bytes::from(value.clone()), PutOptions { expire, condition, return_old })
+                    .put(
+                        &key,
+                        Bytes::from(value.clone()),
+                        PutOptions {
+                            expire,
+                            condition,
+                            return_old,
+                        },
+                    )
                     .await
                     .unwrap();
                 assert_eq!(r.written, ok, "{ctx}");
                 if return_old {
-                    assert_eq!(r.old.as_deref(), cur.as_ref().map(|c| c.value.as_slice()), "{ctx}");
+                    assert_eq!(
+                        r.old.as_deref(),
+                        cur.as_ref().map(|c| c.value.as_slice()),
+                        "{ctx}"
+                    );
                 }
                 if ok {
                     let expire_ms = match expire {
@@ -94,14 +115,24 @@ async fn run_model(steps: usize, test: &str) {
             }
             30..=54 => {
                 let got = engine.get(&key).await.unwrap();
-                assert_eq!(got.as_deref(), model.live(&key, now).map(|e| e.value.as_slice()), "{ctx}");
+                assert_eq!(
+                    got.as_deref(),
+                    model.live(&key, now).map(|e| e.value.as_slice()),
+                    "{ctx}"
+                );
             }
             55..=59 => {
-                let keys: Vec<Vec<u8>> = (0..1 + rng.below(20)).map(|_| format!("k:{:03}", rng.below(80)).into_bytes()).collect();
+                let keys: Vec<Vec<u8>> = (0..1 + rng.below(20))
+                    .map(|_| format!("k:{:03}", rng.below(80)).into_bytes())
+                    .collect();
                 let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
                 let got = engine.get_many(&refs).await.unwrap();
                 for (k, g) in keys.iter().zip(got) {
-                    assert_eq!(g.as_deref(), model.live(k, now).map(|e| e.value.as_slice()), "{ctx} batch key {k:?}");
+                    assert_eq!(
+                        g.as_deref(),
+                        model.live(k, now).map(|e| e.value.as_slice()),
+                        "{ctx} batch key {k:?}"
+                    );
                 }
             }
             60..=67 => {
@@ -123,11 +154,21 @@ async fn run_model(steps: usize, test: &str) {
                 assert_eq!(got, want, "{ctx}");
                 if let Ok(n) = got {
                     let expire_ms = cur.map_or(0, |c| c.expire_ms);
-                    model.map.insert(key, Entry { value: n.to_string().into_bytes(), expire_ms });
+                    model.map.insert(
+                        key,
+                        Entry {
+                            value: n.to_string().into_bytes(),
+                            expire_ms,
+                        },
+                    );
                 }
             }
             74..=77 => {
-                let at = if rng.below(3) == 0 { 0 } else { now + 1 + rng.below(3_000) };
+                let at = if rng.below(3) == 0 {
+                    0
+                } else {
+                    now + 1 + rng.below(3_000)
+                };
                 let exists = model.live(&key, now).is_some();
                 assert_eq!(engine.set_expire(&key, at).await.unwrap(), exists, "{ctx}");
                 if exists {
@@ -141,7 +182,9 @@ async fn run_model(steps: usize, test: &str) {
                 let mut got = Vec::new();
                 let mut cursor: Option<Bytes> = None;
                 loop {
-                    let page = engine.scan_prefix(&prefix, cursor.as_deref(), 1 + rng.below(6) as usize).unwrap();
+                    let page = engine
+                        .scan_prefix(&prefix, cursor.as_deref(), 1 + rng.below(6) as usize)
+                        .unwrap();
                     got.extend(page.items.iter().map(|i| i.key.to_vec()));
                     match page.next {
                         Some(n) => cursor = Some(n),
@@ -177,7 +220,10 @@ async fn run_model(steps: usize, test: &str) {
     }
     let st = engine.stats();
     eprintln!("{test}: restarts={restarts} stats={st:?}");
-    assert!(demotions > 0 && st.cold.hits > 0, "the model never exercised demotion: {demotions} {st:?}");
+    assert!(
+        demotions > 0 && st.cold.hits > 0,
+        "the model never exercised demotion: {demotions} {st:?}"
+    );
     assert!(restarts > 0);
 }
 

@@ -19,15 +19,27 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     o.s3.allow_http = true;
     let engine = Engine::open(o.clone()).await.unwrap();
     for i in 0..150 {
-        engine.put(format!("key:{i:04}").as_bytes(), Bytes::from(vec![i as u8; 400]), PutOptions::default()).await.unwrap();
+        engine
+            .put(
+                format!("key:{i:04}").as_bytes(),
+                Bytes::from(vec![i as u8; 400]),
+                PutOptions::default(),
+            )
+            .await
+            .unwrap();
     }
     engine.run_background_once().await.unwrap();
     let st = engine.stats();
     assert!(st.cold.entries > 100, "{st:?}");
-    assert!(s3.object_count("strata-test", "node-a/segments/") >= 1, "no segment object in the bucket");
+    assert!(
+        s3.object_count("strata-test", "node-a/segments/") >= 1,
+        "no segment object in the bucket"
+    );
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"key:0003").await.unwrap(), Some(Tier::Cold));
-    let keys: Vec<Vec<u8>> = (0..150).map(|i| format!("key:{i:04}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..150)
+        .map(|i| format!("key:{i:04}").into_bytes())
+        .collect();
     let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let got = engine.get_many(&refs).await.unwrap();
     for (i, v) in got.iter().enumerate() {
@@ -37,12 +49,22 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     drop(engine);
 
     let engine = Engine::open(o.clone()).await.unwrap();
-    assert_eq!(engine.get(b"key:0007").await.unwrap().unwrap(), vec![7u8; 400]);
+    assert_eq!(
+        engine.get(b"key:0007").await.unwrap().unwrap(),
+        vec![7u8; 400]
+    );
     for i in 0..150 {
-        engine.delete(format!("key:{i:04}").as_bytes()).await.unwrap();
+        engine
+            .delete(format!("key:{i:04}").as_bytes())
+            .await
+            .unwrap();
     }
     engine.run_background_once().await.unwrap();
-    assert_eq!(s3.object_count("strata-test", "node-a/segments/"), 0, "empty segments are deleted from the bucket");
+    assert_eq!(
+        s3.object_count("strata-test", "node-a/segments/"),
+        0,
+        "empty segments are deleted from the bucket"
+    );
     engine.close().await.unwrap();
 }
 
@@ -61,7 +83,14 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     o.cold_request_timeout_ms = 1500;
     let engine = Engine::open(o).await.unwrap();
     for i in 0..100 {
-        engine.put(format!("key:{i:04}").as_bytes(), Bytes::from(vec![1u8; 400]), PutOptions::default()).await.unwrap();
+        engine
+            .put(
+                format!("key:{i:04}").as_bytes(),
+                Bytes::from(vec![1u8; 400]),
+                PutOptions::default(),
+            )
+            .await
+            .unwrap();
     }
     engine.run_background_once().await.unwrap();
     engine.clear_hot();
@@ -69,8 +98,18 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     let start = std::time::Instant::now();
     let err = engine.get(b"key:0000").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(start.elapsed() < std::time::Duration::from_secs(10), "cold read hung for {:?}", start.elapsed());
-    engine.put(b"fresh", "still writable".into(), PutOptions::default()).await.unwrap();
-    assert_eq!(engine.get(b"fresh").await.unwrap().unwrap(), "still writable");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "cold read hung for {:?}",
+        start.elapsed()
+    );
+    engine
+        .put(b"fresh", "still writable".into(), PutOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.get(b"fresh").await.unwrap().unwrap(),
+        "still writable"
+    );
     assert!(engine.stats().cold_requests.errors > 0);
 }

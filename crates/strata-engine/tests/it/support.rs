@@ -30,7 +30,12 @@ impl Rng {
         let seed = std::env::var("STRATA_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
         eprintln!("{test}: STRATA_SEED={seed}");
         Rng(seed)
     }
@@ -50,7 +55,11 @@ impl Rng {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A moto S3 server on loopback, killed when dropped.
@@ -70,7 +79,10 @@ impl S3Server {
             .expect("moto_server must be installed (pip install 'moto[server]'); scripts/install-deps does it");
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not start on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not start on port {port}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         S3Server { child, port }
@@ -86,7 +98,10 @@ impl S3Server {
         write!(s, "PUT /{name} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
         let mut resp = String::new();
         s.read_to_string(&mut resp).unwrap();
-        assert!(resp.starts_with("HTTP/1.1 200"), "bucket creation failed: {resp}");
+        assert!(
+            resp.starts_with("HTTP/1.1 200"),
+            "bucket creation failed: {resp}"
+        );
     }
 
     /// Counts the objects under `prefix` in `bucket` (an unsigned ListObjectsV2).

@@ -1,0 +1,62 @@
+//! Strata's own commands: `TIER`, `STRATA.STATS`, and pinning.
+
+use bytes::Bytes;
+use strata_resp::Reply;
+
+use super::{engine_error, Ctx};
+
+pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+    let engine = &ctx.shared.engine;
+    match name {
+        "tier" => match engine.tier_of(&a[1]).await {
+            Ok(Some(t)) => Reply::bulk(t.as_str()),
+            Ok(None) => Reply::Null,
+            Err(e) => engine_error(&e),
+        },
+        "strata.stats" => {
+            let st = engine.stats();
+            let n = |k: &str, v: u64| (Reply::bulk(k.to_string()), Reply::Integer(v as i64));
+            let c = &st.cold_requests;
+            Reply::Map(vec![
+                n("hot_entries", st.hot.entries),
+                n("hot_bytes", st.hot.bytes),
+                n("hot_bytes_max", st.hot.bytes_max),
+                n("hot_hits", st.hot.hits),
+                n("warm_entries", st.warm.entries),
+                n("warm_bytes", st.warm.bytes),
+                n("warm_bytes_max", st.warm.bytes_max),
+                n("warm_hits", st.warm.hits),
+                n("cold_entries", st.cold.entries),
+                n("cold_bytes", st.cold.bytes),
+                n("cold_hits", st.cold.hits),
+                n("misses", st.misses),
+                n("demotions", st.demotions),
+                n("promotions", st.promotions),
+                n("expired", st.expired),
+                n("checksum_errors", st.checksum_errors),
+                n("segments_written", st.segments_written),
+                n("segments_deleted", st.segments_deleted),
+                n("object_store_gets", c.gets),
+                n("object_store_puts", c.puts),
+                n("object_store_errors", c.errors),
+            ])
+        }
+        "pin" | "unpin" | "pins" => pins(ctx, name, a).await,
+        _ => Reply::err(format!("ERR unknown command '{name}'")),
+    }
+}
+
+async fn pins(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+    let engine = &ctx.shared.engine;
+    match name {
+        "pin" => match engine.pin(&a[1]).await {
+            Ok(bytes) => Reply::Integer(bytes as i64),
+            Err(e) => engine_error(&e),
+        },
+        "unpin" => match engine.unpin(&a[1]) {
+            Ok(existed) => Reply::Integer(existed as i64),
+            Err(e) => engine_error(&e),
+        },
+        _ => Reply::Array(engine.pins().into_iter().map(Reply::Bulk).collect()),
+    }
+}

@@ -1,0 +1,62 @@
+//! `MULTI`/`EXEC`/`DISCARD`/`WATCH`/`UNWATCH` with Redis's optimistic semantics. `EXEC`
+//! holds the server's gate for writing, so the queued commands run with nothing between.
+
+use bytes::Bytes;
+use strata_resp::Reply;
+
+use super::{lookup, Ctx};
+
+pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+    match name {
+        "multi" => {
+            if ctx.conn.multi.is_some() {
+                return Reply::err("ERR MULTI calls can not be nested");
+            }
+            ctx.conn.multi = Some(Vec::new());
+            ctx.conn.multi_failed = false;
+            Reply::ok()
+        }
+        "discard" => {
+            if ctx.conn.multi.take().is_none() {
+                return Reply::err("ERR DISCARD without MULTI");
+            }
+            ctx.shared.watches.unwatch(&mut ctx.conn.watched);
+            Reply::ok()
+        }
+        "watch" => {
+            if ctx.conn.multi.is_some() {
+                return Reply::err("ERR WATCH inside MULTI is not allowed");
+            }
+            for k in &a[1..] {
+                ctx.shared.watches.watch(&mut ctx.conn.watched, k);
+            }
+            Reply::ok()
+        }
+        "unwatch" => {
+            ctx.shared.watches.unwatch(&mut ctx.conn.watched);
+            Reply::ok()
+        }
+        "exec" => exec(ctx).await,
+        _ => Reply::err(format!("ERR unknown command '{name}'")),
+    }
+}
+
+async fn exec(ctx: &mut Ctx<'_>) -> Reply {
+    let Some(queued) = ctx.conn.multi.take() else {
+        return Reply::err("ERR EXEC without MULTI");
+    };
+    let unchanged = ctx.shared.watches.unchanged(&ctx.conn.watched);
+    ctx.shared.watches.unwatch(&mut ctx.conn.watched);
+    if std::mem::take(&mut ctx.conn.multi_failed) {
+        return Reply::err("EXECABORT Transaction discarded because of previous errors.");
+    }
+    if !unchanged {
+        return Reply::NullArray;
+    }
+    let mut replies = Vec::with_capacity(queued.len());
+    for args in queued {
+        let idx = lookup(&args[0]).expect("queued commands were looked up");
+        replies.push(Box::pin(super::dispatch(ctx, idx, &args)).await);
+    }
+    Reply::Array(replies)
+}

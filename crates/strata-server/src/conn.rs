@@ -1,0 +1,244 @@
+//! One client connection: read, parse, run, reply, with limits on everything buffered.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use strata_resp::{parse_request, Limits, Reply, ReplyBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+
+use crate::auth::Role;
+use crate::watch::Watched;
+use crate::{ClientEntry, Shared};
+
+/// Replies are written once this many bytes are pending, even mid-pipeline.
+const FLUSH_BYTES: usize = 1 << 20;
+/// Most requests parsed before running them.
+const BATCH_COUNT_MAX: usize = 1024;
+/// Most SCAN cursors a connection keeps.
+const SCAN_CURSORS_MAX: usize = 64;
+
+/// Per-connection state the commands see.
+pub(crate) struct Conn {
+    pub(crate) id: u64,
+    pub(crate) addr: SocketAddr,
+    pub(crate) proto: u8,
+    /// The authenticated user and role; `None` until `AUTH` when a password is required.
+    pub(crate) user: Option<(String, Role)>,
+    pub(crate) name: String,
+    pub(crate) multi: Option<Vec<Vec<Bytes>>>,
+    /// A command queued in `MULTI` was refused: `EXEC` must fail with `EXECABORT`.
+    pub(crate) multi_failed: bool,
+    pub(crate) watched: Watched,
+    pub(crate) scan_cursors: HashMap<u64, Bytes>,
+    pub(crate) next_cursor: u64,
+    pub(crate) quit: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(id: u64, addr: SocketAddr, shared: &Shared) -> Conn {
+        let cfg = shared.cfg.read();
+        let open = cfg.requirepass.is_empty() && cfg.users.is_empty();
+        Conn {
+            id,
+            addr,
+            proto: 2,
+            user: open.then(|| ("default".to_string(), Role::Admin)),
+            name: String::new(),
+            multi: None,
+            multi_failed: false,
+            watched: Watched::default(),
+            scan_cursors: HashMap::new(),
+            next_cursor: 1,
+            quit: false,
+        }
+    }
+
+    /// Remembers where a scan stopped and returns the cursor number for it.
+    pub(crate) fn save_cursor(&mut self, next: Bytes) -> u64 {
+        if self.scan_cursors.len() >= SCAN_CURSORS_MAX {
+            if let Some(&oldest) = self.scan_cursors.keys().min() {
+                self.scan_cursors.remove(&oldest);
+            }
+        }
+        let c = self.next_cursor;
+        self.next_cursor += 1;
+        self.scan_cursors.insert(c, next);
+        c
+    }
+}
+
+async fn write_out(wr: &mut OwnedWriteHalf, out: &mut ReplyBuf) -> std::io::Result<()> {
+    for chunk in out.take_chunks() {
+        wr.write_all(&chunk).await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn handle(shared: Arc<Shared>, sock: TcpStream, addr: SocketAddr) {
+    let _ = sock.set_nodelay(true);
+    shared.total_connections.fetch_add(1, Ordering::Relaxed);
+    let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let (mut rd, mut wr) = sock.into_split();
+    let killed = Arc::new(AtomicBool::new(false));
+    let kill_wake = Arc::new(tokio::sync::Notify::new());
+    let admitted = {
+        let maxclients = shared.cfg.read().maxclients as usize;
+        let mut clients = shared.clients.lock();
+        let ok = clients.len() < maxclients;
+        if ok {
+            clients.insert(
+                id,
+                ClientEntry {
+                    addr,
+                    name: String::new(),
+                    created: Instant::now(),
+                    last_cmd: String::new(),
+                    killed: Arc::clone(&killed),
+                    kill_wake: Arc::clone(&kill_wake),
+                },
+            );
+        }
+        ok
+    };
+    if !admitted {
+        shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        let _ = wr
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        return;
+    }
+    let mut conn = Conn::new(id, addr, &shared);
+    let mut stop = shared.shutdown.subscribe();
+    let mut inbuf = BytesMut::with_capacity(16 << 10);
+    let mut out = ReplyBuf::new(2);
+    'conn: loop {
+        let limits = {
+            let cfg = shared.cfg.read();
+            Limits {
+                bulk_bytes_max: cfg.proto_max_bulk_len as usize,
+                ..Limits::default()
+            }
+        };
+        let mut batch = Vec::new();
+        let mut protocol_error = None;
+        let mut more_buffered = false;
+        while batch.len() < BATCH_COUNT_MAX {
+            match parse_request(&mut inbuf, &limits) {
+                Ok(Some(args)) => {
+                    batch.push(args);
+                    more_buffered = batch.len() == BATCH_COUNT_MAX;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    protocol_error = Some(e);
+                    break;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            if run_batch(&shared, &mut conn, batch, &mut out, &mut wr)
+                .await
+                .is_err()
+            {
+                break 'conn;
+            }
+        }
+        if let Some(e) = protocol_error {
+            tracing::debug!(client = id, %addr, error = %e, "protocol error; closing connection");
+            out.push(&Reply::Error(format!("ERR {e}")));
+            let _ = write_out(&mut wr, &mut out).await;
+            break 'conn;
+        }
+        if !out.is_empty() && write_out(&mut wr, &mut out).await.is_err() {
+            break 'conn;
+        }
+        if conn.quit || killed.load(Ordering::Acquire) {
+            break 'conn;
+        }
+        if more_buffered {
+            continue;
+        }
+        let query_limit = shared.cfg.read().client_query_buffer_limit as usize;
+        if inbuf.len() > query_limit {
+            out.push(&Reply::err(
+                "ERR query buffer limit exceeded; closing connection",
+            ));
+            let _ = write_out(&mut wr, &mut out).await;
+            break 'conn;
+        }
+        if inbuf.capacity() - inbuf.len() < 8 << 10 {
+            inbuf.reserve(64 << 10);
+        }
+        let idle = shared.cfg.read().timeout_secs;
+        let idle = if idle == 0 {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            Duration::from_secs(idle)
+        };
+        tokio::select! {
+            r = rd.read_buf(&mut inbuf) => match r {
+                Ok(0) | Err(_) => break 'conn,
+                Ok(_) => {}
+            },
+            _ = stop.changed() => break 'conn,
+            _ = kill_wake.notified() => break 'conn,
+            _ = tokio::time::sleep(idle) => {
+                tracing::debug!(client = id, "idle timeout");
+                break 'conn;
+            }
+        }
+    }
+    shared.watches.unwatch(&mut conn.watched);
+    shared.clients.lock().remove(&id);
+}
+
+async fn run_batch(
+    shared: &Arc<Shared>,
+    conn: &mut Conn,
+    batch: Vec<Vec<Bytes>>,
+    out: &mut ReplyBuf,
+    wr: &mut OwnedWriteHalf,
+) -> std::io::Result<()> {
+    let mut read_guard = None;
+    let mut last_cmd = Vec::new();
+    for args in batch {
+        if crate::cmd::is_exclusive(&args, conn) {
+            read_guard = None;
+            let _w = shared.gate.write().await;
+            let reply = crate::cmd::execute(shared, conn, args).await;
+            out.set_proto(conn.proto);
+            out.push(&reply);
+        } else {
+            if read_guard.is_none() {
+                read_guard = Some(shared.gate.read().await);
+            }
+            if let Some(a) = args.first() {
+                last_cmd = a.to_vec();
+            }
+            let reply = crate::cmd::execute(shared, conn, args).await;
+            out.set_proto(conn.proto);
+            out.push(&reply);
+        }
+        if out.len() >= FLUSH_BYTES {
+            // Never wait on a slow client while holding the gate.
+            read_guard = None;
+            write_out(wr, out).await?;
+        }
+        if conn.quit {
+            break;
+        }
+    }
+    drop(read_guard);
+    if !last_cmd.is_empty() {
+        if let Some(c) = shared.clients.lock().get_mut(&conn.id) {
+            c.last_cmd = String::from_utf8_lossy(&last_cmd).to_lowercase();
+        }
+    }
+    Ok(())
+}

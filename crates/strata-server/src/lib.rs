@@ -1,0 +1,186 @@
+//! Strata's Redis-protocol server: puts the engine on the wire for every Redis client.
+//!
+//! It accepts TCP connections (tokio), parses RESP2/RESP3 requests with `strata-resp`,
+//! runs commands against `strata-engine`, and serves `/metrics` and `/healthz` over HTTP.
+//! What it is not: a storage engine (no byte of user data is kept here beyond a request's
+//! life) or a RESP codec.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use strata_engine::{Engine, EngineOptions};
+//! use strata_server::{Server, ServerConfig};
+//! let engine = Engine::open(EngineOptions::new("./strata-data")).await?;
+//! let server = Server::new(engine, ServerConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:6380").await?;
+//! server.serve(listener, None).await?;
+//! # Ok(()) }
+//! ```
+
+mod auth;
+mod cmd;
+mod conn;
+mod metrics;
+mod watch;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+use strata_engine::Engine;
+use tokio::net::TcpListener;
+
+pub use auth::{AclUser, Role};
+pub use metrics::Metrics;
+
+/// Settings of the server; the live ones can be changed with `CONFIG SET`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Password of the `default` user; empty means none.
+    pub requirepass: String,
+    /// Named users with their role (`ACL`-style, from the configuration file).
+    pub users: Vec<AclUser>,
+    pub maxclients: u64,
+    /// Idle seconds before a client is disconnected (0 = never).
+    pub timeout_secs: u64,
+    pub proto_max_bulk_len: u64,
+    pub client_query_buffer_limit: u64,
+    pub client_output_buffer_limit: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            requirepass: String::new(),
+            users: Vec::new(),
+            maxclients: 10_000,
+            timeout_secs: 0,
+            proto_max_bulk_len: 512 << 20,
+            client_query_buffer_limit: 1 << 30,
+            client_output_buffer_limit: 1 << 30,
+        }
+    }
+}
+
+/// What `CLIENT LIST` shows of a connection, and the switch `CLIENT KILL` flips.
+pub(crate) struct ClientEntry {
+    pub(crate) addr: SocketAddr,
+    pub(crate) name: String,
+    pub(crate) created: Instant,
+    pub(crate) last_cmd: String,
+    pub(crate) killed: Arc<AtomicBool>,
+    pub(crate) kill_wake: Arc<tokio::sync::Notify>,
+}
+
+/// State shared by all connections.
+pub(crate) struct Shared {
+    pub(crate) engine: Engine,
+    pub(crate) cfg: RwLock<ServerConfig>,
+    pub(crate) clients: Mutex<HashMap<u64, ClientEntry>>,
+    pub(crate) next_client_id: AtomicU64,
+    /// Every command runs holding this for reading; `EXEC` and other commands that must
+    /// appear atomic hold it for writing.
+    pub(crate) gate: tokio::sync::RwLock<()>,
+    pub(crate) watches: watch::WatchRegistry,
+    pub(crate) metrics: Metrics,
+    pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
+    pub(crate) started: Instant,
+    pub(crate) total_connections: AtomicU64,
+    pub(crate) rejected_connections: AtomicU64,
+    pub(crate) total_commands: AtomicU64,
+}
+
+/// The server: cheap to clone, all clones share one state.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    pub fn new(engine: Engine, cfg: ServerConfig) -> Server {
+        let (tx, _) = tokio::sync::watch::channel(false);
+        Server {
+            shared: Arc::new(Shared {
+                engine,
+                cfg: RwLock::new(cfg),
+                clients: Mutex::new(HashMap::new()),
+                next_client_id: AtomicU64::new(1),
+                gate: tokio::sync::RwLock::new(()),
+                watches: watch::WatchRegistry::default(),
+                metrics: Metrics::new(),
+                shutdown: tx,
+                started: Instant::now(),
+                total_connections: AtomicU64::new(0),
+                rejected_connections: AtomicU64::new(0),
+                total_commands: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Asks the server to stop: no new connections, connections finish the requests they
+    /// have read, then `serve` returns.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+    }
+
+    /// A receiver that turns true when shutdown starts (by signal, `SHUTDOWN` or `shutdown`).
+    pub fn shutdown_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.shutdown.subscribe()
+    }
+
+    /// Accepts connections on `listener` (and serves metrics on `metrics`, if given) until
+    /// shutdown, then waits for open connections to finish their current requests.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        metrics: Option<TcpListener>,
+    ) -> std::io::Result<()> {
+        if let Some(m) = metrics {
+            tokio::spawn(metrics::serve_http(Arc::clone(&self.shared), m));
+        }
+        let mut stop = self.shared.shutdown.subscribe();
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                accepted = listener.accept() => {
+                    let (sock, addr) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    let shared = Arc::clone(&self.shared);
+                    tasks.spawn(conn::handle(shared, sock, addr));
+                }
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        drop(listener);
+        let deadline = tokio::time::sleep(std::time::Duration::from_secs(10));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                next = tasks.join_next() => if next.is_none() { break },
+                _ = &mut deadline => {
+                    tracing::warn!(open = tasks.len(), "connections still open after 10 s; closing them");
+                    tasks.abort_all();
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn connected_clients(&self) -> usize {
+        self.shared.clients.lock().len()
+    }
+
+    pub fn total_commands(&self) -> u64 {
+        self.shared.total_commands.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,83 @@
+//! `WATCH` support: versions of the keys some client watches, bumped by every write.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+#[derive(Default)]
+pub(crate) struct WatchRegistry {
+    /// key -> (version, number of clients watching it).
+    keys: Mutex<HashMap<Bytes, (u64, usize)>>,
+    watched: AtomicUsize,
+    /// Bumped by FLUSHALL/FLUSHDB: every watch taken before it fails.
+    epoch: AtomicU64,
+}
+
+/// What one client watches: keys with the versions seen at `WATCH` time.
+#[derive(Default)]
+pub(crate) struct Watched {
+    pub(crate) keys: Vec<(Bytes, u64)>,
+    pub(crate) epoch: u64,
+}
+
+impl WatchRegistry {
+    pub(crate) fn watch(&self, w: &mut Watched, key: &Bytes) {
+        if w.keys.is_empty() {
+            w.epoch = self.epoch.load(Ordering::Acquire);
+        }
+        if w.keys.iter().any(|(k, _)| k == key) {
+            return;
+        }
+        let mut m = self.keys.lock();
+        let e = m.entry(key.clone()).or_insert((0, 0));
+        e.1 += 1;
+        w.keys.push((key.clone(), e.0));
+        self.watched.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether nothing watched by `w` changed since it was watched.
+    pub(crate) fn unchanged(&self, w: &Watched) -> bool {
+        if w.keys.is_empty() {
+            return true;
+        }
+        if self.epoch.load(Ordering::Acquire) != w.epoch {
+            return false;
+        }
+        let m = self.keys.lock();
+        w.keys
+            .iter()
+            .all(|(k, v)| m.get(k).is_some_and(|e| e.0 == *v))
+    }
+
+    pub(crate) fn unwatch(&self, w: &mut Watched) {
+        if w.keys.is_empty() {
+            return;
+        }
+        let mut m = self.keys.lock();
+        for (k, _) in w.keys.drain(..) {
+            if let Some(e) = m.get_mut(&k) {
+                e.1 -= 1;
+                if e.1 == 0 {
+                    m.remove(&k);
+                }
+            }
+            self.watched.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// Records a write to `key`. Free when no client watches anything.
+    pub(crate) fn touch(&self, key: &[u8]) {
+        if self.watched.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(e) = self.keys.lock().get_mut(key) {
+            e.0 += 1;
+        }
+    }
+
+    pub(crate) fn touch_all(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,155 @@
+//! `strata`: run the server, inspect the configuration, and the operator's tools.
+
+mod config;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+/// Strata: a tiered key-value store for AI inference (DRAM → RocksDB → object store) that
+/// speaks the Redis protocol.
+///
+/// Configuration comes from defaults, then a TOML file (--config), then environment
+/// variables STRATA_<KEY> (for example STRATA_PORT=6390, STRATA_DURABILITY=sync,
+/// STRATA_COLD_URL=s3://bucket/prefix), then --set KEY=VALUE flags. `strata config`
+/// prints every key with its effective value.
+#[derive(Parser)]
+#[command(name = "strata", version, about, long_about)]
+struct Cli {
+    /// TOML configuration file (also STRATA_CONFIG).
+    #[arg(long, short = 'c', global = true, env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Override one setting, e.g. --set warm_bytes_max=8GiB (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    set: Vec<String>,
+    /// Data directory (the setting data_dir).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Redis protocol port (the setting port).
+    #[arg(long, global = true)]
+    port: Option<u16>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Open the store and serve the Redis protocol (and /metrics over HTTP) until SIGTERM,
+    /// SIGINT or SHUTDOWN.
+    Serve,
+    /// Print the effective configuration as TOML.
+    Config,
+}
+
+fn load_config(cli: &Cli) -> Result<Config> {
+    let env: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("STRATA_"))
+        .collect();
+    let mut overrides = Vec::new();
+    for kv in &cli.set {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--set takes KEY=VALUE, got '{kv}'"))?;
+        overrides.push((k.trim().to_string(), v.to_string()));
+    }
+    if let Some(d) = &cli.data_dir {
+        overrides.push(("data_dir".into(), format!("\"{}\"", d.display())));
+    }
+    if let Some(p) = cli.port {
+        overrides.push(("port".into(), p.to_string()));
+    }
+    Config::load(cli.config.as_ref(), &env, &overrides)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("strata: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let cfg = load_config(&cli)?;
+    match cli.command {
+        Command::Config => {
+            print!("{}", toml::to_string(&cfg)?);
+            Ok(())
+        }
+        Command::Serve => {
+            let filter =
+                tracing_subscriber::EnvFilter::try_new(&cfg.log_level).context("bad log_level")?;
+            use std::io::IsTerminal;
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr)
+                .init();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(serve(cfg))
+        }
+    }
+}
+
+async fn serve(cfg: Config) -> Result<()> {
+    let engine_opts = cfg.engine_options()?;
+    let server_cfg = cfg.server_config()?;
+    let engine = strata_engine::Engine::open(engine_opts)
+        .await
+        .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
+    let addr = format!("{}:{}", cfg.bind, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (is another server using the port? set port or STRATA_PORT)"))?;
+    let metrics = if cfg.metrics_port == 0 {
+        None
+    } else {
+        let maddr = format!("{}:{}", cfg.bind, cfg.metrics_port);
+        Some(
+            tokio::net::TcpListener::bind(&maddr)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot listen on {maddr} for metrics (set metrics_port, 0 disables it)"
+                    )
+                })?,
+        )
+    };
+    let server = strata_server::Server::new(engine.clone(), server_cfg);
+    let stopper = server.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        stopper.shutdown();
+    });
+    tracing::info!(
+        addr = %addr,
+        metrics_port = cfg.metrics_port,
+        data_dir = %cfg.data_dir.display(),
+        durability = %cfg.durability,
+        "Strata ready"
+    );
+    eprintln!(
+        "Strata ready: redis://{addr} (metrics on port {})",
+        cfg.metrics_port
+    );
+    server.serve(listener, metrics).await?;
+    engine.close().await.context("closing the store")?;
+    tracing::info!("Strata stopped cleanly");
+    Ok(())
+}
