@@ -127,6 +127,14 @@ impl EngineOptions {
         if self.compaction_bytes_per_sec <= 0 {
             return bad("compaction_bytes_per_sec must be positive");
         }
+        if let Some(u) = &self.cold_url {
+            if !(u.starts_with("file://") || u.starts_with("s3://")) {
+                let scheme = u.split("://").next().unwrap_or(u);
+                return Err(Error::Invalid(format!(
+                    "cold_url scheme '{scheme}' is not supported; use file:///path or s3://bucket/prefix"
+                )));
+            }
+        }
         if !(0.0..=1.0).contains(&self.segment_live_fraction_min) {
             return bad("segment_live_fraction_min must be between 0 and 1");
         }

@@ -117,6 +117,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, sock: TcpStream, addr: SocketAdd
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut out = ReplyBuf::new(2);
+    let mut last_activity = Instant::now();
     'conn: loop {
         let limits = {
             let cfg = shared.cfg.read();
@@ -141,13 +142,12 @@ pub(crate) async fn handle(shared: Arc<Shared>, sock: TcpStream, addr: SocketAdd
                 }
             }
         }
-        if !batch.is_empty() {
-            if run_batch(&shared, &mut conn, batch, &mut out, &mut wr)
+        if !batch.is_empty()
+            && run_batch(&shared, &mut conn, batch, &mut out, &mut wr)
                 .await
                 .is_err()
-            {
-                break 'conn;
-            }
+        {
+            break 'conn;
         }
         if let Some(e) = protocol_error {
             tracing::debug!(client = id, %addr, error = %e, "protocol error; closing connection");
@@ -175,22 +175,20 @@ pub(crate) async fn handle(shared: Arc<Shared>, sock: TcpStream, addr: SocketAdd
         if inbuf.capacity() - inbuf.len() < 8 << 10 {
             inbuf.reserve(64 << 10);
         }
-        let idle = shared.cfg.read().timeout_secs;
-        let idle = if idle == 0 {
-            Duration::from_secs(365 * 24 * 3600)
-        } else {
-            Duration::from_secs(idle)
-        };
         tokio::select! {
             r = rd.read_buf(&mut inbuf) => match r {
                 Ok(0) | Err(_) => break 'conn,
-                Ok(_) => {}
+                Ok(_) => last_activity = Instant::now(),
             },
             _ = stop.changed() => break 'conn,
             _ = kill_wake.notified() => break 'conn,
-            _ = tokio::time::sleep(idle) => {
-                tracing::debug!(client = id, "idle timeout");
-                break 'conn;
+            // The idle limit can change live (CONFIG SET timeout), so check it every second.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                let idle = shared.cfg.read().timeout_secs;
+                if idle > 0 && last_activity.elapsed() >= Duration::from_secs(idle) {
+                    tracing::debug!(client = id, "idle timeout");
+                    break 'conn;
+                }
             }
         }
     }

@@ -191,7 +191,9 @@ impl Config {
         }
         let cfg: Config = toml::Value::Table(table)
             .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("bad configuration: {}", e.message()))?;
+            .map_err(|e: toml::de::Error| {
+                anyhow::anyhow!("bad configuration: {}", e.to_string().trim())
+            })?;
         cfg.engine_options()?;
         cfg.server_config()?;
         Ok(cfg)

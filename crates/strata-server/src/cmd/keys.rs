@@ -124,9 +124,6 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
 
 async fn expire(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
     let engine = &ctx.shared.engine;
-    let Some(n) = parse_int(&a[2]) else {
-        return not_integer();
-    };
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &a[3..] {
         match opt.to_ascii_lowercase().as_slice() {
@@ -148,6 +145,9 @@ async fn expire(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
     if gt && lt {
         return Reply::err("ERR GT and LT options at the same time are not compatible");
     }
+    let Some(n) = parse_int(&a[2]) else {
+        return not_integer();
+    };
     let now = engine.now_ms() as i64;
     let at = match name {
         "expire" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now)),

@@ -272,8 +272,8 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
         }
         _ => {}
     }
-    if conn.multi.is_some() && spec.flags & NOQUEUE == 0 {
-        conn.multi.as_mut().expect("in multi").push(args);
+    if let Some(queue) = conn.multi.as_mut().filter(|_| spec.flags & NOQUEUE == 0) {
+        queue.push(args);
         return Reply::Simple("QUEUED".into());
     }
     let start = Instant::now();

@@ -462,7 +462,7 @@ fn config(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             }
             Reply::Map(out)
         }
-        "set" if a.len() >= 4 && a.len() % 2 == 0 => {
+        "set" if a.len() >= 4 && a.len().is_multiple_of(2) => {
             let mut cfg = ctx.shared.cfg.write();
             for pair in a[2..].chunks(2) {
                 let key = lower(&pair[0]);

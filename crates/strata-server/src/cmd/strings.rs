@@ -105,7 +105,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
         }
         "getex" => getex(ctx, a).await,
         "mset" | "msetnx" => {
-            if a.len() % 2 == 0 {
+            if a.len().is_multiple_of(2) {
                 return super::wrong_args(name);
             }
             if name == "msetnx" {

@@ -1,0 +1,116 @@
+//! The binary's configuration surface: help, bad configuration, env overrides.
+
+use std::process::Command;
+
+fn strata(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_strata"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn help_documents_the_commands_and_configuration() {
+    let out = strata(&["--help"], &[]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for word in ["serve", "config", "STRATA_", "--set", "--config"] {
+        assert!(text.contains(word), "--help lacks {word}:\n{text}");
+    }
+}
+
+/// Arguments, environment, and the words the error must contain.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+#[test]
+fn bad_configuration_is_a_clear_error_and_nonzero_exit() {
+    let cases: &[Case] = &[
+        (
+            &["config"],
+            &[("STRATA_DURABILITY", "sometimes")],
+            "durability must be sync, group or none",
+        ),
+        (
+            &["config", "--set", "warm_bytes_max=lots"],
+            &[],
+            "not a size",
+        ),
+        (
+            &["config", "--set", "nonsense=1"],
+            &[],
+            "unknown setting 'nonsense'",
+        ),
+        (
+            &["config", "--config", "/nonexistent/strata.toml"],
+            &[],
+            "cannot read config file",
+        ),
+        (
+            &["config", "--set", "cold_url=ftp://x"],
+            &[],
+            "scheme 'ftp' is not supported",
+        ),
+        (
+            &["config", "--set", "users=[\"bob\"]"],
+            &[],
+            "must be name:password:role",
+        ),
+    ];
+    for (args, env, want) in cases {
+        let out = strata(args, env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
+
+#[test]
+fn environment_and_file_layers_show_in_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.toml");
+    std::fs::write(&file, "port = 7001\nhot_bytes_max = \"1GiB\"\n").unwrap();
+    let out = strata(
+        &["config", "--config", file.to_str().unwrap()],
+        &[
+            ("STRATA_PORT", "7002"),
+            ("STRATA_COLD_URL", "s3://bucket/prefix"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("port = 7002"), "{text}");
+    assert!(text.contains("hot_bytes_max = 1073741824"), "{text}");
+    assert!(text.contains("cold_url = \"s3://bucket/prefix\""), "{text}");
+}
+
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = strata(
+        &[
+            "serve",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--port",
+            &port,
+            "--set",
+            "metrics_port=0",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot listen on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

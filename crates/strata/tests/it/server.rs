@@ -1,0 +1,175 @@
+//! Server behaviour over raw RESP: transactions, auth, limits, shutdown, metrics.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use crate::support::Strata;
+
+#[test]
+fn multi_exec_watch_follow_redis_semantics() {
+    let s = Strata::start(&[]);
+    let mut a = s.conn();
+    let mut b = s.conn();
+    assert_eq!(a.cmd(&["MULTI"]), "+OK\r\n");
+    assert_eq!(a.cmd(&["SET", "x", "1"]), "+QUEUED\r\n");
+    assert_eq!(a.cmd(&["INCR", "x"]), "+QUEUED\r\n");
+    assert_eq!(a.cmd(&["EXEC"]), "*2\r\n+OK\r\n:2\r\n");
+    // A watched key changed by another client aborts EXEC with a null array.
+    assert_eq!(a.cmd(&["WATCH", "x"]), "+OK\r\n");
+    assert_eq!(b.cmd(&["SET", "x", "changed"]), "+OK\r\n");
+    a.cmd(&["MULTI"]);
+    a.cmd(&["SET", "x", "mine"]);
+    assert_eq!(a.cmd(&["EXEC"]), "*-1\r\n");
+    assert_eq!(a.cmd(&["GET", "x"]), "$7\r\nchanged\r\n");
+    // Unchanged watched keys let EXEC through.
+    a.cmd(&["WATCH", "x"]);
+    a.cmd(&["MULTI"]);
+    a.cmd(&["SET", "x", "mine"]);
+    assert_eq!(a.cmd(&["EXEC"]), "*1\r\n+OK\r\n");
+    // Errors while queueing abort the transaction.
+    a.cmd(&["MULTI"]);
+    assert!(a
+        .cmd(&["GET"])
+        .starts_with("-ERR wrong number of arguments"));
+    a.cmd(&["SET", "x", "never"]);
+    assert_eq!(
+        a.cmd(&["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(a.cmd(&["GET", "x"]), "$4\r\nmine\r\n");
+    // Runtime errors inside EXEC do not stop the other commands.
+    a.cmd(&["MULTI"]);
+    a.cmd(&["INCR", "x"]);
+    a.cmd(&["SET", "y", "2"]);
+    assert_eq!(
+        a.cmd(&["EXEC"]),
+        "*2\r\n-ERR value is not an integer or out of range\r\n+OK\r\n"
+    );
+    assert_eq!(a.cmd(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    assert_eq!(a.cmd(&["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+    a.cmd(&["MULTI"]);
+    assert_eq!(
+        a.cmd(&["WATCH", "y"]),
+        "-ERR WATCH inside MULTI is not allowed\r\n"
+    );
+    assert_eq!(a.cmd(&["DISCARD"]), "+OK\r\n");
+}
+
+#[test]
+fn requirepass_and_acl_users_are_enforced() {
+    let s = Strata::start(&[
+        ("requirepass", "s3cret"),
+        (
+            "users",
+            "[\"reader:rpw:readonly\", \"writer:wpw:readwrite\"]",
+        ),
+    ]);
+    let mut c = s.conn();
+    assert_eq!(c.cmd(&["GET", "k"]), "-NOAUTH Authentication required.\r\n");
+    assert_eq!(
+        c.cmd(&["TIER", "k"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
+    c.cmd(&["MULTI"]);
+    assert_eq!(
+        c.cmd(&["AUTH", "wrong"]),
+        "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    assert_eq!(c.cmd(&["AUTH", "s3cret"]), "+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "k", "v"]), "+OK\r\n");
+    let mut r = s.conn();
+    assert_eq!(r.cmd(&["AUTH", "reader", "rpw"]), "+OK\r\n");
+    assert_eq!(r.cmd(&["GET", "k"]), "$1\r\nv\r\n");
+    assert!(r.cmd(&["SET", "k", "x"]).starts_with("-NOPERM"));
+    assert!(r.cmd(&["PIN", "k"]).starts_with("-NOPERM"));
+    r.cmd(&["MULTI"]);
+    assert!(r.cmd(&["SET", "k", "x"]).starts_with("-NOPERM"));
+    assert!(r.cmd(&["EXEC"]).starts_with("-EXECABORT"));
+    let mut w = s.conn();
+    assert_eq!(w.cmd(&["AUTH", "writer", "wpw"]), "+OK\r\n");
+    assert_eq!(w.cmd(&["SET", "k", "w"]), "+OK\r\n");
+    assert!(w.cmd(&["FLUSHALL"]).starts_with("-NOPERM"));
+    assert!(w
+        .cmd(&["CONFIG", "SET", "timeout", "1"])
+        .starts_with("-NOPERM"));
+    let mut h = s.conn();
+    assert!(h
+        .cmd(&["HELLO", "3", "AUTH", "writer", "nope"])
+        .starts_with("-WRONGPASS"));
+    assert!(h
+        .cmd(&["HELLO", "3", "AUTH", "writer", "wpw"])
+        .starts_with("%7\r\n"));
+    assert_eq!(h.cmd(&["GET", "missing"]), "_\r\n");
+}
+
+#[test]
+fn sigterm_and_shutdown_stop_cleanly_and_keep_data() {
+    let mut s = Strata::start(&[]);
+    let mut c = s.conn();
+    assert_eq!(c.cmd(&["SET", "kept", "yes"]), "+OK\r\n");
+    assert!(s.terminate().success(), "SIGTERM should exit 0");
+    let dir = std::mem::replace(&mut s.dir, tempfile::tempdir().unwrap());
+    drop(s);
+    let mut s = Strata::start_in(dir, &[]);
+    let mut c = s.conn();
+    assert_eq!(c.cmd(&["GET", "kept"]), "$3\r\nyes\r\n");
+    c.send_raw(b"*1\r\n$8\r\nSHUTDOWN\r\n");
+    assert!(
+        c.read_to_close().is_empty(),
+        "SHUTDOWN closes the connection without a reply"
+    );
+    let status = s.child.wait().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn metrics_and_healthz_are_served_over_http() {
+    let s = Strata::start(&[]);
+    let mut c = s.conn();
+    c.cmd(&["SET", "a", "1"]);
+    c.cmd(&["GET", "a"]);
+    let get = |path: &str| {
+        let mut t = std::net::TcpStream::connect(("127.0.0.1", s.metrics_port)).unwrap();
+        write!(t, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        t.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get("/healthz").ends_with("ok\n"));
+    let m = get("/metrics");
+    for want in [
+        "strata_command_calls_total{cmd=\"get\"} 1",
+        "strata_command_duration_seconds_bucket{cmd=\"set\",le=\"+Inf\"} 1",
+        "strata_tier_entries{tier=\"warm\"} 1",
+        "strata_object_store_requests_total{op=\"get\"}",
+        "strata_connected_clients 1",
+        "strata_demotions_total",
+    ] {
+        assert!(m.contains(want), "metrics lack {want}:\n{m}");
+    }
+}
+
+#[test]
+fn maxclients_idle_timeout_and_client_kill() {
+    let s = Strata::start(&[("maxclients", "3")]);
+    let mut a = s.conn();
+    let mut b = s.conn();
+    let mut c = s.conn();
+    a.cmd(&["PING"]);
+    b.cmd(&["PING"]);
+    c.cmd(&["PING"]);
+    let mut d = s.conn();
+    assert_eq!(d.read_to_close(), b"-ERR max number of clients reached\r\n");
+    let id = b.cmd(&["CLIENT", "ID"]);
+    let id = id.trim_start_matches(':').trim();
+    assert_eq!(a.cmd(&["CLIENT", "SETNAME", "worker-a"]), "+OK\r\n");
+    assert!(a.cmd(&["CLIENT", "LIST"]).contains("name=worker-a"));
+    assert_eq!(a.cmd(&["CLIENT", "KILL", "ID", id]), ":1\r\n");
+    assert!(b.read_to_close().is_empty());
+    assert_eq!(a.cmd(&["CONFIG", "SET", "timeout", "1"]), "+OK\r\n");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        c.read_to_close().is_empty(),
+        "idle client should be disconnected"
+    );
+}
