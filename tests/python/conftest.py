@@ -1,0 +1,83 @@
+"""Fixtures that start the real `strata` binary on a free loopback port."""
+
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import redis
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def strata_bin() -> str:
+    path = os.environ.get("STRATA_BIN")
+    if path:
+        return path
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    path = pathlib.Path(target) / "debug" / "strata"
+    if not path.exists():
+        subprocess.run(["cargo", "build", "-p", "strata"], cwd=ROOT, check=True)
+    return str(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StrataProcess:
+    def __init__(self, settings=None):
+        self.dir = tempfile.TemporaryDirectory()
+        self.port = free_port()
+        args = [strata_bin(), "serve", "--data-dir", self.dir.name, "--port", str(self.port), "--set", "metrics_port=0"]
+        for k, v in (settings or {}).items():
+            args += ["--set", f"{k}={v}"]
+        env = dict(os.environ, STRATA_LOG_LEVEL="warn")
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"strata exited with {self.proc.returncode}")
+                if time.time() > deadline:
+                    raise RuntimeError("strata did not start")
+                time.sleep(0.05)
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.dir.cleanup()
+
+
+@pytest.fixture
+def strata():
+    p = StrataProcess()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def tiny_strata():
+    """Budgets so small that keys reach the cold tier within a second."""
+    p = StrataProcess(
+        {
+            "hot_bytes_max": 65536,
+            "warm_bytes_max": 131072,
+            "background_interval_ms": 50,
+            "block_bytes": 4096,
+        }
+    )
+    yield p
+    p.stop()

@@ -1,0 +1,124 @@
+"""redis-py, unchanged, against the real Strata server."""
+
+import time
+
+import pytest
+import redis
+
+
+def test_strings_expiry_and_errors(strata):
+    r = strata.client(decode_responses=True)
+    assert r.ping()
+    assert r.set("a", "1")
+    assert r.get("a") == "1"
+    assert r.set("a", "2", nx=True) is None
+    assert r.set("a", "3", xx=True, get=True) == "1"
+    assert r.incr("n", 5) == 5
+    assert r.decr("n") == 4
+    assert r.incrbyfloat("f", 1.5) == 1.5
+    assert r.append("s", "ab") == 2 and r.append("s", "cd") == 4
+    assert r.getrange("s", 1, -1) == "bcd"
+    assert r.mset({"x": "1", "y": "2"}) is True
+    assert r.mget("x", "y", "nope") == ["1", "2", None]
+    assert r.expire("x", 100) is True
+    assert 99 <= r.ttl("x") <= 100
+    assert r.persist("x") is True and r.ttl("x") == -1
+    assert r.ttl("nope") == -2
+    assert r.exists("x", "y", "nope") == 2
+    assert r.delete("x", "nope") == 1
+    assert r.type("y") == "string"
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r.incr("s")
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        r.execute_command("GET")
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        r.execute_command("LPUSH", "l", "x")
+
+
+def test_pipelines_keep_order(strata):
+    r = strata.client()
+    p = r.pipeline(transaction=False)
+    for i in range(2000):
+        p.set(f"k{i}", i)
+        p.incr("counter")
+    out = p.execute()
+    assert out[1::2] == list(range(1, 2001))
+    assert r.get("k1999") == b"1999"
+
+
+def test_transactions_and_watch(strata):
+    r = strata.client()
+    other = strata.client()
+    r.set("balance", 100)
+
+    def debit(pipe):
+        cur = int(pipe.get("balance"))
+        pipe.multi()
+        pipe.set("balance", cur - 30)
+
+    r.transaction(debit, "balance")
+    assert r.get("balance") == b"70"
+
+    with r.pipeline() as pipe:
+        pipe.watch("balance")
+        other.set("balance", 0)
+        pipe.multi()
+        pipe.set("balance", 999)
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert r.get("balance") == b"0"
+
+    with r.pipeline() as pipe:
+        pipe.set("t1", "a").incr("t2").get("t1")
+        assert pipe.execute() == [True, 1, b"a"]
+
+
+def test_large_values(strata):
+    r = strata.client()
+    big = bytes(range(256)) * (32 * 1024)  # 8 MiB
+    assert r.set("chunk", big)
+    assert r.get("chunk") == big
+    assert r.strlen("chunk") == len(big)
+
+
+def test_resp3(strata):
+    r = strata.client(protocol=3, decode_responses=True)
+    assert r.set("k", "v")
+    assert r.get("k") == "v"
+    assert r.get("missing") is None
+    assert r.execute_command("TIER", "k") == "hot"
+
+
+def test_scan_iter_spans_three_tiers(tiny_strata):
+    r = tiny_strata.client(decode_responses=True)
+    p = r.pipeline(transaction=False)
+    for i in range(600):
+        p.set(f"item:{i:04d}", "x" * 1000)
+    p.execute()
+    deadline = time.time() + 30
+    while int(r.info("strata")["cold_entries"]) == 0:
+        assert time.time() < deadline, "nothing reached the cold tier"
+        time.sleep(0.1)
+    tiers = {r.execute_command("TIER", f"item:{i:04d}") for i in (0, 300, 599)}
+    assert "cold" in tiers
+    assert sorted(set(r.scan_iter("item:*", count=50))) == [f"item:{i:04d}" for i in range(600)]
+    assert r.get("item:0000") == "x" * 1000
+
+
+def test_strata_commands(strata):
+    r = strata.client(decode_responses=True)
+    r.set("model:llama:layer0", "w")
+    assert r.execute_command("PIN", "model:llama:") >= 1
+    assert r.execute_command("PINS") == ["model:llama:"]
+    assert r.execute_command("UNPIN", "model:llama:") == 1
+    stats = r.execute_command("STRATA.STATS")
+    assert int(stats["warm_entries"]) == 1
+    assert r.info("strata")["warm_entries"] == 1
+
+
+def test_shutdown_from_redis_py(strata):
+    r = strata.client()
+    r.set("k", "v")
+    r.shutdown(nosave=True)
+    strata.proc.wait(timeout=30)
+    assert strata.proc.returncode == 0
