@@ -1,0 +1,59 @@
+//! `strata-bench`: benchmarks that print figures and write Markdown and JSON reports, each
+//! with its baseline measured in the same run.
+//!
+//! - `engine`: get from each tier and put, for 100 B and 1 MiB values, against the simplest
+//!   alternative on the same medium (a locked `HashMap` for DRAM, one file per key for local
+//!   disk, one object per key read through the same object store for the cold tier).
+//! - `redis`: `redis-benchmark` against a real `redis-server` and against `strata serve`.
+
+mod engine;
+mod redis;
+mod report;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "strata-bench",
+    about = "Benchmarks of Strata beside their baselines"
+)]
+struct Cli {
+    /// Directory for reports.
+    #[arg(long, default_value = "reports", global = true)]
+    out: std::path::PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Engine get per tier and put, beside in-process baselines.
+    Engine {
+        /// Operations per measurement for 100-byte values (1 MiB values use a tenth).
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+    },
+    /// redis-benchmark against redis-server and against strata, same machine, same run.
+    Redis {
+        /// Requests per redis-benchmark test.
+        #[arg(long, default_value_t = 1_000_000)]
+        requests: u64,
+        /// The strata binary to benchmark.
+        #[arg(long, default_value = "target/release/strata")]
+        strata: std::path::PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    std::fs::create_dir_all(&cli.out)?;
+    match cli.command {
+        Command::Engine { ops } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(engine::run(ops, &cli.out))
+        }
+        Command::Redis { requests, strata } => redis::run(requests, &strata, &cli.out),
+    }
+}

@@ -1,0 +1,235 @@
+//! `redis-benchmark` against a real `redis-server` and against `strata serve`, in one run on
+//! one machine, reported side by side as Strata/Redis ratios.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+struct Figures {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    test: String,
+    value_bytes: usize,
+    clients: u32,
+    pipeline: u32,
+    redis: Figures,
+    strata: Figures,
+    /// Strata/Redis throughput: above 1 means Strata is faster.
+    rps_ratio: f64,
+    /// Strata/Redis p50 latency: below 1 means Strata is faster.
+    p50_ratio: f64,
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_port(port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listens on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Runs one redis-benchmark invocation and returns figures per test name.
+fn bench(port: u16, args: &[String]) -> anyhow::Result<Vec<(String, Figures)>> {
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--csv",
+            "-r",
+            "100000",
+        ])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .context("redis-benchmark must be installed (Debian redis-tools)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows = Vec::new();
+    for line in text.lines().skip(1) {
+        let cols: Vec<String> = line
+            .split("\",\"")
+            .map(|c| c.trim_matches('"').to_string())
+            .collect();
+        if cols.len() < 8 {
+            continue;
+        }
+        let f = |i: usize| cols[i].parse::<f64>().unwrap_or(f64::NAN);
+        let name = cols[0].split_whitespace().next().unwrap_or("").to_string();
+        rows.push((
+            name,
+            Figures {
+                rps: f(1),
+                p50_ms: f(4),
+                p99_ms: f(6),
+            },
+        ));
+    }
+    if rows.is_empty() {
+        bail!("redis-benchmark printed no results: {text}");
+    }
+    Ok(rows)
+}
+
+pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        strata_bin.exists(),
+        "{} not found; run `cargo build --release -p strata` first",
+        strata_bin.display()
+    );
+    let started = Instant::now();
+    let redis_port = free_port()?;
+    let _redis = Proc(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &redis_port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("redis-server must be installed (Debian redis-server)")?,
+    );
+    let dir = tempfile::tempdir()?;
+    let strata_port = free_port()?;
+    let _strata = Proc(
+        Command::new(strata_bin)
+            .args(["serve", "--data-dir"])
+            .arg(dir.path())
+            .args([
+                "--port",
+                &strata_port.to_string(),
+                "--set",
+                "metrics_port=0",
+                "--set",
+                "durability=none",
+            ])
+            .env("STRATA_LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    wait_port(redis_port)?;
+    wait_port(strata_port)?;
+
+    // (clients, pipeline, requests): throughput at 50 clients, latency with one client.
+    let shapes = [
+        (50u32, 1u32, requests),
+        (50, 16, requests),
+        (1, 1, (requests / 10).max(1000)),
+    ];
+    let sizes = [3usize, 1024];
+    let total = shapes.len() * sizes.len() * 2;
+    let mut step = 0;
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        for &(clients, pipeline, n) in &shapes {
+            let mut per_server = Vec::new();
+            for (name, port) in [("redis", redis_port), ("strata", strata_port)] {
+                step += 1;
+                crate::report::progress(
+                    step,
+                    total,
+                    &format!("{name}: {n} requests, {clients} clients, -P {pipeline}, {size} B"),
+                );
+                let common = vec![
+                    "-n".into(),
+                    n.to_string(),
+                    "-c".into(),
+                    clients.to_string(),
+                    "-P".into(),
+                    pipeline.to_string(),
+                    "-d".into(),
+                    size.to_string(),
+                ];
+                let mut args = common.clone();
+                args.extend(["-t".into(), "set,get,incr".into()]);
+                let mut figs = bench(port, &args)?;
+                let mut margs = common;
+                margs.extend(
+                    ["MGET".to_string()]
+                        .into_iter()
+                        .chain((0..10).map(|_| "key:__rand_int__".to_string())),
+                );
+                figs.extend(bench(port, &margs)?);
+                per_server.push(figs);
+            }
+            for (test, r) in &per_server[0] {
+                let Some((_, s)) = per_server[1].iter().find(|(t, _)| t == test) else {
+                    continue;
+                };
+                let row = Row {
+                    test: test.clone(),
+                    value_bytes: size,
+                    clients,
+                    pipeline,
+                    redis: r.clone(),
+                    strata: s.clone(),
+                    rps_ratio: s.rps / r.rps,
+                    p50_ratio: s.p50_ms / r.p50_ms.max(0.0005),
+                };
+                eprintln!(
+                    "  {:<5} {:>5} B c={:<2} P={:<2} redis {:>10.0} ops/s p50 {:.3} ms | strata {:>10.0} ops/s p50 {:.3} ms | ratio {:.2}",
+                    row.test, size, clients, pipeline, r.rps, r.p50_ms, s.rps, s.p50_ms, row.rps_ratio
+                );
+                rows.push(row);
+            }
+        }
+    }
+    let mut md = String::from("# redis-benchmark: Strata beside Redis\n\n");
+    md.push_str(&format!(
+        "Same machine, same run, loopback. Redis 7 with persistence off (`--save '' --appendonly no`);\nStrata with `durability=none` (writes still go through RocksDB's WAL). Keys drawn from\n100,000 (`-r 100000`); MGET reads 10 keys. {requests} requests per test at 50 clients; a tenth of that\nfor the one-client latency rows. Ratios are Strata/Redis: throughput above 1 and p50 below 1\nmean Strata is ahead.\n\n"
+    ));
+    md.push_str("| test | value | clients | pipeline | Redis ops/s | Strata ops/s | ops ratio | Redis p50 ms | Strata p50 ms | p50 ratio | Redis p99 ms | Strata p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in &rows {
+        md.push_str(&format!(
+            "| {} | {} B | {} | {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.3} | {:.3} |\n",
+            r.test, r.value_bytes, r.clients, r.pipeline, r.redis.rps, r.strata.rps, r.rps_ratio, r.redis.p50_ms, r.strata.p50_ms, r.p50_ratio, r.redis.p99_ms, r.strata.p99_ms
+        ));
+    }
+    md.push_str(&format!(
+        "\nCommand: `cargo run --release -p strata-bench -- redis --requests {requests}` ({:.0} s). Chart: `redis-benchmark.png`.\n",
+        started.elapsed().as_secs_f64()
+    ));
+    crate::report::write(out, "redis-benchmark", &md, &rows)?;
+    let plot = Command::new("python3")
+        .arg("scripts/plot_redis_bench.py")
+        .arg(out.join("redis-benchmark.json"))
+        .arg(out.join("redis-benchmark.png"))
+        .status();
+    if !matches!(plot, Ok(s) if s.success()) {
+        eprintln!("chart not drawn (needs python3 with matplotlib)");
+    }
+    Ok(())
+}
