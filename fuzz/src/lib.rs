@@ -11,7 +11,7 @@ use bytes::BytesMut;
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -19,7 +19,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
@@ -34,7 +34,7 @@ pub fn mutate(rng: &mut Rng, input: &[u8], dictionary: &[&[u8]]) -> Vec<u8> {
             }
             1 if !v.is_empty() => {
                 let i = rng.below(v.len());
-                v[i] = rng.next() as u8;
+                v[i] = rng.next_u64() as u8;
             }
             2 => v.truncate(rng.below(v.len() + 1)),
             3 => {
@@ -52,7 +52,7 @@ pub fn mutate(rng: &mut Rng, input: &[u8], dictionary: &[&[u8]]) -> Vec<u8> {
                 let i = rng.below(v.len());
                 v.remove(i);
             }
-            _ => v.extend((0..rng.below(16)).map(|_| rng.next() as u8)),
+            _ => v.extend((0..rng.below(16)).map(|_| rng.next_u64() as u8)),
         }
     }
     v
