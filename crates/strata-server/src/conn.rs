@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use strata_resp::{parse_request, Limits, Reply, ReplyBuf};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
 
 use crate::auth::Role;
 use crate::watch::Watched;
@@ -73,18 +71,22 @@ impl Conn {
     }
 }
 
-async fn write_out(wr: &mut OwnedWriteHalf, out: &mut ReplyBuf) -> std::io::Result<()> {
+async fn write_out<W: AsyncWrite + Unpin>(wr: &mut W, out: &mut ReplyBuf) -> std::io::Result<()> {
     for chunk in out.take_chunks() {
         wr.write_all(&chunk).await?;
     }
     Ok(())
 }
 
-pub(crate) async fn handle(shared: Arc<Shared>, sock: TcpStream, addr: SocketAddr) {
-    let _ = sock.set_nodelay(true);
+/// Serves one client on `sock` (plain TCP or TLS) until it leaves, is killed, idles out,
+/// or the server shuts down.
+pub(crate) async fn handle<S>(shared: Arc<Shared>, sock: S, addr: SocketAddr)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
     shared.total_connections.fetch_add(1, Ordering::Relaxed);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-    let (mut rd, mut wr) = sock.into_split();
+    let (mut rd, mut wr) = tokio::io::split(sock);
     let killed = Arc::new(AtomicBool::new(false));
     let kill_wake = Arc::new(tokio::sync::Notify::new());
     let admitted = {
@@ -196,12 +198,12 @@ pub(crate) async fn handle(shared: Arc<Shared>, sock: TcpStream, addr: SocketAdd
     shared.clients.lock().remove(&id);
 }
 
-async fn run_batch(
+async fn run_batch<S: AsyncWrite>(
     shared: &Arc<Shared>,
     conn: &mut Conn,
     batch: Vec<Vec<Bytes>>,
     out: &mut ReplyBuf,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut WriteHalf<S>,
 ) -> std::io::Result<()> {
     let mut read_guard = None;
     let mut last_cmd = Vec::new();

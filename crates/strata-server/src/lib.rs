@@ -12,7 +12,7 @@
 //! let engine = Engine::open(EngineOptions::new("./strata-data")).await?;
 //! let server = Server::new(engine, ServerConfig::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:6380").await?;
-//! server.serve(listener, None).await?;
+//! server.serve(listener, None, None).await?;
 //! # Ok(()) }
 //! ```
 
@@ -130,37 +130,51 @@ impl Server {
         self.shared.shutdown.subscribe()
     }
 
-    /// Accepts connections on `listener` (and serves metrics on `metrics`, if given) until
-    /// shutdown, then waits for open connections to finish their current requests.
+    /// Accepts connections on `listener`, and TLS connections on `tls` if given (and serves
+    /// metrics on `metrics`, if given) until shutdown, then waits for open connections to
+    /// finish their current requests.
     pub async fn serve(
         &self,
         listener: TcpListener,
+        tls: Option<(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>)>,
         metrics: Option<TcpListener>,
     ) -> std::io::Result<()> {
         if let Some(m) = metrics {
             tokio::spawn(metrics::serve_http(Arc::clone(&self.shared), m));
         }
+        let (tls_listener, acceptor) = match tls {
+            Some((l, cfg)) => (Some(l), Some(tokio_rustls::TlsAcceptor::from(cfg))),
+            None => (None, None),
+        };
         let mut stop = self.shared.shutdown.subscribe();
         let mut tasks = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
                 accepted = listener.accept() => {
-                    let (sock, addr) = match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    };
+                    let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
+                    let _ = sock.set_nodelay(true);
+                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, addr));
+                }
+                accepted = async { tls_listener.as_ref().expect("guarded").accept().await }, if tls_listener.is_some() => {
+                    let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
+                    let _ = sock.set_nodelay(true);
+                    let acceptor = acceptor.clone().expect("TLS listener has an acceptor");
                     let shared = Arc::clone(&self.shared);
-                    tasks.spawn(conn::handle(shared, sock, addr));
+                    tasks.spawn(async move {
+                        // The handshake gets ten seconds; a client that stalls it is dropped.
+                        match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(sock)).await {
+                            Ok(Ok(tls)) => conn::handle(shared, tls, addr).await,
+                            Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
+                            Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                        }
+                    });
                 }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             }
         }
         drop(listener);
+        drop(tls_listener);
         let deadline = tokio::time::sleep(std::time::Duration::from_secs(10));
         tokio::pin!(deadline);
         loop {
@@ -182,5 +196,19 @@ impl Server {
 
     pub fn total_commands(&self) -> u64 {
         self.shared.total_commands.load(Ordering::Relaxed)
+    }
+}
+
+/// Unwraps an accept result; on error (such as too many open files) logs and pauses briefly.
+async fn accepted_or_pause(
+    accepted: std::io::Result<(tokio::net::TcpStream, SocketAddr)>,
+) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+    match accepted {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::warn!(error = %e, "accept failed");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            None
+        }
     }
 }

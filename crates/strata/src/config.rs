@@ -19,6 +19,12 @@ pub struct Config {
     pub port: u16,
     /// HTTP port for `/metrics` and `/healthz` (0 disables it).
     pub metrics_port: u16,
+    /// Port for Redis protocol over TLS (0 disables it); needs `tls_cert_file` and `tls_key_file`.
+    pub tls_port: u16,
+    /// PEM certificate chain for TLS.
+    pub tls_cert_file: String,
+    /// PEM private key for TLS.
+    pub tls_key_file: String,
     #[serde(deserialize_with = "de_size")]
     pub hot_bytes_max: u64,
     #[serde(deserialize_with = "de_size")]
@@ -75,6 +81,9 @@ impl Default for Config {
             bind: "127.0.0.1".into(),
             port: 6380,
             metrics_port: 9380,
+            tls_port: 0,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
             hot_bytes_max: e.hot_bytes_max,
             warm_bytes_max: e.warm_bytes_max,
             durability: "group".into(),
@@ -196,6 +205,9 @@ impl Config {
             })?;
         cfg.engine_options()?;
         cfg.server_config()?;
+        if cfg.tls_port != 0 && (cfg.tls_cert_file.is_empty() || cfg.tls_key_file.is_empty()) {
+            bail!("bad configuration: tls_port needs tls_cert_file and tls_key_file");
+        }
         Ok(cfg)
     }
 
@@ -218,6 +230,29 @@ impl Config {
             client_query_buffer_limit: self.client_query_buffer_limit,
             client_output_buffer_limit: self.client_output_buffer_limit,
         })
+    }
+
+    /// The TLS server configuration, when `tls_port` is set.
+    pub fn tls_config(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        if self.tls_port == 0 {
+            return Ok(None);
+        }
+        let certs = CertificateDer::pem_file_iter(&self.tls_cert_file)
+            .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(|e| {
+                anyhow::anyhow!("cannot read tls_cert_file {}: {e}", self.tls_cert_file)
+            })?;
+        let key = PrivateKeyDer::from_pem_file(&self.tls_key_file)
+            .map_err(|e| anyhow::anyhow!("cannot read tls_key_file {}: {e}", self.tls_key_file))?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .context("TLS certificate and key do not form a usable pair")?;
+        Ok(Some(std::sync::Arc::new(cfg)))
     }
 
     /// The engine's options for this configuration, validated.

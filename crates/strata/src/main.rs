@@ -100,6 +100,8 @@ fn run(cli: Cli) -> Result<()> {
 async fn serve(cfg: Config) -> Result<()> {
     let engine_opts = cfg.engine_options()?;
     let server_cfg = cfg.server_config()?;
+    // Read the TLS files before opening the store, so a bad path fails fast.
+    cfg.tls_config()?;
     let engine = strata_engine::Engine::open(engine_opts)
         .await
         .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
@@ -120,6 +122,18 @@ async fn serve(cfg: Config) -> Result<()> {
                     )
                 })?,
         )
+    };
+    let tls = match cfg.tls_config()? {
+        Some(tls_cfg) => {
+            let taddr = format!("{}:{}", cfg.bind, cfg.tls_port);
+            let l = tokio::net::TcpListener::bind(&taddr)
+                .await
+                .with_context(|| {
+                    format!("cannot listen on {taddr} for TLS (set tls_port, 0 disables it)")
+                })?;
+            Some((l, tls_cfg))
+        }
+        None => None,
     };
     let server = strata_server::Server::new(engine.clone(), server_cfg);
     let stopper = server.clone();
@@ -148,7 +162,7 @@ async fn serve(cfg: Config) -> Result<()> {
         "Strata ready: redis://{addr} (metrics on port {})",
         cfg.metrics_port
     );
-    server.serve(listener, metrics).await?;
+    server.serve(listener, tls, metrics).await?;
     engine.close().await.context("closing the store")?;
     tracing::info!("Strata stopped cleanly");
     Ok(())

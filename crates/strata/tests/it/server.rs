@@ -173,3 +173,46 @@ fn maxclients_idle_timeout_and_client_kill() {
         "idle client should be disconnected"
     );
 }
+
+#[test]
+fn tls_port_serves_redis_cli_with_a_generated_certificate() {
+    let certdir = tempfile::tempdir().unwrap();
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert = certdir.path().join("cert.pem");
+    let key = certdir.path().join("key.pem");
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    let tls_port = crate::support::free_port();
+    let s = Strata::start(&[
+        ("tls_port", &tls_port.to_string()),
+        ("tls_cert_file", &format!("\"{}\"", cert.display())),
+        ("tls_key_file", &format!("\"{}\"", key.display())),
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TLS port not listening"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cacert = cert.to_str().unwrap();
+    let out = crate::support::redis_cli(
+        tls_port,
+        &["--tls", "--cacert", cacert, "SET", "secure", "yes"],
+        None,
+    );
+    assert_eq!(out, "OK\n");
+    let out = crate::support::redis_cli(
+        tls_port,
+        &["--tls", "--cacert", cacert, "GET", "secure"],
+        None,
+    );
+    assert_eq!(out, "yes\n");
+    // A plain-text client on the TLS port gets nothing useful and the server keeps running.
+    let mut plain = crate::support::Conn::connect(tls_port);
+    plain.send_raw(b"*1\r\n$4\r\nPING\r\n");
+    assert!(!String::from_utf8_lossy(&plain.read_to_close()).contains("PONG"));
+    assert_eq!(s.cli(&["GET", "secure"]), "yes\n");
+}
