@@ -152,7 +152,11 @@ impl Inner {
     /// Reads the stored entry for `key` (expired or not). With `want_value`, a warm entry's
     /// value is copied out and verified.
     pub(crate) fn read_stored(&self, key: &[u8], want_value: bool) -> Result<Option<Stored>> {
-        if let Some(p) = self.warm.db.get_pinned_cf_opt(self.warm.cf(CF_DATA), key, &crate::warm::read_options())? {
+        if let Some(p) = self.warm.db.get_pinned_cf_opt(
+            self.warm.cf(CF_DATA),
+            key,
+            &crate::warm::read_options(),
+        )? {
             let rec = if want_value {
                 WarmRecord::decode(key, &p).inspect_err(|_| add(&self.counters.checksum_errors))?
             } else {
@@ -403,11 +407,12 @@ impl Engine {
             .map(|&i| inner.stripe_version(keys[i]))
             .collect();
         let data_cf = inner.warm.cf(CF_DATA);
-        let got =
-            inner
-                .warm
-                .db
-                .batched_multi_get_cf_opt(data_cf, pending.iter().map(|&i| keys[i]), false, &crate::warm::read_options());
+        let got = inner.warm.db.batched_multi_get_cf_opt(
+            data_cf,
+            pending.iter().map(|&i| keys[i]),
+            false,
+            &crate::warm::read_options(),
+        );
         let mut not_warm = Vec::new();
         for ((&i, res), &seen) in pending.iter().zip(got).zip(&versions) {
             match res? {
