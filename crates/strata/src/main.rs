@@ -1,6 +1,7 @@
 //! `strata`: run the server, inspect the configuration, and the operator's tools.
 
 mod config;
+mod trace;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -43,6 +44,17 @@ enum Command {
     Serve,
     /// Print the effective configuration as TOML.
     Config,
+    /// Trace tools.
+    #[command(subcommand)]
+    Trace(TraceCommand),
+}
+
+#[derive(Subcommand)]
+enum TraceCommand {
+    /// Replay a trace (Mooncake JSON lines, or one key per line) against one cache per
+    /// policy and capacity; a block hits only if every earlier block of its request hit.
+    /// Prints a table and writes trace-replay.{md,json,png} under --out.
+    Replay(trace::ReplayArgs),
 }
 
 fn load_config(cli: &Cli) -> Result<Config> {
@@ -74,8 +86,12 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if let Command::Trace(TraceCommand::Replay(args)) = &cli.command {
+        return trace::replay(args);
+    }
     let cfg = load_config(&cli)?;
     match cli.command {
+        Command::Trace(_) => unreachable!("handled above"),
         Command::Config => {
             print!("{}", toml::to_string(&cfg)?);
             Ok(())

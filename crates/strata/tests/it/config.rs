@@ -114,3 +114,67 @@ fn a_port_in_use_is_a_clear_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces/conversation_trace.jsonl"
+    );
+    assert!(
+        std::path::Path::new(trace).exists(),
+        "shared/traces must sit beside the repository"
+    );
+    let out = strata(
+        &[
+            "trace",
+            "replay",
+            "--trace",
+            trace,
+            "--policy",
+            "lru",
+            "--capacity-blocks",
+            "5859",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["policy"], "lru");
+    assert_eq!(v["capacity_blocks"], 5859);
+    let rate = v["hit_rate"].as_f64().unwrap();
+    assert!(
+        (0.135..0.137).contains(&rate),
+        "LRU at 5,859 blocks should be about 13.6%, got {rate}"
+    );
+    let out = strata(
+        &[
+            "trace",
+            "replay",
+            "--trace",
+            trace,
+            "--policy",
+            "opt",
+            "--capacity-blocks",
+            "1000",
+            "--json",
+        ],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["hit_rate"].as_f64().unwrap() > 0.17,
+        "OPT at 1,000 blocks: {v}"
+    );
+    let out = strata(
+        &["trace", "replay", "--trace", "/nonexistent", "--json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open trace"));
+}
