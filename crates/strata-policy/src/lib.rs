@@ -2,7 +2,7 @@
 //!
 //! This crate is the yardstick for Strata's tiering work: it replays a trace (the Mooncake
 //! FAST'25 format, or one key per line) against one cache of a given capacity under a
-//! [`PolicyKind`], with the KV-cache rule that a block counts as a hit only if every earlier
+//! [`PolicyKind`] (including [`StrataPolicy`], ours), with the KV-cache rule that a block counts as a hit only if every earlier
 //! block of the same request hit too. [`Opt`] is Belady's offline optimum, computed from
 //! the whole trace. No I/O beyond reading the trace, no RocksDB.
 //!
@@ -16,12 +16,14 @@
 mod lru;
 mod opt;
 mod s3fifo;
+mod strata;
 mod tinylfu;
 mod trace;
 
 pub use lru::Lru;
 pub use opt::Opt;
 pub use s3fifo::S3Fifo;
+pub use strata::StrataPolicy;
 pub use tinylfu::WTinyLfu;
 pub use trace::{load_trace, Request};
 
@@ -32,6 +34,9 @@ pub trait BlockCache {
     /// Records an access at position `t` of the flattened trace: a hit refreshes the
     /// entry, a miss inserts it (evicting, or declining to admit it).
     fn access(&mut self, key: u64, t: usize);
+    /// Called before the blocks of a new request are accessed, so that a policy can learn
+    /// the chain (each block's parent is the block before it in its request).
+    fn begin_request(&mut self) {}
 }
 
 /// The policies a replay can use.
@@ -40,14 +45,16 @@ pub enum PolicyKind {
     Lru,
     S3Fifo,
     WTinyLfu,
+    Strata,
     Opt,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 5] = [
         PolicyKind::Lru,
         PolicyKind::S3Fifo,
         PolicyKind::WTinyLfu,
+        PolicyKind::Strata,
         PolicyKind::Opt,
     ];
 
@@ -56,6 +63,7 @@ impl PolicyKind {
             PolicyKind::Lru => "lru",
             PolicyKind::S3Fifo => "s3fifo",
             PolicyKind::WTinyLfu => "wtinylfu",
+            PolicyKind::Strata => "strata",
             PolicyKind::Opt => "opt",
         }
     }
@@ -67,7 +75,9 @@ impl std::str::FromStr for PolicyKind {
         PolicyKind::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown policy '{s}'; choose lru, s3fifo, wtinylfu or opt"))
+            .ok_or_else(|| {
+                format!("unknown policy '{s}'; choose lru, s3fifo, wtinylfu, strata or opt")
+            })
     }
 }
 
@@ -99,6 +109,7 @@ pub fn replay(trace: &[Request], policy: PolicyKind, capacity: usize) -> ReplayR
         PolicyKind::Lru => Box::new(Lru::new(capacity)),
         PolicyKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
         PolicyKind::WTinyLfu => Box::new(WTinyLfu::new(capacity)),
+        PolicyKind::Strata => Box::new(StrataPolicy::new(capacity)),
         PolicyKind::Opt => Box::new(Opt::new(capacity, &flatten(trace))),
     };
     replay_with(trace, cache.as_mut())
@@ -116,6 +127,7 @@ pub fn replay_with(trace: &[Request], cache: &mut dyn BlockCache) -> ReplayResul
             out.blocks += 1;
             out.hits += prefix as u64;
         }
+        cache.begin_request();
         for &b in &req.blocks {
             cache.access(b, t);
             t += 1;
@@ -158,7 +170,12 @@ mod tests {
             let trace = generated(seed * 7919, 300);
             for cap in [4, 16, 64, 200] {
                 let opt = replay(&trace, PolicyKind::Opt, cap).hits;
-                for p in [PolicyKind::Lru, PolicyKind::S3Fifo, PolicyKind::WTinyLfu] {
+                for p in [
+                    PolicyKind::Lru,
+                    PolicyKind::S3Fifo,
+                    PolicyKind::WTinyLfu,
+                    PolicyKind::Strata,
+                ] {
                     let got = replay(&trace, p, cap).hits;
                     assert!(
                         got <= opt,

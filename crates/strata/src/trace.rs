@@ -11,7 +11,7 @@ pub struct ReplayArgs {
     /// The trace file.
     #[arg(long)]
     trace: PathBuf,
-    /// lru, s3fifo, wtinylfu, opt, or all.
+    /// lru, s3fifo, wtinylfu, strata, opt, or all.
     #[arg(long, default_value = "all")]
     policy: String,
     /// Cache capacities in blocks (repeatable); default 1000 2000 5859 10000 20000.
@@ -41,8 +41,6 @@ pub fn replay(args: &ReplayArgs) -> Result<()> {
     }
     let policies: Vec<PolicyKind> = if args.policy == "all" {
         PolicyKind::ALL.to_vec()
-    } else if args.policy == "strata" {
-        bail!("the strata policy is not implemented yet; use lru, s3fifo, wtinylfu, opt or all");
     } else {
         vec![args.policy.parse().map_err(anyhow::Error::msg)?]
     };

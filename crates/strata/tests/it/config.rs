@@ -178,3 +178,49 @@ fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() 
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open trace"));
 }
+
+#[test]
+fn strata_policy_beats_the_online_baselines_on_the_conversation_trace() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces/conversation_trace.jsonl"
+    );
+    for cap in ["1000", "5859", "20000"] {
+        let out = strata(
+            &[
+                "trace",
+                "replay",
+                "--trace",
+                trace,
+                "--capacity-blocks",
+                cap,
+                "--json",
+            ],
+            &[],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rates: std::collections::HashMap<String, f64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["policy"].as_str().unwrap().to_string(),
+                    v["hit_rate"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let s = rates["strata"];
+        for other in ["lru", "s3fifo", "wtinylfu"] {
+            assert!(
+                s > rates[other],
+                "capacity {cap}: strata {s} vs {other} {}",
+                rates[other]
+            );
+        }
+        assert!(s <= rates["opt"], "capacity {cap}: nothing beats OPT");
+    }
+}
