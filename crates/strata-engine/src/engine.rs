@@ -292,9 +292,20 @@ impl Engine {
         })?;
         let warm = Warm::open(&opts.data_dir.join("warm"), &opts)?;
         let cold = Arc::new(Cold::open(&opts)?);
-        let hot = HotCache::new(opts.hot_bytes_max as usize, opts.hot_shard_count, || {
-            Box::new(Lru::default())
-        });
+        let shard_entries =
+            (opts.hot_bytes_max / 1024 / opts.hot_shard_count as u64).clamp(64, 1 << 20) as usize;
+        let hot = match opts.hot_policy {
+            crate::HotPolicy::Lru => {
+                HotCache::new(opts.hot_bytes_max as usize, opts.hot_shard_count, || {
+                    Box::new(Lru::default())
+                })
+            }
+            crate::HotPolicy::Strata => {
+                HotCache::new(opts.hot_bytes_max as usize, opts.hot_shard_count, || {
+                    Box::new(strata_hot::StrataHot::new(shard_entries))
+                })
+            }
+        };
         let counters = Counters::default();
         counters
             .warm_bytes
@@ -385,16 +396,26 @@ impl Engine {
     /// Reads many keys at once: hot for all, then one RocksDB multi-get, then the cold
     /// blocks concurrently (keys sharing a block share its fetch).
     pub async fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        Ok(self
+            .get_many_tiered(keys)
+            .await?
+            .into_iter()
+            .map(|v| v.map(|(b, _)| b))
+            .collect())
+    }
+
+    /// As [`Engine::get_many`], also saying which tier served each value.
+    pub async fn get_many_tiered(&self, keys: &[&[u8]]) -> Result<Vec<Option<(Bytes, Tier)>>> {
         let inner = &self.inner;
         let now = inner.now_ms();
-        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut out: Vec<Option<(Bytes, Tier)>> = vec![None; keys.len()];
         let mut pending = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             inner.access.mark(k);
             match inner.hot.get(k, now) {
                 Some((v, _)) => {
                     add(&inner.counters.hot_hits);
-                    out[i] = Some(v);
+                    out[i] = Some((v, Tier::Hot));
                 }
                 None => pending.push(i),
             }
@@ -426,7 +447,7 @@ impl Engine {
                     let v = Bytes::copy_from_slice(rec.value);
                     add(&inner.counters.warm_hits);
                     inner.promote(keys[i], seen, v.clone(), rec.expire_ms);
-                    out[i] = Some(v);
+                    out[i] = Some((v, Tier::Warm));
                 }
                 None => not_warm.push(i),
             }
@@ -457,7 +478,7 @@ impl Engine {
         let fetched =
             futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
         for (&i, v) in cold.iter().zip(fetched) {
-            out[i] = v?;
+            out[i] = v?.map(|v| (v, Tier::Cold));
         }
         Ok(out)
     }

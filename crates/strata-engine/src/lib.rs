@@ -36,7 +36,9 @@ mod write;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, Tier};
 pub use error::{Error, ErrorKind, Result};
-pub use options::{Durability, EngineOptions, S3Options};
+pub use options::{Durability, EngineOptions, HotPolicy, S3Options};
 pub use scan::{ScanItem, ScanPage};
 pub use stats::{ColdRequestStats, EngineStats, TierStats};
+/// Bytes the DRAM tier charges per entry on top of key and value.
+pub const HOT_ENTRY_OVERHEAD_BYTES: usize = strata_hot::ENTRY_OVERHEAD_BYTES;
 pub use write::{parse_i64, Change, Condition, Existing, Expire, PutOptions, PutResult};

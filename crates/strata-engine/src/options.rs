@@ -31,6 +31,27 @@ impl std::str::FromStr for Durability {
     }
 }
 
+/// The DRAM tier's eviction policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HotPolicy {
+    Lru,
+    /// Frequency-weighted aging (see `strata-policy`): keeps reused keys through scans.
+    Strata,
+}
+
+impl std::str::FromStr for HotPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "lru" => Ok(HotPolicy::Lru),
+            "strata" => Ok(HotPolicy::Strata),
+            _ => Err(Error::Invalid(format!(
+                "hot_policy must be lru or strata, not '{s}'"
+            ))),
+        }
+    }
+}
+
 /// How to reach an S3-compatible cold tier; unset fields fall back to `AWS_*` variables.
 #[derive(Debug, Clone, Default)]
 pub struct S3Options {
@@ -51,6 +72,7 @@ pub struct EngineOptions {
     pub s3: S3Options,
     pub hot_bytes_max: u64,
     pub hot_shard_count: usize,
+    pub hot_policy: HotPolicy,
     pub warm_bytes_max: u64,
     /// Demotion stops once warm holds this fraction of `warm_bytes_max`.
     pub warm_demote_to_fraction: f64,
@@ -84,6 +106,7 @@ impl EngineOptions {
             s3: S3Options::default(),
             hot_bytes_max: 256 << 20,
             hot_shard_count: 16,
+            hot_policy: HotPolicy::Lru,
             warm_bytes_max: 8 << 30,
             warm_demote_to_fraction: 0.9,
             durability: Durability::Group,

@@ -14,6 +14,7 @@
 //! ```
 
 mod lru;
+mod strata;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,6 +22,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 pub use lru::Lru;
+pub use strata::StrataHot;
 
 /// Bytes charged per entry on top of key and value: the map slot, the slab slot with its
 /// two `Bytes` handles, the policy's links and the allocator's headers.
@@ -28,11 +30,12 @@ pub const ENTRY_OVERHEAD_BYTES: usize = 128;
 
 /// An eviction policy over the slots of one shard.
 ///
-/// The shard calls `on_insert` once per new slot, `on_hit` on every read hit, and
-/// `on_remove` when a slot leaves for any reason other than being chosen by `victim`.
+/// The shard calls `on_insert` once per new slot (with a hash of its key, stable for the
+/// process's life), `on_hit` on every read hit, and `on_remove` when a slot leaves for any
+/// reason other than being chosen by `victim`.
 pub trait Policy: Send + 'static {
     fn name(&self) -> &'static str;
-    fn on_insert(&mut self, slot: u32);
+    fn on_insert(&mut self, slot: u32, key_hash: u64);
     fn on_hit(&mut self, slot: u32);
     fn on_remove(&mut self, slot: u32);
     /// Chooses and forgets the slot to evict next, or `None` if the shard is empty.
@@ -109,8 +112,11 @@ impl HotCache {
     }
 
     fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
-        let h = self.hasher.hash_one(key);
-        &self.shards[(h % self.shards.len() as u64) as usize]
+        self.shard_of(self.hasher.hash_one(key))
+    }
+
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[(hash % self.shards.len() as u64) as usize]
     }
 
     /// The value and expiry of `key`, if cached and not expired at `now_ms`.
@@ -148,7 +154,8 @@ impl HotCache {
     /// false (and caches nothing) when the entry is too large for the cache to be useful.
     pub fn insert(&self, key: &[u8], value: Bytes, expire_ms: u64) -> bool {
         let charge = key.len() + value.len() + ENTRY_OVERHEAD_BYTES;
-        let mut sh = self.shard(key).lock();
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
         if let Some(&slot) = sh.map.get(key) {
             sh.policy.on_remove(slot);
             sh.remove_slot(slot);
@@ -180,7 +187,7 @@ impl HotCache {
         });
         sh.map.insert(key, slot);
         sh.bytes += charge;
-        sh.policy.on_insert(slot);
+        sh.policy.on_insert(slot, hash);
         true
     }
 
@@ -227,6 +234,39 @@ mod tests {
 
     fn cache(bytes: usize) -> HotCache {
         HotCache::new(bytes, 1, || Box::new(Lru::default()))
+    }
+
+    #[test]
+    fn strata_policy_keeps_reused_entries_through_a_scan() {
+        let each = ENTRY_OVERHEAD_BYTES + 6;
+        for (name, make) in [
+            (
+                "lru",
+                Box::new(|| Box::new(Lru::default()) as Box<dyn Policy>)
+                    as Box<dyn Fn() -> Box<dyn Policy>>,
+            ),
+            (
+                "strata",
+                Box::new(|| Box::new(StrataHot::new(64)) as Box<dyn Policy>),
+            ),
+        ] {
+            let c = HotCache::new(10 * each, 1, make);
+            for _ in 0..3 {
+                for k in 0..5u8 {
+                    if c.get(&[b'h', k], 0).is_none() {
+                        c.insert(&[b'h', k], Bytes::from_static(b"v"), 0);
+                    }
+                }
+            }
+            for n in 0..10u32 {
+                c.insert(format!("s{n:03}").as_bytes(), Bytes::from_static(b"v"), 0);
+            }
+            let kept = (0..5u8).filter(|&k| c.get(&[b'h', k], 0).is_some()).count();
+            match name {
+                "lru" => assert_eq!(kept, 0, "LRU loses the reused keys to a scan"),
+                _ => assert_eq!(kept, 5, "Strata's policy keeps the reused keys"),
+            }
+        }
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl Policy for Lru {
     fn name(&self) -> &'static str {
         "lru"
     }
-    fn on_insert(&mut self, slot: u32) {
+    fn on_insert(&mut self, slot: u32, _key_hash: u64) {
         self.unlink(slot);
         self.push_front(slot);
     }

@@ -89,6 +89,7 @@ pub struct StrataPolicy {
     children: HashMap<u64, Vec<u64>>,
     orphans: Vec<u64>,
     prev_in_request: Option<u64>,
+    in_request: bool,
 }
 
 impl StrataPolicy {
@@ -104,10 +105,60 @@ impl StrataPolicy {
             children: HashMap::new(),
             orphans: Vec::new(),
             prev_in_request: None,
+            in_request: false,
         }
     }
 
-    fn remove(&mut self, key: u64) {
+    /// Starts a request: the keys touched until `end_request` form one chain, in order.
+    pub fn begin_request(&mut self) {
+        self.prev_in_request = None;
+        self.depth_in_request = 0;
+        self.in_request = true;
+    }
+
+    /// Ends a request: later touches are not chained to it.
+    pub fn end_request(&mut self) {
+        self.in_request = false;
+        self.prev_in_request = None;
+        self.depth_in_request = 0;
+    }
+
+    /// Number of keys tracked.
+    pub fn len(&self) -> usize {
+        self.priority.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.priority.is_empty()
+    }
+
+    /// Records an access of `key` (inserting it if new).
+    pub fn touch(&mut self, key: u64) {
+        let f = self.sketch.add(key).min(FREQUENCY_MAX);
+        let weight = if f <= 1 { FIRST_WEIGHT } else { f as f64 };
+        let p = self.inflation + units(weight);
+        let depth = self.depth_in_request;
+        if self.in_request {
+            self.depth_in_request += 1;
+        }
+        if let Some((old, d)) = self.priority.insert(key, (p, depth)) {
+            self.order.remove(&(old, Reverse(d), key));
+        }
+        self.order.insert((p, Reverse(depth), key));
+        if !self.in_request {
+            return;
+        }
+        if let Some(parent) = self.prev_in_request.replace(key) {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.parent.entry(key) {
+                e.insert(parent);
+                self.children.entry(parent).or_default().push(key);
+            }
+        }
+    }
+
+    /// Forgets `key` (it left the cache for a reason of its own); its cached children
+    /// become orphans, the first to be evicted.
+    pub fn remove(&mut self, key: u64) {
         if let Some((p, d)) = self.priority.remove(&key) {
             self.order.remove(&(p, Reverse(d), key));
         }
@@ -122,7 +173,8 @@ impl StrataPolicy {
         }
     }
 
-    fn evict_one(&mut self) {
+    /// Chooses, forgets and returns the key to evict next.
+    pub fn pop_victim(&mut self) -> Option<u64> {
         while let Some(o) = self.orphans.pop() {
             let orphaned = self.priority.contains_key(&o)
                 && self
@@ -131,13 +183,13 @@ impl StrataPolicy {
                     .is_none_or(|p| !self.priority.contains_key(p));
             if orphaned {
                 self.remove(o);
-                return;
+                return Some(o);
             }
         }
-        if let Some(&(p, _, victim)) = self.order.first() {
-            self.inflation = self.inflation.max(p);
-            self.remove(victim);
-        }
+        let &(p, _, victim) = self.order.first()?;
+        self.inflation = self.inflation.max(p);
+        self.remove(victim);
+        Some(victim)
     }
 }
 
@@ -147,28 +199,13 @@ impl BlockCache for StrataPolicy {
     }
 
     fn begin_request(&mut self) {
-        self.prev_in_request = None;
-        self.depth_in_request = 0;
+        StrataPolicy::begin_request(self);
     }
 
     fn access(&mut self, key: u64, _t: usize) {
-        let f = self.sketch.add(key).min(FREQUENCY_MAX);
-        let weight = if f <= 1 { FIRST_WEIGHT } else { f as f64 };
-        let p = self.inflation + units(weight);
-        let depth = self.depth_in_request;
-        self.depth_in_request += 1;
-        if let Some((old, d)) = self.priority.insert(key, (p, depth)) {
-            self.order.remove(&(old, Reverse(d), key));
-        }
-        self.order.insert((p, Reverse(depth), key));
-        if let Some(parent) = self.prev_in_request.replace(key) {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.parent.entry(key) {
-                e.insert(parent);
-                self.children.entry(parent).or_default().push(key);
-            }
-        }
+        self.touch(key);
         while self.priority.len() > self.capacity {
-            self.evict_one();
+            self.pop_victim();
         }
     }
 }

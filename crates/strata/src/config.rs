@@ -27,6 +27,8 @@ pub struct Config {
     pub tls_key_file: String,
     #[serde(deserialize_with = "de_size")]
     pub hot_bytes_max: u64,
+    /// DRAM eviction policy: `lru` or `strata` (frequency-weighted aging).
+    pub hot_policy: String,
     #[serde(deserialize_with = "de_size")]
     pub warm_bytes_max: u64,
     /// `sync`, `group` or `none`.
@@ -85,6 +87,7 @@ impl Default for Config {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             hot_bytes_max: e.hot_bytes_max,
+            hot_policy: "lru".into(),
             warm_bytes_max: e.warm_bytes_max,
             durability: "group".into(),
             cold_url: String::new(),
@@ -268,6 +271,10 @@ impl Config {
             allow_http: self.s3_allow_http,
         };
         o.hot_bytes_max = self.hot_bytes_max;
+        o.hot_policy = self
+            .hot_policy
+            .parse()
+            .map_err(|e: strata_engine::Error| anyhow::anyhow!("{e}"))?;
         o.warm_bytes_max = self.warm_bytes_max;
         o.durability = self
             .durability
