@@ -51,6 +51,8 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: watch::Receiver<bool>) 
 /// One round: expire, demote until under budget, optionally collect segments.
 pub(crate) async fn round(inner: &Arc<Inner>, collect: bool) -> Result<u64> {
     sweep_expired(inner)?;
+    let now = inner.now_ms();
+    inner.leases.lock().retain(|_, &mut until| until > now);
     let mut demoted = 0;
     loop {
         let n = demote_once(inner).await?;
@@ -137,7 +139,7 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
         let bytes = it.value().expect("valid iterator");
         match WarmRecord::decode(key, bytes) {
             Ok(rec) if rec.expire_ms != 0 && rec.expire_ms <= now => {}
-            Ok(_) if inner.is_pinned(key) => {}
+            Ok(_) if inner.is_pinned(key) || inner.is_leased(key, now) => {}
             Ok(_) if passes == 0 && inner.access.take(key) => {}
             Ok(rec) => {
                 let mut header = [0u8; WARM_HEADER_BYTES];

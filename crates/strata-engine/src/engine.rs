@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     pub(crate) background_wake: Notify,
     pub(crate) closed: AtomicBool,
     pub(crate) pins: parking_lot::RwLock<Vec<Bytes>>,
+    /// Keys that may not be demoted before the given Unix ms (KV-cache leases).
+    pub(crate) leases: Mutex<std::collections::HashMap<Bytes, u64>>,
 }
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
@@ -263,6 +265,11 @@ impl Inner {
         ))
     }
 
+    pub(crate) fn is_leased(&self, key: &[u8], now_ms: u64) -> bool {
+        let l = self.leases.lock();
+        !l.is_empty() && l.get(key).is_some_and(|&t| t > now_ms)
+    }
+
     pub(crate) fn check_writable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -343,6 +350,7 @@ impl Engine {
             background_wake: Notify::new(),
             closed: AtomicBool::new(false),
             pins: parking_lot::RwLock::new(Vec::new()),
+            leases: Mutex::new(std::collections::HashMap::new()),
         });
         *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);
@@ -519,6 +527,22 @@ impl Engine {
             Loc::Warm { .. } => Tier::Warm,
             Loc::Cold(_) => Tier::Cold,
         }))
+    }
+
+    /// Keeps `keys` from being demoted to the cold tier until `until_ms` (a lease taken by a
+    /// KV-cache prefix match, so the matched chunks stay quick to load). At most
+    /// `LEASES_MAX` keys are leased at once; beyond that the oldest-expiring leases go.
+    pub fn lease(&self, keys: &[&[u8]], until_ms: u64) {
+        const LEASES_MAX: usize = 1 << 20;
+        let mut l = self.inner.leases.lock();
+        let now = self.inner.now_ms();
+        if l.len() + keys.len() > LEASES_MAX {
+            l.retain(|_, &mut t| t > now);
+        }
+        for k in keys.iter().take(LEASES_MAX.saturating_sub(l.len())) {
+            let e = l.entry(Bytes::copy_from_slice(k)).or_insert(0);
+            *e = (*e).max(until_ms);
+        }
     }
 
     /// Figures for every tier.

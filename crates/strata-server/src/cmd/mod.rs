@@ -2,6 +2,7 @@
 //! metrics happen here, once, for every command.
 
 mod keys;
+mod kvc;
 mod server;
 mod strata;
 mod strings;
@@ -136,6 +137,10 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c("pin", 2, WRITE | ADMIN, 0, 0, 0),
     c("unpin", 2, WRITE | ADMIN, 0, 0, 0),
     c("pins", 1, READ, 0, 0, 0),
+    // The KV-cache pool (one round trip each).
+    c("kvc.put", -4, WRITE, 0, 0, 0),
+    c("kvc.get", -3, READ, 0, 0, 0),
+    c("kvc.match", -3, READ, 0, 0, 0),
 ];
 
 fn table() -> &'static HashMap<&'static str, usize> {
@@ -298,6 +303,7 @@ pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Repl
         }
         "multi" | "exec" | "discard" | "watch" | "unwatch" => txn::run(ctx, name, a).await,
         "tier" | "strata.stats" | "pin" | "unpin" | "pins" => strata::run(ctx, name, a).await,
+        "kvc.put" | "kvc.get" | "kvc.match" => kvc::run(ctx, name, a).await,
         "del" | "unlink" | "exists" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "type" | "rename"
         | "renamenx" | "scan" | "keys" | "dbsize" | "randomkey" | "flushdb" | "flushall" => {

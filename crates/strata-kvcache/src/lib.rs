@@ -1,0 +1,188 @@
+//! Keys of LLM KV-cache chunks: a namespace and a chained hash of the token prefix.
+//!
+//! Two processes (in any language) with the same prompt and namespace produce the same
+//! keys; different models, revisions, dtypes, layouts, parallelism or chunk sizes never
+//! share a key. The scheme, also implemented by `clients/python/strata_client/kvcache.py`
+//! and checked against the shared vectors in `tests/vectors/kvcache.json`:
+//!
+//! ```text
+//! canonical = "strata-kvc-v1|model=<m>|revision=<r>|dtype=<d>|layout=<l>|tp=<world>/<rank>|chunk=<tokens>"
+//! ns_id     = hex(sha256(canonical))[..32]
+//! h_0       = sha256(canonical)
+//! h_i       = sha256(h_{i-1} || tokens of chunk i as u32 little-endian)
+//! key_i     = "kvc:" + ns_id + ":" + hex(h_i)
+//! ```
+//!
+//! Only whole chunks get keys; a trailing partial chunk is recomputed, never cached.
+//!
+//! ```
+//! use strata_kvcache::Namespace;
+//! let ns = Namespace::new("meta-llama/Llama-3.1-8B", "main", "bf16", "vllm", 1, 0, 4);
+//! let keys = ns.chunk_keys(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+//! assert_eq!(keys.len(), 2);
+//! assert!(keys[0].starts_with(&format!("kvc:{}:", ns.id())));
+//! ```
+
+use sha2::{Digest, Sha256};
+
+/// Everything that makes two KV caches incompatible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    canonical: String,
+    chunk_tokens: usize,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Namespace {
+    pub fn new(
+        model: &str,
+        revision: &str,
+        dtype: &str,
+        layout: &str,
+        tp_world: u32,
+        tp_rank: u32,
+        chunk_tokens: usize,
+    ) -> Self {
+        let clean = |s: &str| s.replace('|', "%7C");
+        let canonical = format!(
+            "strata-kvc-v1|model={}|revision={}|dtype={}|layout={}|tp={tp_world}/{tp_rank}|chunk={chunk_tokens}",
+            clean(model),
+            clean(revision),
+            clean(dtype),
+            clean(layout)
+        );
+        Namespace {
+            canonical,
+            chunk_tokens: chunk_tokens.max(1),
+        }
+    }
+
+    /// The canonical text the namespace hashes.
+    pub fn canonical(&self) -> &str {
+        &self.canonical
+    }
+
+    /// The namespace id used in keys and in `KVC.*` commands: 32 hex digits.
+    pub fn id(&self) -> String {
+        hex(&Sha256::digest(self.canonical.as_bytes()))[..32].to_string()
+    }
+
+    pub fn chunk_tokens(&self) -> usize {
+        self.chunk_tokens
+    }
+
+    /// The chained hashes of every whole chunk of `tokens`, as hex.
+    pub fn chunk_hashes(&self, tokens: &[u32]) -> Vec<String> {
+        let mut h: [u8; 32] = Sha256::digest(self.canonical.as_bytes()).into();
+        tokens
+            .chunks_exact(self.chunk_tokens)
+            .map(|chunk| {
+                let mut d = Sha256::new();
+                d.update(h);
+                for t in chunk {
+                    d.update(t.to_le_bytes());
+                }
+                h = d.finalize().into();
+                hex(&h)
+            })
+            .collect()
+    }
+
+    /// The storage key of a chunk hash in this namespace.
+    pub fn key_of(&self, chunk_hash: &str) -> String {
+        format!("kvc:{}:{chunk_hash}", self.id())
+    }
+
+    /// The keys of every whole chunk of `tokens`.
+    pub fn chunk_keys(&self, tokens: &[u32]) -> Vec<String> {
+        self.chunk_hashes(tokens)
+            .iter()
+            .map(|h| self.key_of(h))
+            .collect()
+    }
+}
+
+/// The storage key for a namespace id and chunk hash given on the wire.
+pub fn key_for(ns_id: &[u8], chunk_hash: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + ns_id.len() + chunk_hash.len());
+    k.extend_from_slice(b"kvc:");
+    k.extend_from_slice(ns_id);
+    k.push(b':');
+    k.extend_from_slice(chunk_hash);
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_test_vectors_match() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/vectors/kvcache.json"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cases = v["cases"].as_array().unwrap();
+        assert!(cases.len() >= 4);
+        for c in cases {
+            let n = &c["namespace"];
+            let ns = Namespace::new(
+                n["model"].as_str().unwrap(),
+                n["revision"].as_str().unwrap(),
+                n["dtype"].as_str().unwrap(),
+                n["layout"].as_str().unwrap(),
+                n["tp_world"].as_u64().unwrap() as u32,
+                n["tp_rank"].as_u64().unwrap() as u32,
+                n["chunk_tokens"].as_u64().unwrap() as usize,
+            );
+            let tokens: Vec<u32> = c["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap() as u32)
+                .collect();
+            let want: Vec<String> = c["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(ns.id(), c["ns_id"].as_str().unwrap());
+            assert_eq!(ns.chunk_keys(&tokens), want, "case {}", c["name"]);
+        }
+    }
+
+    #[test]
+    fn prefixes_share_keys_and_namespaces_never_collide() {
+        let a = Namespace::new("m", "r", "bf16", "vllm", 1, 0, 2);
+        let long = a.chunk_keys(&[1, 2, 3, 4, 5, 6]);
+        let short = a.chunk_keys(&[1, 2, 3, 4, 9]);
+        assert_eq!(
+            long[..2],
+            short[..2],
+            "a shared prefix shares its chunk keys"
+        );
+        let other = [
+            Namespace::new("m", "r", "fp16", "vllm", 1, 0, 2),
+            Namespace::new("m", "r2", "bf16", "vllm", 1, 0, 2),
+            Namespace::new("m", "r", "bf16", "vllm", 2, 0, 2),
+            Namespace::new("m", "r", "bf16", "vllm", 2, 1, 2),
+            Namespace::new("m", "r", "bf16", "sglang", 1, 0, 2),
+            Namespace::new("m2", "r", "bf16", "vllm", 1, 0, 2),
+        ];
+        for o in &other {
+            assert_ne!(o.id(), a.id());
+            assert_ne!(o.chunk_keys(&[1, 2])[0], long[0]);
+        }
+        assert_ne!(
+            a.chunk_keys(&[1, 2, 3, 4])[1],
+            a.chunk_keys(&[3, 4, 1, 2])[1],
+            "order matters"
+        );
+    }
+}

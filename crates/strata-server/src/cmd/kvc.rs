@@ -1,0 +1,108 @@
+//! The KV-cache pool: chunk keys are `kvc:<ns>:<hash>` (see `strata-kvcache`).
+//!
+//! - `KVC.PUT ns h value [h value ...] [TTL seconds]` → number of chunks stored.
+//! - `KVC.GET ns h1 .. hN` → the values of the leading chunks that are present, in order;
+//!   it stops at the first missing chunk (a KV prefix is usable only contiguously), so the
+//!   reply's length is the number of usable chunks.
+//! - `KVC.MATCH ns h1 .. hN [LEASE ms]` → `[count, [tier, ...]]`: how many leading chunks
+//!   are present and where each one lives (`hot`, `warm`, `cold`). With `LEASE`, the matched
+//!   chunks are not demoted to the object store for `ms` milliseconds.
+
+use bytes::Bytes;
+use strata_engine::{Expire, PutOptions};
+use strata_resp::Reply;
+
+use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
+
+/// Most chunks one command may name.
+const CHUNKS_MAX: usize = 65_536;
+
+fn keys(ns: &[u8], hashes: &[Bytes]) -> Vec<Vec<u8>> {
+    hashes
+        .iter()
+        .map(|h| strata_kvcache::key_for(ns, h))
+        .collect()
+}
+
+pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+    let engine = &ctx.shared.engine;
+    let ns = &a[1];
+    match name {
+        "kvc.put" => {
+            let mut rest = &a[2..];
+            let mut expire = Expire::Persist;
+            if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case(b"ttl") {
+                let Some(secs) = parse_int(&rest[rest.len() - 1]) else {
+                    return not_integer();
+                };
+                if secs <= 0 {
+                    return Reply::err("ERR invalid expire time in 'kvc.put' command");
+                }
+                expire = Expire::AtMs(engine.now_ms() + secs as u64 * 1000);
+                rest = &rest[..rest.len() - 2];
+            }
+            if rest.is_empty() || rest.len() % 2 != 0 || rest.len() / 2 > CHUNKS_MAX {
+                return syntax_error();
+            }
+            let mut n = 0;
+            for pair in rest.chunks(2) {
+                let key = strata_kvcache::key_for(ns, &pair[0]);
+                let opts = PutOptions {
+                    expire,
+                    ..Default::default()
+                };
+                if let Err(e) = engine.put(&key, pair[1].clone(), opts).await {
+                    return engine_error(&e);
+                }
+                ctx.shared.watches.touch(&key);
+                n += 1;
+            }
+            Reply::Integer(n)
+        }
+        "kvc.get" => {
+            if a.len() - 2 > CHUNKS_MAX {
+                return syntax_error();
+            }
+            let ks = keys(ns, &a[2..]);
+            let refs: Vec<&[u8]> = ks.iter().map(|k| k.as_slice()).collect();
+            match engine.get_many(&refs).await {
+                Ok(vals) => {
+                    Reply::Array(vals.into_iter().map_while(|v| v.map(Reply::Bulk)).collect())
+                }
+                Err(e) => engine_error(&e),
+            }
+        }
+        "kvc.match" => {
+            let mut hashes = &a[2..];
+            let mut lease_ms = None;
+            if hashes.len() >= 2 && hashes[hashes.len() - 2].eq_ignore_ascii_case(b"lease") {
+                match parse_int(&hashes[hashes.len() - 1]) {
+                    Some(ms) if ms > 0 => lease_ms = Some(ms as u64),
+                    _ => return Reply::err("ERR LEASE takes a positive number of milliseconds"),
+                }
+                hashes = &hashes[..hashes.len() - 2];
+            }
+            if hashes.is_empty() || hashes.len() > CHUNKS_MAX {
+                return syntax_error();
+            }
+            let ks = keys(ns, hashes);
+            let mut tiers = Vec::new();
+            for k in &ks {
+                match engine.tier_of(k).await {
+                    Ok(Some(t)) => tiers.push(Reply::bulk(t.as_str())),
+                    Ok(None) => break,
+                    Err(e) => return engine_error(&e),
+                }
+            }
+            if let Some(ms) = lease_ms {
+                let matched: Vec<&[u8]> = ks[..tiers.len()].iter().map(|k| k.as_slice()).collect();
+                engine.lease(&matched, engine.now_ms() + ms);
+            }
+            Reply::Array(vec![
+                Reply::Integer(tiers.len() as i64),
+                Reply::Array(tiers),
+            ])
+        }
+        _ => Reply::err(format!("ERR unknown command '{name}'")),
+    }
+}

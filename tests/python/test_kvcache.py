@@ -1,0 +1,83 @@
+"""The KV-cache pool: shared key vectors, the Python client against the real server, and
+LMCache's redis:// connector sequence replayed with redis-py."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+import redis
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+
+from strata_client import KVCacheClient, Namespace  # noqa: E402
+
+
+def test_shared_vectors_match_the_python_implementation():
+    vectors = json.loads((ROOT / "tests" / "vectors" / "kvcache.json").read_text())
+    assert len(vectors["cases"]) >= 4
+    for case in vectors["cases"]:
+        n = case["namespace"]
+        ns = Namespace(n["model"], n["revision"], n["dtype"], n["layout"], n["tp_world"], n["tp_rank"], n["chunk_tokens"])
+        assert ns.canonical == case["canonical"], case["name"]
+        assert ns.id == case["ns_id"], case["name"]
+        assert ns.chunk_keys(case["tokens"]) == case["keys"], case["name"]
+
+
+def test_lookup_store_retrieve_round_trip(strata):
+    ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=16)
+    c = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
+    prompt = list(range(1000, 1000 + 16 * 5 + 3))  # five whole chunks and a partial one
+    assert c.lookup(prompt) == 0
+    chunks = [bytes([i]) * (256 * 1024) for i in range(5)]
+    assert c.store(prompt, chunks) == 5
+    assert c.lookup(prompt) == 80
+    assert c.retrieve(prompt) == chunks
+    # A prompt that shares the first three chunks then diverges reuses exactly those.
+    other = prompt[:48] + [7] * 40
+    assert c.lookup(other) == 48
+    assert c.retrieve(other) == chunks[:3]
+    assert c.tiers(prompt) == ["hot"] * 5
+    # Another model never sees these chunks.
+    other_ns = KVCacheClient(f"redis://127.0.0.1:{strata.port}", Namespace("other", "main", "bf16", "vllm-paged", 1, 0, 16))
+    assert other_ns.lookup(prompt) == 0
+    assert c.lookup(prompt, lease_ms=5000) == 80
+    with pytest.raises(ValueError):
+        c.store(prompt, chunks[:2])
+
+
+def test_kvc_commands_stop_at_the_first_missing_chunk(strata):
+    r = strata.client()
+    assert r.execute_command("KVC.PUT", "ns", "a", "A", "b", "B", "d", "D", "TTL", "100") == 3
+    assert r.execute_command("KVC.MATCH", "ns", "a", "b", "c", "d") == [2, [b"hot", b"hot"]]
+    assert r.execute_command("KVC.GET", "ns", "a", "b", "c", "d") == [b"A", b"B"]
+    assert r.execute_command("KVC.GET", "ns", "x", "a") == []
+    assert 0 < r.ttl("kvc:ns:a") <= 100
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.execute_command("KVC.PUT", "ns", "a", "A", "b")
+    with pytest.raises(redis.ResponseError, match="LEASE"):
+        r.execute_command("KVC.MATCH", "ns", "a", "LEASE", "-1")
+
+
+def test_lmcache_redis_connector_sequence(strata):
+    """LMCache's redis:// remote backend, replayed command for command with redis-py (the
+    lmcache package itself pulls CUDA torch wheels and is not installed here): it probes
+    with EXISTS on `<key>metadata`, stores `<key>kv_bytes` then `<key>metadata` with SET,
+    reads metadata then bytes with GET, and deletes a metadata key whose bytes are gone."""
+    r = strata.client()
+    key = "vllm@meta-llama/Llama-3.1-8B@1@0@a1b2c3d4e5f6"
+    kv = bytes(range(256)) * 4096  # 1 MiB
+    meta = json.dumps({"shape": [32, 2, 256, 8, 128], "dtype": "bfloat16", "fmt": "vllm"}).encode()
+    assert r.exists(key + "metadata") == 0
+    assert r.set(key + "kv_bytes", kv)
+    assert r.set(key + "metadata", meta)
+    assert r.exists(key + "metadata") == 1
+    assert r.get(key + "metadata") == meta
+    assert r.get(key + "kv_bytes") == kv
+    # Bytes evicted or lost: the connector finds metadata without bytes and deletes it.
+    r.delete(key + "kv_bytes")
+    assert r.get(key + "metadata") == meta
+    assert r.get(key + "kv_bytes") is None
+    assert r.delete(key + "metadata") == 1
+    assert r.exists(key + "metadata") == 0
