@@ -41,7 +41,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 expire = Expire::AtMs(engine.now_ms() + secs as u64 * 1000);
                 rest = &rest[..rest.len() - 2];
             }
-            if rest.is_empty() || rest.len() % 2 != 0 || rest.len() / 2 > CHUNKS_MAX {
+            if rest.is_empty() || !rest.len().is_multiple_of(2) || rest.len() / 2 > CHUNKS_MAX {
                 return syntax_error();
             }
             let mut n = 0;
