@@ -5,10 +5,14 @@
 //!   alternative on the same medium (a locked `HashMap` for DRAM, one file per key for local
 //!   disk, one object per key read through the same object store for the cold tier).
 //! - `redis`: `redis-benchmark` against a real `redis-server` and against `strata serve`.
+//! - `kvcache`: multi-turn conversations reading their KV prefix back, on Strata, Redis,
+//!   local files and the object store, beside loopback and memcpy ceilings.
 
 mod engine;
+mod kvcache;
 mod redis;
 mod report;
+mod resp;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +37,9 @@ enum Command {
         #[arg(long, default_value_t = 20_000)]
         ops: usize,
     },
+    /// Multi-turn KV-cache workload (after MLPerf Storage's KV-cache test) on Strata,
+    /// redis-server, one file per chunk, and the object store read directly.
+    Kvcache(kvcache::Args),
     /// redis-benchmark against redis-server and against strata, same machine, same run.
     Redis {
         /// Requests per redis-benchmark test.
@@ -55,5 +62,11 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(engine::run(ops, &cli.out))
         }
         Command::Redis { requests, strata } => redis::run(requests, &strata, &cli.out),
+        Command::Kvcache(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(kvcache::run(args, &cli.out))
+        }
     }
 }

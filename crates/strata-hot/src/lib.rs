@@ -81,7 +81,10 @@ pub struct HotStats {
 pub struct HotCache {
     shards: Box<[Mutex<Shard>]>,
     hasher: ahash::RandomState,
-    shard_bytes_max: usize,
+    bytes_max: usize,
+    /// Bytes held by all shards together; the budget is global, so one large value may
+    /// take more than its shard's share.
+    used: std::sync::atomic::AtomicUsize,
     evictions: AtomicU64,
     rejected: AtomicU64,
 }
@@ -105,7 +108,8 @@ impl HotCache {
         HotCache {
             shards,
             hasher: ahash::RandomState::new(),
-            shard_bytes_max: bytes_max / shard_count,
+            bytes_max,
+            used: std::sync::atomic::AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         }
@@ -128,7 +132,8 @@ impl HotCache {
             .expect("mapped slot is live");
         if s.expire_ms != 0 && s.expire_ms <= now_ms {
             sh.policy.on_remove(slot);
-            sh.remove_slot(slot);
+            let gone = sh.remove_slot(slot);
+            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
             return None;
         }
         let out = (s.value.clone(), s.expire_ms);
@@ -158,17 +163,20 @@ impl HotCache {
         let mut sh = self.shard_of(hash).lock();
         if let Some(&slot) = sh.map.get(key) {
             sh.policy.on_remove(slot);
-            sh.remove_slot(slot);
+            let gone = sh.remove_slot(slot);
+            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
         }
-        if charge > self.shard_bytes_max / 2 {
+        if charge > self.bytes_max / 2 {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        while sh.bytes + charge > self.shard_bytes_max {
+        // Make room in this shard first; other shards are trimmed after its lock is released.
+        while self.used.load(Ordering::Relaxed) + charge > self.bytes_max {
             let Some(victim) = sh.policy.victim() else {
                 break;
             };
-            sh.remove_slot(victim);
+            let gone = sh.remove_slot(victim);
+            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
         let key = Bytes::copy_from_slice(key);
@@ -187,7 +195,10 @@ impl HotCache {
         });
         sh.map.insert(key, slot);
         sh.bytes += charge;
+        self.used.fetch_add(charge, Ordering::Relaxed);
         sh.policy.on_insert(slot, hash);
+        drop(sh);
+        self.trim();
         true
     }
 
@@ -196,7 +207,28 @@ impl HotCache {
         let mut sh = self.shard(key).lock();
         if let Some(&slot) = sh.map.get(key) {
             sh.policy.on_remove(slot);
-            sh.remove_slot(slot);
+            let gone = sh.remove_slot(slot);
+            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+        }
+    }
+
+    /// Evicts from the shards in turn, one lock at a time, until under the budget.
+    fn trim(&self) {
+        let mut idle_rounds = 0;
+        let mut i = 0;
+        while self.used.load(Ordering::Relaxed) > self.bytes_max && idle_rounds < 2 {
+            let mut sh = self.shards[i % self.shards.len()].lock();
+            match sh.policy.victim() {
+                Some(victim) => {
+                    let gone = sh.remove_slot(victim);
+                    self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                    idle_rounds = 0;
+                }
+                None if i % self.shards.len() == self.shards.len() - 1 => idle_rounds += 1,
+                None => {}
+            }
+            i += 1;
         }
     }
 
@@ -207,14 +239,15 @@ impl HotCache {
             let slots: Vec<u32> = sh.map.values().copied().collect();
             for slot in slots {
                 sh.policy.on_remove(slot);
-                sh.remove_slot(slot);
+                let gone = sh.remove_slot(slot);
+                self.used.fetch_sub(gone.charge, Ordering::Relaxed);
             }
         }
     }
 
     pub fn stats(&self) -> HotStats {
         let mut st = HotStats {
-            bytes_max: (self.shard_bytes_max * self.shards.len()) as u64,
+            bytes_max: self.bytes_max as u64,
             evictions: self.evictions.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             ..Default::default()

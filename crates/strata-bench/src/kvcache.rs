@@ -1,0 +1,481 @@
+//! Multi-turn KV-cache benchmark, after MLPerf Storage v3.0's KV-cache test: simulated users
+//! hold conversations; each turn reads the whole prefix's KV chunks back (cached tokens) and
+//! then writes the new turn's chunks (prefill). Strata, a real redis-server, one local file
+//! per chunk, and the object store read directly run the same workload in the same run,
+//! beside the loopback-TCP and memcpy ceilings.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::ObjectStoreExt;
+use serde::Serialize;
+use strata_kvcache::Namespace;
+
+use crate::resp::{Client, Value};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model whose KV size per token is used: llama-3.1-8b (128 KiB/token), llama-3.1-70b
+    /// (320 KiB/token) or tiny (4 KiB/token, for quick runs).
+    #[arg(long, default_value = "llama-3.1-8b")]
+    model: String,
+    #[arg(long, default_value_t = 4)]
+    users: usize,
+    #[arg(long, default_value_t = 4)]
+    turns: usize,
+    #[arg(long, default_value_t = 128)]
+    tokens_per_turn: usize,
+    /// Tokens per chunk (LMCache uses 256; 16 keeps chunks at 2 MiB for Llama-3.1-8B).
+    #[arg(long, default_value_t = 16)]
+    chunk_tokens: usize,
+    /// Strata's DRAM budget in MiB; below the working set, reads come from RocksDB.
+    #[arg(long, default_value_t = 64)]
+    hot_mib: u64,
+    #[arg(long, default_value = "target/release/strata")]
+    strata: PathBuf,
+}
+
+fn bytes_per_token(model: &str) -> anyhow::Result<usize> {
+    Ok(match model {
+        "llama-3.1-8b" => 32 * 2 * 8 * 128 * 2,
+        "llama-3.1-70b" => 80 * 2 * 8 * 128 * 2,
+        "tiny" => 4096,
+        _ => anyhow::bail!("unknown model '{model}'; use llama-3.1-8b, llama-3.1-70b or tiny"),
+    })
+}
+
+#[derive(Serialize, Clone)]
+struct Row {
+    backend: String,
+    cached_tokens_per_sec: f64,
+    read_gib_per_sec: f64,
+    write_gib_per_sec: f64,
+    read_p50_ms: f64,
+    read_p95_ms: f64,
+    read_p99_ms: f64,
+    hit_rate: f64,
+}
+
+enum Backend {
+    Strata(Client, String),
+    Redis(Client),
+    Files(PathBuf),
+    Object(object_store::local::LocalFileSystem),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Strata(..) => "strata (KVC.GET)",
+            Backend::Redis(_) => "redis-server (MGET)",
+            Backend::Files(_) => "local files",
+            Backend::Object(_) => "object store direct",
+        }
+    }
+
+    async fn put(
+        &mut self,
+        hashes: &[String],
+        keys: &[String],
+        chunks: &[Bytes],
+    ) -> anyhow::Result<()> {
+        match self {
+            Backend::Strata(c, ns) => {
+                let mut args: Vec<&[u8]> = vec![b"KVC.PUT", ns.as_bytes()];
+                for (h, v) in hashes.iter().zip(chunks) {
+                    args.push(h.as_bytes());
+                    args.push(v);
+                }
+                c.call(&args)?;
+            }
+            Backend::Redis(c) => {
+                let mut args: Vec<&[u8]> = vec![b"MSET"];
+                for (k, v) in keys.iter().zip(chunks) {
+                    args.push(k.as_bytes());
+                    args.push(v);
+                }
+                c.call(&args)?;
+            }
+            Backend::Files(dir) => {
+                for (k, v) in keys.iter().zip(chunks) {
+                    std::fs::write(dir.join(k.replace(':', "_")), v)?;
+                }
+            }
+            Backend::Object(store) => {
+                let store = &*store;
+                let puts = keys.iter().zip(chunks).map(|(k, v)| {
+                    let path = object_store::path::Path::from(k.replace(':', "_"));
+                    let v = v.clone();
+                    async move { store.put(&path, v.into()).await }
+                });
+                for r in join_in_batches(puts).await {
+                    r?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the prefix; returns (leading chunks found, bytes read).
+    async fn get_prefix(
+        &mut self,
+        hashes: &[String],
+        keys: &[String],
+    ) -> anyhow::Result<(usize, usize)> {
+        let leading = |vals: Vec<Option<Vec<u8>>>| {
+            let mut n = 0;
+            let mut b = 0;
+            for v in vals {
+                match v {
+                    Some(v) => {
+                        n += 1;
+                        b += v.len();
+                    }
+                    None => break,
+                }
+            }
+            (n, b)
+        };
+        Ok(match self {
+            Backend::Strata(c, ns) => {
+                let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
+                args.extend(hashes.iter().map(|h| h.as_bytes()));
+                match c.call(&args)? {
+                    Value::Array(items) => leading(
+                        items
+                            .into_iter()
+                            .map(|v| {
+                                if let Value::Bulk(b) = v {
+                                    Some(b)
+                                } else {
+                                    None
+                                }
+                            })
+                            .collect(),
+                    ),
+                    _ => (0, 0),
+                }
+            }
+            Backend::Redis(c) => {
+                let mut args: Vec<&[u8]> = vec![b"MGET"];
+                args.extend(keys.iter().map(|k| k.as_bytes()));
+                match c.call(&args)? {
+                    Value::Array(items) => leading(
+                        items
+                            .into_iter()
+                            .map(|v| {
+                                if let Value::Bulk(b) = v {
+                                    Some(b)
+                                } else {
+                                    None
+                                }
+                            })
+                            .collect(),
+                    ),
+                    _ => (0, 0),
+                }
+            }
+            Backend::Files(dir) => leading(
+                keys.iter()
+                    .map(|k| std::fs::read(dir.join(k.replace(':', "_"))).ok())
+                    .collect(),
+            ),
+            Backend::Object(store) => {
+                let store = &*store;
+                let gets = keys.iter().map(|k| {
+                    let path = object_store::path::Path::from(k.replace(':', "_"));
+                    async move {
+                        let r = store.get(&path).await.ok()?;
+                        r.bytes().await.ok().map(|b| b.to_vec())
+                    }
+                });
+                leading(join_in_batches(gets).await)
+            }
+        })
+    }
+}
+
+/// Runs the futures sixteen at a time (as an object-store client would), keeping order.
+async fn join_in_batches<F: std::future::Future>(it: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut out = Vec::new();
+    let mut it = it.peekable();
+    while it.peek().is_some() {
+        let batch: Vec<F> = it.by_ref().take(16).collect();
+        out.extend(futures::future::join_all(batch).await);
+    }
+    out
+}
+
+fn pct(mut xs: Vec<f64>, q: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[((xs.len() as f64 * q) as usize).min(xs.len() - 1)]
+}
+
+fn user_tokens(u: usize, n: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| {
+            (u as u32)
+                .wrapping_mul(1_000_003)
+                .wrapping_add(i.wrapping_mul(7919))
+                % 128_000
+        })
+        .collect()
+}
+
+async fn run_backend(
+    b: &mut Backend,
+    a: &Args,
+    ns: &Namespace,
+    chunk_bytes: usize,
+    step: &mut usize,
+    total: usize,
+) -> anyhow::Result<Row> {
+    let chunk = |u: usize, i: usize| Bytes::from(vec![(u * 31 + i) as u8; chunk_bytes]);
+    let (mut read_s, mut write_s) = (0f64, 0f64);
+    let (mut read_bytes, mut write_bytes, mut cached, mut wanted) =
+        (0usize, 0usize, 0usize, 0usize);
+    let mut lat = Vec::new();
+    for turn in 0..a.turns {
+        *step += 1;
+        crate::report::progress(
+            *step,
+            total,
+            &format!("{}: turn {}/{}", b.name(), turn + 1, a.turns),
+        );
+        for u in 0..a.users {
+            let tokens = user_tokens(u, (turn + 1) * a.tokens_per_turn);
+            let hashes = ns.chunk_hashes(&tokens);
+            let keys: Vec<String> = hashes.iter().map(|h| ns.key_of(h)).collect();
+            let prefix = hashes.len() - a.tokens_per_turn / a.chunk_tokens;
+            if prefix > 0 {
+                let t = Instant::now();
+                let (n, bytes) = b.get_prefix(&hashes[..prefix], &keys[..prefix]).await?;
+                let dt = t.elapsed().as_secs_f64();
+                read_s += dt;
+                lat.push(dt * 1e3);
+                read_bytes += bytes;
+                cached += n * a.chunk_tokens;
+                wanted += prefix * a.chunk_tokens;
+            }
+            let chunks: Vec<Bytes> = (prefix..hashes.len()).map(|i| chunk(u, i)).collect();
+            let t = Instant::now();
+            b.put(&hashes[prefix..], &keys[prefix..], &chunks).await?;
+            write_s += t.elapsed().as_secs_f64();
+            write_bytes += chunks.len() * chunk_bytes;
+        }
+    }
+    let gib = (1u64 << 30) as f64;
+    Ok(Row {
+        backend: b.name().to_string(),
+        cached_tokens_per_sec: cached as f64 / read_s.max(1e-9),
+        read_gib_per_sec: read_bytes as f64 / gib / read_s.max(1e-9),
+        write_gib_per_sec: write_bytes as f64 / gib / write_s.max(1e-9),
+        read_p50_ms: pct(lat.clone(), 0.50),
+        read_p95_ms: pct(lat.clone(), 0.95),
+        read_p99_ms: pct(lat, 0.99),
+        hit_rate: cached as f64 / wanted.max(1) as f64,
+    })
+}
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn wait_port(port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Loopback TCP bandwidth with one connection, in GiB/s.
+fn loopback_gib_per_sec() -> anyhow::Result<f64> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    let total = 2usize << 30;
+    let reader = std::thread::spawn(move || -> std::io::Result<usize> {
+        let (mut s, _) = l.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0;
+        loop {
+            let m = s.read(&mut buf)?;
+            if m == 0 {
+                return Ok(n);
+            }
+            n += m;
+        }
+    });
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    let buf = vec![1u8; 1 << 20];
+    let t = Instant::now();
+    for _ in 0..total >> 20 {
+        s.write_all(&buf)?;
+    }
+    drop(s);
+    let got = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("reader thread panicked"))??;
+    Ok(got as f64 / (1u64 << 30) as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Memory copy bandwidth, in GiB/s.
+fn memcpy_gib_per_sec() -> f64 {
+    let src = vec![3u8; 256 << 20];
+    let mut dst = vec![0u8; 256 << 20];
+    let t = Instant::now();
+    for _ in 0..8 {
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&dst);
+    }
+    8.0 * 0.25 / t.elapsed().as_secs_f64()
+}
+
+pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
+    let per_token = bytes_per_token(&a.model)?;
+    anyhow::ensure!(
+        a.tokens_per_turn.is_multiple_of(a.chunk_tokens),
+        "tokens_per_turn must be a multiple of chunk_tokens"
+    );
+    anyhow::ensure!(
+        a.strata.exists(),
+        "{} not found; build it with `cargo build --release -p strata`",
+        a.strata.display()
+    );
+    let chunk_bytes = per_token * a.chunk_tokens;
+    let working_set = a.users * a.turns * a.tokens_per_turn * per_token;
+    let started = Instant::now();
+    let total = 4 * a.turns + 1;
+    crate::report::progress(1, total, "measuring the loopback and memcpy ceilings");
+    let loopback = loopback_gib_per_sec()?;
+    let memcpy = memcpy_gib_per_sec();
+    let mut step = 1;
+
+    let dir = tempfile::tempdir()?;
+    let (sp, rp) = (free_port()?, free_port()?);
+    let _strata = Proc(
+        Command::new(&a.strata)
+            .args(["serve", "--data-dir"])
+            .arg(dir.path().join("strata"))
+            .args([
+                "--port",
+                &sp.to_string(),
+                "--set",
+                "metrics_port=0",
+                "--set",
+                "durability=none",
+            ])
+            .args(["--set", &format!("hot_bytes_max={}", a.hot_mib << 20)])
+            .env("STRATA_LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let _redis = Proc(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &rp.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    wait_port(sp)?;
+    wait_port(rp)?;
+    let ns = Namespace::new(&a.model, "main", "bf16", "bench", 1, 0, a.chunk_tokens);
+    let files = dir.path().join("files");
+    let objects = dir.path().join("objects");
+    std::fs::create_dir_all(&files)?;
+    std::fs::create_dir_all(&objects)?;
+    let mut backends = vec![
+        Backend::Strata(Client::connect(sp)?, ns.id()),
+        Backend::Redis(Client::connect(rp)?),
+        Backend::Files(files),
+        Backend::Object(object_store::local::LocalFileSystem::new_with_prefix(
+            &objects,
+        )?),
+    ];
+    let mut rows = Vec::new();
+    for b in &mut backends {
+        let row = run_backend(b, &a, &ns, chunk_bytes, &mut step, total).await?;
+        eprintln!(
+            "  {:<22} {:>12.0} cached tokens/s  read {:.2} GiB/s  write {:.2} GiB/s  p50 {:.1} ms p95 {:.1} ms  hit {:.0}%",
+            row.backend, row.cached_tokens_per_sec, row.read_gib_per_sec, row.write_gib_per_sec, row.read_p50_ms, row.read_p95_ms, row.hit_rate * 100.0
+        );
+        rows.push(row);
+    }
+    let mut md = format!(
+        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection), memcpy {:.2} GiB/s.\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        a.model, per_token >> 10, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, chunk_bytes >> 20, working_set >> 20, a.hot_mib, loopback, memcpy
+    );
+    for r in &rows {
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.0}% |\n",
+            r.backend,
+            r.cached_tokens_per_sec,
+            r.read_gib_per_sec,
+            r.write_gib_per_sec,
+            r.read_p50_ms,
+            r.read_p95_ms,
+            r.read_p99_ms,
+            r.hit_rate * 100.0
+        ));
+    }
+    let s = &rows[0];
+    md.push_str(&format!(
+        "\nStrata read bandwidth / loopback ceiling: {:.2}. Strata p95 / Redis p95: {:.2}. Strata cached tokens/s / local files: {:.2}.\n\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {}` ({:.0} s). Chart: `kvcache.png`.\n",
+        s.read_gib_per_sec / loopback,
+        s.read_p95_ms / rows[1].read_p95_ms.max(1e-9),
+        s.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
+        a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib,
+        started.elapsed().as_secs_f64()
+    ));
+    #[derive(Serialize)]
+    struct Report<'a> {
+        loopback_gib_per_sec: f64,
+        memcpy_gib_per_sec: f64,
+        rows: &'a [Row],
+    }
+    crate::report::write(
+        out,
+        "kvcache",
+        &md,
+        &Report {
+            loopback_gib_per_sec: loopback,
+            memcpy_gib_per_sec: memcpy,
+            rows: &rows,
+        },
+    )?;
+    let plot = Command::new("python3")
+        .arg("scripts/plot_kvcache.py")
+        .arg(out.join("kvcache.json"))
+        .arg(out.join("kvcache.png"))
+        .status();
+    if !matches!(plot, Ok(s) if s.success()) {
+        eprintln!("chart not drawn (needs python3 with matplotlib)");
+    }
+    Ok(())
+}

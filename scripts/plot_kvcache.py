@@ -1,0 +1,23 @@
+#!/usr/bin/env python3
+"""Draws kvcache.json: read bandwidth per backend against the loopback ceiling."""
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+rep = json.load(open(sys.argv[1]))
+rows = rep["rows"]
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.bar([r["backend"] for r in rows], [r["read_gib_per_sec"] for r in rows], color="tab:blue")
+ax.axhline(rep["loopback_gib_per_sec"], color="tab:red", linestyle="--", label="loopback TCP ceiling")
+ax.set_ylabel("read GiB/s")
+ax.set_title("KV-cache prefix reads (same run)")
+ax.legend()
+plt.setp(ax.get_xticklabels(), rotation=15, fontsize=8)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+print(f"wrote {sys.argv[2]}")
