@@ -7,52 +7,38 @@
 
 use bytes::BytesMut;
 
-/// splitmix64, seeded so that a failing run can be replayed.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
+pub use strata_testkit::Rng;
 
 /// Applies one to four random mutations.
 pub fn mutate(rng: &mut Rng, input: &[u8], dictionary: &[&[u8]]) -> Vec<u8> {
     let mut v = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
-        match rng.below(7) {
+    for _ in 0..1 + rng.index(4) {
+        match rng.index(7) {
             0 if !v.is_empty() => {
-                let i = rng.below(v.len());
-                v[i] ^= 1 << rng.below(8);
+                let i = rng.index(v.len());
+                v[i] ^= 1 << rng.index(8);
             }
             1 if !v.is_empty() => {
-                let i = rng.below(v.len());
+                let i = rng.index(v.len());
                 v[i] = rng.next_u64() as u8;
             }
-            2 => v.truncate(rng.below(v.len() + 1)),
+            2 => v.truncate(rng.index(v.len() + 1)),
             3 => {
-                let i = rng.below(v.len() + 1);
-                let word = dictionary[rng.below(dictionary.len())];
+                let i = rng.index(v.len() + 1);
+                let word = dictionary[rng.index(dictionary.len())];
                 v.splice(i..i, word.iter().copied());
             }
             4 if !v.is_empty() => {
-                let i = rng.below(v.len());
-                let n = rng.below(64);
+                let i = rng.index(v.len());
+                let n = rng.index(64);
                 let b = v[i];
                 v.splice(i..i, std::iter::repeat_n(b, n));
             }
             5 if !v.is_empty() => {
-                let i = rng.below(v.len());
+                let i = rng.index(v.len());
                 v.remove(i);
             }
-            _ => v.extend((0..rng.below(16)).map(|_| rng.next_u64() as u8)),
+            _ => v.extend((0..rng.index(16)).map(|_| rng.next_u64() as u8)),
         }
     }
     v
@@ -87,7 +73,7 @@ pub fn resp_one(rng: &mut Rng, input: &[u8]) {
     let mut buf = BytesMut::new();
     let mut fed = 0;
     while fed < input.len() {
-        let n = 1 + rng.below(input.len() - fed);
+        let n = 1 + rng.index(input.len() - fed);
         buf.extend_from_slice(&input[fed..fed + n]);
         fed += n;
         loop {
@@ -117,9 +103,9 @@ pub fn resp_one(rng: &mut Rng, input: &[u8]) {
 
 /// Runs the RESP target; returns the number of executions.
 pub fn fuzz_resp(iterations: usize, seed: u64) -> usize {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for _ in 0..iterations {
-        let base = RESP_SEEDS[rng.below(RESP_SEEDS.len())];
+        let base = RESP_SEEDS[rng.index(RESP_SEEDS.len())];
         let input = mutate(&mut rng, base, RESP_WORDS);
         resp_one(&mut rng, &input);
     }
@@ -171,7 +157,7 @@ pub fn segment_one(seg: &[u8], refs: &[strata_format::BlockRef]) {
 
 /// Runs the segment target; returns the number of executions.
 pub fn fuzz_segment(iterations: usize, seed: u64) -> usize {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let seg = seed_segment();
     let refs: Vec<_> = seg.refs.iter().map(|(_, r)| *r).collect();
     let words: &[&[u8]] = &[b"STRSEGv1", &[0xff; 8], &[0; 8]];
@@ -190,16 +176,7 @@ mod tests {
     /// the clock and is printed, so a failure can be replayed.
     #[test]
     fn short_fuzz_runs_find_no_panics() {
-        let seed = std::env::var("STRATA_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-            });
-        eprintln!("fuzz: STRATA_SEED={seed}");
+        let seed = strata_testkit::Rng::from_env("fuzz").next_u64();
         assert_eq!(fuzz_resp(20_000, seed), 20_000);
         assert_eq!(fuzz_segment(3_000, seed), 3_000);
     }

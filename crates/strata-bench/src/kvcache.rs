@@ -6,8 +6,8 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
@@ -15,6 +15,7 @@ use serde::Serialize;
 use strata_kvcache::Namespace;
 
 use crate::resp::{Client, Value};
+use crate::servers::{free_port, wait_port, Proc};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -143,40 +144,12 @@ impl Backend {
             Backend::Strata(c, ns) => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
                 args.extend(hashes.iter().map(|h| h.as_bytes()));
-                match c.call(&args)? {
-                    Value::Array(items) => leading(
-                        items
-                            .into_iter()
-                            .map(|v| {
-                                if let Value::Bulk(b) = v {
-                                    Some(b)
-                                } else {
-                                    None
-                                }
-                            })
-                            .collect(),
-                    ),
-                    _ => (0, 0),
-                }
+                leading(bulks(c.call(&args)?))
             }
             Backend::Redis(c) => {
                 let mut args: Vec<&[u8]> = vec![b"MGET"];
                 args.extend(keys.iter().map(|k| k.as_bytes()));
-                match c.call(&args)? {
-                    Value::Array(items) => leading(
-                        items
-                            .into_iter()
-                            .map(|v| {
-                                if let Value::Bulk(b) = v {
-                                    Some(b)
-                                } else {
-                                    None
-                                }
-                            })
-                            .collect(),
-                    ),
-                    _ => (0, 0),
-                }
+                leading(bulks(c.call(&args)?))
             }
             Backend::Files(dir) => leading(
                 keys.iter()
@@ -226,6 +199,23 @@ fn user_tokens(u: usize, n: usize) -> Vec<u32> {
                 % 128_000
         })
         .collect()
+}
+
+/// The bulk strings of an array reply, `None` for nils (and for any other reply).
+fn bulks(v: Value) -> Vec<Option<Vec<u8>>> {
+    match v {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| {
+                if let Value::Bulk(b) = v {
+                    Some(b)
+                } else {
+                    None
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 async fn run_backend(
@@ -281,29 +271,6 @@ async fn run_backend(
         read_p99_ms: pct(lat, 0.99),
         hit_rate: cached as f64 / wanted.max(1) as f64,
     })
-}
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn wait_port(port: u16) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        anyhow::ensure!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 /// Loopback TCP bandwidth with one connection, in GiB/s.

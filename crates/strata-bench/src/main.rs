@@ -13,6 +13,7 @@ mod kvcache;
 mod redis;
 mod report;
 mod resp;
+mod servers;
 
 use clap::{Parser, Subcommand};
 

@@ -1,13 +1,14 @@
 //! `redis-benchmark` against a real `redis-server` and against `strata serve`, in one run on
 //! one machine, reported side by side as Strata/Redis ratios.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use serde::Serialize;
+
+use crate::servers::{free_port, wait_port, Proc};
 
 #[derive(Debug, Clone, Serialize)]
 struct Figures {
@@ -28,30 +29,6 @@ struct Row {
     rps_ratio: f64,
     /// Strata/Redis p50 latency: below 1 means Strata is faster.
     p50_ratio: f64,
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn wait_port(port: u16) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("nothing listens on port {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 /// Runs one redis-benchmark invocation and returns figures per test name.

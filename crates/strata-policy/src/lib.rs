@@ -16,6 +16,7 @@
 mod lru;
 mod opt;
 mod s3fifo;
+mod sketch;
 mod strata;
 mod tinylfu;
 mod trace;

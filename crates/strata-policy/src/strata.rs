@@ -13,61 +13,13 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 
+use crate::sketch::Sketch;
 use crate::BlockCache;
 
 /// The weight of a block seen once, relative to one unit per access for the others.
 const FIRST_WEIGHT: f64 = 0.5;
 /// Frequencies above this count the same.
 const FREQUENCY_MAX: u8 = 8;
-
-struct Sketch {
-    rows: [Vec<u8>; 4],
-    mask: usize,
-    additions: usize,
-    reset_at: usize,
-}
-
-impl Sketch {
-    fn new(capacity: usize) -> Self {
-        let width = (capacity * 8).next_power_of_two().max(256);
-        Sketch {
-            rows: std::array::from_fn(|_| vec![0; width]),
-            mask: width - 1,
-            additions: 0,
-            reset_at: capacity.max(16) * 10,
-        }
-    }
-    fn idx(&self, key: u64, row: usize) -> usize {
-        let h = (key ^ (row as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        (h ^ (h >> 31)) as usize & self.mask
-    }
-    /// Counts an access and returns the new estimate.
-    fn add(&mut self, key: u64) -> u8 {
-        let est = self.estimate(key);
-        for r in 0..4 {
-            let i = self.idx(key, r);
-            // Conservative update: only the counters at the minimum grow.
-            if self.rows[r][i] == est {
-                self.rows[r][i] = est.saturating_add(1).min(15);
-            }
-        }
-        self.additions += 1;
-        if self.additions >= self.reset_at {
-            self.additions = 0;
-            self.rows
-                .iter_mut()
-                .for_each(|row| row.iter_mut().for_each(|c| *c /= 2));
-        }
-        self.estimate(key)
-    }
-    fn estimate(&self, key: u64) -> u8 {
-        (0..4)
-            .map(|r| self.rows[r][self.idx(key, r)])
-            .min()
-            .unwrap_or(0)
-    }
-}
 
 /// Priorities are kept as integers (micro-units) so they order in a `BTreeSet`.
 fn units(x: f64) -> u64 {

@@ -1,52 +1,9 @@
 //! W-TinyLFU (Einziger et al.): a 1% LRU window, then admission into a segmented LRU main
 //! cache only when the candidate's estimated frequency beats the main victim's. Frequencies
-//! come from a 4-row count-min sketch that halves itself every 10 × capacity accesses.
+//! come from the shared count-min sketch (`sketch.rs`).
 
+use crate::sketch::Sketch;
 use crate::BlockCache;
-
-struct Sketch {
-    rows: [Vec<u8>; 4],
-    mask: usize,
-    additions: usize,
-    reset_at: usize,
-}
-
-impl Sketch {
-    fn new(capacity: usize) -> Self {
-        let width = (capacity * 4).next_power_of_two().max(64);
-        Sketch {
-            rows: std::array::from_fn(|_| vec![0; width]),
-            mask: width - 1,
-            additions: 0,
-            reset_at: capacity * 10,
-        }
-    }
-    fn idx(&self, key: u64, row: usize) -> usize {
-        let h = key
-            .wrapping_add(row as u64)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ (row as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9));
-        ((h >> 29) ^ h) as usize & self.mask
-    }
-    fn add(&mut self, key: u64) {
-        for r in 0..4 {
-            let i = self.idx(key, r);
-            self.rows[r][i] = self.rows[r][i].saturating_add(1).min(15);
-        }
-        self.additions += 1;
-        if self.additions >= self.reset_at {
-            self.additions = 0;
-            for row in &mut self.rows {
-                row.iter_mut().for_each(|c| *c /= 2);
-            }
-        }
-    }
-    fn estimate(&self, key: u64) -> u8 {
-        (0..4)
-            .map(|r| self.rows[r][self.idx(key, r)])
-            .min()
-            .unwrap_or(0)
-    }
-}
 
 /// The window and the segmented main cache (probation, protected), each an LRU kept as
 /// stamp-ordered maps.
@@ -153,7 +110,7 @@ impl BlockCache for WTinyLfu {
 
     fn access(&mut self, key: u64, _t: usize) {
         self.clock += 1;
-        self.sketch.add(key);
+        let _ = self.sketch.add(key);
         if self.window_stamp.contains_key(&key) {
             touch(
                 &mut self.window_keys,

@@ -143,32 +143,15 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
         "append" => {
             let add = a[2].clone();
             let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
-            let r = engine
-                .update(&a[1], true, move |cur| {
-                    let (mut v, expire_ms) = match &cur {
-                        Some(c) => (
-                            BytesMut::from(c.value.expect("value").as_ref()),
-                            c.expire_ms,
-                        ),
-                        None => (BytesMut::new(), 0),
-                    };
-                    if v.len() + add.len() > limit {
-                        return Err(strata_engine::Error::Invalid(
-                            "string exceeds maximum allowed size (proto-max-bulk-len)".into(),
-                        ));
-                    }
-                    v.extend_from_slice(&add);
-                    let n = v.len() as i64;
-                    Ok((
-                        Some(Change::Put {
-                            value: v.freeze(),
-                            expire_ms,
-                        }),
-                        n,
-                    ))
-                })
-                .await;
-            r.map_or_else(|e| engine_error(&e), Reply::Integer)
+            edit_value(ctx, &a[1], move |old| {
+                let mut v = BytesMut::from(old.map_or(&b""[..], |o| o.as_ref()));
+                if v.len() + add.len() > limit {
+                    return Err(too_big());
+                }
+                v.extend_from_slice(&add);
+                Ok(Some(v))
+            })
+            .await
         }
         "getrange" | "substr" => {
             let (Some(start), Some(end)) = (parse_int(&a[2]), parse_int(&a[3])) else {
@@ -342,33 +325,52 @@ async fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
     let patch = a[3].clone();
+    edit_value(ctx, &a[1], move |old| {
+        if patch.is_empty() {
+            return Ok(None);
+        }
+        let mut v = BytesMut::from(old.map_or(&b""[..], |o| o.as_ref()));
+        if v.len() < offset + patch.len() {
+            v.resize(offset + patch.len(), 0);
+        }
+        v[offset..offset + patch.len()].copy_from_slice(&patch);
+        Ok(Some(v))
+    })
+    .await
+}
+
+fn too_big() -> strata_engine::Error {
+    strata_engine::Error::Invalid("string exceeds maximum allowed size (proto-max-bulk-len)".into())
+}
+
+/// Rewrites a string in place, keeping its expiry: `f` gets the current value (`None` if
+/// absent) and returns the new one, or `None` to leave the key alone. Replies with the
+/// resulting length, as APPEND and SETRANGE do.
+async fn edit_value(
+    ctx: &Ctx<'_>,
+    key: &[u8],
+    f: impl FnOnce(Option<&Bytes>) -> Result<Option<BytesMut>, strata_engine::Error>,
+) -> Reply {
     let r = ctx
         .shared
         .engine
-        .update(&a[1], true, move |cur| {
-            let (mut v, expire_ms) = match &cur {
-                Some(c) => (
-                    BytesMut::from(c.value.expect("value").as_ref()),
-                    c.expire_ms,
-                ),
-                None if patch.is_empty() => return Ok((None, 0)),
-                None => (BytesMut::new(), 0),
-            };
-            if patch.is_empty() {
-                return Ok((None, v.len() as i64));
+        .update(key, true, move |cur| {
+            let expire_ms = cur.as_ref().map_or(0, |c| c.expire_ms);
+            let old = cur.as_ref().and_then(|c| c.value);
+            let old_len = old.map_or(0, |v| v.len()) as i64;
+            match f(old)? {
+                Some(v) => {
+                    let n = v.len() as i64;
+                    Ok((
+                        Some(Change::Put {
+                            value: v.freeze(),
+                            expire_ms,
+                        }),
+                        n,
+                    ))
+                }
+                None => Ok((None, old_len)),
             }
-            if v.len() < offset + patch.len() {
-                v.resize(offset + patch.len(), 0);
-            }
-            v[offset..offset + patch.len()].copy_from_slice(&patch);
-            let n = v.len() as i64;
-            Ok((
-                Some(Change::Put {
-                    value: v.freeze(),
-                    expire_ms,
-                }),
-                n,
-            ))
         })
         .await;
     r.map_or_else(|e| engine_error(&e), Reply::Integer)

@@ -1,25 +1,9 @@
 //! The same random command stream goes to a real `redis-server` and to Strata; every reply
 //! must be byte-for-byte the same.
 
+use strata_testkit::Rng;
+
 use crate::support::{Conn, RedisServer, Strata};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[(self.next() % xs.len() as u64) as usize]
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const KEYS: &[&str] = &["k0", "k1", "k2", "k3", "k4", "k5", "k6", "{tag}k7"];
 const VALUES: &[&str] = &[
@@ -135,17 +119,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
 fn random_command_streams_get_the_same_replies_as_redis() {
     let redis = RedisServer::start();
     let strata = Strata::start(&[]);
-    let seed = std::env::var("STRATA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("differential: STRATA_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_env("differential");
     let mut r = Conn::connect(redis.port);
     let mut s = strata.conn();
     for step in 0..4000 {
@@ -165,6 +139,6 @@ fn random_command_streams_get_the_same_replies_as_redis() {
             );
             continue;
         }
-        assert_eq!(got, want, "step {step} (seed {seed}): {cmd:?}");
+        assert_eq!(got, want, "step {step}: {cmd:?}");
     }
 }

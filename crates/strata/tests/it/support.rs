@@ -1,17 +1,11 @@
 //! Starting the real binary and talking RESP to it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use strata_testkit::free_port;
 
 fn wait_for_port(port: u16, child: &mut Child, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);

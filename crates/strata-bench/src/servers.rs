@@ -1,0 +1,30 @@
+//! Servers started for a benchmark: a free loopback port, waiting for it, and a child
+//! process that is killed when dropped.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// A child process killed (and reaped) when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits up to a minute for something to listen on `port`.
+pub fn wait_port(port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! A count-min sketch of access frequencies with 4-bit counters and periodic halving, so
+//! memory is bounded and old popularity fades. Shared by W-TinyLFU and Strata's policy.
+
+/// Four rows of 4-bit saturating counters; conservative update; halves every
+/// `10 × capacity` additions.
+pub(crate) struct Sketch {
+    rows: [Vec<u8>; 4],
+    mask: usize,
+    additions: usize,
+    reset_at: usize,
+}
+
+impl Sketch {
+    pub(crate) fn new(capacity: usize) -> Self {
+        let width = (capacity * 8).next_power_of_two().max(256);
+        Sketch {
+            rows: std::array::from_fn(|_| vec![0; width]),
+            mask: width - 1,
+            additions: 0,
+            reset_at: capacity.max(16) * 10,
+        }
+    }
+    fn idx(&self, key: u64, row: usize) -> usize {
+        let h = (key ^ (row as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        (h ^ (h >> 31)) as usize & self.mask
+    }
+    /// Counts an access and returns the new estimate.
+    pub(crate) fn add(&mut self, key: u64) -> u8 {
+        let est = self.estimate(key);
+        for r in 0..4 {
+            let i = self.idx(key, r);
+            // Conservative update: only the counters at the minimum grow.
+            if self.rows[r][i] == est {
+                self.rows[r][i] = est.saturating_add(1).min(15);
+            }
+        }
+        self.additions += 1;
+        if self.additions >= self.reset_at {
+            self.additions = 0;
+            self.rows
+                .iter_mut()
+                .for_each(|row| row.iter_mut().for_each(|c| *c /= 2));
+        }
+        self.estimate(key)
+    }
+    pub(crate) fn estimate(&self, key: u64) -> u8 {
+        (0..4)
+            .map(|r| self.rows[r][self.idx(key, r)])
+            .min()
+            .unwrap_or(0)
+    }
+}
