@@ -31,10 +31,11 @@ def free_port() -> int:
 
 
 class StrataProcess:
-    def __init__(self, settings=None):
-        self.dir = tempfile.TemporaryDirectory()
+    def __init__(self, settings=None, data_dir=None):
+        self.dir = None if data_dir else tempfile.TemporaryDirectory()
+        path = data_dir or self.dir.name
         self.port = free_port()
-        args = [strata_bin(), "serve", "--data-dir", self.dir.name, "--port", str(self.port), "--set", "metrics_port=0"]
+        args = [strata_bin(), "serve", "--data-dir", path, "--port", str(self.port), "--set", "metrics_port=0"]
         for k, v in (settings or {}).items():
             args += ["--set", f"{k}={v}"]
         env = dict(os.environ, STRATA_LOG_LEVEL="warn")
@@ -58,7 +59,8 @@ class StrataProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.dir.cleanup()
+        if self.dir:
+            self.dir.cleanup()
 
 
 @pytest.fixture
