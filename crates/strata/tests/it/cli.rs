@@ -83,15 +83,16 @@ fn scan_covers_a_keyspace_spanning_all_three_tiers() {
     }
     let out = redis_cli(s.port, &["--pipe"], Some(&input));
     assert!(out.contains("errors: 0, replies: 600"), "{out}");
+    // Demotion runs every 50 ms; wait until it has brought warm back under its budget.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while info_field(&s, "cold_entries") == 0 {
-        assert!(Instant::now() < deadline, "nothing was demoted");
+    while info_field(&s, "cold_entries") == 0 || info_field(&s, "warm_bytes") > 131072 {
+        assert!(
+            Instant::now() < deadline,
+            "warm never came under budget: {}",
+            s.cli(&["INFO", "strata"])
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(
-        info_field(&s, "warm_bytes") <= 131072 + 64 * 1024,
-        "warm far over budget"
-    );
     let tiers: std::collections::HashSet<String> = ["key:0000", "key:0599"]
         .iter()
         .map(|k| s.cli(&["TIER", k]).trim().to_string())
