@@ -51,6 +51,12 @@ def test_kvc_commands_stop_at_the_first_missing_chunk(strata):
     r = strata.client()
     assert r.execute_command("KVC.PUT", "ns", "a", "A", "b", "B", "d", "D", "TTL", "100") == 3
     assert r.execute_command("KVC.MATCH", "ns", "a", "b", "c", "d") == [2, [b"hot", b"hot"]]
+    count, tiers, load_us = r.execute_command("KVC.MATCH", "ns", "a", "b", "LEASE", "100", "LOADTIME")
+    assert (count, tiers) == (2, [b"hot", b"hot"])
+    assert 0 < load_us < 1000, "two 1-byte chunks from DRAM load in microseconds"
+    r.execute_command("KVC.PUT", "ns", "big", b"x" * (8 << 20))
+    _, _, big_us = r.execute_command("KVC.MATCH", "ns", "big", "LOADTIME")
+    assert big_us > load_us, "an 8 MiB chunk is expected to take longer than two tiny ones"
     assert r.execute_command("KVC.GET", "ns", "a", "b", "c", "d") == [b"A", b"B"]
     assert r.execute_command("KVC.GET", "ns", "x", "a") == []
     assert 0 < r.ttl("kvc:ns:a") <= 100

@@ -99,6 +99,7 @@ pub(crate) struct Inner {
     pub(crate) pins: parking_lot::RwLock<Vec<Bytes>>,
     /// Keys that may not be demoted before the given Unix ms (KV-cache leases).
     pub(crate) leases: Mutex<std::collections::HashMap<Bytes, u64>>,
+    pub(crate) load_model: crate::loadtime::LoadModel,
 }
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
@@ -223,6 +224,7 @@ impl Inner {
         for _attempt in 0..3 {
             let seen = self.stripe_version(key);
             let now = self.now_ms();
+            let started = std::time::Instant::now();
             let stored = match self.read_stored(key, true)? {
                 Some(s) if s.is_live(now) => s,
                 _ => {
@@ -233,12 +235,16 @@ impl Inner {
             match stored.loc {
                 Loc::Warm { value, .. } => {
                     let v = value.expect("value requested");
+                    self.load_model
+                        .record(Tier::Warm, v.len() as u64, started.elapsed());
                     add(&self.counters.warm_hits);
                     self.promote(key, seen, v.clone(), stored.expire_ms);
                     return Ok(Some(v));
                 }
                 Loc::Cold(r) => match self.read_cold(key, &r).await {
                     Ok(v) => {
+                        self.load_model
+                            .record(Tier::Cold, v.len() as u64, started.elapsed());
                         add(&self.counters.cold_hits);
                         self.promote(key, seen, v.clone(), r.expire_ms);
                         return Ok(Some(v));
@@ -351,6 +357,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             pins: parking_lot::RwLock::new(Vec::new()),
             leases: Mutex::new(std::collections::HashMap::new()),
+            load_model: crate::loadtime::LoadModel::default(),
         });
         *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);
@@ -515,18 +522,31 @@ impl Engine {
 
     /// Which tier serves `key` now, if any.
     pub async fn tier_of(&self, key: &[u8]) -> Result<Option<Tier>> {
+        Ok(self.locate(key).await?.map(|(t, _)| t))
+    }
+
+    /// Which tier serves `key` now and how many bytes its value holds, without reading it.
+    pub async fn locate(&self, key: &[u8]) -> Result<Option<(Tier, u64)>> {
         let inner = &self.inner;
         let now = inner.now_ms();
         let Some(s) = inner.read_stored(key, false)?.filter(|s| s.is_live(now)) else {
             return Ok(None);
         };
-        if inner.hot.contains(key, now) {
-            return Ok(Some(Tier::Hot));
-        }
-        Ok(Some(match s.loc {
-            Loc::Warm { .. } => Tier::Warm,
-            Loc::Cold(_) => Tier::Cold,
-        }))
+        let tier = if inner.hot.contains(key, now) {
+            Tier::Hot
+        } else {
+            match s.loc {
+                Loc::Warm { .. } => Tier::Warm,
+                Loc::Cold(_) => Tier::Cold,
+            }
+        };
+        Ok(Some((tier, s.value_len)))
+    }
+
+    /// Expected microseconds to load values of these sizes from these tiers, from measured
+    /// per-tier read costs (the formula is in `loadtime.rs` and the README).
+    pub fn expected_load_us(&self, reads: &[(Tier, u64)]) -> u64 {
+        self.inner.load_model.estimate_us(reads)
     }
 
     /// Keeps `keys` from being demoted to the cold tier until `until_ms` (a lease taken by a

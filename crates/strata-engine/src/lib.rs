@@ -26,6 +26,7 @@ mod durability;
 mod engine;
 mod error;
 pub mod glob;
+mod loadtime;
 mod options;
 mod pins;
 mod scan;

@@ -4,9 +4,11 @@
 //! - `KVC.GET ns h1 .. hN` → the values of the leading chunks that are present, in order;
 //!   it stops at the first missing chunk (a KV prefix is usable only contiguously), so the
 //!   reply's length is the number of usable chunks.
-//! - `KVC.MATCH ns h1 .. hN [LEASE ms]` → `[count, [tier, ...]]`: how many leading chunks
-//!   are present and where each one lives (`hot`, `warm`, `cold`). With `LEASE`, the matched
-//!   chunks are not demoted to the object store for `ms` milliseconds.
+//! - `KVC.MATCH ns h1 .. hN [LEASE ms] [LOADTIME]` → `[count, [tier, ...]]`: how many
+//!   leading chunks are present and where each one lives (`hot`, `warm`, `cold`). With
+//!   `LEASE`, the matched chunks are not demoted to the object store for `ms` milliseconds.
+//!   With `LOADTIME`, a third element: the expected microseconds to load the matched chunks,
+//!   from measured per-tier costs (see `Engine::expected_load_us`).
 
 use bytes::Bytes;
 use strata_engine::{Expire, PutOptions};
@@ -75,6 +77,12 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
         "kvc.match" => {
             let mut hashes = &a[2..];
             let mut lease_ms = None;
+            let load_time = hashes
+                .last()
+                .is_some_and(|h| h.eq_ignore_ascii_case(b"loadtime"));
+            if load_time {
+                hashes = &hashes[..hashes.len() - 1];
+            }
             if hashes.len() >= 2 && hashes[hashes.len() - 2].eq_ignore_ascii_case(b"lease") {
                 match parse_int(&hashes[hashes.len() - 1]) {
                     Some(ms) if ms > 0 => lease_ms = Some(ms as u64),
@@ -86,22 +94,24 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 return syntax_error();
             }
             let ks = keys(ns, hashes);
-            let mut tiers = Vec::new();
+            let mut found = Vec::new();
             for k in &ks {
-                match engine.tier_of(k).await {
-                    Ok(Some(t)) => tiers.push(Reply::bulk(t.as_str())),
+                match engine.locate(k).await {
+                    Ok(Some(loc)) => found.push(loc),
                     Ok(None) => break,
                     Err(e) => return engine_error(&e),
                 }
             }
+            let tiers: Vec<Reply> = found.iter().map(|(t, _)| Reply::bulk(t.as_str())).collect();
             if let Some(ms) = lease_ms {
                 let matched: Vec<&[u8]> = ks[..tiers.len()].iter().map(|k| k.as_slice()).collect();
                 engine.lease(&matched, engine.now_ms() + ms);
             }
-            Reply::Array(vec![
-                Reply::Integer(tiers.len() as i64),
-                Reply::Array(tiers),
-            ])
+            let mut reply = vec![Reply::Integer(tiers.len() as i64), Reply::Array(tiers)];
+            if load_time {
+                reply.push(Reply::Integer(engine.expected_load_us(&found) as i64));
+            }
+            Reply::Array(reply)
         }
         _ => Reply::err(format!("ERR unknown command '{name}'")),
     }
