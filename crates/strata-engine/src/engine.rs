@@ -320,18 +320,11 @@ impl Engine {
             }
         };
         let counters = Counters::default();
-        counters
-            .warm_bytes
-            .store(warm.counter(warm::WARM_BYTES)?, Ordering::Relaxed);
-        counters
-            .warm_entries
-            .store(warm.counter(warm::WARM_ENTRIES)?, Ordering::Relaxed);
-        counters
-            .cold_bytes
-            .store(warm.counter(warm::COLD_BYTES)?, Ordering::Relaxed);
-        counters
-            .cold_entries
-            .store(warm.counter(warm::COLD_ENTRIES)?, Ordering::Relaxed);
+        let [warm_bytes, warm_entries, cold_bytes, cold_entries] = warm.counts()?;
+        counters.warm_bytes.store(warm_bytes, Ordering::Relaxed);
+        counters.warm_entries.store(warm_entries, Ordering::Relaxed);
+        counters.cold_bytes.store(cold_bytes, Ordering::Relaxed);
+        counters.cold_entries.store(cold_entries, Ordering::Relaxed);
         let next_segment_id = warm.counter(warm::NEXT_SEGMENT_ID)?.max(1) as u64;
         let group = (opts.durability == Durability::Group)
             .then(|| GroupCommit::start(Arc::clone(&warm.db)));

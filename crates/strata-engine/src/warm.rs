@@ -23,21 +23,35 @@ pub(crate) const CF_INDEX: &str = "index";
 pub(crate) const CF_TTL: &str = "ttl";
 pub(crate) const CF_META: &str = "meta";
 
-/// Meta keys of the persistent counters, each an i64 kept by the add merge operator.
-pub(crate) const WARM_BYTES: &[u8] = b"counter/warm_bytes";
-pub(crate) const WARM_ENTRIES: &[u8] = b"counter/warm_entries";
-pub(crate) const COLD_BYTES: &[u8] = b"counter/cold_bytes";
-pub(crate) const COLD_ENTRIES: &[u8] = b"counter/cold_entries";
+/// Meta key of the persistent counters: warm bytes, warm entries, cold bytes, cold entries,
+/// four i64 kept by the add merge operator, moved by one merge operand per write batch.
+pub(crate) const COUNTERS: &[u8] = b"counters";
 pub(crate) const NEXT_SEGMENT_ID: &[u8] = b"next_segment_id";
 pub(crate) const SEGMENT_PREFIX: &[u8] = b"segment/";
 
-fn add_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
-    let decode = |b: &[u8]| b.try_into().map(i64::from_le_bytes).unwrap_or(0);
-    let mut sum = existing.map(decode).unwrap_or(0);
-    for op in ops {
-        sum = sum.wrapping_add(decode(op));
+/// Four i64 counters, little-endian.
+pub(crate) type Counts = [i64; 4];
+
+fn decode_counts(b: &[u8]) -> Counts {
+    let mut out = [0i64; 4];
+    for (i, c) in b.chunks_exact(8).take(4).enumerate() {
+        out[i] = i64::from_le_bytes(c.try_into().expect("8 bytes"));
     }
-    Some(sum.to_le_bytes().to_vec())
+    out
+}
+
+fn encode_counts(c: &Counts) -> Vec<u8> {
+    c.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn add_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
+    let mut sum = existing.map(decode_counts).unwrap_or_default();
+    for op in ops {
+        for (s, d) in sum.iter_mut().zip(decode_counts(op)) {
+            *s = s.wrapping_add(d);
+        }
+    }
+    Some(encode_counts(&sum))
 }
 
 pub(crate) struct Warm {
@@ -99,10 +113,25 @@ impl Warm {
             .unwrap_or(0))
     }
 
-    pub(crate) fn merge_counter(&self, batch: &mut WriteBatch, key: &[u8], delta: i64) {
-        if delta != 0 {
-            batch.merge_cf(self.cf(CF_META), key, delta.to_le_bytes());
+    /// The persistent counters ([`COUNTERS`]).
+    pub(crate) fn counts(&self) -> Result<Counts> {
+        Ok(self
+            .db
+            .get_cf(self.cf(CF_META), COUNTERS)?
+            .map(|b| decode_counts(&b))
+            .unwrap_or_default())
+    }
+
+    /// Adds `delta` to the persistent counters within `batch`.
+    pub(crate) fn merge_counts(&self, batch: &mut WriteBatch, delta: &Counts) {
+        if delta.iter().any(|&d| d != 0) {
+            batch.merge_cf(self.cf(CF_META), COUNTERS, encode_counts(delta));
         }
+    }
+
+    /// Sets the persistent counters to zero within `batch`.
+    pub(crate) fn reset_counts(&self, batch: &mut WriteBatch) {
+        batch.put_cf(self.cf(CF_META), COUNTERS, encode_counts(&[0; 4]));
     }
 
     pub(crate) fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {

@@ -236,10 +236,10 @@ impl Inner {
     /// Writes `batch` with the counter merges of `d`, then moves the in-memory counters.
     fn commit_batch(&self, mut batch: WriteBatch, d: &Deltas, sync: bool) -> Result<()> {
         let w = &self.warm;
-        w.merge_counter(&mut batch, warm::WARM_BYTES, d.warm_bytes);
-        w.merge_counter(&mut batch, warm::WARM_ENTRIES, d.warm_entries);
-        w.merge_counter(&mut batch, warm::COLD_BYTES, d.cold_bytes);
-        w.merge_counter(&mut batch, warm::COLD_ENTRIES, d.cold_entries);
+        w.merge_counts(
+            &mut batch,
+            &[d.warm_bytes, d.warm_entries, d.cold_bytes, d.cold_entries],
+        );
         w.write(batch, sync)?;
         let c = &self.counters;
         c.warm_bytes.fetch_add(d.warm_bytes, Ordering::Relaxed);
@@ -456,14 +456,7 @@ impl Engine {
         seg_hi.extend_from_slice(&[0xff; 9]);
         w.db.delete_range_cf(w.cf(CF_META), warm::SEGMENT_PREFIX, seg_hi.as_slice())?;
         let mut b = WriteBatch::default();
-        for k in [
-            warm::WARM_BYTES,
-            warm::WARM_ENTRIES,
-            warm::COLD_BYTES,
-            warm::COLD_ENTRIES,
-        ] {
-            b.put_cf(w.cf(CF_META), k, 0i64.to_le_bytes());
-        }
+        w.reset_counts(&mut b);
         w.write(b, true)?;
         for c in [
             &inner.counters.warm_bytes,

@@ -93,21 +93,31 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
             .unwrap();
         let kill_after = 200 + rng.below(800);
         let mut last_ack: Option<u64> = None;
-        let reader = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
-        for line in reader.lines() {
-            let line = line.unwrap();
-            if let Some(n) = line.strip_prefix("ack ") {
-                let n: u64 = n.parse().unwrap();
-                last_ack = Some(n);
-                if n - next_op + 1 >= kill_after || Instant::now() > deadline {
-                    break;
-                }
+        let mut ack = |line: std::io::Result<String>| {
+            let n = line
+                .unwrap()
+                .strip_prefix("ack ")
+                .map(|n| n.parse::<u64>().unwrap());
+            if n.is_some() {
+                last_ack = n;
+            }
+            n
+        };
+        for line in lines.by_ref() {
+            if ack(line).is_some_and(|n| n - next_op + 1 >= kill_after) || Instant::now() > deadline
+            {
+                break;
             }
         }
         // SIGKILL, not a polite shutdown.
         child.kill().unwrap();
         child.wait().unwrap();
+        // Acks the child printed before it died count too: drain the pipe.
+        for line in lines {
+            ack(line);
+        }
         let last_ack = last_ack.expect("the child acknowledged nothing");
         for i in next_op..=last_ack {
             let (k, v) = op(i);
