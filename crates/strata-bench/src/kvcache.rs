@@ -436,13 +436,6 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             rows: &rows,
         },
     )?;
-    let plot = Command::new("python3")
-        .arg("scripts/plot_kvcache.py")
-        .arg(out.join("kvcache.json"))
-        .arg(out.join("kvcache.png"))
-        .status();
-    if !matches!(plot, Ok(s) if s.success()) {
-        eprintln!("chart not drawn (needs python3 with matplotlib)");
-    }
+    crate::report::plot(out, "scripts/plot_kvcache.py", "kvcache");
     Ok(())
 }

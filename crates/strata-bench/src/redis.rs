@@ -200,13 +200,6 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     ));
     crate::report::write(out, "redis-benchmark", &md, &rows)?;
-    let plot = Command::new("python3")
-        .arg("scripts/plot_redis_bench.py")
-        .arg(out.join("redis-benchmark.json"))
-        .arg(out.join("redis-benchmark.png"))
-        .status();
-    if !matches!(plot, Ok(s) if s.success()) {
-        eprintln!("chart not drawn (needs python3 with matplotlib)");
-    }
+    crate::report::plot(out, "scripts/plot_redis_bench.py", "redis-benchmark");
     Ok(())
 }

@@ -41,6 +41,18 @@ pub fn write(dir: &Path, name: &str, markdown: &str, json: &impl Serialize) -> a
     Ok(())
 }
 
+/// Draws `<name>.png` from `<name>.json` with a matplotlib script; says so if it cannot.
+pub fn plot(dir: &Path, script: &str, name: &str) {
+    let status = std::process::Command::new("python3")
+        .arg(script)
+        .arg(dir.join(format!("{name}.json")))
+        .arg(dir.join(format!("{name}.png")))
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
+        eprintln!("chart not drawn (needs python3 with matplotlib)");
+    }
+}
+
 /// A progress line on stderr.
 pub fn progress(step: usize, total: usize, what: &str) {
     eprintln!("[{step}/{total}] {what}");

@@ -5,18 +5,24 @@ use strata_engine::{Engine, ErrorKind, PutOptions, Tier};
 
 use crate::support::{small_options, S3Server};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demotion_reads_restart_and_collection_work_against_s3() {
-    let s3 = S3Server::start();
-    s3.create_bucket("strata-test");
-    let dir = tempfile::tempdir().unwrap();
-    let mut o = small_options(dir.path());
-    o.cold_url = Some("s3://strata-test/node-a".into());
+/// Small-budget options whose cold tier is `url` on the moto server `s3`.
+fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> strata_engine::EngineOptions {
+    let mut o = small_options(dir);
+    o.cold_url = Some(url.into());
     o.s3.endpoint = Some(s3.endpoint());
     o.s3.region = Some("us-east-1".into());
     o.s3.access_key_id = Some("test".into());
     o.s3.secret_access_key = Some("test".into());
     o.s3.allow_http = true;
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demotion_reads_restart_and_collection_work_against_s3() {
+    let s3 = S3Server::start();
+    s3.create_bucket("strata-test");
+    let dir = tempfile::tempdir().unwrap();
+    let o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
     let engine = Engine::open(o.clone()).await.unwrap();
     for i in 0..150 {
         engine
@@ -73,13 +79,7 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     let s3 = S3Server::start();
     s3.create_bucket("strata-outage");
     let dir = tempfile::tempdir().unwrap();
-    let mut o = small_options(dir.path());
-    o.cold_url = Some("s3://strata-outage".into());
-    o.s3.endpoint = Some(s3.endpoint());
-    o.s3.region = Some("us-east-1".into());
-    o.s3.access_key_id = Some("test".into());
-    o.s3.secret_access_key = Some("test".into());
-    o.s3.allow_http = true;
+    let mut o = s3_options(dir.path(), &s3, "s3://strata-outage");
     o.cold_request_timeout_ms = 1500;
     let engine = Engine::open(o).await.unwrap();
     for i in 0..100 {
