@@ -15,7 +15,7 @@ use serde::Serialize;
 use strata_kvcache::Namespace;
 
 use crate::resp::{Client, Value};
-use crate::servers::{free_port, wait_port, Proc};
+use crate::servers::{free_port, redis_server, wait_port, Proc};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -355,21 +355,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             .stderr(Stdio::null())
             .spawn()?,
     );
-    let _redis = Proc(
-        Command::new("redis-server")
-            .args([
-                "--port",
-                &rp.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
+    let _redis = redis_server(rp)?;
     wait_port(sp)?;
     wait_port(rp)?;
     let ns = Namespace::new(&a.model, "main", "bf16", "bench", 1, 0, a.chunk_tokens);

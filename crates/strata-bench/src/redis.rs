@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::servers::{free_port, wait_port, Proc};
+use crate::servers::{free_port, redis_server, wait_port, Proc};
 
 #[derive(Debug, Clone, Serialize)]
 struct Figures {
@@ -82,22 +82,7 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let redis_port = free_port()?;
-    let _redis = Proc(
-        Command::new("redis-server")
-            .args([
-                "--port",
-                &redis_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .context("redis-server must be installed (Debian redis-server)")?,
-    );
+    let _redis = redis_server(redis_port)?;
     let dir = tempfile::tempdir()?;
     let strata_port = free_port()?;
     let _strata = Proc(

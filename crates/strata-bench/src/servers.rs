@@ -2,7 +2,9 @@
 //! process that is killed when dropped.
 
 use std::net::{TcpListener, TcpStream};
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::Context;
 use std::time::{Duration, Instant};
 
 /// A child process killed (and reaped) when dropped.
@@ -27,4 +29,24 @@ pub fn wait_port(port: u16) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
+}
+
+/// The baseline: a real `redis-server` on `port` with persistence off, as every benchmark
+/// compares against it.
+pub fn redis_server(port: u16) -> anyhow::Result<Proc> {
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("redis-server must be installed (Debian redis-server)")?;
+    Ok(Proc(child))
 }
