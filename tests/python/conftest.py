@@ -39,7 +39,9 @@ class StrataProcess:
         for k, v in (settings or {}).items():
             args += ["--set", f"{k}={v}"]
         env = dict(os.environ, STRATA_LOG_LEVEL="warn")
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The server's log, for tests that check what it reports.
+        self.log = tempfile.NamedTemporaryFile(prefix="strata-log-", suffix=".txt")
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 60
         while True:
             try:
@@ -52,6 +54,21 @@ class StrataProcess:
                     raise RuntimeError("strata did not start")
                 time.sleep(0.05)
 
+    def log_text(self) -> str:
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process, from /proc."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def info(self, section="stats") -> dict:
+        return self.client().info(section)
+
     def client(self, **kw) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
@@ -61,6 +78,7 @@ class StrataProcess:
             self.proc.wait()
         if self.dir:
             self.dir.cleanup()
+        self.log.close()
 
 
 @pytest.fixture

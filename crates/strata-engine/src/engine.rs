@@ -594,6 +594,8 @@ impl Engine {
             segments_rewritten: ld(&c.segments_rewritten),
             demotion_errors: ld(&c.demotion_errors),
             writes: ld(&c.writes),
+            writes_refused_full: ld(&c.writes_refused_full),
+            warm_bytes_hard_max: self.inner.opts.warm_hard_limit(),
             cold_requests: crate::stats::ColdRequestStats {
                 gets: ld(&cc.gets),
                 puts: ld(&cc.puts),

@@ -30,6 +30,13 @@ pub enum Error {
     Storage(String),
     #[error("data error: {0}; the bytes failed their checksum and were not returned")]
     Data(String),
+    /// The warm tier is over its hard limit (demotion cannot keep up, or the object store is
+    /// unreachable): writes that add bytes are refused until it drains.
+    #[error("{0}")]
+    WarmFull(String),
+    /// The disk under the warm tier is full.
+    #[error("{0}")]
+    DiskFull(String),
     #[error("the store is closed")]
     Closed,
     #[error("writes refused: a WAL sync failed ({0}); restart Strata after fixing the disk")]
@@ -42,7 +49,10 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::NotInteger | Error::Overflow | Error::Invalid(_) => ErrorKind::Invalid,
-            Error::ColdUnavailable(_) | Error::Storage(_) => ErrorKind::Unavailable,
+            Error::ColdUnavailable(_)
+            | Error::Storage(_)
+            | Error::WarmFull(_)
+            | Error::DiskFull(_) => ErrorKind::Unavailable,
             Error::Data(_) => ErrorKind::Data,
             Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
             Error::Internal(_) => ErrorKind::Internal,
@@ -55,6 +65,9 @@ impl From<rocksdb::Error> for Error {
         match e.kind() {
             rocksdb::ErrorKind::Corruption => Error::Data(format!("rocksdb: {e}")),
             rocksdb::ErrorKind::InvalidArgument => Error::Invalid(format!("rocksdb: {e}")),
+            _ if e.to_string().contains("No space left on device") => Error::DiskFull(format!(
+                "disk full: writes are refused until space is freed, reads still work ({e})"
+            )),
             _ => Error::Storage(format!("rocksdb: {e}")),
         }
     }

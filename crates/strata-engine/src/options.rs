@@ -76,6 +76,9 @@ pub struct EngineOptions {
     pub warm_bytes_max: u64,
     /// Demotion stops once warm holds this fraction of `warm_bytes_max`.
     pub warm_demote_to_fraction: f64,
+    /// Past this many warm bytes (demotion is behind, or the object store is down), writes
+    /// that add bytes are refused. 0 means 1.5 × `warm_bytes_max`.
+    pub warm_bytes_hard_max: u64,
     pub durability: Durability,
     /// Values at least this large go to RocksDB blob files instead of the LSM tree.
     pub blob_bytes_min: u64,
@@ -109,6 +112,7 @@ impl EngineOptions {
             hot_policy: HotPolicy::Lru,
             warm_bytes_max: 8 << 30,
             warm_demote_to_fraction: 0.9,
+            warm_bytes_hard_max: 0,
             durability: Durability::Group,
             blob_bytes_min: 4096,
             compaction_bytes_per_sec: 256 << 20,
@@ -126,11 +130,23 @@ impl EngineOptions {
         }
     }
 
+    /// The warm tier's hard limit in bytes (`warm_bytes_hard_max`, or its default).
+    pub fn warm_hard_limit(&self) -> u64 {
+        if self.warm_bytes_hard_max == 0 {
+            self.warm_bytes_max.saturating_add(self.warm_bytes_max / 2)
+        } else {
+            self.warm_bytes_hard_max
+        }
+    }
+
     /// Checks the options for values that cannot work.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Invalid(m.to_string()));
         if self.hot_shard_count == 0 || self.hot_shard_count > 1024 {
             return bad("hot_shard_count must be between 1 and 1024");
+        }
+        if self.warm_bytes_hard_max != 0 && self.warm_bytes_hard_max < self.warm_bytes_max {
+            return bad("warm_bytes_hard_max must be 0 (automatic) or at least warm_bytes_max");
         }
         if !(0.1..=1.0).contains(&self.warm_demote_to_fraction) {
             return bad("warm_demote_to_fraction must be between 0.1 and 1.0");

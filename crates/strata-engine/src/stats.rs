@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub(crate) segments_rewritten: AtomicU64,
     pub(crate) demotion_errors: AtomicU64,
     pub(crate) writes: AtomicU64,
+    pub(crate) writes_refused_full: AtomicU64,
 }
 
 pub(crate) fn add(c: &AtomicU64) {
@@ -72,6 +73,10 @@ pub struct EngineStats {
     pub segments_rewritten: u64,
     pub demotion_errors: u64,
     pub writes: u64,
+    /// Writes refused because the warm tier was at its hard limit.
+    pub writes_refused_full: u64,
+    /// The warm tier's hard limit in bytes.
+    pub warm_bytes_hard_max: u64,
     pub cold_requests: ColdRequestStats,
     pub cold_url: String,
     pub durability: String,

@@ -75,6 +75,11 @@ impl Warm {
         db_opts.set_max_background_jobs(2);
         db_opts.set_ratelimiter(o.compaction_bytes_per_sec, 100_000, 10);
         db_opts.set_bytes_per_sync(1 << 20);
+        // RocksDB's files share the process's descriptors with client connections.
+        db_opts.set_max_open_files(512);
+        // A torn record at the WAL's tail (a crash mid-append, a truncated file) ends
+        // recovery there: everything before it is replayed, nothing after it is guessed at.
+        db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
 
         let mut data = Options::default();
         data.set_block_based_table_factory(&table(true));

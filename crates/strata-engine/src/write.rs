@@ -196,6 +196,16 @@ impl Inner {
                 batch.put_cf(w.cf(CF_TTL), ttl_key(new_expire, key), b"");
             }
         }
+        if d.warm_bytes > 0 {
+            let warm = self.counters.warm_bytes.load(Ordering::Relaxed).max(0) as u64;
+            let hard = self.opts.warm_hard_limit();
+            if warm + d.warm_bytes as u64 > hard {
+                add(&self.counters.writes_refused_full);
+                return Err(Error::WarmFull(format!(
+                    "command not allowed: the warm tier holds {warm} bytes, at its hard limit of {hard} (demotion to the object store is behind or failing); deletes work, writes resume as it drains"
+                )));
+            }
+        }
         self.commit_batch(batch, &d, self.opts.durability == Durability::Sync)?;
         add(&self.counters.writes);
         self.bump_stripe(key);

@@ -71,12 +71,31 @@ impl Conn {
     }
 }
 
-async fn write_out<W: AsyncWrite + Unpin>(wr: &mut W, out: &mut ReplyBuf) -> std::io::Result<()> {
+/// Writes the pending replies. A client that leaves them unread for `stall` (when not zero)
+/// is cut off: its replies are the only memory it can pin, and only for that long.
+async fn write_out<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    out: &mut ReplyBuf,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let stall = Duration::from_secs(shared.cfg.read().client_write_timeout_secs);
     for chunk in out.take_chunks() {
-        wr.write_all(&chunk).await?;
+        if stall.is_zero() {
+            wr.write_all(&chunk).await?;
+        } else if tokio::time::timeout(stall, wr.write_all(&chunk))
+            .await
+            .is_err()
+        {
+            shared.guard.stalled_writes.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("client left its replies unread for {stall:?}; closing connection");
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
     }
     Ok(())
 }
+
+/// The protected-mode refusal (Redis's wording, so operators recognise it).
+const DENIED: &[u8] = b"-DENIED Strata is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Strata you may set a password (requirepass or users) or disable protected mode with CONFIG SET protected-mode no from the loopback interface.\r\n";
 
 /// Serves one client on `sock` (plain TCP or TLS) until it leaves, is killed, idles out,
 /// or the server shuts down.
@@ -89,6 +108,23 @@ where
     let (mut rd, mut wr) = tokio::io::split(sock);
     let killed = Arc::new(AtomicBool::new(false));
     let kill_wake = Arc::new(tokio::sync::Notify::new());
+    let denied = {
+        let cfg = shared.cfg.read();
+        cfg.protected_mode
+            && cfg.requirepass.is_empty()
+            && cfg.users.is_empty()
+            && !crate::auth::is_loopback_client(&addr)
+    };
+    if denied {
+        shared
+            .guard
+            .protected_denied
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%addr, "protected mode: refused a client from outside the loopback interface");
+        let _ = wr.write_all(DENIED).await;
+        let _ = wr.shutdown().await;
+        return;
+    }
     let admitted = {
         let maxclients = shared.cfg.read().maxclients as usize;
         let mut clients = shared.clients.lock();
@@ -120,6 +156,8 @@ where
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut out = ReplyBuf::new(2);
     let mut last_activity = Instant::now();
+    // When the first byte of a request that has not fully arrived was read.
+    let mut partial_since: Option<Instant> = None;
     'conn: loop {
         let limits = {
             let cfg = shared.cfg.read();
@@ -144,6 +182,10 @@ where
                 }
             }
         }
+        if !batch.is_empty() {
+            // A request arrived whole: the clock restarts for the next one.
+            partial_since = None;
+        }
         if !batch.is_empty()
             && run_batch(&shared, &mut conn, batch, &mut out, &mut wr)
                 .await
@@ -152,12 +194,13 @@ where
             break 'conn;
         }
         if let Some(e) = protocol_error {
+            shared.guard.protocol_errors.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(client = id, %addr, error = %e, "protocol error; closing connection");
             out.push(&Reply::Error(format!("ERR {e}")));
-            let _ = write_out(&mut wr, &mut out).await;
+            let _ = write_out(&mut wr, &mut out, &shared).await;
             break 'conn;
         }
-        if !out.is_empty() && write_out(&mut wr, &mut out).await.is_err() {
+        if !out.is_empty() && write_out(&mut wr, &mut out, &shared).await.is_err() {
             break 'conn;
         }
         if conn.quit || killed.load(Ordering::Acquire) {
@@ -171,8 +214,29 @@ where
             out.push(&Reply::err(
                 "ERR query buffer limit exceeded; closing connection",
             ));
-            let _ = write_out(&mut wr, &mut out).await;
+            let _ = write_out(&mut wr, &mut out, &shared).await;
             break 'conn;
+        }
+        let request_timeout = Duration::from_secs(shared.cfg.read().client_request_timeout_secs);
+        partial_since = if inbuf.is_empty() {
+            None
+        } else {
+            Some(partial_since.unwrap_or_else(Instant::now))
+        };
+        let mut tick = Duration::from_secs(1);
+        if let (Some(t), false) = (partial_since, request_timeout.is_zero()) {
+            let waited = t.elapsed();
+            if waited >= request_timeout {
+                shared.guard.slow_requests.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(client = id, %addr, "request not completed in {request_timeout:?}; closing connection");
+                out.push(&Reply::Error(format!(
+                    "ERR request not completed within {} seconds; closing connection",
+                    request_timeout.as_secs()
+                )));
+                let _ = write_out(&mut wr, &mut out, &shared).await;
+                break 'conn;
+            }
+            tick = tick.min(request_timeout - waited);
         }
         if inbuf.capacity() - inbuf.len() < 8 << 10 {
             inbuf.reserve(64 << 10);
@@ -184,8 +248,9 @@ where
             },
             _ = stop.changed() => break 'conn,
             _ = kill_wake.notified() => break 'conn,
-            // The idle limit can change live (CONFIG SET timeout), so check it every second.
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+            // The idle limit can change live (CONFIG SET timeout), so check it every second;
+            // the request deadline is checked at the top of the loop.
+            _ = tokio::time::sleep(tick) => {
                 let idle = shared.cfg.read().timeout_secs;
                 if idle > 0 && last_activity.elapsed() >= Duration::from_secs(idle) {
                     tracing::debug!(client = id, "idle timeout");
@@ -228,7 +293,7 @@ async fn run_batch<S: AsyncWrite>(
         if out.len() >= FLUSH_BYTES {
             // Never wait on a slow client while holding the gate.
             read_guard = None;
-            write_out(wr, out).await?;
+            write_out(wr, out, shared).await?;
         }
         if conn.quit {
             break;

@@ -48,6 +48,16 @@ pub struct ServerConfig {
     pub proto_max_bulk_len: u64,
     pub client_query_buffer_limit: u64,
     pub client_output_buffer_limit: u64,
+    /// Seconds a request may take to arrive once its first byte is in (slowloris guard);
+    /// 0 = no limit.
+    pub client_request_timeout_secs: u64,
+    /// Seconds a reply may wait for a client that does not read; 0 = no limit.
+    pub client_write_timeout_secs: u64,
+    /// Refuse clients from other than 127.0.0.1 / ::1 while no password is set.
+    pub protected_mode: bool,
+    /// Failed `AUTH` attempts per client address per minute before `AUTH` is refused (0 = no
+    /// limit).
+    pub auth_failures_per_minute_max: u32,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +70,10 @@ impl Default for ServerConfig {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             client_output_buffer_limit: 1 << 30,
+            client_request_timeout_secs: 60,
+            client_write_timeout_secs: 60,
+            protected_mode: true,
+            auth_failures_per_minute_max: 10,
         }
     }
 }
@@ -90,6 +104,25 @@ pub(crate) struct Shared {
     pub(crate) total_connections: AtomicU64,
     pub(crate) rejected_connections: AtomicU64,
     pub(crate) total_commands: AtomicU64,
+    pub(crate) auth_limiter: auth::AuthLimiter,
+    pub(crate) guard: GuardCounters,
+}
+
+/// What the server's defences did, for `INFO` and `/metrics`.
+#[derive(Default)]
+pub(crate) struct GuardCounters {
+    /// `AUTH` attempts with a wrong password.
+    pub(crate) auth_failures: AtomicU64,
+    /// `AUTH` attempts refused unchecked because the address hit its limit.
+    pub(crate) auth_refused: AtomicU64,
+    /// Connections refused by protected mode.
+    pub(crate) protected_denied: AtomicU64,
+    /// Clients cut off for a request that did not arrive in time.
+    pub(crate) slow_requests: AtomicU64,
+    /// Clients cut off for not reading their replies.
+    pub(crate) stalled_writes: AtomicU64,
+    /// Clients cut off for a malformed or oversized request.
+    pub(crate) protocol_errors: AtomicU64,
 }
 
 /// The server: cheap to clone, all clones share one state.
@@ -115,6 +148,8 @@ impl Server {
                 total_connections: AtomicU64::new(0),
                 rejected_connections: AtomicU64::new(0),
                 total_commands: AtomicU64::new(0),
+                auth_limiter: auth::AuthLimiter::default(),
+                guard: GuardCounters::default(),
             }),
         }
     }

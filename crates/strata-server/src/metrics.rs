@@ -168,6 +168,48 @@ pub(crate) fn render(shared: &Shared) -> String {
     );
     gauge(
         &mut o,
+        "strata_warm_bytes_hard_max",
+        "Warm bytes past which writes are refused.",
+        "gauge",
+        &[("", st.warm_bytes_hard_max)],
+    );
+    gauge(
+        &mut o,
+        "strata_writes_refused_full_total",
+        "Writes refused because the warm tier was at its hard limit.",
+        "counter",
+        &[("", st.writes_refused_full)],
+    );
+    let g = &shared.guard;
+    let ld = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    gauge(
+        &mut o,
+        "strata_auth_failures_total",
+        "AUTH attempts with a wrong password.",
+        "counter",
+        &[("", ld(&g.auth_failures))],
+    );
+    gauge(
+        &mut o,
+        "strata_auth_refused_total",
+        "AUTH attempts refused unchecked: the address had too many failures this minute.",
+        "counter",
+        &[("", ld(&g.auth_refused))],
+    );
+    gauge(
+        &mut o,
+        "strata_clients_cut_off_total",
+        "Clients disconnected by a defence.",
+        "counter",
+        &[
+            ("reason=\"protected_mode\"", ld(&g.protected_denied)),
+            ("reason=\"slow_request\"", ld(&g.slow_requests)),
+            ("reason=\"not_reading\"", ld(&g.stalled_writes)),
+            ("reason=\"protocol_error\"", ld(&g.protocol_errors)),
+        ],
+    );
+    gauge(
+        &mut o,
         "strata_tier_hits_total",
         "Reads served per tier.",
         "counter",

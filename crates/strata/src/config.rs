@@ -31,6 +31,10 @@ pub struct Config {
     pub hot_policy: String,
     #[serde(deserialize_with = "de_size")]
     pub warm_bytes_max: u64,
+    /// Warm bytes past which writes are refused while demotion cannot keep up (for
+    /// example during an object-store outage); 0 means 1.5 × warm_bytes_max.
+    #[serde(deserialize_with = "de_size")]
+    pub warm_bytes_hard_max: u64,
     /// `sync`, `group` or `none`.
     pub durability: String,
     /// `file:///path` or `s3://bucket/prefix`; empty means `<data_dir>/cold`.
@@ -66,6 +70,15 @@ pub struct Config {
     /// Bytes of replies a client may leave unread before it is disconnected.
     #[serde(deserialize_with = "de_size")]
     pub client_output_buffer_limit: u64,
+    /// Seconds a request may take to arrive once it has started (cuts off slowloris
+    /// clients); 0 = no limit.
+    pub client_request_timeout: u64,
+    /// Seconds a client may leave its replies unread before it is cut off; 0 = no limit.
+    pub client_write_timeout: u64,
+    /// Refuse clients from other than 127.0.0.1 and ::1 while no password is set.
+    pub protected_mode: bool,
+    /// Failed AUTH attempts per client address per minute before AUTH is refused (0 = off).
+    pub auth_failures_per_minute_max: u32,
     /// Named users, each `name:password:role` with role `readonly`, `readwrite` or `admin`.
     pub users: Vec<String>,
     /// Most value bytes pinned keys may hold.
@@ -89,6 +102,7 @@ impl Default for Config {
             hot_bytes_max: e.hot_bytes_max,
             hot_policy: "lru".into(),
             warm_bytes_max: e.warm_bytes_max,
+            warm_bytes_hard_max: 0,
             durability: "group".into(),
             cold_url: String::new(),
             s3_endpoint: String::new(),
@@ -110,6 +124,10 @@ impl Default for Config {
             timeout: 0,
             client_query_buffer_limit: 1 << 30,
             client_output_buffer_limit: 1 << 30,
+            client_request_timeout: 60,
+            client_write_timeout: 60,
+            protected_mode: true,
+            auth_failures_per_minute_max: 10,
             users: Vec::new(),
             pinned_bytes_max: e.pinned_bytes_max,
             log_level: "info".into(),
@@ -232,6 +250,10 @@ impl Config {
             proto_max_bulk_len: self.proto_max_bulk_len.min(512 << 20),
             client_query_buffer_limit: self.client_query_buffer_limit,
             client_output_buffer_limit: self.client_output_buffer_limit,
+            client_request_timeout_secs: self.client_request_timeout,
+            client_write_timeout_secs: self.client_write_timeout,
+            protected_mode: self.protected_mode,
+            auth_failures_per_minute_max: self.auth_failures_per_minute_max,
         })
     }
 
@@ -276,6 +298,7 @@ impl Config {
             .parse()
             .map_err(|e: strata_engine::Error| anyhow::anyhow!("{e}"))?;
         o.warm_bytes_max = self.warm_bytes_max;
+        o.warm_bytes_hard_max = self.warm_bytes_hard_max;
         o.durability = self
             .durability
             .parse()

@@ -113,7 +113,42 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Raises the open-file limit so `maxclients` connections fit beside RocksDB's files (as
+/// Redis does); warns when the hard limit is too low.
+fn raise_fd_limit(maxclients: u64) {
+    const RESERVED_FDS: u64 = 1024;
+    let want = maxclients + RESERVED_FDS;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        if lim.rlim_cur >= want {
+            return;
+        }
+        let new = libc::rlimit {
+            rlim_cur: want.min(lim.rlim_max),
+            rlim_max: lim.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &new) == 0 {
+            lim.rlim_cur = new.rlim_cur;
+        }
+    }
+    if lim.rlim_cur < want {
+        tracing::warn!(
+            open_files = lim.rlim_cur,
+            maxclients,
+            "the open-file limit is below maxclients + {RESERVED_FDS}; raise it (ulimit -n) or lower maxclients"
+        );
+    }
+}
+
 async fn serve(cfg: Config) -> Result<()> {
+    raise_fd_limit(cfg.maxclients);
     let engine_opts = cfg.engine_options()?;
     let server_cfg = cfg.server_config()?;
     // Read the TLS files before opening the store, so a bad path fails fast.

@@ -204,6 +204,8 @@ pub(crate) fn engine_error(e: &Error) -> Reply {
         Error::ColdUnavailable(m) => Reply::err(format!("TRYAGAIN cold tier unavailable: {m}")),
         Error::Storage(m) => Reply::err(format!("ERR storage unavailable: {m}")),
         Error::Data(m) => Reply::err(format!("ERR data error: {m}")),
+        Error::WarmFull(m) => Reply::err(format!("OOM {m}")),
+        Error::DiskFull(m) => Reply::err(format!("ERR {m}")),
         Error::Closed => Reply::err("ERR server is shutting down"),
         Error::Poisoned(m) => Reply::err(format!(
             "MISCONF writes are refused because a WAL sync failed: {m}"

@@ -97,6 +97,21 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
 
 fn auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
     let cfg = ctx.shared.cfg.read();
+    let ip = ctx.conn.addr.ip();
+    if let Some(wait) = ctx
+        .shared
+        .auth_limiter
+        .blocked(ip, cfg.auth_failures_per_minute_max)
+    {
+        ctx.shared
+            .guard
+            .auth_refused
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(client = ctx.conn.id, addr = %ctx.conn.addr, "AUTH refused: too many failed attempts from this address");
+        return Reply::Error(format!(
+            "ERR too many failed AUTH attempts from this address; try again in {wait} seconds"
+        ));
+    }
     let user = user
         .map(|u| String::from_utf8_lossy(u).into_owned())
         .unwrap_or_else(|| "default".into());
@@ -121,6 +136,11 @@ fn auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
             Reply::ok()
         }
         None => {
+            ctx.shared.auth_limiter.failed(ip);
+            ctx.shared
+                .guard
+                .auth_failures
+                .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(client = ctx.conn.id, addr = %ctx.conn.addr, user, "authentication failed");
             Reply::err("WRONGPASS invalid username-password pair or user is disabled.")
         }
@@ -375,13 +395,19 @@ fn info(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
     if show("stats") {
         let _ = write!(
             o,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nauth_failures:{}\r\nauth_refused:{}\r\nprotected_mode_denied:{}\r\nclients_cut_off_slow_request:{}\r\nclients_cut_off_not_reading:{}\r\nclients_cut_off_protocol_error:{}\r\n\r\n",
             sh.total_connections.load(Ordering::Relaxed),
             sh.total_commands.load(Ordering::Relaxed),
             sh.rejected_connections.load(Ordering::Relaxed),
             st.hot.hits + st.warm.hits + st.cold.hits,
             st.misses,
-            st.expired
+            st.expired,
+            sh.guard.auth_failures.load(Ordering::Relaxed),
+            sh.guard.auth_refused.load(Ordering::Relaxed),
+            sh.guard.protected_denied.load(Ordering::Relaxed),
+            sh.guard.slow_requests.load(Ordering::Relaxed),
+            sh.guard.stalled_writes.load(Ordering::Relaxed),
+            sh.guard.protocol_errors.load(Ordering::Relaxed),
         );
     }
     if show("commandstats") {
@@ -425,6 +451,10 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("maxclients", cfg.maxclients.to_string()),
         ("timeout", cfg.timeout_secs.to_string()),
         ("requirepass", cfg.requirepass.clone()),
+        (
+            "protected-mode",
+            if cfg.protected_mode { "yes" } else { "no" }.into(),
+        ),
         ("proto-max-bulk-len", cfg.proto_max_bulk_len.to_string()),
         (
             "client-query-buffer-limit",
@@ -485,6 +515,13 @@ fn config(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                         }
                     }
                     "requirepass" => cfg.requirepass = val,
+                    "protected-mode" => {
+                        cfg.protected_mode = match val.to_ascii_lowercase().as_str() {
+                            "yes" => true,
+                            "no" => false,
+                            _ => return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - argument must be 'yes' or 'no'")),
+                        }
+                    }
                     "proto-max-bulk-len" => {
                         cfg.proto_max_bulk_len = match int() {
                             Some(n) if n >= 1024 => n.min(512 << 20),

@@ -39,6 +39,9 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 n("object_store_gets", c.gets),
                 n("object_store_puts", c.puts),
                 n("object_store_errors", c.errors),
+                n("demotion_errors", st.demotion_errors),
+                n("warm_bytes_hard_max", st.warm_bytes_hard_max),
+                n("writes_refused_full", st.writes_refused_full),
             ])
         }
         "pin" | "unpin" | "pins" => pins(ctx, name, a).await,

@@ -1,0 +1,223 @@
+"""Bad and hostile clients against the real binary: huge lengths, slowloris, clients that
+never read, 10,000 idle connections under load, protected mode and AUTH rate limiting.
+
+Each test prints the figures RELIABILITY.md quotes (peak memory, connections served)."""
+
+import resource
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import redis
+
+from conftest import StrataProcess
+
+MIB = 1 << 20
+
+
+def recv_until_closed(sock, timeout=10.0) -> bytes:
+    """Reads until the server closes the connection (or `timeout` passes)."""
+    sock.settimeout(timeout)
+    data = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def connect_from(port, source_ip) -> socket.socket:
+    s = socket.socket()
+    s.bind((source_ip, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def test_huge_declared_lengths_are_refused_before_buffering():
+    p = StrataProcess({"proto_max_bulk_len": "1MiB"})
+    try:
+        rss0 = p.rss_bytes()
+        # A bulk length over the limit: refused at the header, before any body arrives.
+        s = socket.create_connection(("127.0.0.1", p.port))
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2097152\r\n")
+        reply = recv_until_closed(s)
+        assert reply.startswith(b"-ERR Protocol error: invalid bulk length"), reply
+        # An absurd one, and an absurd argument count.
+        for header in (b"*1\r\n$99999999999999\r\n", b"*99999999999\r\n"):
+            s = socket.create_connection(("127.0.0.1", p.port))
+            s.sendall(header)
+            reply = recv_until_closed(s)
+            assert reply.startswith(b"-ERR Protocol error"), (header, reply)
+        assert p.client().ping()
+        grown = p.rss_bytes() - rss0
+        print(f"huge lengths: RSS grew {grown / MIB:.1f} MiB")
+        assert grown < 64 * MIB
+        assert p.info()["clients_cut_off_protocol_error"] == 3
+    finally:
+        p.stop()
+
+
+def test_slowloris_client_is_cut_off():
+    p = StrataProcess({"client_request_timeout": 2})
+    try:
+        s = socket.create_connection(("127.0.0.1", p.port))
+        request = b"*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$40\r\n" + b"x" * 40 + b"\r\n"
+        start = time.time()
+        closed_after = None
+        for byte in request:
+            try:
+                s.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = time.time() - start
+                break
+            time.sleep(0.25)
+        if closed_after is None:
+            reply = recv_until_closed(s, timeout=5)
+        else:
+            reply = b""
+        took = time.time() - start
+        print(f"slowloris: cut off after {took:.1f} s")
+        assert took < 10, "the trickling client was not cut off"
+        assert reply == b"" or b"request not completed within 2 seconds" in reply, reply
+        assert p.client().get("slow") is None, "a request that never arrived ran"
+        assert p.info()["clients_cut_off_slow_request"] == 1
+        # A client that is slow between requests (not within one) keeps its connection.
+        c = p.client()
+        for _ in range(3):
+            assert c.ping()
+            time.sleep(1.0)
+        assert p.info()["clients_cut_off_slow_request"] == 1
+    finally:
+        p.stop()
+
+
+def test_client_that_never_reads_is_cut_off_with_memory_bounded():
+    p = StrataProcess({"client_write_timeout": 2})
+    try:
+        p.client().set("big", b"v" * MIB)
+        rss0 = p.rss_bytes()
+        s = socket.create_connection(("127.0.0.1", p.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        # 2 GiB of replies asked for, none read.
+        pipeline = b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n" * 2048
+        s.settimeout(5)
+        try:
+            s.sendall(pipeline)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+        peak = rss0
+        deadline = time.time() + 20
+        while time.time() < deadline and p.info()["clients_cut_off_not_reading"] == 0:
+            peak = max(peak, p.rss_bytes())
+            time.sleep(0.2)
+        print(f"never-reading client: RSS {rss0 / MIB:.0f} -> peak {peak / MIB:.0f} MiB")
+        assert p.info()["clients_cut_off_not_reading"] == 1
+        assert peak - rss0 < 128 * MIB, "replies to an unread pipeline were buffered"
+        assert p.client().get("big") == b"v" * MIB
+    finally:
+        p.stop()
+
+
+def test_ten_thousand_idle_connections_while_redis_benchmark_runs():
+    if shutil.which("redis-benchmark") is None:
+        pytest.fail("redis-benchmark is missing: apt-get install redis-tools")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 10_500
+    if hard < need:
+        pytest.fail(f"the open-file hard limit is {hard}; this test needs {need}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+    p = StrataProcess({"maxclients": 11_000})
+    idle = []
+    try:
+        for i in range(10_000):
+            idle.append(socket.create_connection(("127.0.0.1", p.port)))
+        # Every one of them is admitted: a PING on a sample is answered.
+        for s in idle[::500]:
+            s.sendall(b"PING\r\n")
+            assert s.recv(64) == b"+PONG\r\n"
+        assert p.client().info("clients")["connected_clients"] >= 10_000
+        rss_idle = p.rss_bytes()
+        out = subprocess.run(
+            ["redis-benchmark", "-p", str(p.port), "-n", "20000", "-c", "50", "-t", "set,get", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+        lines = [l for l in out.stdout.replace("\r", "\n").splitlines() if "requests per second" in l]
+        assert any(l.startswith("SET") for l in lines) and any(l.startswith("GET") for l in lines), out.stdout
+        rss_after = p.rss_bytes()
+        print(
+            f"10k idle + redis-benchmark: RSS {rss_idle / MIB:.0f} MiB idle, {rss_after / MIB:.0f} MiB after; "
+            + "; ".join(l.strip() for l in lines)
+        )
+        for s in idle[::500]:
+            s.sendall(b"PING\r\n")
+            assert s.recv(64) == b"+PONG\r\n"
+    finally:
+        for s in idle:
+            s.close()
+        p.stop()
+
+
+def test_protected_mode_refuses_non_loopback_clients_without_a_password():
+    p = StrataProcess()
+    try:
+        s = connect_from(p.port, "127.0.0.2")
+        reply = recv_until_closed(s)
+        assert reply.startswith(b"-DENIED"), reply
+        assert p.client().ping(), "127.0.0.1 is the loopback interface"
+        assert p.info()["protected_mode_denied"] == 1
+        # Turning it off (only possible from loopback) lets the client in.
+        p.client().config_set("protected-mode", "no")
+        s = connect_from(p.port, "127.0.0.2")
+        s.sendall(b"PING\r\n")
+        assert s.recv(64) == b"+PONG\r\n"
+    finally:
+        p.stop()
+    # With a password, remote clients may connect and must authenticate.
+    p = StrataProcess({"requirepass": "s3cret"})
+    try:
+        s = connect_from(p.port, "127.0.0.2")
+        s.sendall(b"PING\r\n")
+        assert s.recv(256).startswith(b"-NOAUTH")
+        s.sendall(b"AUTH s3cret\r\nPING\r\n")
+        time.sleep(0.2)
+        assert s.recv(256) == b"+OK\r\n+PONG\r\n"
+    finally:
+        p.stop()
+
+
+def test_wrong_passwords_are_rate_limited_and_logged():
+    p = StrataProcess({"requirepass": "s3cret", "auth_failures_per_minute_max": 5})
+    try:
+        c = socket.create_connection(("127.0.0.1", p.port))
+        for _ in range(5):
+            c.sendall(b"AUTH guess\r\n")
+            assert c.recv(256).startswith(b"-WRONGPASS")
+        # The right password is not even checked now, from this address.
+        c.sendall(b"AUTH s3cret\r\n")
+        assert c.recv(256).startswith(b"-ERR too many failed AUTH attempts"), "not limited"
+        with pytest.raises(redis.ResponseError, match="too many failed AUTH attempts"):
+            p.client(password="s3cret", protocol=2).ping()
+        # Another address is not affected.
+        s = connect_from(p.port, "127.0.0.2")
+        s.sendall(b"AUTH s3cret\r\n")
+        assert s.recv(64) == b"+OK\r\n"
+        s.sendall(b"INFO stats\r\n")
+        time.sleep(0.3)
+        text = s.recv(65536).decode()
+        stats = dict(l.split(":", 1) for l in text.split("\r\n") if ":" in l)
+        assert (stats["auth_failures"], stats["auth_refused"]) == ("5", "2"), text
+        log = p.log_text()
+        assert log.count("authentication failed") == 5, log
+        assert "too many failed attempts" in log
+    finally:
+        p.stop()
