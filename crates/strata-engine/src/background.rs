@@ -41,7 +41,9 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: watch::Receiver<bool>) 
             Ok(_) => backoff_ms = inner.opts.background_interval_ms,
             Err(e) => {
                 add(&inner.counters.demotion_errors);
-                backoff_ms = (backoff_ms * 2).min(30_000);
+                // Exponential, capped at 30 s or 100 rounds' worth of interval.
+                let cap = inner.opts.background_interval_ms.saturating_mul(100).min(30_000);
+                backoff_ms = (backoff_ms * 2).min(cap.max(1));
                 tracing::warn!(error = %e, retry_ms = backoff_ms, "background round failed; will retry");
             }
         }

@@ -100,6 +100,7 @@ pub(crate) struct Inner {
     /// Keys that may not be demoted before the given Unix ms (KV-cache leases).
     pub(crate) leases: Mutex<std::collections::HashMap<Bytes, u64>>,
     pub(crate) load_model: crate::loadtime::LoadModel,
+    pub(crate) disk: crate::disk::DiskGuard,
 }
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
@@ -303,7 +304,9 @@ impl Engine {
                 opts.data_dir.display()
             ))
         })?;
-        let warm = Warm::open(&opts.data_dir.join("warm"), &opts)?;
+        let warm_dir = opts.data_dir.join("warm");
+        let warm = Warm::open(&warm_dir, &opts)?;
+        let opts_disk_free_min = opts.disk_free_min_bytes;
         let cold = Arc::new(Cold::open(&opts)?);
         let shard_entries =
             (opts.hot_bytes_max / 1024 / opts.hot_shard_count as u64).clamp(64, 1 << 20) as usize;
@@ -351,6 +354,7 @@ impl Engine {
             pins: parking_lot::RwLock::new(Vec::new()),
             leases: Mutex::new(std::collections::HashMap::new()),
             load_model: crate::loadtime::LoadModel::default(),
+            disk: crate::disk::DiskGuard::new(&warm_dir, opts_disk_free_min),
         });
         *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);

@@ -22,6 +22,7 @@
 mod background;
 mod clock;
 mod cold;
+mod disk;
 mod durability;
 mod engine;
 mod error;

@@ -98,6 +98,9 @@ pub struct EngineOptions {
     pub expire_sweep_count_max: usize,
     /// Most value bytes that pins may hold in the warm tier.
     pub pinned_bytes_max: u64,
+    /// Writes are refused while less than this many bytes are free on the warm tier's disk
+    /// (0 turns the check off).
+    pub disk_free_min_bytes: u64,
 }
 
 impl EngineOptions {
@@ -127,6 +130,7 @@ impl EngineOptions {
             key_bytes_max: strata_format::KEY_BYTES_MAX,
             expire_sweep_count_max: 10_000,
             pinned_bytes_max: 1 << 30,
+            disk_free_min_bytes: 256 << 20,
         }
     }
 

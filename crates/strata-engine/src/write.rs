@@ -205,6 +205,7 @@ impl Inner {
                     "command not allowed: the warm tier holds {warm} bytes, at its hard limit of {hard} (demotion to the object store is behind or failing); deletes work, writes resume as it drains"
                 )));
             }
+            self.disk.claim(d.warm_bytes as u64)?;
         }
         self.commit_batch(batch, &d, self.opts.durability == Durability::Sync)?;
         add(&self.counters.writes);

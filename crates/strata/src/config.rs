@@ -35,6 +35,9 @@ pub struct Config {
     /// example during an object-store outage); 0 means 1.5 × warm_bytes_max.
     #[serde(deserialize_with = "de_size")]
     pub warm_bytes_hard_max: u64,
+    /// Writes are refused while less than this is free on the data directory's disk.
+    #[serde(deserialize_with = "de_size")]
+    pub disk_free_min_bytes: u64,
     /// `sync`, `group` or `none`.
     pub durability: String,
     /// `file:///path` or `s3://bucket/prefix`; empty means `<data_dir>/cold`.
@@ -103,6 +106,7 @@ impl Default for Config {
             hot_policy: "lru".into(),
             warm_bytes_max: e.warm_bytes_max,
             warm_bytes_hard_max: 0,
+            disk_free_min_bytes: e.disk_free_min_bytes,
             durability: "group".into(),
             cold_url: String::new(),
             s3_endpoint: String::new(),
@@ -299,6 +303,7 @@ impl Config {
             .map_err(|e: strata_engine::Error| anyhow::anyhow!("{e}"))?;
         o.warm_bytes_max = self.warm_bytes_max;
         o.warm_bytes_hard_max = self.warm_bytes_hard_max;
+        o.disk_free_min_bytes = self.disk_free_min_bytes;
         o.durability = self
             .durability
             .parse()

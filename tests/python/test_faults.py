@@ -1,0 +1,265 @@
+"""Real faults under the real binary: the object store behind a fault-injecting proxy
+(blackhole, reset, 503, delay), and a data directory on a tmpfs that fills up.
+
+Every acknowledged write is checked, byte for byte, after the fault and after a restart."""
+
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+import redis
+import requests
+
+from conftest import StrataProcess, free_port
+from faultproxy import FaultProxy
+
+KIB = 1 << 10
+MIB = 1 << 20
+
+
+class Moto:
+    """A moto S3 server on loopback with one bucket."""
+
+    def __init__(self, bucket="strata-faults"):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["moto_server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 60
+        while True:
+            try:
+                requests.put(f"http://127.0.0.1:{self.port}/{bucket}", timeout=2).raise_for_status()
+                break
+            except requests.RequestException:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start (pip install 'moto[server]')")
+                time.sleep(0.2)
+        self.bucket = bucket
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def value_for(key: str, n: int) -> bytes:
+    """Incompressible, key-specific bytes, so a value read under the wrong key is caught."""
+    seed = key.encode() + b"|"
+    out = bytearray()
+    i = 0
+    import hashlib
+
+    while len(out) < n:
+        out += hashlib.sha256(seed + str(i).encode()).digest()
+        i += 1
+    return bytes(out[:n])
+
+
+def check_all(client, acked):
+    bad = [k for k, v in acked.items() if client.get(k) != v]
+    assert not bad, f"{len(bad)} acknowledged keys wrong or missing, e.g. {bad[:5]}"
+
+
+def stats(client):
+    raw = client.execute_command("STRATA.STATS")
+    if isinstance(raw, list):
+        raw = dict(zip(raw[::2], raw[1::2]))
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+
+
+def test_object_store_outage_through_a_fault_proxy():
+    moto = Moto()
+    proxy = FaultProxy(("127.0.0.1", moto.port))
+    settings = {
+        "cold_url": f"s3://{moto.bucket}/outage",
+        "s3_endpoint": proxy.endpoint,
+        "s3_region": "us-east-1",
+        "s3_access_key_id": "test",
+        "s3_secret_access_key": "test",
+        "s3_allow_http": "true",
+        "hot_bytes_max": "64KiB",
+        "warm_bytes_max": "256KiB",
+        "warm_bytes_hard_max": "512KiB",
+        "background_interval_ms": 50,
+        "block_bytes": 4096,
+        "cold_request_timeout_ms": 1500,
+        "durability": "sync",
+    }
+    p = StrataProcess(settings)
+    try:
+        c = p.client(socket_timeout=60)
+        acked = {}
+        for i in range(400):
+            k = f"k{i:05}"
+            v = value_for(k, 2 * KIB)
+            c.set(k, v)
+            acked[k] = v
+        deadline = time.time() + 60
+        while not (stats(c)["cold_entries"] > 100 and stats(c)["warm_bytes"] <= 256 * KIB):
+            assert time.time() < deadline, f"demotion did not run: {stats(c)}"
+            time.sleep(0.2)
+        tiers = {k: (c.execute_command("TIER", k) or b"").decode() for k in acked}
+        cold = [k for k, t in tiers.items() if t == "cold"]
+        near = [k for k, t in tiers.items() if t in ("hot", "warm")]
+        assert len(cold) > 40 and near, tiers
+
+        # 1. Blackhole: near keys served, cold reads fail in time, writes run into the hard limit.
+        figures = {}
+        for mode in ("blackhole", "reset", "503", "delay"):
+            proxy.mode = mode
+            proxy.delay_s = 3.0
+            k = near.pop()
+            assert c.get(k) == acked[k]
+            k = cold.pop()
+            t0 = time.time()
+            with pytest.raises(redis.ResponseError, match="cold tier unavailable"):
+                c.get(k)
+            figures[mode] = time.time() - t0
+            assert figures[mode] < 15, f"{mode}: a cold read hung for {figures[mode]:.1f} s"
+            if mode == "blackhole":
+                refused = None
+                for i in range(400, 2000):
+                    k = f"k{i:05}"
+                    v = value_for(k, 2 * KIB)
+                    try:
+                        c.set(k, v)
+                    except redis.exceptions.OutOfMemoryError as e:  # the -OOM prefix
+                        refused = str(e)
+                        break
+                    acked[k] = v
+                assert refused and "hard limit" in refused, refused
+                st = stats(c)
+                assert st["warm_bytes"] <= 512 * KIB, st
+                assert st["writes_refused_full"] >= 1, st
+                # Demotion fails (after its timeout) and backs off; it does not hang.
+                deadline = time.time() + 30
+                while stats(c)["demotion_errors"] == 0:
+                    assert time.time() < deadline, f"demotion never reported a failure: {stats(c)}"
+                    time.sleep(0.2)
+                # Deletes still work at the hard limit.
+                gone = near.pop()
+                assert c.delete(gone) == 1
+                del acked[gone]
+        print("cold read failed after (s): " + ", ".join(f"{m} {t:.2f}" for m, t in figures.items()))
+
+        # 2. The outage ends: writes resume, the backlog drains, everything is readable.
+        proxy.mode = "pass"
+        deadline = time.time() + 90
+        while True:
+            try:
+                c.set("after-outage", b"x")
+                break
+            except redis.ResponseError as e:
+                assert time.time() < deadline, f"writes never resumed: {e}"
+                time.sleep(0.5)
+        acked["after-outage"] = b"x"
+        while stats(c)["warm_bytes"] > 256 * KIB:
+            assert time.time() < deadline, f"backlog did not drain: {stats(c)}"
+            time.sleep(0.5)
+        check_all(c, acked)
+        print(f"outage: {len(acked)} acknowledged keys intact, stats {stats(c)}")
+    finally:
+        p.stop()
+        proxy.close()
+        moto.stop()
+
+
+def test_object_store_outage_state_survives_a_restart():
+    """Keys acknowledged during an outage (stuck in warm) survive a kill and restart."""
+    moto = Moto()
+    proxy = FaultProxy(("127.0.0.1", moto.port))
+    data = tempfile.TemporaryDirectory()
+    settings = {
+        "cold_url": f"s3://{moto.bucket}/restart",
+        "s3_endpoint": proxy.endpoint,
+        "s3_region": "us-east-1",
+        "s3_access_key_id": "test",
+        "s3_secret_access_key": "test",
+        "s3_allow_http": "true",
+        "hot_bytes_max": "64KiB",
+        "warm_bytes_max": "128KiB",
+        "warm_bytes_hard_max": "1MiB",
+        "background_interval_ms": 50,
+        "block_bytes": 4096,
+        "cold_request_timeout_ms": 1000,
+        "durability": "sync",
+    }
+    p = StrataProcess(settings, data_dir=data.name)
+    try:
+        c = p.client(socket_timeout=60)
+        acked = {}
+        for i in range(150):
+            k = f"r{i:05}"
+            acked[k] = value_for(k, 2 * KIB)
+            c.set(k, acked[k])
+        deadline = time.time() + 60
+        while stats(c)["cold_entries"] == 0:
+            assert time.time() < deadline, "nothing was demoted"
+            time.sleep(0.2)
+        proxy.mode = "reset"
+        for i in range(150, 200):
+            k = f"r{i:05}"
+            acked[k] = value_for(k, 2 * KIB)
+            c.set(k, acked[k])
+        p.stop()
+        proxy.mode = "pass"
+        p = StrataProcess(settings, data_dir=data.name)
+        check_all(p.client(socket_timeout=60), acked)
+    finally:
+        p.stop()
+        proxy.close()
+        moto.stop()
+        data.cleanup()
+
+
+def test_disk_full_refuses_writes_keeps_reads_and_recovers():
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mnt = tempfile.mkdtemp(prefix="strata-tmpfs-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", mnt], check=True)
+    data = os.path.join(mnt, "data")
+    p = None
+    try:
+        p = StrataProcess({"durability": "sync", "disk_free_min_bytes": "8MiB"}, data_dir=data)
+        c = p.client(socket_timeout=60)
+        acked = {}
+        error = None
+        for i in range(1000):
+            k = f"d{i:05}"
+            v = value_for(k, 256 * KIB)
+            try:
+                c.set(k, v)
+            except redis.ResponseError as e:
+                error = str(e)
+                break
+            acked[k] = v
+        assert error and "disk full" in error, error
+        print(f"disk full after {len(acked)} writes of 256 KiB: {error[:80]}")
+        # Reads keep working while the disk is full.
+        check_all(c, acked)
+        with pytest.raises(redis.ResponseError, match="disk full"):
+            c.set("more", b"y" * MIB)
+        # Space returns: RocksDB's error recovery resumes writes.
+        subprocess.run(["mount", "-o", "remount,size=512m", mnt], check=True)
+        deadline = time.time() + 90
+        while True:
+            try:
+                c.set("after-full", b"z")
+                break
+            except redis.ResponseError as e:
+                assert time.time() < deadline, f"writes did not resume: {e}"
+                time.sleep(0.5)
+        acked["after-full"] = b"z"
+        check_all(c, acked)
+        p.stop()
+        p = StrataProcess({"durability": "sync", "disk_free_min_bytes": "8MiB"}, data_dir=data)
+        check_all(p.client(socket_timeout=60), acked)
+        print(f"disk full: {len(acked)} acknowledged keys intact after recovery and restart")
+    finally:
+        if p:
+            p.stop()
+        subprocess.run(["umount", "-l", mnt], check=False)
+        os.rmdir(mnt)
