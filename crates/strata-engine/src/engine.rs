@@ -323,6 +323,10 @@ impl Engine {
             }
         };
         let counters = Counters::default();
+        counters.wal_bytes_dropped.store(
+            warm::wal_bytes_dropped_at_open(&warm_dir),
+            Ordering::Relaxed,
+        );
         let [warm_bytes, warm_entries, cold_bytes, cold_entries] = warm.counts()?;
         counters.warm_bytes.store(warm_bytes, Ordering::Relaxed);
         counters.warm_entries.store(warm_entries, Ordering::Relaxed);
@@ -599,6 +603,7 @@ impl Engine {
             demotion_errors: ld(&c.demotion_errors),
             writes: ld(&c.writes),
             writes_refused_full: ld(&c.writes_refused_full),
+            wal_bytes_dropped: ld(&c.wal_bytes_dropped),
             warm_bytes_hard_max: self.inner.opts.warm_hard_limit(),
             cold_requests: crate::stats::ColdRequestStats {
                 gets: ld(&cc.gets),

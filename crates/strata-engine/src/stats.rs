@@ -22,6 +22,7 @@ pub(crate) struct Counters {
     pub(crate) demotion_errors: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) writes_refused_full: AtomicU64,
+    pub(crate) wal_bytes_dropped: AtomicU64,
 }
 
 pub(crate) fn add(c: &AtomicU64) {
@@ -75,6 +76,8 @@ pub struct EngineStats {
     pub writes: u64,
     /// Writes refused because the warm tier was at its hard limit.
     pub writes_refused_full: u64,
+    /// WAL bytes RocksDB dropped at open (a torn or truncated tail).
+    pub wal_bytes_dropped: u64,
     /// The warm tier's hard limit in bytes.
     pub warm_bytes_hard_max: u64,
     pub cold_requests: ColdRequestStats,

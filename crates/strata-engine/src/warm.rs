@@ -58,6 +58,24 @@ pub(crate) struct Warm {
     pub(crate) db: Arc<DB>,
 }
 
+/// Bytes of WAL that RocksDB dropped while recovering at open (a torn or truncated tail),
+/// read from the info log it wrote during this open: RocksDB reports them nowhere else.
+pub(crate) fn wal_bytes_dropped_at_open(dir: &Path) -> u64 {
+    let Ok(log) = std::fs::read_to_string(dir.join("LOG")) else {
+        return 0;
+    };
+    let mut dropped = 0;
+    for line in log.lines().filter(|l| l.contains("Corruption")) {
+        // "...000004.log: dropping 493 bytes; Corruption: truncated record body"
+        if let Some(rest) = line.split(": dropping ").nth(1) {
+            let n = rest.split(' ').next().and_then(|n| n.parse::<u64>().ok());
+            dropped += n.unwrap_or(0);
+            tracing::warn!(line, "WAL recovery dropped a torn or corrupt tail");
+        }
+    }
+    dropped
+}
+
 impl Warm {
     pub(crate) fn open(path: &Path, o: &EngineOptions) -> Result<Self> {
         let cache = Cache::new_lru_cache(o.rocksdb_block_cache_bytes)?;

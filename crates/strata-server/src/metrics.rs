@@ -180,6 +180,13 @@ pub(crate) fn render(shared: &Shared) -> String {
         "counter",
         &[("", st.writes_refused_full)],
     );
+    gauge(
+        &mut o,
+        "strata_wal_bytes_dropped",
+        "WAL bytes dropped at the last open (a torn or truncated tail).",
+        "gauge",
+        &[("", st.wal_bytes_dropped)],
+    );
     let g = &shared.guard;
     let ld = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     gauge(

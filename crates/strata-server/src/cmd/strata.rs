@@ -42,6 +42,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 n("demotion_errors", st.demotion_errors),
                 n("warm_bytes_hard_max", st.warm_bytes_hard_max),
                 n("writes_refused_full", st.writes_refused_full),
+                n("wal_bytes_dropped", st.wal_bytes_dropped),
             ])
         }
         "pin" | "unpin" | "pins" => pins(ctx, name, a).await,
