@@ -42,7 +42,11 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: watch::Receiver<bool>) 
             Err(e) => {
                 add(&inner.counters.demotion_errors);
                 // Exponential, capped at 30 s or 100 rounds' worth of interval.
-                let cap = inner.opts.background_interval_ms.saturating_mul(100).min(30_000);
+                let cap = inner
+                    .opts
+                    .background_interval_ms
+                    .saturating_mul(100)
+                    .min(30_000);
                 backoff_ms = (backoff_ms * 2).min(cap.max(1));
                 tracing::warn!(error = %e, retry_ms = backoff_ms, "background round failed; will retry");
             }
@@ -286,7 +290,7 @@ fn live_per_segment(inner: &Inner) -> Result<HashMap<u64, (u64, u64)>> {
     Ok(live)
 }
 
-fn segment_metas(inner: &Inner) -> Result<HashMap<u64, SegmentMeta>> {
+pub(crate) fn segment_metas(inner: &Inner) -> Result<HashMap<u64, SegmentMeta>> {
     let mut out = HashMap::new();
     let mut it = inner.warm.db.raw_iterator_cf(inner.warm.cf(CF_META));
     it.seek(warm::SEGMENT_PREFIX);
@@ -306,6 +310,9 @@ fn segment_metas(inner: &Inner) -> Result<HashMap<u64, SegmentMeta>> {
 
 /// Deletes orphan and empty segments and rewrites sparse ones.
 pub(crate) async fn collect_segments(inner: &Arc<Inner>) -> Result<()> {
+    let Ok(_gate) = inner.gc_gate.try_write() else {
+        return Ok(()); // a backup is copying segments
+    };
     let me = Arc::clone(inner);
     let (live, metas) = tokio::task::spawn_blocking(move || {
         Ok::<_, Error>((live_per_segment(&me)?, segment_metas(&me)?))

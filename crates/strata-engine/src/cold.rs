@@ -203,7 +203,7 @@ impl Cold {
     }
 }
 
-fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn ObjectStore>> {
+pub(crate) fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn ObjectStore>> {
     let parsed = url::Url::parse(url).map_err(|e| {
         Error::Invalid(format!(
             "cold_url '{url}' is not a URL: {e}; use file:///path or s3://bucket/prefix"

@@ -30,7 +30,8 @@ fn free_bytes(path: &CString) -> Option<u64> {
     // SAFETY: statvfs writes only into the zeroed struct we own; `path` is NUL-terminated.
     unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
-        (libc::statvfs(path.as_ptr(), &mut st) == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+        (libc::statvfs(path.as_ptr(), &mut st) == 0)
+            .then(|| st.f_bavail as u64 * st.f_frsize as u64)
     }
 }
 
@@ -55,7 +56,8 @@ impl DiskGuard {
             let mut at = self.refreshed.lock();
             if at.elapsed() >= REFRESH {
                 if let Some(f) = free_bytes(&self.path) {
-                    self.free.store(f.min(i64::MAX as u64) as i64, Ordering::Relaxed);
+                    self.free
+                        .store(f.min(i64::MAX as u64) as i64, Ordering::Relaxed);
                 }
                 *at = Instant::now();
             }

@@ -101,6 +101,9 @@ pub(crate) struct Inner {
     pub(crate) leases: Mutex<std::collections::HashMap<Bytes, u64>>,
     pub(crate) load_model: crate::loadtime::LoadModel,
     pub(crate) disk: crate::disk::DiskGuard,
+    /// Held for reading by a backup while it copies; segment collection skips its round
+    /// while it cannot take it for writing.
+    pub(crate) gc_gate: tokio::sync::RwLock<()>,
 }
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
@@ -359,6 +362,7 @@ impl Engine {
             leases: Mutex::new(std::collections::HashMap::new()),
             load_model: crate::loadtime::LoadModel::default(),
             disk: crate::disk::DiskGuard::new(&warm_dir, opts_disk_free_min),
+            gc_gate: tokio::sync::RwLock::new(()),
         });
         *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);

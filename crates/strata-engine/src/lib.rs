@@ -20,6 +20,7 @@
 //! ```
 
 mod background;
+mod backup;
 mod clock;
 mod cold;
 mod disk;
@@ -35,6 +36,7 @@ mod stats;
 mod warm;
 mod write;
 
+pub use backup::{restore, BackupSummary, Progress};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, Tier};
 pub use error::{Error, ErrorKind, Result};

@@ -106,6 +106,18 @@ pub(crate) struct Shared {
     pub(crate) total_commands: AtomicU64,
     pub(crate) auth_limiter: auth::AuthLimiter,
     pub(crate) guard: GuardCounters,
+    pub(crate) backup: Mutex<BackupState>,
+}
+
+/// The last `STRATA.BACKUP`: running or not, progress, outcome.
+#[derive(Default)]
+pub(crate) struct BackupState {
+    pub(crate) running: bool,
+    pub(crate) url: String,
+    pub(crate) done_bytes: u64,
+    pub(crate) total_bytes: u64,
+    /// "" before the first backup, "ok", or "err: <reason>".
+    pub(crate) status: String,
 }
 
 /// What the server's defences did, for `INFO` and `/metrics`.
@@ -150,6 +162,7 @@ impl Server {
                 total_commands: AtomicU64::new(0),
                 auth_limiter: auth::AuthLimiter::default(),
                 guard: GuardCounters::default(),
+                backup: Mutex::new(BackupState::default()),
             }),
         }
     }

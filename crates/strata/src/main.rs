@@ -1,5 +1,6 @@
 //! `strata`: run the server, inspect the configuration, and the operator's tools.
 
+mod backup;
 mod config;
 mod trace;
 
@@ -47,6 +48,20 @@ enum Command {
     /// Trace tools.
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Write a consistent snapshot (RocksDB checkpoint, cold index, live segments) to a
+    /// directory or object-store prefix, with progress. The store must not be open in a
+    /// running server; for a live one use `redis-cli STRATA.BACKUP <url>`.
+    Backup {
+        /// Destination: file:///path or s3://bucket/prefix (S3 settings as for cold_url).
+        #[arg(long)]
+        to: String,
+    },
+    /// Restore a backup into an empty data directory and the configured cold tier.
+    Restore {
+        /// The backup: file:///path or s3://bucket/prefix.
+        #[arg(long)]
+        from: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -96,6 +111,8 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", toml::to_string(&cfg)?);
             Ok(())
         }
+        Command::Backup { to } => backup::backup(&cfg, &to),
+        Command::Restore { from } => backup::restore(&cfg, &from),
         Command::Serve => {
             let filter =
                 tracing_subscriber::EnvFilter::try_new(&cfg.log_level).context("bad log_level")?;

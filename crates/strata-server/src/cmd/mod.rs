@@ -137,6 +137,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c("pin", 2, WRITE | ADMIN, 0, 0, 0),
     c("unpin", 2, WRITE | ADMIN, 0, 0, 0),
     c("pins", 1, READ, 0, 0, 0),
+    c("strata.backup", 2, ADMIN, 0, 0, 0),
     // The KV-cache pool (one round trip each).
     c("kvc.put", -4, WRITE, 0, 0, 0),
     c("kvc.get", -3, READ, 0, 0, 0),
@@ -304,7 +305,9 @@ pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Repl
             server::run(ctx, name, a).await
         }
         "multi" | "exec" | "discard" | "watch" | "unwatch" => txn::run(ctx, name, a).await,
-        "tier" | "strata.stats" | "pin" | "unpin" | "pins" => strata::run(ctx, name, a).await,
+        "tier" | "strata.stats" | "pin" | "unpin" | "pins" | "strata.backup" => {
+            strata::run(ctx, name, a).await
+        }
         "kvc.put" | "kvc.get" | "kvc.match" => kvc::run(ctx, name, a).await,
         "del" | "unlink" | "exists" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "type" | "rename"

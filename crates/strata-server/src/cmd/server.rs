@@ -430,6 +430,18 @@ fn info(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         }
         o.push_str("\r\n");
     }
+    if show("persistence") {
+        let b = sh.backup.lock();
+        let _ = write!(
+            o,
+            "# Persistence\r\nloading:0\r\nbackup_in_progress:{}\r\nbackup_url:{}\r\nbackup_done_bytes:{}\r\nbackup_total_bytes:{}\r\nlast_backup_status:{}\r\n\r\n",
+            b.running as u8,
+            b.url,
+            b.done_bytes,
+            b.total_bytes,
+            if b.status.is_empty() { "none" } else { &b.status }
+        );
+    }
     if show("strata") {
         let c = &st.cold_requests;
         let _ = write!(

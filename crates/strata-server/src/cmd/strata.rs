@@ -1,4 +1,4 @@
-//! Strata's own commands: `TIER`, `STRATA.STATS`, and pinning.
+//! Strata's own commands: `TIER`, `STRATA.STATS`, pinning, and `STRATA.BACKUP`.
 
 use bytes::Bytes;
 use strata_resp::Reply;
@@ -46,6 +46,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             ])
         }
         "pin" | "unpin" | "pins" => pins(ctx, name, a).await,
+        "strata.backup" => start_backup(ctx, &a[1]),
         _ => Reply::err(format!("ERR unknown command '{name}'")),
     }
 }
@@ -63,4 +64,48 @@ async fn pins(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
         },
         _ => Reply::Array(engine.pins().into_iter().map(Reply::Bulk).collect()),
     }
+}
+
+/// `STRATA.BACKUP url`: starts a backup in the background, like `BGSAVE`; `INFO persistence`
+/// shows its progress and outcome.
+fn start_backup(ctx: &mut Ctx<'_>, url: &Bytes) -> Reply {
+    let url = String::from_utf8_lossy(url).into_owned();
+    {
+        let mut st = ctx.shared.backup.lock();
+        if st.running {
+            return Reply::err("ERR a backup is already in progress");
+        }
+        *st = crate::BackupState {
+            running: true,
+            url: url.clone(),
+            ..Default::default()
+        };
+    }
+    let shared = std::sync::Arc::clone(ctx.shared);
+    tokio::spawn(async move {
+        let progress = |done: u64, total: u64| {
+            let mut st = shared.backup.lock();
+            st.done_bytes = done;
+            st.total_bytes = total;
+        };
+        let result = shared.engine.backup(&url, &progress).await;
+        let mut st = shared.backup.lock();
+        st.running = false;
+        st.status = match result {
+            Ok(sum) => {
+                tracing::info!(
+                    url,
+                    bytes = sum.bytes,
+                    segments = sum.segments,
+                    "backup done"
+                );
+                "ok".into()
+            }
+            Err(e) => {
+                tracing::error!(url, error = %e, "backup failed");
+                format!("err: {e}")
+            }
+        };
+    });
+    Reply::Simple("Background backup started".into())
 }
