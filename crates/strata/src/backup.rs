@@ -18,7 +18,7 @@ fn progress_printer(verb: &'static str) -> impl Fn(u64, u64) + Send + Sync {
         }
         last.store(ms, Ordering::Relaxed);
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        let pct = if total == 0 { 100 } else { done * 100 / total };
+        let pct = (done * 100).checked_div(total).unwrap_or(100);
         eprintln!("{verb}: {:.1}/{:.1} MiB ({pct}%)", mib(done), mib(total));
     }
 }

@@ -70,6 +70,10 @@ fn requirepass_and_acl_users_are_enforced() {
         c.cmd(&["TIER", "k"]),
         "-NOAUTH Authentication required.\r\n"
     );
+    assert_eq!(
+        c.cmd(&["KVC.MATCH", "ns", "h1"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
     c.cmd(&["MULTI"]);
     assert_eq!(
         c.cmd(&["AUTH", "wrong"]),
@@ -82,6 +86,7 @@ fn requirepass_and_acl_users_are_enforced() {
     assert_eq!(r.cmd(&["GET", "k"]), "$1\r\nv\r\n");
     assert!(r.cmd(&["SET", "k", "x"]).starts_with("-NOPERM"));
     assert!(r.cmd(&["PIN", "k"]).starts_with("-NOPERM"));
+    assert!(r.cmd(&["KVC.PUT", "ns", "h1", "v"]).starts_with("-NOPERM"));
     r.cmd(&["MULTI"]);
     assert!(r.cmd(&["SET", "k", "x"]).starts_with("-NOPERM"));
     assert!(r.cmd(&["EXEC"]).starts_with("-EXECABORT"));
@@ -89,6 +94,9 @@ fn requirepass_and_acl_users_are_enforced() {
     assert_eq!(w.cmd(&["AUTH", "writer", "wpw"]), "+OK\r\n");
     assert_eq!(w.cmd(&["SET", "k", "w"]), "+OK\r\n");
     assert!(w.cmd(&["FLUSHALL"]).starts_with("-NOPERM"));
+    assert!(w
+        .cmd(&["STRATA.BACKUP", "file:///tmp/nope"])
+        .starts_with("-NOPERM"));
     assert!(w
         .cmd(&["CONFIG", "SET", "timeout", "1"])
         .starts_with("-NOPERM"));
