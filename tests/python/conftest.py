@@ -95,6 +95,8 @@ def tiny_strata():
         {
             "hot_bytes_max": 65536,
             "warm_bytes_max": 131072,
+            # Pipelined bursts outrun demotion; the hard limit is tested in test_faults.py.
+            "warm_bytes_hard_max": "64MiB",
             "background_interval_ms": 50,
             "block_bytes": 4096,
         }

@@ -87,3 +87,35 @@ def test_lmcache_redis_connector_sequence(strata):
     assert r.get(key + "kv_bytes") is None
     assert r.delete(key + "metadata") == 1
     assert r.exists(key + "metadata") == 0
+
+
+def test_strata_lmcache_connector_round_trip(strata):
+    """The Strata connector for LMCache: one KVC.MATCH for the cached prefix, pipelined
+    KVC.GET/PUT, metadata and bytes in one value."""
+    import asyncio
+
+    from strata_client.lmcache import StrataConnector, split_key
+
+    base = "vllm@meta-llama/Llama-3.1-8B@1@0@"
+    keys = [base + f"{i:016x}" for i in range(100)]
+    chunks = [(f"meta{i}".encode(), bytes([i]) * (4096 + i)) for i in range(100)]
+
+    async def run():
+        c = StrataConnector(f"redis://127.0.0.1:{strata.port}", lease_ms=5000)
+        assert await c.batched_contains(keys) == 0
+        await c.batched_put(keys[:70], chunks[:70])
+        assert await c.batched_contains(keys) == 70
+        assert await c.exists(keys[69]) and not await c.exists(keys[70])
+        got = await c.batched_get(keys)
+        assert len(got) == 70
+        assert all(m == chunks[i][0] and bytes(kv) == chunks[i][1] for i, (m, kv) in enumerate(got))
+        assert await c.get(keys[99]) is None
+        listed = await c.list()
+        assert len(listed) == 70 and all(k.startswith(base[:-1]) for k in listed)
+        with pytest.raises(ValueError):
+            split_key("no-namespace")
+        await c.close()
+
+    asyncio.run(run())
+    # Other models never see these chunks.
+    assert strata.client().execute_command("KVC.MATCH", "vllm@other-model@1@0", keys[0].rsplit("@", 1)[1])[0] == 0

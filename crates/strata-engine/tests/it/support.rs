@@ -15,6 +15,9 @@ pub fn small_options(dir: &Path) -> EngineOptions {
     o.hot_bytes_max = 16 << 10;
     o.hot_shard_count = 2;
     o.warm_bytes_max = 8 << 10;
+    // Tests write far past the budget between explicit demotion rounds; the hard limit has
+    // its own test against the binary (tests/python/test_faults.py).
+    o.warm_bytes_hard_max = 1 << 30;
     o.block_bytes = 1024;
     o.segment_bytes_max = 4 << 10;
     o.background_interval_ms = 3_600_000;

@@ -1,0 +1,130 @@
+"""A Strata remote connector for LMCache, beside the ``redis://`` one LMCache ships.
+
+LMCache's own Redis connector keeps two keys per chunk (``<key>kv_bytes`` and
+``<key>metadata``), probes one chunk at a time with ``EXISTS`` and reads each chunk with two
+``GET``s. Against Strata that works unchanged. This connector uses what Strata adds:
+
+- one key per chunk (metadata and bytes in one value, so they can never disagree);
+- ``batched_contains``: how many leading chunks are cached, in one ``KVC.MATCH``
+  (optionally leasing them so they are not evicted before they are read);
+- ``batched_get`` / ``batched_put``: one ``KVC.GET`` / ``KVC.PUT`` per 64 chunks, pipelined.
+
+LMCache keys (``fmt@model@world_size@worker_id@chunk_hash``) already carry a chained prefix
+hash; the part before the last ``@`` becomes the Strata namespace, the hash the chunk id.
+Values are ``(metadata: bytes, kv: bytes-like)`` pairs: LMCache's ``RemoteMetadata`` bytes
+and the chunk's ``byte_array``. The methods mirror LMCache's ``RemoteConnector`` (async
+``exists``/``get``/``put``/``list``/``close`` plus the batched calls), so a subclass of
+LMCache's ``RemoteConnector`` that converts ``MemoryObj`` to and from these pairs is all the
+glue LMCache needs (lmcache itself is not installed in our CI: it pulls CUDA torch).
+"""
+
+import struct
+from typing import List, Optional, Sequence, Tuple, Union
+
+import redis.asyncio as aioredis
+
+Buffer = Union[bytes, bytearray, memoryview]
+Chunk = Tuple[bytes, Buffer]
+
+#: Chunks per KVC.GET / KVC.PUT; longer batches are split and pipelined.
+CHUNKS_PER_COMMAND = 64
+
+
+def split_key(key) -> Tuple[str, str]:
+    """``(namespace, chunk hash)`` of an LMCache key (a string or a ``CacheEngineKey``)."""
+    s = key if isinstance(key, str) else key.to_string()
+    ns, sep, h = s.rpartition("@")
+    if not sep or not ns or not h:
+        raise ValueError(f"not an LMCache key (fmt@model@world@worker@hash): {s!r}")
+    return ns, h
+
+
+def encode(metadata: bytes, kv: Buffer) -> bytes:
+    return struct.pack("<I", len(metadata)) + bytes(metadata) + bytes(kv)
+
+
+def decode(value: bytes) -> Chunk:
+    (n,) = struct.unpack_from("<I", value)
+    view = memoryview(value)
+    return bytes(view[4 : 4 + n]), view[4 + n :]
+
+
+class StrataConnector:
+    """LMCache remote connector over Strata's KV-cache commands."""
+
+    def __init__(self, url: str = "redis://127.0.0.1:6380", lease_ms: int = 0, max_connections: int = 16):
+        self.pool = aioredis.ConnectionPool.from_url(url, max_connections=max_connections)
+        self.r = aioredis.Redis(connection_pool=self.pool)
+        self.lease_ms = lease_ms
+
+    @staticmethod
+    def _group(keys: Sequence) -> Tuple[str, List[str]]:
+        parts = [split_key(k) for k in keys]
+        namespaces = {ns for ns, _ in parts}
+        if len(namespaces) > 1:
+            raise ValueError("keys of one batch must share a namespace (model, format, worker)")
+        return (parts[0][0] if parts else ""), [h for _, h in parts]
+
+    async def exists(self, key) -> bool:
+        return await self.batched_contains([key]) == 1
+
+    async def batched_contains(self, keys: Sequence) -> int:
+        """How many leading ``keys`` are cached: one round trip for the whole prefix."""
+        if not keys:
+            return 0
+        ns, hashes = self._group(keys)
+        args = ["KVC.MATCH", ns, *hashes]
+        if self.lease_ms:
+            args += ["LEASE", self.lease_ms]
+        count, _tiers = await self.r.execute_command(*args)
+        return int(count)
+
+    async def get(self, key) -> Optional[Chunk]:
+        got = await self.batched_get([key])
+        return got[0] if got else None
+
+    async def batched_get(self, keys: Sequence) -> List[Chunk]:
+        """The leading cached chunks of ``keys``, in order; stops at the first miss."""
+        if not keys:
+            return []
+        ns, hashes = self._group(keys)
+        pipe = self.r.pipeline(transaction=False)
+        batches = [hashes[i : i + CHUNKS_PER_COMMAND] for i in range(0, len(hashes), CHUNKS_PER_COMMAND)]
+        for b in batches:
+            pipe.execute_command("KVC.GET", ns, *b)
+        out: List[Chunk] = []
+        for b, values in zip(batches, await pipe.execute()):
+            out.extend(decode(v) for v in values)
+            if len(values) < len(b):
+                break
+        return out
+
+    async def put(self, key, chunk: Chunk) -> None:
+        await self.batched_put([key], [chunk])
+
+    async def batched_put(self, keys: Sequence, chunks: Sequence[Chunk], ttl_s: int = 0) -> None:
+        if len(keys) != len(chunks):
+            raise ValueError(f"{len(keys)} keys but {len(chunks)} chunks")
+        if not keys:
+            return
+        ns, hashes = self._group(keys)
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(0, len(hashes), CHUNKS_PER_COMMAND):
+            args: list = ["KVC.PUT", ns]
+            for h, (meta, kv) in zip(hashes[i : i + CHUNKS_PER_COMMAND], chunks[i : i + CHUNKS_PER_COMMAND]):
+                args += [h, encode(meta, kv)]
+            if ttl_s:
+                args += ["TTL", int(ttl_s)]
+            pipe.execute_command(*args)
+        await pipe.execute()
+
+    async def list(self) -> List[str]:
+        """Every chunk key, in LMCache's form (walks the keyspace with SCAN)."""
+        out = []
+        async for k in self.r.scan_iter(match="kvc:*", count=1000):
+            _, ns, h = k.decode().split(":", 2)
+            out.append(f"{ns}@{h}")
+        return out
+
+    async def close(self) -> None:
+        await self.pool.disconnect()
