@@ -534,16 +534,17 @@ impl Engine {
     pub async fn locate(&self, key: &[u8]) -> Result<Option<(Tier, u64)>> {
         let inner = &self.inner;
         let now = inner.now_ms();
+        // DRAM holds only copies of stored, live keys: a hit there needs no RocksDB read
+        // (which would copy a large value out of the memtable or a blob file).
+        if let Some(len) = inner.hot.value_len(key, now) {
+            return Ok(Some((Tier::Hot, len as u64)));
+        }
         let Some(s) = inner.read_stored(key, false)?.filter(|s| s.is_live(now)) else {
             return Ok(None);
         };
-        let tier = if inner.hot.contains(key, now) {
-            Tier::Hot
-        } else {
-            match s.loc {
-                Loc::Warm { .. } => Tier::Warm,
-                Loc::Cold(_) => Tier::Cold,
-            }
+        let tier = match s.loc {
+            Loc::Warm { .. } => Tier::Warm,
+            Loc::Cold(_) => Tier::Cold,
         };
         Ok(Some((tier, s.value_len)))
     }

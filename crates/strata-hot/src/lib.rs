@@ -143,16 +143,17 @@ impl HotCache {
 
     /// Whether `key` is cached (expired entries count as absent); does not count as a hit.
     pub fn contains(&self, key: &[u8], now_ms: u64) -> bool {
+        self.value_len(key, now_ms).is_some()
+    }
+
+    /// The length of `key`'s value if it is held and live, without touching the policy.
+    pub fn value_len(&self, key: &[u8], now_ms: u64) -> Option<usize> {
         let sh = self.shard(key).lock();
-        match sh.map.get(key) {
-            Some(&slot) => {
-                let s = sh.slots[slot as usize]
-                    .as_ref()
-                    .expect("mapped slot is live");
-                s.expire_ms == 0 || s.expire_ms > now_ms
-            }
-            None => false,
-        }
+        let slot = *sh.map.get(key)?;
+        let s = sh.slots[slot as usize]
+            .as_ref()
+            .expect("mapped slot is live");
+        (s.expire_ms == 0 || s.expire_ms > now_ms).then(|| s.value.len())
     }
 
     /// Caches `value` for `key`, replacing any cached value, evicting as needed. Returns
