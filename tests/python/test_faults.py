@@ -63,6 +63,17 @@ def check_all(client, acked):
     assert not bad, f"{len(bad)} acknowledged keys wrong or missing, e.g. {bad[:5]}"
 
 
+def set_when_writable(client, key, value, deadline):
+    """Retries a SET until the store accepts writes again (or `deadline` passes)."""
+    while True:
+        try:
+            client.set(key, value)
+            return
+        except redis.ResponseError as e:
+            assert time.time() < deadline, f"writes did not resume: {e}"
+            time.sleep(0.5)
+
+
 def stats(client):
     raw = client.execute_command("STRATA.STATS")
     if isinstance(raw, list):
@@ -148,13 +159,7 @@ def test_object_store_outage_through_a_fault_proxy():
         # 2. The outage ends: writes resume, the backlog drains, everything is readable.
         proxy.mode = "pass"
         deadline = time.time() + 90
-        while True:
-            try:
-                c.set("after-outage", b"x")
-                break
-            except redis.ResponseError as e:
-                assert time.time() < deadline, f"writes never resumed: {e}"
-                time.sleep(0.5)
+        set_when_writable(c, "after-outage", b"x", deadline)
         acked["after-outage"] = b"x"
         while stats(c)["warm_bytes"] > 256 * KIB:
             assert time.time() < deadline, f"backlog did not drain: {stats(c)}"
@@ -244,14 +249,7 @@ def test_disk_full_refuses_writes_keeps_reads_and_recovers():
             c.set("more", b"y" * MIB)
         # Space returns: RocksDB's error recovery resumes writes.
         subprocess.run(["mount", "-o", "remount,size=512m", mnt], check=True)
-        deadline = time.time() + 90
-        while True:
-            try:
-                c.set("after-full", b"z")
-                break
-            except redis.ResponseError as e:
-                assert time.time() < deadline, f"writes did not resume: {e}"
-                time.sleep(0.5)
+        set_when_writable(c, "after-full", b"z", time.time() + 90)
         acked["after-full"] = b"z"
         check_all(c, acked)
         p.stop()
