@@ -43,6 +43,8 @@ def test_sigkill_cycles_lose_no_acknowledged_write(tmp_path):
     settings = {
         "durability": "sync",
         "warm_bytes_max": 262144,
+        # Three writers outrun demotion at this budget; refusals are test_faults.py's subject.
+        "warm_bytes_hard_max": "64MiB",
         "hot_bytes_max": 65536,
         "background_interval_ms": 50,
         "block_bytes": 8192,
