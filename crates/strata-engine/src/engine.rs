@@ -104,6 +104,7 @@ pub(crate) struct Inner {
     /// Held for reading by a backup while it copies; segment collection skips its round
     /// while it cannot take it for writing.
     pub(crate) gc_gate: tokio::sync::RwLock<()>,
+    pub(crate) prefetch: crate::prefetch::Prefetcher,
 }
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
@@ -194,13 +195,18 @@ impl Inner {
 
     /// Fetches a cold key's value through its block.
     pub(crate) async fn read_cold(&self, key: &[u8], r: &BlockRef) -> Result<Bytes> {
+        Ok(self.read_cold_block(key, r).await?.0)
+    }
+
+    /// As [`Inner::read_cold`], also returning the whole decompressed block.
+    async fn read_cold_block(&self, key: &[u8], r: &BlockRef) -> Result<(Bytes, Bytes)> {
         let block = self.cold.get_block(r).await.inspect_err(|e| {
             if matches!(e, Error::Data(_)) {
                 add(&self.counters.checksum_errors);
             }
         })?;
         match strata_format::find_in_block(&block, key) {
-            Ok(Some(e)) => Ok(Bytes::copy_from_slice(e.value)),
+            Ok(Some(e)) => Ok((Bytes::copy_from_slice(e.value), block.clone())),
             Ok(None) => {
                 add(&self.counters.checksum_errors);
                 Err(Error::Data(format!(
@@ -220,6 +226,7 @@ impl Inner {
         let _g = self.lock(key);
         if self.stripe_version(key) == seen_version && self.hot.insert(key, value, expire_ms) {
             add(&self.counters.promotions);
+            self.prefetch.forget(key);
         }
     }
 
@@ -245,12 +252,17 @@ impl Inner {
                     self.promote(key, seen, v.clone(), stored.expire_ms);
                     return Ok(Some(v));
                 }
-                Loc::Cold(r) => match self.read_cold(key, &r).await {
-                    Ok(v) => {
+                Loc::Cold(r) => match self.read_cold_block(key, &r).await {
+                    Ok((v, block)) => {
                         self.load_model
                             .record(Tier::Cold, v.len() as u64, started.elapsed());
                         add(&self.counters.cold_hits);
                         self.promote(key, seen, v.clone(), r.expire_ms);
+                        self.prefetch.submit(crate::prefetch::Job {
+                            key: Bytes::copy_from_slice(key),
+                            block_ref: r,
+                            block,
+                        });
                         return Ok(Some(v));
                     }
                     // The segment may have been rewritten under us: retry if the index moved.
@@ -363,10 +375,12 @@ impl Engine {
             load_model: crate::loadtime::LoadModel::default(),
             disk: crate::disk::DiskGuard::new(&warm_dir, opts_disk_free_min),
             gc_gate: tokio::sync::RwLock::new(()),
+            prefetch: crate::prefetch::Prefetcher::new(),
         });
         *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);
         let handle = tokio::spawn(crate::background::run(Arc::clone(&inner), rx));
+        crate::prefetch::Prefetcher::start(&inner);
         Ok(Engine {
             inner,
             background: Arc::new(Mutex::new(Some(handle))),
@@ -408,6 +422,7 @@ impl Engine {
         inner.access.mark(key);
         if let Some((v, _)) = inner.hot.get(key, inner.now_ms()) {
             add(&inner.counters.hot_hits);
+            inner.prefetch.on_hot_hit(key);
             return Ok(Some(v));
         }
         inner.get_uncached(key).await
@@ -435,6 +450,7 @@ impl Engine {
             match inner.hot.get(k, now) {
                 Some((v, _)) => {
                     add(&inner.counters.hot_hits);
+                    inner.prefetch.on_hot_hit(k);
                     out[i] = Some((v, Tier::Hot));
                 }
                 None => pending.push(i),
@@ -525,6 +541,19 @@ impl Engine {
             .map(|s| s.expire_ms))
     }
 
+    /// Tells the prefetcher that client stream `stream` (a connection) read `key`: the
+    /// transitions between a stream's keys train the Markov model.
+    pub fn note_access(&self, stream: u64, key: &[u8]) {
+        if self.inner.opts.prefetch {
+            self.inner.prefetch.note_access(stream, key);
+        }
+    }
+
+    /// Forgets a stream's last key (its connection closed).
+    pub fn end_stream(&self, stream: u64) {
+        self.inner.prefetch.end_stream(stream);
+    }
+
     /// Which tier serves `key` now, if any.
     pub async fn tier_of(&self, key: &[u8]) -> Result<Option<Tier>> {
         Ok(self.locate(key).await?.map(|(t, _)| t))
@@ -608,6 +637,9 @@ impl Engine {
             demotion_errors: ld(&c.demotion_errors),
             writes: ld(&c.writes),
             writes_refused_full: ld(&c.writes_refused_full),
+            prefetch_issued: ld(&self.inner.prefetch.issued),
+            prefetch_used: ld(&self.inner.prefetch.used),
+            prefetch_dropped: ld(&self.inner.prefetch.dropped),
             wal_bytes_dropped: ld(&c.wal_bytes_dropped),
             warm_bytes_hard_max: self.inner.opts.warm_hard_limit(),
             cold_requests: crate::stats::ColdRequestStats {

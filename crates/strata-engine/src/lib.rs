@@ -31,6 +31,7 @@ pub mod glob;
 mod loadtime;
 mod options;
 mod pins;
+mod prefetch;
 mod scan;
 mod stats;
 mod warm;

@@ -101,6 +101,14 @@ pub struct EngineOptions {
     /// Writes are refused while less than this many bytes are free on the warm tier's disk
     /// (0 turns the check off).
     pub disk_free_min_bytes: u64,
+    /// Speculative prefetch after cold reads (block neighbours and Markov predictions).
+    pub prefetch: bool,
+    /// Most bytes one cold read may prefetch.
+    pub prefetch_bytes_max: u64,
+    /// Most predicted keys followed after one cold read.
+    pub prefetch_keys_max: usize,
+    /// Most prefetch jobs running at once.
+    pub prefetch_tasks_max: usize,
 }
 
 impl EngineOptions {
@@ -131,6 +139,10 @@ impl EngineOptions {
             expire_sweep_count_max: 10_000,
             pinned_bytes_max: 1 << 30,
             disk_free_min_bytes: 256 << 20,
+            prefetch: true,
+            prefetch_bytes_max: 4 << 20,
+            prefetch_keys_max: 8,
+            prefetch_tasks_max: 4,
         }
     }
 

@@ -76,6 +76,12 @@ pub struct EngineStats {
     pub writes: u64,
     /// Writes refused because the warm tier was at its hard limit.
     pub writes_refused_full: u64,
+    /// Values brought into DRAM by prefetch.
+    pub prefetch_issued: u64,
+    /// Prefetched values read from DRAM before eviction (cold reads avoided).
+    pub prefetch_used: u64,
+    /// Prefetch jobs dropped because the worker was behind.
+    pub prefetch_dropped: u64,
     /// WAL bytes RocksDB dropped at open (a torn or truncated tail).
     pub wal_bytes_dropped: u64,
     /// The warm tier's hard limit in bytes.

@@ -14,6 +14,7 @@
 //! ```
 
 mod lru;
+mod markov;
 mod opt;
 mod s3fifo;
 mod sketch;
@@ -22,6 +23,7 @@ mod tinylfu;
 mod trace;
 
 pub use lru::Lru;
+pub use markov::MarkovModel;
 pub use opt::Opt;
 pub use s3fifo::S3Fifo;
 pub use strata::StrataPolicy;

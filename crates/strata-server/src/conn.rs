@@ -260,6 +260,7 @@ where
         }
     }
     shared.watches.unwatch(&mut conn.watched);
+    shared.engine.end_stream(id);
     shared.clients.lock().remove(&id);
 }
 

@@ -250,9 +250,16 @@ pub(crate) fn render(shared: &Shared) -> String {
     gauge(
         &mut o,
         "strata_prefetches_total",
-        "Keys fetched speculatively from the cold tier.",
+        "Values brought into DRAM by prefetch after cold reads.",
         "counter",
-        &[("", 0)],
+        &[("", st.prefetch_issued)],
+    );
+    gauge(
+        &mut o,
+        "strata_prefetch_used_total",
+        "Prefetched values read from DRAM before eviction (cold reads avoided).",
+        "counter",
+        &[("", st.prefetch_used)],
     );
     gauge(
         &mut o,

@@ -38,6 +38,15 @@ pub struct Config {
     /// Writes are refused while less than this is free on the data directory's disk.
     #[serde(deserialize_with = "de_size")]
     pub disk_free_min_bytes: u64,
+    /// Speculative prefetch after cold reads: block neighbours and Markov predictions.
+    pub prefetch: bool,
+    /// Most bytes one cold read may prefetch.
+    #[serde(deserialize_with = "de_size")]
+    pub prefetch_bytes_max: u64,
+    /// Most predicted keys followed after one cold read.
+    pub prefetch_keys_max: usize,
+    /// Most prefetch jobs running at once.
+    pub prefetch_tasks_max: usize,
     /// `sync`, `group` or `none`.
     pub durability: String,
     /// `file:///path` or `s3://bucket/prefix`; empty means `<data_dir>/cold`.
@@ -107,6 +116,10 @@ impl Default for Config {
             warm_bytes_max: e.warm_bytes_max,
             warm_bytes_hard_max: 0,
             disk_free_min_bytes: e.disk_free_min_bytes,
+            prefetch: e.prefetch,
+            prefetch_bytes_max: e.prefetch_bytes_max,
+            prefetch_keys_max: e.prefetch_keys_max,
+            prefetch_tasks_max: e.prefetch_tasks_max,
             durability: "group".into(),
             cold_url: String::new(),
             s3_endpoint: String::new(),
@@ -304,6 +317,10 @@ impl Config {
         o.warm_bytes_max = self.warm_bytes_max;
         o.warm_bytes_hard_max = self.warm_bytes_hard_max;
         o.disk_free_min_bytes = self.disk_free_min_bytes;
+        o.prefetch = self.prefetch;
+        o.prefetch_bytes_max = self.prefetch_bytes_max;
+        o.prefetch_keys_max = self.prefetch_keys_max;
+        o.prefetch_tasks_max = self.prefetch_tasks_max;
         o.durability = self
             .durability
             .parse()

@@ -5,5 +5,6 @@ mod basics;
 mod corruption;
 mod crash;
 mod model;
+mod prefetch;
 mod s3;
 mod support;

@@ -18,6 +18,9 @@ pub fn small_options(dir: &Path) -> EngineOptions {
     // Tests write far past the budget between explicit demotion rounds; the hard limit has
     // its own test against the binary (tests/python/test_faults.py).
     o.warm_bytes_hard_max = 1 << 30;
+    // Prefetch fills DRAM in the background; these tests check tiers exactly, so it is off
+    // here and tested on its own (prefetch.rs).
+    o.prefetch = false;
     o.block_bytes = 1024;
     o.segment_bytes_max = 4 << 10;
     o.background_interval_ms = 3_600_000;

@@ -67,6 +67,9 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             }
             let ks = keys(ns, &a[2..]);
             let refs: Vec<&[u8]> = ks.iter().map(|k| k.as_slice()).collect();
+            for k in &refs {
+                engine.note_access(ctx.conn.id, k);
+            }
             match engine.get_many(&refs).await {
                 Ok(vals) => {
                     Reply::Array(vals.into_iter().map_while(|v| v.map(Reply::Bulk)).collect())

@@ -43,6 +43,9 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 n("warm_bytes_hard_max", st.warm_bytes_hard_max),
                 n("writes_refused_full", st.writes_refused_full),
                 n("wal_bytes_dropped", st.wal_bytes_dropped),
+                n("prefetch_issued", st.prefetch_issued),
+                n("prefetch_used", st.prefetch_used),
+                n("prefetch_dropped", st.prefetch_dropped),
             ])
         }
         "pin" | "unpin" | "pins" => pins(ctx, name, a).await,

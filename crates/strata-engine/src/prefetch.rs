@@ -1,0 +1,233 @@
+//! Speculative prefetch from the cold tier. After a read served from the object store, a
+//! background worker brings into DRAM what the client is likely to read next:
+//!
+//! - the other entries of the block just fetched (its neighbours in key order: segments are
+//!   sorted, so a session's next keys usually sit beside it), and
+//! - the keys an online [`MarkovModel`] predicts from transitions seen in each client's
+//!   stream of reads (`Engine::note_access`), following the strongest rule up to
+//!   `prefetch_keys_max` steps.
+//!
+//! It runs off the request's path (a bounded queue feeds a worker; a full queue drops the
+//! job), within `prefetch_bytes_max` per cold read and `prefetch_tasks_max` concurrent jobs.
+//! A prefetched value enters DRAM only if no write touched its key since its location was
+//! read (the same stripe-version rule as promotions), so it is never stale. Counters:
+//! values prefetched (`issued`), prefetched values read from DRAM before eviction (`used`):
+//! precision is used / issued, and each use is a cold read avoided.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strata_format::BlockRef;
+use strata_policy::MarkovModel;
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::engine::{Inner, Loc};
+
+/// Jobs waiting for the worker; more are dropped (prefetch is best effort).
+const QUEUE_MAX: usize = 64;
+/// Client streams whose last key is remembered.
+const STREAMS_MAX: usize = 65_536;
+/// Prefetched keys remembered for the `used` count.
+const TRACKED_MAX: usize = 1 << 18;
+/// A rule must explain at least this share of its shape's recent transitions to be followed.
+const MIN_PROBABILITY: f64 = 0.3;
+
+pub(crate) struct Job {
+    pub(crate) key: Bytes,
+    pub(crate) block_ref: BlockRef,
+    pub(crate) block: Bytes,
+}
+
+pub(crate) struct Prefetcher {
+    model: Mutex<MarkovModel>,
+    streams: Mutex<HashMap<u64, Bytes>>,
+    tracked: Mutex<HashSet<Bytes>>,
+    tracked_len: AtomicUsize,
+    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    pub(crate) issued: AtomicU64,
+    pub(crate) used: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+}
+
+impl Prefetcher {
+    pub(crate) fn new() -> Prefetcher {
+        Prefetcher {
+            model: Mutex::new(MarkovModel::default()),
+            streams: Mutex::new(HashMap::new()),
+            tracked: Mutex::new(HashSet::new()),
+            tracked_len: AtomicUsize::new(0),
+            queue: Mutex::new(None),
+            issued: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts the worker (once the engine exists); without it, jobs are not queued.
+    pub(crate) fn start(inner: &Arc<Inner>) {
+        if !inner.opts.prefetch {
+            return;
+        }
+        let (tx, mut rx) = mpsc::channel::<Job>(QUEUE_MAX);
+        *inner.prefetch.queue.lock() = Some(tx);
+        let weak = Arc::downgrade(inner);
+        let slots = Arc::new(Semaphore::new(inner.opts.prefetch_tasks_max.max(1)));
+        tokio::spawn(async move {
+            while let Some(job) = rx.recv().await {
+                let Some(inner) = weak.upgrade() else { return };
+                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    run_job(&inner, job).await;
+                    drop(permit);
+                });
+            }
+        });
+    }
+
+    /// Learns from `stream` reading `key` after its previous key.
+    pub(crate) fn note_access(&self, stream: u64, key: &[u8]) {
+        let prev = {
+            let mut s = self.streams.lock();
+            if s.len() >= STREAMS_MAX && !s.contains_key(&stream) {
+                s.clear();
+            }
+            s.insert(stream, Bytes::copy_from_slice(key))
+        };
+        if let Some(p) = prev {
+            if p.as_ref() != key {
+                self.model.lock().observe(&p, key);
+            }
+        }
+    }
+
+    pub(crate) fn end_stream(&self, stream: u64) {
+        self.streams.lock().remove(&stream);
+    }
+
+    /// Queues a job after a cold read; drops it if the worker is behind.
+    pub(crate) fn submit(&self, job: Job) {
+        if let Some(tx) = &*self.queue.lock() {
+            if tx.try_send(job).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Called on every DRAM hit: counts the first read of a prefetched value.
+    pub(crate) fn on_hot_hit(&self, key: &[u8]) {
+        if self.tracked_len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut t = self.tracked.lock();
+        if t.remove(key) {
+            self.tracked_len.store(t.len(), Ordering::Relaxed);
+            self.used.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A key that entered DRAM by an ordinary read is no longer a prefetch.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        if self.tracked_len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut t = self.tracked.lock();
+        if t.remove(key) {
+            self.tracked_len.store(t.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn track(&self, key: &[u8]) {
+        let mut t = self.tracked.lock();
+        if t.len() >= TRACKED_MAX {
+            t.clear();
+        }
+        t.insert(Bytes::copy_from_slice(key));
+        self.tracked_len.store(t.len(), Ordering::Relaxed);
+        self.issued.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Puts `value` into DRAM as a prefetch, unless a write raced with the lookup.
+fn admit(inner: &Inner, key: &[u8], seen: u64, value: Bytes, expire_ms: u64) -> bool {
+    let _g = inner.lock(key);
+    if inner.stripe_version(key) == seen && inner.hot.insert(key, value, expire_ms) {
+        inner.prefetch.track(key);
+        return true;
+    }
+    false
+}
+
+async fn run_job(inner: &Arc<Inner>, job: Job) {
+    let mut budget = inner.opts.prefetch_bytes_max;
+    let now = inner.now_ms();
+    // 1. The neighbours in the block just fetched.
+    for e in strata_format::iter_block(&job.block) {
+        let Ok(e) = e else { break };
+        if e.key == job.key.as_ref() || inner.hot.contains(e.key, now) {
+            continue;
+        }
+        if (e.value.len() as u64) > budget {
+            break;
+        }
+        let seen = inner.stripe_version(e.key);
+        // Only if the index still points at this very block (no newer write elsewhere).
+        let here = matches!(
+            inner.read_stored(e.key, false),
+            Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.segment_id == job.block_ref.segment_id && r.block == job.block_ref.block)
+        );
+        if here
+            && admit(
+                inner,
+                e.key,
+                seen,
+                Bytes::copy_from_slice(e.value),
+                e.expire_ms,
+            )
+        {
+            budget -= e.value.len() as u64;
+        }
+    }
+    // 2. What the model predicts this stream reads next.
+    let predicted = inner.prefetch.model.lock().predict(
+        &job.key,
+        inner.opts.prefetch_keys_max,
+        MIN_PROBABILITY,
+    );
+    for k in predicted {
+        if budget == 0 {
+            break;
+        }
+        if inner.hot.contains(&k, now) {
+            continue;
+        }
+        let seen = inner.stripe_version(&k);
+        let Ok(Some(s)) = inner.read_stored(&k, false) else {
+            continue;
+        };
+        if !s.is_live(now) || s.value_len > budget {
+            continue;
+        }
+        let value = match s.loc {
+            Loc::Cold(r) => match inner.read_cold(&k, &r).await {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
+            Loc::Warm { .. } => match inner.read_stored(&k, true) {
+                Ok(Some(crate::engine::Stored {
+                    loc: Loc::Warm { value: Some(v), .. },
+                    ..
+                })) => v,
+                _ => continue,
+            },
+        };
+        let n = value.len() as u64;
+        if admit(inner, &k, seen, value, s.expire_ms) {
+            budget = budget.saturating_sub(n);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Speculative prefetch: after a cold read, the Markov model's predicted next keys and the
+//! block's neighbours arrive in DRAM before they are read.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use strata_engine::{Engine, EngineOptions, PutOptions, Tier};
+
+use crate::support::small_options;
+
+fn key(session: u32, i: u32) -> Vec<u8> {
+    format!("sess:{session}:{i:03}").into_bytes()
+}
+
+/// Sessions of keys demoted to the cold tier; values of `value_bytes` each.
+async fn cold_sessions(dir: &std::path::Path, prefetch: bool, value_bytes: usize) -> Engine {
+    let mut o: EngineOptions = small_options(dir);
+    o.prefetch = prefetch;
+    o.warm_bytes_max = 2 << 10;
+    o.segment_bytes_max = 1 << 20;
+    let e = Engine::open(o).await.unwrap();
+    for s in 0..6 {
+        for i in 0..8 {
+            let v = Bytes::from(vec![(s * 8 + i) as u8; value_bytes]);
+            e.put(&key(s, i), v, PutOptions::default()).await.unwrap();
+        }
+    }
+    e.run_background_once().await.unwrap();
+    e.clear_hot();
+    e
+}
+
+async fn wait_for_tier(e: &Engine, k: &[u8], want: Tier, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if e.tier_of(k).await.unwrap() == Some(want) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predicted_next_keys_reach_dram_before_they_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // One value per block (values larger than the block target): neighbours cannot explain it.
+    let e = cold_sessions(dir.path(), true, 2000).await;
+    for i in 0..8 {
+        assert_eq!(e.tier_of(&key(5, i)).await.unwrap(), Some(Tier::Cold));
+    }
+    // Four sessions read their keys in order, each on its own stream.
+    for s in 0..4 {
+        for i in 0..8 {
+            e.note_access(100 + s as u64, &key(s, i));
+            e.get(&key(s, i)).await.unwrap().unwrap();
+        }
+    }
+    e.clear_hot();
+    // A new session's first read is a cold miss; its next keys are predicted and fetched.
+    e.note_access(7, &key(5, 0));
+    assert_eq!(e.get(&key(5, 0)).await.unwrap().unwrap()[0], 40);
+    assert!(
+        wait_for_tier(&e, &key(5, 1), Tier::Hot, Duration::from_secs(5)).await,
+        "the predicted next key was not prefetched into DRAM"
+    );
+    assert!(wait_for_tier(&e, &key(5, 3), Tier::Hot, Duration::from_secs(5)).await);
+    let before = e.stats();
+    for i in 1..4 {
+        e.note_access(7, &key(5, i));
+        assert_eq!(e.get(&key(5, i)).await.unwrap().unwrap()[0], 40 + i as u8);
+    }
+    let after = e.stats();
+    assert_eq!(
+        after.cold.hits, before.cold.hits,
+        "prefetched keys were read from cold"
+    );
+    assert!(after.prefetch_used >= 3, "{after:?}");
+    assert!(after.prefetch_issued >= after.prefetch_used);
+    // Another session's keys were not pulled in: predictions follow the stream.
+    assert_eq!(e.tier_of(&key(4, 1)).await.unwrap(), Some(Tier::Cold));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_neighbours_are_prefetched_and_prefetch_can_be_turned_off() {
+    for on in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        // Small values: many share a block.
+        let e = cold_sessions(dir.path(), on, 100).await;
+        assert_eq!(e.tier_of(&key(2, 3)).await.unwrap(), Some(Tier::Cold));
+        e.get(&key(2, 3)).await.unwrap().unwrap();
+        let got = wait_for_tier(
+            &e,
+            &key(2, 4),
+            Tier::Hot,
+            Duration::from_millis(if on { 5000 } else { 500 }),
+        )
+        .await;
+        assert_eq!(got, on, "prefetch={on}");
+        if !on {
+            assert_eq!(e.stats().prefetch_issued, 0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_a_prefetch_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = cold_sessions(dir.path(), true, 100).await;
+    e.get(&key(1, 0)).await.unwrap().unwrap();
+    assert!(wait_for_tier(&e, &key(1, 1), Tier::Hot, Duration::from_secs(5)).await);
+    e.put(
+        &key(1, 1),
+        Bytes::from_static(b"new"),
+        PutOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.get(&key(1, 1)).await.unwrap().unwrap(), "new");
+}
