@@ -30,14 +30,14 @@ fn lower(a: &[u8]) -> String {
 pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
     let engine = &ctx.shared.engine;
     match name {
-        "get" => match {
+        "get" => {
             engine.note_access(ctx.conn.id, &a[1]);
-            engine.get(&a[1]).await
-        } {
-            Ok(Some(v)) => Reply::Bulk(v),
-            Ok(None) => Reply::Null,
-            Err(e) => engine_error(&e),
-        },
+            match engine.get(&a[1]).await {
+                Ok(Some(v)) => Reply::Bulk(v),
+                Ok(None) => Reply::Null,
+                Err(e) => engine_error(&e),
+            }
+        }
         "mget" => {
             let keys: Vec<&[u8]> = a[1..].iter().map(|k| k.as_ref()).collect();
             for k in &keys {
