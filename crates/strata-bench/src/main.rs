@@ -10,6 +10,7 @@
 
 mod engine;
 mod kvcache;
+mod prefetch;
 mod redis;
 mod report;
 mod resp;
@@ -41,6 +42,9 @@ enum Command {
     /// Multi-turn KV-cache workload (after MLPerf Storage's KV-cache test) on Strata,
     /// redis-server, one file per chunk, and the object store read directly.
     Kvcache(kvcache::Args),
+    /// Cold reads of a session-sequential workload with prefetch off and on, beside plain
+    /// GETs from the same S3-compatible server (moto).
+    Prefetch(prefetch::Args),
     /// redis-benchmark against redis-server and against strata, same machine, same run.
     Redis {
         /// Requests per redis-benchmark test.
@@ -63,6 +67,12 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(engine::run(ops, &cli.out))
         }
         Command::Redis { requests, strata } => redis::run(requests, &strata, &cli.out),
+        Command::Prefetch(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(prefetch::run(args, &cli.out))
+        }
         Command::Kvcache(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -260,8 +260,7 @@ impl Inner {
                         self.promote(key, seen, v.clone(), r.expire_ms);
                         self.prefetch.submit(crate::prefetch::Job {
                             key: Bytes::copy_from_slice(key),
-                            block_ref: r,
-                            block,
+                            block: Some((r, block)),
                         });
                         return Ok(Some(v));
                     }

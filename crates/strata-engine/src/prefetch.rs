@@ -37,8 +37,9 @@ const MIN_PROBABILITY: f64 = 0.3;
 
 pub(crate) struct Job {
     pub(crate) key: Bytes,
-    pub(crate) block_ref: BlockRef,
-    pub(crate) block: Bytes,
+    /// The block a cold read just fetched (its neighbours are prefetched); `None` when the
+    /// job only extends the prediction window (a prefetched value was just used).
+    pub(crate) block: Option<(BlockRef, Bytes)>,
 }
 
 pub(crate) struct Prefetcher {
@@ -46,6 +47,8 @@ pub(crate) struct Prefetcher {
     streams: Mutex<HashMap<u64, Bytes>>,
     tracked: Mutex<HashSet<Bytes>>,
     tracked_len: AtomicUsize,
+    /// Keys a job is fetching now, so overlapping jobs do not fetch them twice.
+    fetching: Mutex<HashSet<Bytes>>,
     queue: Mutex<Option<mpsc::Sender<Job>>>,
     pub(crate) issued: AtomicU64,
     pub(crate) used: AtomicU64,
@@ -59,6 +62,7 @@ impl Prefetcher {
             streams: Mutex::new(HashMap::new()),
             tracked: Mutex::new(HashSet::new()),
             tracked_len: AtomicUsize::new(0),
+            fetching: Mutex::new(HashSet::new()),
             queue: Mutex::new(None),
             issued: AtomicU64::new(0),
             used: AtomicU64::new(0),
@@ -118,15 +122,25 @@ impl Prefetcher {
         }
     }
 
-    /// Called on every DRAM hit: counts the first read of a prefetched value.
+    /// Called on every DRAM hit: counts the first read of a prefetched value, and moves the
+    /// prediction window on from it (a stream that consumes prefetched keys keeps the
+    /// prefetcher ahead of it).
     pub(crate) fn on_hot_hit(&self, key: &[u8]) {
         if self.tracked_len.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut t = self.tracked.lock();
-        if t.remove(key) {
+        let used = {
+            let mut t = self.tracked.lock();
+            let used = t.remove(key);
             self.tracked_len.store(t.len(), Ordering::Relaxed);
+            used
+        };
+        if used {
             self.used.fetch_add(1, Ordering::Relaxed);
+            self.submit(Job {
+                key: Bytes::copy_from_slice(key),
+                block: None,
+            });
         }
     }
 
@@ -163,45 +177,50 @@ fn admit(inner: &Inner, key: &[u8], seen: u64, value: Bytes, expire_ms: u64) -> 
 }
 
 async fn run_job(inner: &Arc<Inner>, job: Job) {
-    let mut budget = inner.opts.prefetch_bytes_max;
+    // A job may not fill more than an eighth of DRAM: prefetches would evict each other
+    // (and the data being read) before they are used.
+    let mut budget = inner
+        .opts
+        .prefetch_bytes_max
+        .min(inner.opts.hot_bytes_max / 8);
     let now = inner.now_ms();
     // 1. The neighbours in the block just fetched.
-    for e in strata_format::iter_block(&job.block) {
-        let Ok(e) = e else { break };
-        if e.key == job.key.as_ref() || inner.hot.contains(e.key, now) {
-            continue;
-        }
-        if (e.value.len() as u64) > budget {
-            break;
-        }
-        let seen = inner.stripe_version(e.key);
-        // Only if the index still points at this very block (no newer write elsewhere).
-        let here = matches!(
-            inner.read_stored(e.key, false),
-            Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.segment_id == job.block_ref.segment_id && r.block == job.block_ref.block)
-        );
-        if here
-            && admit(
-                inner,
-                e.key,
-                seen,
-                Bytes::copy_from_slice(e.value),
-                e.expire_ms,
-            )
-        {
-            budget -= e.value.len() as u64;
+    if let Some((block_ref, block)) = &job.block {
+        for e in strata_format::iter_block(block) {
+            let Ok(e) = e else { break };
+            if e.key == job.key.as_ref() || inner.hot.contains(e.key, now) {
+                continue;
+            }
+            if (e.value.len() as u64) > budget {
+                break;
+            }
+            let seen = inner.stripe_version(e.key);
+            // Only if the index still points at this very block (no newer write elsewhere).
+            let here = matches!(
+                inner.read_stored(e.key, false),
+                Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.segment_id == block_ref.segment_id && r.block == block_ref.block)
+            );
+            if here
+                && admit(
+                    inner,
+                    e.key,
+                    seen,
+                    Bytes::copy_from_slice(e.value),
+                    e.expire_ms,
+                )
+            {
+                budget -= e.value.len() as u64;
+            }
         }
     }
-    // 2. What the model predicts this stream reads next.
+    // 2. What the model predicts this stream reads next, fetched concurrently.
     let predicted = inner.prefetch.model.lock().predict(
         &job.key,
         inner.opts.prefetch_keys_max,
         MIN_PROBABILITY,
     );
+    let mut wanted = Vec::new();
     for k in predicted {
-        if budget == 0 {
-            break;
-        }
         if inner.hot.contains(&k, now) {
             continue;
         }
@@ -212,22 +231,32 @@ async fn run_job(inner: &Arc<Inner>, job: Job) {
         if !s.is_live(now) || s.value_len > budget {
             continue;
         }
+        if !inner
+            .prefetch
+            .fetching
+            .lock()
+            .insert(Bytes::copy_from_slice(&k))
+        {
+            continue; // another job is on it
+        }
+        budget -= s.value_len;
+        wanted.push((k, seen, s));
+    }
+    let fetches = wanted.into_iter().map(|(k, seen, s)| async move {
         let value = match s.loc {
-            Loc::Cold(r) => match inner.read_cold(&k, &r).await {
-                Ok(v) => v,
-                Err(_) => continue,
-            },
+            Loc::Cold(r) => inner.read_cold(&k, &r).await.ok(),
             Loc::Warm { .. } => match inner.read_stored(&k, true) {
                 Ok(Some(crate::engine::Stored {
                     loc: Loc::Warm { value: Some(v), .. },
                     ..
-                })) => v,
-                _ => continue,
+                })) => Some(v),
+                _ => None,
             },
         };
-        let n = value.len() as u64;
-        if admit(inner, &k, seen, value, s.expire_ms) {
-            budget = budget.saturating_sub(n);
+        if let Some(v) = value {
+            admit(inner, &k, seen, v, s.expire_ms);
         }
-    }
+        inner.prefetch.fetching.lock().remove(k.as_slice());
+    });
+    futures::future::join_all(fetches).await;
 }

@@ -1,0 +1,314 @@
+//! Cold reads of a session-sequential workload with prefetch off and on, beside plain
+//! object-store GETs of values of the same size, all against one S3-compatible server
+//! (moto on loopback) in the same run.
+//!
+//! Many sessions each read their keys in order (`sess:<s>:<i>`), a few at a time, with a
+//! think time between reads (an inference step). Every key starts in the cold tier. The
+//! figure that matters is the p50 of those reads with prefetch on, as a ratio of the p50 of
+//! a plain GET of one value from the same server.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use serde::Serialize;
+use strata_engine::{Engine, EngineOptions, PutOptions, Tier};
+
+use crate::report::{self, Summary};
+use crate::servers::{free_port, wait_port, Proc};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sessions, each reading its keys in order.
+    #[arg(long, default_value_t = 64)]
+    sessions: u32,
+    /// Keys per session.
+    #[arg(long, default_value_t = 16)]
+    keys: u32,
+    /// Bytes per value, in KiB (64 KiB is one value per cold block: only the Markov model
+    /// can predict the next one).
+    #[arg(long, default_value_t = 64)]
+    value_kib: usize,
+    /// Milliseconds between a session's reads (an inference step).
+    #[arg(long, default_value_t = 10)]
+    think_ms: u64,
+    /// Sessions running at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+}
+
+#[derive(Serialize)]
+struct Row {
+    name: String,
+    reads: Summary,
+    prefetch_issued: u64,
+    prefetch_used: u64,
+    cold_hits: u64,
+}
+
+const BUCKET: &str = "strata-bench";
+
+fn moto(port: u16) -> anyhow::Result<Proc> {
+    use anyhow::Context;
+    let child = std::process::Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("moto_server must be installed (pip install 'moto[server]')")?;
+    Ok(Proc(child))
+}
+
+/// Creates the bucket with one unsigned PUT (moto accepts it).
+fn create_bucket(port: u16) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    write!(
+        s,
+        "PUT /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    anyhow::ensure!(reply.starts_with("HTTP/1.1 200"), "bucket: {reply}");
+    Ok(())
+}
+
+fn s3_options(dir: &Path, port: u16, prefix: &str) -> EngineOptions {
+    let mut o = EngineOptions::new(dir);
+    o.cold_url = Some(format!("s3://{BUCKET}/{prefix}"));
+    o.s3.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    o.s3.region = Some("us-east-1".into());
+    o.s3.access_key_id = Some("test".into());
+    o.s3.secret_access_key = Some("test".into());
+    o.s3.allow_http = true;
+    o
+}
+
+fn value(s: u32, i: u32, len: usize) -> Bytes {
+    let mut v = vec![0u8; len];
+    let mut x = (u64::from(s) << 32 | u64::from(i)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for b in v.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    Bytes::from(v)
+}
+
+fn key(s: u32, i: u32) -> Vec<u8> {
+    format!("sess:{s}:{i:04}").into_bytes()
+}
+
+/// Runs the sessions against `e`; returns the latencies of reads of keys that were cold.
+async fn sessions(e: &Engine, a: &Args, label: &str) -> anyhow::Result<Vec<Duration>> {
+    let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..a.concurrency {
+        let (e, next) = (e.clone(), Arc::clone(&next));
+        let (n, keys, think, len) = (a.sessions, a.keys, a.think_ms, a.value_kib << 10);
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let s = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if s >= n {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                for i in 0..keys {
+                    let k = key(s, i);
+                    e.note_access(u64::from(s), &k);
+                    let t = Instant::now();
+                    let v = e
+                        .get(&k)
+                        .await?
+                        .ok_or_else(|| anyhow::anyhow!("key lost"))?;
+                    lat.push(t.elapsed());
+                    anyhow::ensure!(v == value(s, i, len), "wrong bytes for {s}/{i}");
+                    tokio::time::sleep(Duration::from_millis(think)).await;
+                }
+                if (s + 1) % 16 == 0 {
+                    eprintln!("  {s}/{n} sessions read");
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await??);
+    }
+    eprintln!("{label}: {} reads", all.len());
+    Ok(all)
+}
+
+async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> {
+    let dir = tempfile::tempdir()?;
+    let mut o = s3_options(dir.path(), port, if prefetch { "on" } else { "off" });
+    o.prefetch = prefetch;
+    o.hot_bytes_max = 1 << 30;
+    o.warm_bytes_max = 1 << 20;
+    o.warm_bytes_hard_max = 1 << 40;
+    o.segment_bytes_max = 8 << 20;
+    o.background_interval_ms = 3_600_000;
+    let e = Engine::open(o).await?;
+    let len = a.value_kib << 10;
+    for s in 0..a.sessions {
+        for i in 0..a.keys {
+            e.put(&key(s, i), value(s, i, len), PutOptions::default())
+                .await?;
+        }
+    }
+    while e.stats().warm.bytes > 1 << 20 {
+        e.run_background_once().await?;
+    }
+    e.clear_hot();
+    let mut cold = 0;
+    for s in 0..a.sessions {
+        for i in 0..a.keys {
+            cold += usize::from(e.tier_of(&key(s, i)).await? == Some(Tier::Cold));
+        }
+    }
+    eprintln!(
+        "prefetch {}: {cold} of {} keys in the cold tier",
+        if prefetch { "on" } else { "off" },
+        a.sessions * a.keys
+    );
+    let lat = sessions(
+        &e,
+        a,
+        if prefetch {
+            "prefetch on"
+        } else {
+            "prefetch off"
+        },
+    )
+    .await?;
+    let st = e.stats();
+    e.close().await?;
+    Ok(Row {
+        name: format!(
+            "strata cold reads, prefetch {}",
+            if prefetch { "on" } else { "off" }
+        ),
+        reads: report::summarize(lat),
+        prefetch_issued: st.prefetch_issued,
+        prefetch_used: st.prefetch_used,
+        cold_hits: st.cold.hits,
+    })
+}
+
+async fn plain_gets(a: &Args, port: u16) -> anyhow::Result<Row> {
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(format!("http://127.0.0.1:{port}"))
+            .with_region("us-east-1")
+            .with_access_key_id("test")
+            .with_secret_access_key("test")
+            .with_allow_http(true)
+            .build()?,
+    );
+    let len = a.value_kib << 10;
+    let n = (a.sessions * a.keys).min(256);
+    for i in 0..n {
+        let p = object_store::path::Path::from(format!("plain/{i}"));
+        store.put(&p, PutPayload::from(value(0, i, len))).await?;
+    }
+    // Same concurrency and think time as the sessions.
+    let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..a.concurrency {
+        let (store, next, think) = (Arc::clone(&store), Arc::clone(&next), a.think_ms);
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let p = object_store::path::Path::from(format!("plain/{i}"));
+                let t = Instant::now();
+                let got = store.get(&p).await?.bytes().await?;
+                lat.push(t.elapsed());
+                anyhow::ensure!(got.len() == len, "short read");
+                tokio::time::sleep(Duration::from_millis(think)).await;
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await??);
+    }
+    eprintln!("plain GET: {} reads", all.len());
+    Ok(Row {
+        name: "object-store GET of one value".into(),
+        reads: report::summarize(all),
+        prefetch_issued: 0,
+        prefetch_used: 0,
+        cold_hits: 0,
+    })
+}
+
+pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
+    let port = free_port()?;
+    let _moto = moto(port)?;
+    wait_port(port)?;
+    create_bucket(port)?;
+    let started = Instant::now();
+    report::progress(1, 3, "plain object-store GETs");
+    let base = plain_gets(&a, port).await?;
+    report::progress(2, 3, "strata, prefetch off");
+    let off = strata_run(&a, port, false).await?;
+    report::progress(3, 3, "strata, prefetch on");
+    let on = strata_run(&a, port, true).await?;
+    let ratio = on.reads.p50_us / base.reads.p50_us;
+    let ratio_off = off.reads.p50_us / base.reads.p50_us;
+    let precision = on.prefetch_used as f64 / on.prefetch_issued.max(1) as f64;
+    let coverage = on.prefetch_used as f64 / (on.prefetch_used + on.cold_hits).max(1) as f64;
+    let cmd = format!(
+        "strata-bench prefetch --sessions {} --keys {} --value-kib {} --think-ms {} --concurrency {}",
+        a.sessions, a.keys, a.value_kib, a.think_ms, a.concurrency
+    );
+    let mut md = format!(
+        "# Prefetch: cold reads of a session-sequential workload\n\n{} sessions × {} keys of {} KiB, {} sessions at a time, {} ms between a session's reads; every key starts in the cold tier (S3 on moto, loopback). Same server, same run.\n\n| reads | count | p50 µs | p99 µs | mean µs |\n|---|---:|---:|---:|---:|\n",
+        a.sessions, a.keys, a.value_kib, a.concurrency, a.think_ms
+    );
+    for r in [&base, &off, &on] {
+        md.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} |\n",
+            r.name, r.reads.count, r.reads.p50_us, r.reads.p99_us, r.reads.mean_us
+        ));
+    }
+    md.push_str(&format!(
+        "\nCold-read p50 with prefetch / plain GET p50: **{ratio:.3}** (goal ≤ 0.3); without prefetch: {ratio_off:.2}.\nPrefetch: {} values issued, {} used before eviction (precision {:.2}), {} reads still served from the object store (coverage {:.2}).\n\nPrefetch can only hide the object store's latency while the store keeps up with the offered load: with 8 sessions at 2 ms think time (256 MB/s of 64 KiB reads against moto) every read waits on the store, prefetch or not.\n\nCommand: `{cmd}` ({:.0} s).\n",
+        on.prefetch_issued,
+        on.prefetch_used,
+        precision,
+        on.cold_hits,
+        coverage,
+        started.elapsed().as_secs_f64()
+    ));
+    #[derive(Serialize)]
+    struct Report<'a> {
+        rows: [&'a Row; 3],
+        p50_ratio_prefetch_vs_get: f64,
+        p50_ratio_no_prefetch_vs_get: f64,
+        precision: f64,
+        coverage: f64,
+        command: String,
+    }
+    report::write(
+        out,
+        "prefetch",
+        &md,
+        &Report {
+            rows: [&base, &off, &on],
+            p50_ratio_prefetch_vs_get: ratio,
+            p50_ratio_no_prefetch_vs_get: ratio_off,
+            precision,
+            coverage,
+            command: cmd,
+        },
+    )
+}
