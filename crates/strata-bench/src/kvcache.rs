@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
@@ -273,6 +273,50 @@ async fn run_backend(
     })
 }
 
+/// Resident memory of process `pid`, from /proc.
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Server memory held per in-flight read: with the store already full, reads the longest
+/// prefix `reps` times (one request in flight) while a thread samples the server's RSS every
+/// millisecond; returns (RSS before, peak RSS during, bytes per read).
+async fn inflight_memory(
+    b: &mut Backend,
+    pid: u32,
+    hashes: &[String],
+    keys: &[String],
+    reps: usize,
+) -> anyhow::Result<(u64, u64, usize)> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let base = rss_bytes(pid);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let peak = std::sync::Arc::new(AtomicU64::new(base));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_bytes(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let mut bytes = 0;
+    for _ in 0..reps {
+        bytes = b.get_prefix(hashes, keys).await?.1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    Ok((base, peak.load(Ordering::Relaxed), bytes))
+}
+
 /// Loopback TCP bandwidth with one connection, in GiB/s.
 fn loopback_gib_per_sec() -> anyhow::Result<f64> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -372,8 +416,18 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         )?),
     ];
     let mut rows = Vec::new();
-    for b in &mut backends {
+    let mut memory = Vec::new();
+    let pids = [_strata.0.id(), _redis.0.id()];
+    for (i, b) in backends.iter_mut().enumerate() {
         let row = run_backend(b, &a, &ns, chunk_bytes, &mut step, total).await?;
+        if let Some(&pid) = pids.get(i) {
+            // The longest prefix the run read: every turn but the last, of user 0.
+            let tokens = user_tokens(0, (a.turns - 1).max(1) * a.tokens_per_turn);
+            let hashes = ns.chunk_hashes(&tokens);
+            let keys: Vec<String> = hashes.iter().map(|h| ns.key_of(h)).collect();
+            let (base, peak, bytes) = inflight_memory(b, pid, &hashes, &keys, 20).await?;
+            memory.push((row.backend.clone(), base, peak, bytes));
+        }
         eprintln!(
             "  {:<22} {:>12.0} cached tokens/s  read {:.2} GiB/s  write {:.2} GiB/s  p50 {:.1} ms p95 {:.1} ms  hit {:.0}%",
             row.backend, row.cached_tokens_per_sec, row.read_gib_per_sec, row.write_gib_per_sec, row.read_p50_ms, row.read_p95_ms, row.hit_rate * 100.0
@@ -397,6 +451,17 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             r.hit_rate * 100.0
         ));
     }
+    md.push_str("\nServer memory per in-flight read (store full, one read of the longest prefix in flight, RSS sampled every ms over 20 reads):\n\n| server | read MiB | RSS before MiB | peak RSS MiB | peak − before MiB |\n|---|---:|---:|---:|---:|\n");
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    for (name, base, peak, bytes) in &memory {
+        md.push_str(&format!(
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            mib(*bytes as u64),
+            mib(*base),
+            mib(*peak),
+            mib(peak.saturating_sub(*base))
+        ));
+    }
     let s = &rows[0];
     md.push_str(&format!(
         "\nStrata read bandwidth / loopback ceiling: {:.2}. Strata p95 / Redis p95: {:.2}. Strata cached tokens/s / local files: {:.2}.\n\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {}` ({:.0} s). Chart: `kvcache.png`.\n",
@@ -411,6 +476,8 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         loopback_gib_per_sec: f64,
         memcpy_gib_per_sec: f64,
         rows: &'a [Row],
+        /// (server, RSS before, peak RSS, bytes per read) of the in-flight memory test.
+        inflight_memory: &'a [(String, u64, u64, usize)],
     }
     crate::report::write(
         out,
@@ -420,6 +487,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             loopback_gib_per_sec: loopback,
             memcpy_gib_per_sec: memcpy,
             rows: &rows,
+            inflight_memory: &memory,
         },
     )?;
     crate::report::plot(out, "scripts/plot_kvcache.py", "kvcache");
