@@ -407,7 +407,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let objects = dir.path().join("objects");
     std::fs::create_dir_all(&files)?;
     std::fs::create_dir_all(&objects)?;
-    let mut backends = vec![
+    let mut backends = [
         Backend::Strata(Client::connect(sp)?, ns.id()),
         Backend::Redis(Client::connect(rp)?),
         Backend::Files(files),
