@@ -107,9 +107,9 @@ struct Victim {
     charge: u64,
 }
 
-/// Walks the warm tier like a clock hand from where it stopped last, skipping keys read
-/// since the hand's last pass (their bit is cleared, so the next pass takes them) and keys
-/// already expired (the sweeper removes those).
+/// Walks the warm tier like a clock hand from where it stopped last, sparing keys with
+/// access counts left (each pass takes one away, so a key read n times survives n passes)
+/// and keys already expired (the sweeper removes those).
 fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
     let now = inner.now_ms();
     let mut cursor = inner.demote_cursor.lock();
@@ -120,7 +120,8 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
     let mut it = inner.warm.db.raw_iterator_cf(inner.warm.cf(CF_DATA));
     it.seek(&start);
     // A full cycle runs from `start` to the end, then from the first key back to `start`.
-    // Pass 0 honours second-chance bits (clearing them); pass 1 takes what pass 0 spared.
+    // Pass 0 takes one access count from each key and spares those that had any (so a key
+    // survives as many passes as it had recent reads); pass 1 takes what pass 0 spared.
     let mut wrapped = false;
     let mut passes = 0;
     loop {

@@ -16,7 +16,7 @@ use crate::warm::{self, Warm, CF_DATA, CF_INDEX};
 use crate::{Clock, Durability, EngineOptions, EngineStats, Error, Result, SystemClock, TierStats};
 
 const STRIPE_COUNT: usize = 4096;
-const ACCESS_BITS: usize = 1 << 20;
+const ACCESS_SLOTS: usize = 1 << 20;
 
 /// Which tier holds a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,26 +56,43 @@ impl Stored {
 
 /// A bit per hashed key, set on every access and cleared by demotion's clock hand: keys
 /// read since the hand last passed get a second chance before they go cold.
-pub(crate) struct AccessBits(Box<[AtomicU64]>);
+/// Per-key access counts for the warm tier's clock hand (hashed, one byte each): a read adds
+/// one (up to `ACCESS_COUNT_MAX`), each pass of the hand over a key takes one away, and the
+/// hand demotes a key whose count is zero. So a key survives as many passes as it had
+/// recent reads: frequency-weighted aging, the rule Strata's DRAM policy follows (GCLOCK),
+/// without the chain links (the warm tier does not learn them).
+pub(crate) struct AccessCounts(Box<[std::sync::atomic::AtomicU8]>);
 
-impl AccessBits {
+/// Most passes of the clock hand a key's reads can buy it.
+const ACCESS_COUNT_MAX: u8 = 15;
+
+impl AccessCounts {
     fn new() -> Self {
-        AccessBits((0..ACCESS_BITS / 64).map(|_| AtomicU64::new(0)).collect())
+        AccessCounts(
+            (0..ACCESS_SLOTS)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
+        )
     }
-    fn pos(key: &[u8]) -> (usize, u64) {
-        let h = (crc32c::crc32c(key) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44;
-        ((h as usize / 64) % (ACCESS_BITS / 64), 1 << (h % 64))
+    fn slot(&self, key: &[u8]) -> &std::sync::atomic::AtomicU8 {
+        let h = (crc32c::crc32c(key) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+        &self.0[h as usize % ACCESS_SLOTS]
     }
     pub(crate) fn mark(&self, key: &[u8]) {
-        let (i, bit) = Self::pos(key);
-        if self.0[i].load(Ordering::Relaxed) & bit == 0 {
-            self.0[i].fetch_or(bit, Ordering::Relaxed);
+        let c = self.slot(key);
+        let v = c.load(Ordering::Relaxed);
+        if v < ACCESS_COUNT_MAX {
+            c.store(v + 1, Ordering::Relaxed);
         }
     }
-    /// Clears the key's bit and says whether it was set.
+    /// One pass of the hand over `key`: takes one count away and says whether it had any.
     pub(crate) fn take(&self, key: &[u8]) -> bool {
-        let (i, bit) = Self::pos(key);
-        self.0[i].fetch_and(!bit, Ordering::Relaxed) & bit != 0
+        let c = self.slot(key);
+        let v = c.load(Ordering::Relaxed);
+        if v > 0 {
+            c.store(v - 1, Ordering::Relaxed);
+        }
+        v > 0
     }
 }
 
@@ -87,7 +104,7 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     stripes: Box<[Mutex<()>]>,
     stripe_versions: Box<[AtomicU64]>,
-    pub(crate) access: AccessBits,
+    pub(crate) access: AccessCounts,
     pub(crate) write_seq: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) group: Option<Arc<GroupCommit>>,
@@ -360,7 +377,7 @@ impl Engine {
             clock,
             stripes: (0..STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
             stripe_versions: (0..STRIPE_COUNT).map(|_| AtomicU64::new(0)).collect(),
-            access: AccessBits::new(),
+            access: AccessCounts::new(),
             write_seq: AtomicU64::new(seq_start),
             counters,
             group,

@@ -431,3 +431,66 @@ async fn flush_all_empties_every_tier() {
         .unwrap();
     assert_eq!(engine.stats().warm.entries, 1);
 }
+
+/// Warm → cold follows frequency-weighted aging: a key read often survives more passes of
+/// the demotion hand than a key read once (a one-bit second chance would treat them alike).
+#[tokio::test]
+async fn often_read_keys_outlive_once_read_keys_in_the_warm_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    fill(&engine, 16, 400).await;
+    let key = |i: usize| format!("key:{i:04}").into_bytes();
+    for _ in 0..6 {
+        for i in 0..4 {
+            engine.get(&key(i)).await.unwrap();
+        }
+    }
+    for i in 4..8 {
+        engine.get(&key(i)).await.unwrap();
+    }
+    // Rounds of new writes, each pushing warm over budget, until the hand has demoted most
+    // of the once-read keys.
+    for round in 0..40 {
+        if cold_count(&engine, 4..8).await >= 3 {
+            break;
+        }
+        for j in 0..20 {
+            engine
+                .put(
+                    format!("new:{round}:{j:02}").as_bytes(),
+                    Bytes::from(vec![1u8; 400]),
+                    PutOptions::default(),
+                )
+                .await
+                .unwrap();
+        }
+        engine.run_background_once().await.unwrap();
+    }
+    for i in 0..4 {
+        assert_ne!(
+            engine.tier_of(&key(i)).await.unwrap(),
+            Some(Tier::Cold),
+            "key {i}, read 6 times, was demoted"
+        );
+    }
+    let demoted_once_read = cold_count(&engine, 4..8).await;
+    assert!(
+        demoted_once_read >= 3,
+        "only {demoted_once_read} of 4 once-read keys demoted"
+    );
+}
+
+async fn cold_count(engine: &Engine, range: std::ops::Range<usize>) -> usize {
+    let mut n = 0;
+    for i in range {
+        if engine
+            .tier_of(format!("key:{i:04}").as_bytes())
+            .await
+            .unwrap()
+            == Some(Tier::Cold)
+        {
+            n += 1;
+        }
+    }
+    n
+}
