@@ -37,6 +37,10 @@ pub struct Args {
     /// Sessions running at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    /// Largest segment Strata writes, in KiB (a ranged GET into a large object can cost
+    /// more than a GET of a small one on some servers).
+    #[arg(long, default_value_t = 8192)]
+    segment_kib: u64,
 }
 
 #[derive(Serialize)]
@@ -149,7 +153,7 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
     o.hot_bytes_max = 1 << 30;
     o.warm_bytes_max = 1 << 20;
     o.warm_bytes_hard_max = 1 << 40;
-    o.segment_bytes_max = 8 << 20;
+    o.segment_bytes_max = a.segment_kib << 10;
     o.background_interval_ms = 3_600_000;
     let e = Engine::open(o).await?;
     let len = a.value_kib << 10;
@@ -267,8 +271,8 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let precision = on.prefetch_used as f64 / on.prefetch_issued.max(1) as f64;
     let coverage = on.prefetch_used as f64 / (on.prefetch_used + on.cold_hits).max(1) as f64;
     let cmd = format!(
-        "strata-bench prefetch --sessions {} --keys {} --value-kib {} --think-ms {} --concurrency {}",
-        a.sessions, a.keys, a.value_kib, a.think_ms, a.concurrency
+        "strata-bench prefetch --sessions {} --keys {} --value-kib {} --think-ms {} --concurrency {} --segment-kib {}",
+        a.sessions, a.keys, a.value_kib, a.think_ms, a.concurrency, a.segment_kib
     );
     let mut md = format!(
         "# Prefetch: cold reads of a session-sequential workload\n\n{} sessions × {} keys of {} KiB, {} sessions at a time, {} ms between a session's reads; every key starts in the cold tier (S3 on moto, loopback). Same server, same run.\n\n| reads | count | p50 µs | p99 µs | mean µs |\n|---|---:|---:|---:|---:|\n",
