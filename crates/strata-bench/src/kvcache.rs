@@ -37,6 +37,9 @@ pub struct Args {
     hot_mib: u64,
     #[arg(long, default_value = "target/release/strata")]
     strata: PathBuf,
+    /// Report file name (without extension), e.g. kvcache-dram for a run that fits in DRAM.
+    #[arg(long, default_value = "kvcache")]
+    report: String,
 }
 
 fn bytes_per_token(model: &str) -> anyhow::Result<usize> {
@@ -464,12 +467,12 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     }
     let s = &rows[0];
     md.push_str(&format!(
-        "\nStrata read bandwidth / loopback ceiling: {:.2}. Strata p95 / Redis p95: {:.2}. Strata cached tokens/s / local files: {:.2}.\n\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {}` ({:.0} s). Chart: `kvcache.png`.\n",
+        "\nStrata read bandwidth / loopback ceiling: {:.2}. Strata p95 / Redis p95: {:.2}. Strata cached tokens/s / local files: {:.2}.\n\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --report {}` ({:.0} s). Chart: `{}.png`.\n",
         s.read_gib_per_sec / loopback,
         s.read_p95_ms / rows[1].read_p95_ms.max(1e-9),
         s.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
-        a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib,
-        started.elapsed().as_secs_f64()
+        a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib, a.report,
+        started.elapsed().as_secs_f64(), a.report
     ));
     #[derive(Serialize)]
     struct Report<'a> {
@@ -481,7 +484,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     }
     crate::report::write(
         out,
-        "kvcache",
+        &a.report,
         &md,
         &Report {
             loopback_gib_per_sec: loopback,
@@ -490,6 +493,6 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             inflight_memory: &memory,
         },
     )?;
-    crate::report::plot(out, "scripts/plot_kvcache.py", "kvcache");
+    crate::report::plot(out, "scripts/plot_kvcache.py", &a.report);
     Ok(())
 }
