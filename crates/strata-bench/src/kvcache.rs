@@ -14,7 +14,7 @@ use object_store::ObjectStoreExt;
 use serde::Serialize;
 use strata_kvcache::Namespace;
 
-use crate::resp::{Client, Value};
+use crate::resp::Client;
 use crate::servers::{free_port, redis_server, wait_port, Proc};
 
 #[derive(clap::Args)]
@@ -147,12 +147,12 @@ impl Backend {
             Backend::Strata(c, ns) => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
                 args.extend(hashes.iter().map(|h| h.as_bytes()));
-                leading(bulks(c.call(&args)?))
+                leading_lens(c.call_into_buffer(&args)?)
             }
             Backend::Redis(c) => {
                 let mut args: Vec<&[u8]> = vec![b"MGET"];
                 args.extend(keys.iter().map(|k| k.as_bytes()));
-                leading(bulks(c.call(&args)?))
+                leading_lens(c.call_into_buffer(&args)?)
             }
             Backend::Files(dir) => leading(
                 keys.iter()
@@ -204,21 +204,10 @@ fn user_tokens(u: usize, n: usize) -> Vec<u32> {
         .collect()
 }
 
-/// The bulk strings of an array reply, `None` for nils (and for any other reply).
-fn bulks(v: Value) -> Vec<Option<Vec<u8>>> {
-    match v {
-        Value::Array(items) => items
-            .into_iter()
-            .map(|v| {
-                if let Value::Bulk(b) = v {
-                    Some(b)
-                } else {
-                    None
-                }
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
+/// How many leading values are present, and their bytes.
+fn leading_lens(lens: Vec<Option<usize>>) -> (usize, usize) {
+    let present: Vec<usize> = lens.into_iter().map_while(|l| l).collect();
+    (present.len(), present.iter().sum())
 }
 
 async fn run_backend(
