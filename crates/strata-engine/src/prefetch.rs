@@ -9,6 +9,9 @@
 //!
 //! It runs off the request's path (a bounded queue feeds a worker; a full queue drops the
 //! job), within `prefetch_bytes_max` per cold read and `prefetch_tasks_max` concurrent jobs.
+//! The budget follows precision: over each window of 512 prefetches, the share that was
+//! used scales the next window's budget (full from 50% up, never below 1/64), so a workload
+//! prefetch cannot predict does not get its DRAM filled with guesses.
 //! A prefetched value enters DRAM only if no write touched its key since its location was
 //! read (the same stripe-version rule as promotions), so it is never stale. Counters:
 //! values prefetched (`issued`), prefetched values read from DRAM before eviction (`used`):
@@ -53,7 +56,24 @@ pub(crate) struct Prefetcher {
     pub(crate) issued: AtomicU64,
     pub(crate) used: AtomicU64,
     pub(crate) dropped: AtomicU64,
+    /// Prefetches issued and used in the current window of `WINDOW` issues.
+    window_issued: AtomicU64,
+    window_used: AtomicU64,
+    /// Share of the byte budget jobs may use, in 1/1024ths: follows the last window's
+    /// precision, so a workload prefetch cannot predict does not have its DRAM polluted.
+    scale: AtomicU64,
+    submitted: AtomicU64,
 }
+
+/// Prefetches per precision window.
+const WINDOW: u64 = 512;
+/// Full budget from this precision up; below it, the budget shrinks in proportion.
+const PRECISION_FOR_FULL_BUDGET: f64 = 0.5;
+/// The budget never shrinks below this share (1/1024ths), so prefetch can notice when the
+/// workload becomes predictable again.
+const SCALE_MIN: u64 = 16;
+/// At the floor, one job in this many runs.
+const PROBE_EVERY: u64 = 16;
 
 impl Prefetcher {
     pub(crate) fn new() -> Prefetcher {
@@ -67,6 +87,10 @@ impl Prefetcher {
             issued: AtomicU64::new(0),
             used: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            window_issued: AtomicU64::new(0),
+            window_used: AtomicU64::new(0),
+            scale: AtomicU64::new(1024),
+            submitted: AtomicU64::new(0),
         }
     }
 
@@ -113,8 +137,13 @@ impl Prefetcher {
         self.streams.lock().remove(&stream);
     }
 
-    /// Queues a job after a cold read; drops it if the worker is behind.
+    /// Queues a job after a cold read; drops it if the worker is behind. While precision is
+    /// at its floor, only one job in `PROBE_EVERY` runs: enough to notice when the
+    /// workload becomes predictable again, too few to pollute DRAM.
     pub(crate) fn submit(&self, job: Job) {
+        if !self.should_run() {
+            return;
+        }
         if let Some(tx) = &*self.queue.lock() {
             if tx.try_send(job).is_err() {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -137,6 +166,7 @@ impl Prefetcher {
         };
         if used {
             self.used.fetch_add(1, Ordering::Relaxed);
+            self.window_used.fetch_add(1, Ordering::Relaxed);
             self.submit(Job {
                 key: Bytes::copy_from_slice(key),
                 block: None,
@@ -163,6 +193,24 @@ impl Prefetcher {
         t.insert(Bytes::copy_from_slice(key));
         self.tracked_len.store(t.len(), Ordering::Relaxed);
         self.issued.fetch_add(1, Ordering::Relaxed);
+        if self.window_issued.fetch_add(1, Ordering::Relaxed) + 1 >= WINDOW {
+            let used = self.window_used.swap(0, Ordering::Relaxed);
+            self.window_issued.store(0, Ordering::Relaxed);
+            let precision = used as f64 / WINDOW as f64;
+            let scale = (precision / PRECISION_FOR_FULL_BUDGET * 1024.0) as u64;
+            self.scale
+                .store(scale.clamp(SCALE_MIN, 1024), Ordering::Relaxed);
+        }
+    }
+
+    fn should_run(&self) -> bool {
+        let n = self.submitted.fetch_add(1, Ordering::Relaxed);
+        self.scale.load(Ordering::Relaxed) > SCALE_MIN || n.is_multiple_of(PROBE_EVERY)
+    }
+
+    /// The byte budget of one job now: `max`, scaled by recent precision.
+    fn budget(&self, max: u64) -> u64 {
+        max.saturating_mul(self.scale.load(Ordering::Relaxed)) / 1024
     }
 }
 
@@ -179,10 +227,12 @@ fn admit(inner: &Inner, key: &[u8], seen: u64, value: Bytes, expire_ms: u64) -> 
 async fn run_job(inner: &Arc<Inner>, job: Job) {
     // A job may not fill more than an eighth of DRAM: prefetches would evict each other
     // (and the data being read) before they are used.
-    let mut budget = inner
-        .opts
-        .prefetch_bytes_max
-        .min(inner.opts.hot_bytes_max / 8);
+    let mut budget = inner.prefetch.budget(
+        inner
+            .opts
+            .prefetch_bytes_max
+            .min(inner.opts.hot_bytes_max / 8),
+    );
     let now = inner.now_ms();
     // 1. The neighbours in the block just fetched.
     if let Some((block_ref, block)) = &job.block {
@@ -259,4 +309,44 @@ async fn run_job(inner: &Arc<Inner>, job: Job) {
         inner.prefetch.fetching.lock().remove(k.as_slice());
     });
     futures::future::join_all(fetches).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_follows_precision_and_unpredictable_workloads_are_probed_rarely() {
+        let p = Prefetcher::new();
+        assert_eq!(
+            p.budget(1 << 20),
+            1 << 20,
+            "full budget before any evidence"
+        );
+        // A window in which nothing prefetched was used.
+        for i in 0..WINDOW {
+            p.track(format!("k{i}").as_bytes());
+        }
+        assert_eq!(p.budget(1 << 20), (1 << 20) * SCALE_MIN / 1024);
+        let runs = (0..PROBE_EVERY * 10).filter(|_| p.should_run()).count();
+        assert_eq!(runs as u64, 10, "one job in {PROBE_EVERY} at the floor");
+        // A window in which everything was used restores the full budget.
+        for i in 0..WINDOW {
+            let k = format!("u{i}");
+            p.track(k.as_bytes());
+            p.on_hot_hit(k.as_bytes());
+        }
+        assert_eq!(p.budget(1 << 20), 1 << 20);
+        assert!((0..10).all(|_| p.should_run()));
+        // Half used: still the full budget; a quarter: half of it.
+        for i in 0..WINDOW {
+            let k = format!("q{i}");
+            p.track(k.as_bytes());
+            if i % 4 == 0 {
+                p.on_hot_hit(k.as_bytes());
+            }
+        }
+        // (One use of the previous window lands in this one: 129 of 512.)
+        assert!((512..=520).contains(&p.budget(1024)), "{}", p.budget(1024));
+    }
 }
