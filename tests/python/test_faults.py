@@ -45,6 +45,18 @@ class Moto:
         self.proc.wait()
 
 
+def s3_settings(endpoint: str, cold_url: str) -> dict:
+    """Strata settings for a cold tier at `cold_url` on the S3 server at `endpoint`."""
+    return {
+        "cold_url": cold_url,
+        "s3_endpoint": endpoint,
+        "s3_region": "us-east-1",
+        "s3_access_key_id": "test",
+        "s3_secret_access_key": "test",
+        "s3_allow_http": "true",
+    }
+
+
 def value_for(key: str, n: int) -> bytes:
     """Incompressible, key-specific bytes, so a value read under the wrong key is caught."""
     seed = key.encode() + b"|"
@@ -85,12 +97,7 @@ def test_object_store_outage_through_a_fault_proxy():
     moto = Moto()
     proxy = FaultProxy(("127.0.0.1", moto.port))
     settings = {
-        "cold_url": f"s3://{moto.bucket}/outage",
-        "s3_endpoint": proxy.endpoint,
-        "s3_region": "us-east-1",
-        "s3_access_key_id": "test",
-        "s3_secret_access_key": "test",
-        "s3_allow_http": "true",
+        **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/outage"),
         "hot_bytes_max": "64KiB",
         "warm_bytes_max": "256KiB",
         "warm_bytes_hard_max": "512KiB",
@@ -178,12 +185,7 @@ def test_object_store_outage_state_survives_a_restart():
     proxy = FaultProxy(("127.0.0.1", moto.port))
     data = tempfile.TemporaryDirectory()
     settings = {
-        "cold_url": f"s3://{moto.bucket}/restart",
-        "s3_endpoint": proxy.endpoint,
-        "s3_region": "us-east-1",
-        "s3_access_key_id": "test",
-        "s3_secret_access_key": "test",
-        "s3_allow_http": "true",
+        **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/restart"),
         "hot_bytes_max": "64KiB",
         "warm_bytes_max": "128KiB",
         "warm_bytes_hard_max": "1MiB",
