@@ -115,36 +115,43 @@ fn a_port_in_use_is_a_clear_error() {
     );
 }
 
-#[test]
-fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() {
-    let trace = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/traces/conversation_trace.jsonl"
-    );
-    assert!(
-        std::path::Path::new(trace).exists(),
-        "shared/traces must sit beside the repository"
-    );
-    let out = strata(
-        &[
-            "trace",
-            "replay",
-            "--trace",
-            trace,
-            "--policy",
-            "lru",
-            "--capacity-blocks",
-            "5859",
-            "--json",
-        ],
-        &[],
-    );
+/// The conversation trace in `shared/traces` beside the repository.
+const TRACE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/traces/conversation_trace.jsonl"
+);
+
+/// Runs `strata trace replay <args> --json`, checks that it succeeded, and parses each line
+/// of its output as one JSON object.
+fn replay_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["trace", "replay", "--json"];
+    all.extend_from_slice(args);
+    let out = strata(&all, &[]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() {
+    assert!(
+        std::path::Path::new(TRACE).exists(),
+        "shared/traces must sit beside the repository"
+    );
+    let v = &replay_json(&[
+        "--trace",
+        TRACE,
+        "--policy",
+        "lru",
+        "--capacity-blocks",
+        "5859",
+    ])[0];
     assert_eq!(v["policy"], "lru");
     assert_eq!(v["capacity_blocks"], 5859);
     let rate = v["hit_rate"].as_f64().unwrap();
@@ -152,21 +159,14 @@ fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() 
         (0.135..0.137).contains(&rate),
         "LRU at 5,859 blocks should be about 13.6%, got {rate}"
     );
-    let out = strata(
-        &[
-            "trace",
-            "replay",
-            "--trace",
-            trace,
-            "--policy",
-            "opt",
-            "--capacity-blocks",
-            "1000",
-            "--json",
-        ],
-        &[],
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = &replay_json(&[
+        "--trace",
+        TRACE,
+        "--policy",
+        "opt",
+        "--capacity-blocks",
+        "1000",
+    ])[0];
     assert!(
         v["hit_rate"].as_f64().unwrap() > 0.17,
         "OPT at 1,000 blocks: {v}"
@@ -181,38 +181,17 @@ fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() 
 
 #[test]
 fn strata_policy_beats_the_online_baselines_on_the_conversation_trace() {
-    let trace = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/traces/conversation_trace.jsonl"
-    );
     for cap in ["1000", "5859", "20000"] {
-        let out = strata(
-            &[
-                "trace",
-                "replay",
-                "--trace",
-                trace,
-                "--capacity-blocks",
-                cap,
-                "--json",
-            ],
-            &[],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let rates: std::collections::HashMap<String, f64> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                (
-                    v["policy"].as_str().unwrap().to_string(),
-                    v["hit_rate"].as_f64().unwrap(),
-                )
-            })
-            .collect();
+        let rates: std::collections::HashMap<String, f64> =
+            replay_json(&["--trace", TRACE, "--capacity-blocks", cap])
+                .into_iter()
+                .map(|v| {
+                    (
+                        v["policy"].as_str().unwrap().to_string(),
+                        v["hit_rate"].as_f64().unwrap(),
+                    )
+                })
+                .collect();
         let s = rates["strata"];
         // W-TinyLFU's admission filter still wins at 1,000 blocks (see the issue note).
         let rivals: &[&str] = if cap == "1000" {
@@ -233,41 +212,26 @@ fn strata_policy_beats_the_online_baselines_on_the_conversation_trace() {
 
 #[test]
 fn engine_trace_replay_serves_blocks_from_every_tier() {
-    let full = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/traces/conversation_trace.jsonl"
-    );
     let dir = tempfile::tempdir().unwrap();
     let small = dir.path().join("head.jsonl");
-    let text = std::fs::read_to_string(full).unwrap();
+    let text = std::fs::read_to_string(TRACE).unwrap();
     std::fs::write(
         &small,
         text.lines().take(400).collect::<Vec<_>>().join("\n"),
     )
     .unwrap();
-    let out = strata(
-        &[
-            "trace",
-            "replay",
-            "--engine",
-            "--json",
-            "--trace",
-            small.to_str().unwrap(),
-            "--hot-blocks",
-            "100",
-            "--warm-blocks",
-            "2000",
-            "--value-bytes",
-            "64",
-        ],
-        &[],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let small = small.to_str().unwrap();
+    let v = &replay_json(&[
+        "--engine",
+        "--trace",
+        small,
+        "--hot-blocks",
+        "100",
+        "--warm-blocks",
+        "2000",
+        "--value-bytes",
+        "64",
+    ])[0];
     let n = |k: &str| v[k].as_u64().unwrap();
     assert_eq!(
         n("hot") + n("warm") + n("cold") + n("miss"),
@@ -280,21 +244,14 @@ fn engine_trace_replay_serves_blocks_from_every_tier() {
     );
     assert!(n("demotions") > 0, "{v}");
     // The engine's total hits match the single-cache ceiling, since nothing is ever lost.
-    let sim = strata(
-        &[
-            "trace",
-            "replay",
-            "--json",
-            "--trace",
-            small.to_str().unwrap(),
-            "--policy",
-            "lru",
-            "--capacity-blocks",
-            "100000000",
-        ],
-        &[],
-    );
-    let s: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let s = &replay_json(&[
+        "--trace",
+        small,
+        "--policy",
+        "lru",
+        "--capacity-blocks",
+        "100000000",
+    ])[0];
     assert_eq!(
         n("hot") + n("warm") + n("cold"),
         s["hits"].as_u64().unwrap()
