@@ -65,6 +65,15 @@ where
     Ok(summarize(lat))
 }
 
+/// Times `engine.get` of keys `0..n`, each of which must be present.
+async fn time_gets(engine: &Engine, n: usize) -> anyhow::Result<Summary> {
+    time_each(n, |i| async move {
+        std::hint::black_box(engine.get(key(i).as_bytes()).await?.expect("present"));
+        Ok(())
+    })
+    .await
+}
+
 fn row(
     op: &str,
     value_bytes: usize,
@@ -125,15 +134,7 @@ async fn one_size(
     progress(*step, total, &format!("get from DRAM, {value_bytes} B"));
     let map: Mutex<HashMap<String, Bytes>> =
         Mutex::new((0..n).map(|i| (key(i), values[i].clone())).collect());
-    let s = time_each(n, |i| {
-        let e = &engine;
-        async move {
-            let v = e.get(key(i).as_bytes()).await?.expect("present");
-            std::hint::black_box(v);
-            Ok(())
-        }
-    })
-    .await?;
+    let s = time_gets(&engine, n).await?;
     let b = time_each(n, |i| {
         let m = &map;
         async move {
@@ -150,15 +151,7 @@ async fn one_size(
     progress(*step, total, &format!("get from RocksDB, {value_bytes} B"));
     // A DRAM budget too small to admit anything keeps every read on the warm tier.
     let engine = Engine::open(options(&dir.path().join("strata"), 1024, 64 << 30)).await?;
-    let s = time_each(n, |i| {
-        let e = &engine;
-        async move {
-            let v = e.get(key(i).as_bytes()).await?.expect("present");
-            std::hint::black_box(v);
-            Ok(())
-        }
-    })
-    .await?;
+    let s = time_gets(&engine, n).await?;
     let b = time_each(n, |i| {
         let p = files.join(key(i));
         async move {
@@ -189,14 +182,7 @@ async fn one_size(
             .put(&object_store::path::Path::from(key(i)), v.clone().into())
             .await?;
     }
-    let s = time_each(n, |i| {
-        let e = &engine;
-        async move {
-            std::hint::black_box(e.get(key(i).as_bytes()).await?.expect("present"));
-            Ok(())
-        }
-    })
-    .await?;
+    let s = time_gets(&engine, n).await?;
     let b = time_each(n, |i| {
         let st = &store;
         async move {
