@@ -159,12 +159,17 @@ where
     // When the first byte of a request that has not fully arrived was read.
     let mut partial_since: Option<Instant> = None;
     'conn: loop {
-        let limits = {
+        // The live settings, read once per round (CONFIG SET applies from the next one).
+        let (limits, query_limit, request_timeout) = {
             let cfg = shared.cfg.read();
-            Limits {
-                bulk_bytes_max: cfg.proto_max_bulk_len as usize,
-                ..Limits::default()
-            }
+            (
+                Limits {
+                    bulk_bytes_max: cfg.proto_max_bulk_len as usize,
+                    ..Limits::default()
+                },
+                cfg.client_query_buffer_limit as usize,
+                Duration::from_secs(cfg.client_request_timeout_secs),
+            )
         };
         let mut batch = Vec::new();
         let mut protocol_error = None;
@@ -209,7 +214,6 @@ where
         if more_buffered {
             continue;
         }
-        let query_limit = shared.cfg.read().client_query_buffer_limit as usize;
         if inbuf.len() > query_limit {
             out.push(&Reply::err(
                 "ERR query buffer limit exceeded; closing connection",
@@ -217,7 +221,6 @@ where
             let _ = write_out(&mut wr, &mut out, &shared).await;
             break 'conn;
         }
-        let request_timeout = Duration::from_secs(shared.cfg.read().client_request_timeout_secs);
         partial_since = if inbuf.is_empty() {
             None
         } else {
