@@ -8,10 +8,8 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
 
 use crate::{Error, Result};
 
@@ -22,7 +20,9 @@ pub(crate) struct DiskGuard {
     reserve: u64,
     /// Free bytes at the last refresh, minus what writes claimed since.
     free: AtomicI64,
-    refreshed: Mutex<Instant>,
+    /// Start of the guard's clock, and when (ms after it) the free figure was last read.
+    born: Instant,
+    refreshed_ms: AtomicU64,
 }
 
 /// Free bytes available to us on the filesystem holding `path`.
@@ -43,7 +43,8 @@ impl DiskGuard {
             path,
             reserve,
             free: AtomicI64::new(free.min(i64::MAX as u64) as i64),
-            refreshed: Mutex::new(Instant::now()),
+            born: Instant::now(),
+            refreshed_ms: AtomicU64::new(0),
         }
     }
 
@@ -52,14 +53,18 @@ impl DiskGuard {
         if self.reserve == 0 {
             return Ok(());
         }
+        // One writer per REFRESH re-reads the free figure; the others go on without waiting.
+        let now = self.born.elapsed().as_millis() as u64;
+        let last = self.refreshed_ms.load(Ordering::Relaxed);
+        if now >= last + REFRESH.as_millis() as u64
+            && self
+                .refreshed_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
         {
-            let mut at = self.refreshed.lock();
-            if at.elapsed() >= REFRESH {
-                if let Some(f) = free_bytes(&self.path) {
-                    self.free
-                        .store(f.min(i64::MAX as u64) as i64, Ordering::Relaxed);
-                }
-                *at = Instant::now();
+            if let Some(f) = free_bytes(&self.path) {
+                self.free
+                    .store(f.min(i64::MAX as u64) as i64, Ordering::Relaxed);
             }
         }
         let b = bytes as i64;
