@@ -56,28 +56,19 @@ enum Command {
     },
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     std::fs::create_dir_all(&cli.out)?;
     match cli.command {
-        Command::Engine { ops } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(engine::run(ops, &cli.out))
-        }
+        Command::Engine { ops } => runtime()?.block_on(engine::run(ops, &cli.out)),
         Command::Redis { requests, strata } => redis::run(requests, &strata, &cli.out),
-        Command::Prefetch(args) => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(prefetch::run(args, &cli.out))
-        }
-        Command::Kvcache(args) => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(kvcache::run(args, &cli.out))
-        }
+        Command::Prefetch(args) => runtime()?.block_on(prefetch::run(args, &cli.out)),
+        Command::Kvcache(args) => runtime()?.block_on(kvcache::run(args, &cli.out)),
     }
 }

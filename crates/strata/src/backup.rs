@@ -23,17 +23,11 @@ fn progress_printer(verb: &'static str) -> impl Fn(u64, u64) + Send + Sync {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
-
 /// Snapshots the store of `cfg` (which must not be open in a running server: there, use the
 /// `STRATA.BACKUP url` command) to `to`.
 pub fn backup(cfg: &Config, to: &str) -> Result<()> {
     let opts = cfg.engine_options()?;
-    runtime()?.block_on(async {
+    crate::runtime()?.block_on(async {
         let engine = strata_engine::Engine::open(opts).await.map_err(|e| {
             if e.to_string().contains("lock") {
                 anyhow::anyhow!("the store in {} is in use by a running server; back it up through the server instead: redis-cli -p {} STRATA.BACKUP {to}", cfg.data_dir.display(), cfg.port)
@@ -61,7 +55,7 @@ pub fn backup(cfg: &Config, to: &str) -> Result<()> {
 /// Restores the backup at `from` into `cfg`'s (empty) data directory and cold tier.
 pub fn restore(cfg: &Config, from: &str) -> Result<()> {
     let opts = cfg.engine_options()?;
-    runtime()?.block_on(async {
+    crate::runtime()?.block_on(async {
         let started = Instant::now();
         let sum = strata_engine::restore(from, &opts, &progress_printer("restore"))
             .await

@@ -72,6 +72,13 @@ enum TraceCommand {
     Replay(trace::ReplayArgs),
 }
 
+/// The tokio runtime every async command runs on.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
 fn load_config(cli: &Cli) -> Result<Config> {
     let env: BTreeMap<String, String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("STRATA_"))
@@ -122,10 +129,7 @@ fn run(cli: Cli) -> Result<()> {
                 .with_ansi(std::io::stderr().is_terminal())
                 .with_writer(std::io::stderr)
                 .init();
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(serve(cfg))
+            runtime()?.block_on(serve(cfg))
         }
     }
 }

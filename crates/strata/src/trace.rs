@@ -56,10 +56,7 @@ pub fn replay(args: &ReplayArgs) -> Result<()> {
         bail!("trace {} holds no requests", args.trace.display());
     }
     if args.engine {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        return rt.block_on(replay_engine(args, &trace));
+        return crate::runtime()?.block_on(replay_engine(args, &trace));
     }
     let policies: Vec<PolicyKind> = if args.policy == "all" {
         PolicyKind::ALL.to_vec()
