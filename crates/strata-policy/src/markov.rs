@@ -114,16 +114,18 @@ fn rule_between(a: &[(u64, u8)], b_shape: Vec<u8>, b: &[(u64, u8)]) -> Rule {
 
 fn apply(rule: &Rule, nums: &[(u64, u8)]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(rule.to_shape.len() + 8);
-    let mut fields = rule.fields.iter();
-    for (i, &c) in rule.to_shape.iter().enumerate() {
+    // The n-th `#` of the target shape takes the n-th field (and, for an offset, the n-th
+    // number of the source key).
+    let mut fields = rule.fields.iter().enumerate();
+    for &c in &rule.to_shape {
         if c != b'#' {
             out.push(c);
             continue;
         }
-        let (f, width) = fields.next()?;
+        let (n, (f, width)) = fields.next()?;
         let v = match f {
             Field::Offset(d) => {
-                let src = nums.get(rule_field_index(rule, i))?.0 as i64;
+                let src = nums.get(n)?.0 as i64;
                 u64::try_from(src.checked_add(*d)?).ok()?
             }
             Field::Literal(v) => *v,
@@ -131,11 +133,6 @@ fn apply(rule: &Rule, nums: &[(u64, u8)]) -> Option<Vec<u8>> {
         out.extend_from_slice(format!("{v:0width$}", width = *width as usize).as_bytes());
     }
     Some(out)
-}
-
-/// Which number of the rule's target the `#` at byte `pos` of its shape is.
-fn rule_field_index(rule: &Rule, pos: usize) -> usize {
-    rule.to_shape[..pos].iter().filter(|&&c| c == b'#').count()
 }
 
 impl MarkovModel {
