@@ -191,6 +191,21 @@ mod tests {
     }
 
     #[test]
+    fn strata_never_loses_to_lru_by_more_than_half_a_point() {
+        for seed in 1..7u64 {
+            let trace = generated(seed * 104_729, 2000);
+            for cap in [16, 64, 200, 400] {
+                let lru = replay(&trace, PolicyKind::Lru, cap).hit_rate();
+                let strata = replay(&trace, PolicyKind::Strata, cap).hit_rate();
+                assert!(
+                    strata >= lru - 0.005,
+                    "seed {seed} cap {cap}: strata {strata:.4} < lru {lru:.4} - 0.005"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn unlimited_capacity_reaches_the_ceiling_for_every_policy() {
         let trace = generated(42, 400);
         let ceiling = replay(&trace, PolicyKind::Lru, 1 << 20);

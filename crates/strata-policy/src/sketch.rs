@@ -12,7 +12,7 @@ pub(crate) struct Sketch {
 
 impl Sketch {
     pub(crate) fn new(capacity: usize) -> Self {
-        let width = (capacity * 8).next_power_of_two().max(256);
+        let width = (capacity * 16).next_power_of_two().max(256);
         Sketch {
             rows: std::array::from_fn(|_| vec![0; width]),
             mask: width - 1,

@@ -1,14 +1,25 @@
-//! Strata's policy: frequency-weighted aging (in the GreedyDual-Size-Frequency family) with
-//! a low weight for blocks seen once and chain awareness.
+//! Strata's policy: frequency-weighted aging (in the GreedyDual-Size-Frequency family),
+//! chain awareness, and an admission filter, tuned online by miniature simulations.
 //!
 //! Each cached block has a priority `H = L + w(f)`, where `L` is the priority of the last
 //! evicted block (so priorities of idle blocks fall behind as the cache turns over) and
-//! `w(f)` grows with the block's estimated access frequency `f`. A block seen only once gets
-//! `w = FIRST_WEIGHT`: on the conversation trace a block seen once is reused 24% of the time,
-//! one seen five times 88%. Frequencies come from a count-min sketch that halves itself
-//! every `10 × capacity` accesses, so memory stays bounded and old popularity fades.
+//! `w(f)` grows with the block's estimated access frequency `f`; a block seen once gets a
+//! lower weight. Frequencies come from a count-min sketch that halves itself every
+//! `10 × capacity` accesses, so memory stays bounded and old popularity fades.
+//!
 //! Chain awareness: when a block is evicted, its cached children (learned from request
-//! order) can no longer be hit, so they are evicted first.
+//! order) can no longer be hit, so they are evicted first; a block stored after a parent
+//! that was not admitted is useless too and goes first.
+//!
+//! Admission (TinyLFU's rule): a new block that is not estimated more frequent than the block
+//! it would displace is dropped instead. That protects a small cache from one-hit wonders,
+//! but in a large cache it refuses blocks that would have been reused.
+//!
+//! Which setting fits depends on the workload and the capacity, so the policy does not
+//! guess: a [`Tuner`] replays a hash-sampled fraction of the keys through one small copy of
+//! the policy per candidate setting (a miniature simulation, as in SHARDS), keeps decayed
+//! hit counts, and the real cache follows the best copy. Its memory is bounded by
+//! `MINI_CAPACITY_MAX` entries per copy.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -16,101 +27,127 @@ use std::collections::{BTreeSet, HashMap};
 use crate::sketch::Sketch;
 use crate::BlockCache;
 
-/// The weight of a block seen once, relative to one unit per access for the others.
-const FIRST_WEIGHT: f64 = 0.5;
 /// Frequencies above this count the same.
 const FREQUENCY_MAX: u8 = 8;
+
+/// One setting of the policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Setting {
+    /// Drop a new block unless it is estimated more frequent than the victim.
+    pub admission: bool,
+    /// The weight of a block seen once, relative to one unit per access for the others.
+    pub first_weight: f64,
+}
+
+/// The settings the tuner chooses among; the first is the starting one.
+pub const SETTINGS: [Setting; 3] = [
+    Setting {
+        admission: false,
+        first_weight: 0.5,
+    },
+    Setting {
+        admission: true,
+        first_weight: 0.5,
+    },
+    Setting {
+        admission: false,
+        first_weight: 0.1,
+    },
+];
 
 /// Priorities are kept as integers (micro-units) so they order in a `BTreeSet`.
 fn units(x: f64) -> u64 {
     (x * 1e6) as u64
 }
 
-pub struct StrataPolicy {
+/// The policy with one fixed setting (what the tuner's miniature copies run).
+struct Gdsf {
     capacity: usize,
+    setting: Setting,
     inflation: u64,
     /// key -> (priority, depth in its chain)
     priority: HashMap<u64, (u64, u32)>,
     /// Eviction order: lowest priority first; among equals the deepest block (chain tails
     /// before heads), then the key.
     order: BTreeSet<(u64, Reverse<u32>, u64)>,
-    depth_in_request: u32,
     sketch: Sketch,
+    /// The block inserted last and not judged by admission yet.
+    newcomer: Option<u64>,
     /// Parent of each cached block (the block before it in the request that stored it).
     parent: HashMap<u64, u64>,
     children: HashMap<u64, Vec<u64>>,
     orphans: Vec<u64>,
     prev_in_request: Option<u64>,
+    depth_in_request: u32,
     in_request: bool,
 }
 
-impl StrataPolicy {
-    pub fn new(capacity: usize) -> Self {
-        StrataPolicy {
+impl Gdsf {
+    fn new(capacity: usize, setting: Setting) -> Self {
+        Gdsf {
             capacity: capacity.max(1),
+            setting,
             inflation: 0,
             priority: HashMap::new(),
             order: BTreeSet::new(),
-            depth_in_request: 0,
             sketch: Sketch::new(capacity),
+            newcomer: None,
             parent: HashMap::new(),
             children: HashMap::new(),
             orphans: Vec::new(),
             prev_in_request: None,
+            depth_in_request: 0,
             in_request: false,
         }
     }
 
-    /// Starts a request: the keys touched until `end_request` form one chain, in order.
-    pub fn begin_request(&mut self) {
+    fn begin_request(&mut self) {
         self.prev_in_request = None;
         self.depth_in_request = 0;
         self.in_request = true;
     }
 
-    /// Ends a request: later touches are not chained to it.
-    pub fn end_request(&mut self) {
+    fn end_request(&mut self) {
         self.in_request = false;
         self.prev_in_request = None;
         self.depth_in_request = 0;
     }
 
-    /// Number of keys tracked.
-    pub fn len(&self) -> usize {
-        self.priority.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.priority.is_empty()
-    }
-
-    /// Records an access of `key` (inserting it if new).
-    pub fn touch(&mut self, key: u64) {
+    fn touch(&mut self, key: u64) {
         let f = self.sketch.add(key).min(FREQUENCY_MAX);
-        let weight = if f <= 1 { FIRST_WEIGHT } else { f as f64 };
+        let weight = if f <= 1 {
+            self.setting.first_weight
+        } else {
+            f as f64
+        };
         let p = self.inflation + units(weight);
         let depth = self.depth_in_request;
         if self.in_request {
             self.depth_in_request += 1;
         }
-        if let Some((old, d)) = self.priority.insert(key, (p, depth)) {
-            self.order.remove(&(old, Reverse(d), key));
+        match self.priority.insert(key, (p, depth)) {
+            Some((old, d)) => {
+                self.order.remove(&(old, Reverse(d), key));
+            }
+            None => self.newcomer = Some(key),
         }
         self.order.insert((p, Reverse(depth), key));
         if !self.in_request {
             return;
         }
-        if let Some(parent) = self.prev_in_request.replace(key) {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.parent.entry(key) {
-                e.insert(parent);
-                self.children.entry(parent).or_default().push(key);
-            }
+        let Some(parent) = self.prev_in_request.replace(key) else {
+            return;
+        };
+        if !self.priority.contains_key(&parent) {
+            // The parent was not admitted (or is gone): this block cannot be hit.
+            self.orphans.push(key);
+        } else if let std::collections::hash_map::Entry::Vacant(e) = self.parent.entry(key) {
+            e.insert(parent);
+            self.children.entry(parent).or_default().push(key);
         }
     }
 
-    /// Forgets `key` (it left the cache for a reason of its own); its cached children
-    /// become orphans, the first to be evicted.
-    pub fn remove(&mut self, key: u64) {
+    fn remove(&mut self, key: u64) {
         if let Some((p, d)) = self.priority.remove(&key) {
             self.order.remove(&(p, Reverse(d), key));
         }
@@ -125,8 +162,7 @@ impl StrataPolicy {
         }
     }
 
-    /// Chooses, forgets and returns the key to evict next.
-    pub fn pop_victim(&mut self) -> Option<u64> {
+    fn pop_victim(&mut self) -> Option<u64> {
         while let Some(o) = self.orphans.pop() {
             let orphaned = self.priority.contains_key(&o)
                 && self
@@ -138,16 +174,156 @@ impl StrataPolicy {
                 return Some(o);
             }
         }
-        let &(p, _, victim) = self.order.first()?;
-        self.inflation = self.inflation.max(p);
+        let &(p, _, lowest) = self.order.first()?;
+        let mut victim = lowest;
+        if let Some(n) = self.newcomer.take() {
+            if self.setting.admission
+                && n != lowest
+                && self.priority.contains_key(&n)
+                && self.sketch.estimate(n) <= self.sketch.estimate(lowest)
+            {
+                victim = n;
+            }
+        }
+        if victim == lowest {
+            self.inflation = self.inflation.max(p);
+        }
         self.remove(victim);
         Some(victim)
     }
 }
 
+/// Miniature simulations of every setting in [`SETTINGS`] over a hash-sampled fraction of the
+/// keys, with hit counts that halve every epoch.
+struct Tuner {
+    minis: Vec<Gdsf>,
+    hits: Vec<f64>,
+    /// A key is sampled when `mix(key) < threshold` (out of 2^32).
+    threshold: u64,
+    sampled: usize,
+    epoch: usize,
+    best: usize,
+}
+
+/// A miniature copy holds at most this many entries (and at least `MINI_CAPACITY_MIN`,
+/// unless the cache itself is smaller).
+const MINI_CAPACITY_MAX: usize = 2048;
+const MINI_CAPACITY_MIN: usize = 256;
+
+fn mix(key: u64) -> u64 {
+    let mut h = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (h ^ (h >> 31)) >> 32
+}
+
+impl Tuner {
+    fn new(capacity: usize) -> Self {
+        let mini = (capacity / 8)
+            .clamp(MINI_CAPACITY_MIN, MINI_CAPACITY_MAX)
+            .min(capacity);
+        Tuner {
+            minis: SETTINGS.iter().map(|&s| Gdsf::new(mini, s)).collect(),
+            hits: vec![0.0; SETTINGS.len()],
+            threshold: ((mini as u128) << 32) as u64 / capacity as u64,
+            sampled: 0,
+            epoch: mini * 4,
+            best: 0,
+        }
+    }
+
+    /// Feeds one access; returns the index of the setting that is currently best.
+    fn observe(&mut self, key: u64) -> usize {
+        if mix(key) >= self.threshold {
+            return self.best;
+        }
+        for (m, hits) in self.minis.iter_mut().zip(&mut self.hits) {
+            if m.priority.contains_key(&key) {
+                *hits += 1.0;
+            }
+            m.touch(key);
+            while m.priority.len() > m.capacity {
+                m.pop_victim();
+            }
+        }
+        self.sampled += 1;
+        if self.sampled.is_multiple_of(self.epoch) {
+            let best = self.hits[self.best];
+            // Switch only for a clear winner (2% more hits), so noise does not flip-flop.
+            if let Some((i, _)) = self
+                .hits
+                .iter()
+                .enumerate()
+                .filter(|&(_, &h)| h > best * 1.02)
+                .max_by(|a, b| a.1.total_cmp(b.1))
+            {
+                self.best = i;
+            }
+            self.hits.iter_mut().for_each(|h| *h *= 0.5);
+        }
+        self.best
+    }
+}
+
+pub struct StrataPolicy {
+    main: Gdsf,
+    tuner: Tuner,
+}
+
+impl StrataPolicy {
+    pub fn new(capacity: usize) -> Self {
+        StrataPolicy {
+            main: Gdsf::new(capacity, SETTINGS[0]),
+            tuner: Tuner::new(capacity.max(1)),
+        }
+    }
+
+    /// Starts a request: the keys touched until `end_request` form one chain, in order.
+    pub fn begin_request(&mut self) {
+        self.main.begin_request();
+    }
+
+    /// Ends a request: later touches are not chained to it.
+    pub fn end_request(&mut self) {
+        self.main.end_request();
+    }
+
+    /// Number of keys tracked.
+    pub fn len(&self) -> usize {
+        self.main.priority.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.main.priority.is_empty()
+    }
+
+    /// The setting the cache follows now.
+    pub fn setting(&self) -> Setting {
+        self.main.setting
+    }
+
+    /// Records an access of `key` (inserting it if new).
+    pub fn touch(&mut self, key: u64) {
+        self.main.setting = SETTINGS[self.tuner.observe(key)];
+        self.main.touch(key);
+    }
+
+    /// Forgets `key` (it left the cache for a reason of its own); its cached children
+    /// become orphans, the first to be evicted.
+    pub fn remove(&mut self, key: u64) {
+        self.main.remove(key);
+    }
+
+    /// Chooses, forgets and returns the key to evict next (with admission on, that can be
+    /// the key just inserted).
+    pub fn pop_victim(&mut self) -> Option<u64> {
+        self.main.pop_victim()
+    }
+}
+
 impl BlockCache for StrataPolicy {
     fn contains(&self, key: u64) -> bool {
-        self.priority.contains_key(&key)
+        self.main.priority.contains_key(&key)
     }
 
     fn begin_request(&mut self) {
@@ -156,7 +332,7 @@ impl BlockCache for StrataPolicy {
 
     fn access(&mut self, key: u64, _t: usize) {
         self.touch(key);
-        while self.priority.len() > self.capacity {
+        while self.main.priority.len() > self.main.capacity {
             self.pop_victim();
         }
     }
@@ -201,6 +377,100 @@ mod tests {
             "the orphan 2 should have been evicted first"
         );
         assert!(c.contains(7) && c.contains(8) && c.contains(9));
+    }
+
+    /// Fills a fixed-setting cache of 4 with keys 1..=4 seen once each, then offers key 100
+    /// once: whether it stays is the admission decision (all priorities tie).
+    fn offer_newcomer(admission: bool) -> bool {
+        let mut c = Gdsf::new(
+            4,
+            Setting {
+                admission,
+                first_weight: 0.5,
+            },
+        );
+        for k in 1..=4 {
+            c.touch(k);
+        }
+        c.touch(100);
+        while c.priority.len() > c.capacity {
+            c.pop_victim();
+        }
+        c.priority.contains_key(&100)
+    }
+
+    #[test]
+    fn admission_drops_a_newcomer_no_more_frequent_than_the_victim() {
+        assert!(
+            !offer_newcomer(true),
+            "with admission the one-off key is dropped"
+        );
+        assert!(
+            offer_newcomer(false),
+            "without admission it displaces key 1"
+        );
+    }
+
+    /// Runs `keys` through the tuned policy of `capacity`: its hits and final setting.
+    fn run(capacity: usize, keys: &[u64]) -> (usize, Setting) {
+        let mut c = StrataPolicy::new(capacity);
+        let mut hits = 0;
+        for &k in keys {
+            hits += c.contains(k) as usize;
+            c.access(k, 0);
+        }
+        (hits, c.setting())
+    }
+
+    /// Runs `keys` through the policy held at one setting: its hits.
+    fn run_fixed(capacity: usize, setting: Setting, keys: &[u64]) -> usize {
+        let mut c = Gdsf::new(capacity, setting);
+        let mut hits = 0;
+        for &k in keys {
+            hits += c.priority.contains_key(&k) as usize;
+            c.touch(k);
+            while c.priority.len() > c.capacity {
+                c.pop_victim();
+            }
+        }
+        hits
+    }
+
+    #[test]
+    fn the_tuner_turns_admission_on_when_one_hit_wonders_flood_a_small_cache() {
+        // A skewed set of 2,000 keys (read every third access) among one-off keys, cache 256.
+        let mut x = 7u64;
+        let keys: Vec<u64> = (0..200_000u64)
+            .map(|i| {
+                if i % 3 != 0 {
+                    return 1_000_000 + i;
+                }
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                (u.powi(3) * 2000.0) as u64
+            })
+            .collect();
+        let off = run_fixed(256, SETTINGS[0], &keys);
+        let on = run_fixed(256, SETTINGS[1], &keys);
+        assert!(on > off * 6 / 5, "admission should win here: {on} vs {off}");
+        let (tuned, setting) = run(256, &keys);
+        assert!(setting.admission, "{setting:?}");
+        assert!(tuned > off * 6 / 5, "tuned {tuned}, admission off {off}");
+    }
+
+    #[test]
+    fn the_tuner_leaves_admission_off_when_new_keys_come_back_soon() {
+        // Every key is read twice, 50 accesses apart, and never again: admission would drop
+        // each key at its first access and miss its second.
+        let keys: Vec<u64> = (0..200_000u64)
+            .map(|i| 100 + i / 2 - if i % 2 == 0 { 0 } else { 25 })
+            .collect();
+        assert!(run_fixed(256, SETTINGS[1], &keys) < 10_000);
+        let (hits, setting) = run(256, &keys);
+        assert!(!setting.admission, "{setting:?}");
+        assert!(hits > 90_000, "the second reads should hit: {hits}");
     }
 
     #[test]
