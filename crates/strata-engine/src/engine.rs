@@ -122,7 +122,19 @@ pub(crate) struct Inner {
     /// while it cannot take it for writing.
     pub(crate) gc_gate: tokio::sync::RwLock<()>,
     pub(crate) prefetch: crate::prefetch::Prefetcher,
+    /// Average size of recent warm values (decides whether a warm batch is split).
+    warm_value_bytes_avg: AtomicU64,
 }
+
+/// What a warm multi-get found for one key.
+enum WarmGot {
+    Value(Bytes, u64),
+    Expired,
+    Absent,
+}
+
+/// Multi-key warm reads use two threads once warm values average this many bytes.
+const SPLIT_VALUE_BYTES_MIN: u64 = 256 * 1024;
 
 /// A handle to an open Strata store. Cheap to clone; all clones share one store.
 #[derive(Clone)]
@@ -187,13 +199,15 @@ impl Inner {
             } else {
                 WarmRecord::decode_unverified(&p)?
             };
-            let value = want_value.then(|| Bytes::copy_from_slice(rec.value));
             let charge = (key.len() + p.len()) as u64;
             let value_len = rec.value.len() as u64;
+            let expire_ms = rec.expire_ms;
+            let range = crate::warm::range_in(&p, rec.value);
+            let value = want_value.then(|| self.warm.value_bytes(p, range));
             let loc = Loc::Warm { charge, value };
             return Ok(Some(Stored {
                 loc,
-                expire_ms: rec.expire_ms,
+                expire_ms,
                 value_len,
             }));
         }
@@ -236,6 +250,32 @@ impl Inner {
                 Err(e.into())
             }
         }
+    }
+
+    /// One multi-get of `keys` from the warm tier's data family, values verified.
+    fn read_warm(&self, keys: &[&[u8]], now: u64) -> Result<Vec<WarmGot>> {
+        let got = self.warm.db.batched_multi_get_cf_opt(
+            self.warm.cf(CF_DATA),
+            keys.iter(),
+            false,
+            &crate::warm::read_options(),
+        );
+        keys.iter()
+            .zip(got)
+            .map(|(key, res)| {
+                let Some(p) = res? else {
+                    return Ok(WarmGot::Absent);
+                };
+                let rec = WarmRecord::decode(key, &p)
+                    .inspect_err(|_| add(&self.counters.checksum_errors))?;
+                if rec.expire_ms != 0 && rec.expire_ms <= now {
+                    return Ok(WarmGot::Expired);
+                }
+                let expire_ms = rec.expire_ms;
+                let range = crate::warm::range_in(&p, rec.value);
+                Ok(WarmGot::Value(self.warm.value_bytes(p, range), expire_ms))
+            })
+            .collect()
     }
 
     /// Copies a value read from warm or cold into hot, unless a write raced with the read.
@@ -392,6 +432,7 @@ impl Engine {
             disk: crate::disk::DiskGuard::new(&warm_dir, opts_disk_free_min),
             gc_gate: tokio::sync::RwLock::new(()),
             prefetch: crate::prefetch::Prefetcher::new(),
+            warm_value_bytes_avg: AtomicU64::new(0),
         });
         *inner.pins.write() = crate::pins::load(&inner)?;
         let (tx, rx) = watch::channel(false);
@@ -420,6 +461,8 @@ impl Engine {
         }
         self.inner.warm.db.flush_wal(true)?;
         self.inner.warm.db.flush()?;
+        // Large values in DRAM hold the database open (they are RocksDB's own buffers).
+        self.inner.hot.clear();
         Ok(())
     }
 
@@ -455,6 +498,46 @@ impl Engine {
             .collect())
     }
 
+    /// Reads `keys` from the warm tier. When recent warm values were large, the second half
+    /// of the batch is read (copied out of RocksDB and its checksums verified) on a blocking
+    /// thread while this one reads the first half, so a large multi-key read uses two cores.
+    async fn read_warm_batch(&self, keys: &[&[u8]], now: u64) -> Result<Vec<WarmGot>> {
+        let inner = &self.inner;
+        let split = keys.len() >= 2
+            && inner.warm_value_bytes_avg.load(Ordering::Relaxed) >= SPLIT_VALUE_BYTES_MIN;
+        let got = if split {
+            add(&inner.counters.warm_batches_split);
+            let half = keys.len() / 2;
+            let second: Vec<Bytes> = keys[half..]
+                .iter()
+                .map(|k| Bytes::copy_from_slice(k))
+                .collect();
+            let other = inner.clone();
+            let task = tokio::task::spawn_blocking(move || {
+                let refs: Vec<&[u8]> = second.iter().map(|k| &k[..]).collect();
+                other.read_warm(&refs, now)
+            });
+            let mut got = inner.read_warm(&keys[..half], now)?;
+            got.extend(
+                task.await
+                    .map_err(|e| Error::Data(format!("warm read task failed: {e}")))??,
+            );
+            got
+        } else {
+            inner.read_warm(keys, now)?
+        };
+        let (bytes, values) = got.iter().fold((0u64, 0u64), |(b, n), g| match g {
+            WarmGot::Value(v, _) => (b + v.len() as u64, n + 1),
+            _ => (b, n),
+        });
+        if let Some(avg) = bytes.checked_div(values) {
+            let old = inner.warm_value_bytes_avg.load(Ordering::Relaxed);
+            let new = if old == 0 { avg } else { (old * 3 + avg) / 4 };
+            inner.warm_value_bytes_avg.store(new, Ordering::Relaxed);
+        }
+        Ok(got)
+    }
+
     /// As [`Engine::get_many`], also saying which tier served each value.
     pub async fn get_many_tiered(&self, keys: &[&[u8]]) -> Result<Vec<Option<(Bytes, Tier)>>> {
         let inner = &self.inner;
@@ -479,29 +562,18 @@ impl Engine {
             .iter()
             .map(|&i| inner.stripe_version(keys[i]))
             .collect();
-        let data_cf = inner.warm.cf(CF_DATA);
-        let got = inner.warm.db.batched_multi_get_cf_opt(
-            data_cf,
-            pending.iter().map(|&i| keys[i]),
-            false,
-            &crate::warm::read_options(),
-        );
+        let pending_keys: Vec<&[u8]> = pending.iter().map(|&i| keys[i]).collect();
+        let got = self.read_warm_batch(&pending_keys, now).await?;
         let mut not_warm = Vec::new();
-        for ((&i, res), &seen) in pending.iter().zip(got).zip(&versions) {
-            match res? {
-                Some(p) => {
-                    let rec = WarmRecord::decode(keys[i], &p)
-                        .inspect_err(|_| add(&inner.counters.checksum_errors))?;
-                    if rec.expire_ms != 0 && rec.expire_ms <= now {
-                        add(&inner.counters.misses);
-                        continue;
-                    }
-                    let v = Bytes::copy_from_slice(rec.value);
+        for ((&i, got), &seen) in pending.iter().zip(got).zip(&versions) {
+            match got {
+                WarmGot::Value(v, expire_ms) => {
                     add(&inner.counters.warm_hits);
-                    inner.promote(keys[i], seen, v.clone(), rec.expire_ms);
+                    inner.promote(keys[i], seen, v.clone(), expire_ms);
                     out[i] = Some((v, Tier::Warm));
                 }
-                None => not_warm.push(i),
+                WarmGot::Expired => add(&inner.counters.misses),
+                WarmGot::Absent => not_warm.push(i),
             }
         }
         if not_warm.is_empty() {
@@ -656,6 +728,7 @@ impl Engine {
             prefetch_issued: ld(&self.inner.prefetch.issued),
             prefetch_used: ld(&self.inner.prefetch.used),
             prefetch_dropped: ld(&self.inner.prefetch.dropped),
+            warm_batches_split: ld(&c.warm_batches_split),
             wal_bytes_dropped: ld(&c.wal_bytes_dropped),
             warm_bytes_hard_max: self.inner.opts.warm_hard_limit(),
             cold_requests: crate::stats::ColdRequestStats {

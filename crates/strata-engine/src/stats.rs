@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    pub(crate) warm_batches_split: AtomicU64,
     pub(crate) warm_bytes: AtomicI64,
     pub(crate) warm_entries: AtomicI64,
     pub(crate) cold_bytes: AtomicI64,
@@ -82,6 +83,8 @@ pub struct EngineStats {
     pub prefetch_used: u64,
     /// Prefetch jobs dropped because the worker was behind.
     pub prefetch_dropped: u64,
+    /// Multi-key warm reads split over two threads (large values).
+    pub warm_batches_split: u64,
     /// WAL bytes RocksDB dropped at open (a torn or truncated tail).
     pub wal_bytes_dropped: u64,
     /// The warm tier's hard limit in bytes.

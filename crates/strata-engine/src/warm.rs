@@ -11,9 +11,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, MergeOperands, Options,
-    WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBPinnableSlice, MergeOperands,
+    Options, WriteBatch, WriteOptions, DB,
 };
 
 use crate::{EngineOptions, Result};
@@ -95,6 +96,7 @@ impl Warm {
         db_opts.set_bytes_per_sync(1 << 20);
         // RocksDB's files share the process's descriptors with client connections.
         db_opts.set_max_open_files(512);
+        db_opts.set_allow_mmap_reads(true);
         // A torn record at the WAL's tail (a crash mid-append, a truncated file) ends
         // recovery there: everything before it is replayed, nothing after it is guessed at.
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
@@ -163,6 +165,56 @@ impl Warm {
         self.db.write_opt(batch, &wo)?;
         Ok(())
     }
+}
+
+/// Values at least this long are handed out without a copy (see [`Warm::value_bytes`]).
+const PIN_BYTES_MIN: usize = 64 * 1024;
+
+/// A value RocksDB returned in a pinnable slice, kept with the database it came from so that
+/// the slice can outlive the call that produced it.
+struct Pinned {
+    // Declared first, so dropped before the database handle.
+    slice: DBPinnableSlice<'static>,
+    _db: Arc<DB>,
+}
+
+impl AsRef<[u8]> for Pinned {
+    fn as_ref(&self) -> &[u8] {
+        &self.slice
+    }
+}
+
+impl Warm {
+    /// The bytes at `range` of `slice` (a record's value) as `Bytes`. A large value is not
+    /// copied: the `Bytes` owns the slice and a handle on the database. In RocksDB 7.8 a blob
+    /// or memtable value sits in the slice's own buffer, so holding it (in DRAM, for example)
+    /// pins nothing else; smaller values may pin a whole table block, so they are copied.
+    pub(crate) fn value_bytes(
+        &self,
+        slice: DBPinnableSlice<'_>,
+        range: std::ops::Range<usize>,
+    ) -> Bytes {
+        if range.len() < PIN_BYTES_MIN {
+            return Bytes::copy_from_slice(&slice[range]);
+        }
+        assert!(range.end <= slice.len(), "value lies inside its slice");
+        // SAFETY: the lifetime ties the slice to the database it came from; `Pinned` keeps
+        // that database open (an `Arc`) for as long as the slice lives, and drops the slice
+        // first. The slice itself is `Send` and `Sync`.
+        let slice: DBPinnableSlice<'static> = unsafe { std::mem::transmute(slice) };
+        let owner = Pinned {
+            slice,
+            _db: self.db.clone(),
+        };
+        Bytes::from_owner(owner).slice(range)
+    }
+}
+
+/// Where `inner` (borrowed from `outer`) lies in `outer`.
+pub(crate) fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
+    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
+    debug_assert!(start + inner.len() <= outer.len());
+    start..start + inner.len()
 }
 
 /// Options for point reads of warm records. Every record carries its own crc32c over key

@@ -494,3 +494,69 @@ async fn cold_count(engine: &Engine, range: std::ops::Range<usize>) -> usize {
     }
     n
 }
+
+#[tokio::test]
+async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options(dir.path());
+    opts.warm_bytes_max = 1 << 30;
+    let value = |i: usize| {
+        Bytes::from(
+            (0..300 << 10)
+                .map(|j| (i * 7 + j) as u8)
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let keys: Vec<Vec<u8>> = (0..12)
+        .map(|i| format!("big:{i:02}").into_bytes())
+        .collect();
+    {
+        let engine = Engine::open(opts.clone()).await.unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            engine
+                .put(k, value(i), PutOptions::default())
+                .await
+                .unwrap();
+        }
+        engine
+            .put(b"small", "s".into(), PutOptions::default())
+            .await
+            .unwrap();
+        // Values of 300 KiB are too large for this DRAM budget: every read is warm. The first
+        // batch teaches the engine that warm values are large, so the next ones are split
+        // over two threads.
+        let mut ask: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        ask.insert(5, b"absent");
+        ask.insert(9, b"small");
+        for _ in 0..3 {
+            let got = engine.get_many_tiered(&ask).await.unwrap();
+            assert_eq!(got.len(), ask.len());
+            for (k, g) in ask.iter().zip(&got) {
+                match *k {
+                    b"absent" => assert!(g.is_none()),
+                    b"small" => assert_eq!(g.as_ref().unwrap().0, Bytes::from("s")),
+                    _ => {
+                        let i: usize = std::str::from_utf8(&k[4..]).unwrap().parse().unwrap();
+                        let (v, tier) = g.as_ref().unwrap();
+                        assert_eq!(*tier, Tier::Warm);
+                        assert!(*v == value(i), "value of {}", String::from_utf8_lossy(k));
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            engine.stats().warm_batches_split,
+            2,
+            "the last two batches split"
+        );
+        // A value handed out shares RocksDB's buffer; it stays valid after close.
+        let kept = engine.get(&keys[3]).await.unwrap().unwrap();
+        engine.close().await.unwrap();
+        drop(engine);
+        assert!(kept == value(3));
+    }
+    let engine = Engine::open(opts).await.unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        assert!(engine.get(k).await.unwrap().unwrap() == value(i));
+    }
+}

@@ -46,6 +46,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 n("prefetch_issued", st.prefetch_issued),
                 n("prefetch_used", st.prefetch_used),
                 n("prefetch_dropped", st.prefetch_dropped),
+                n("warm_batches_split", st.warm_batches_split),
             ])
         }
         "pin" | "unpin" | "pins" => pins(ctx, name, a).await,
