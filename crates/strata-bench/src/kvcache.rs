@@ -23,7 +23,9 @@ pub struct Args {
     /// (320 KiB/token) or tiny (4 KiB/token, for quick runs).
     #[arg(long, default_value = "llama-3.1-8b")]
     model: String,
-    #[arg(long, default_value_t = 4)]
+    /// Simulated users; each reads its prefix back at every turn after the first, so
+    /// `users × (turns − 1)` timed reads feed the percentiles.
+    #[arg(long, default_value_t = 16)]
     users: usize,
     #[arg(long, default_value_t = 4)]
     turns: usize,
