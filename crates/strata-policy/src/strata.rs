@@ -15,8 +15,9 @@
 //! it would displace is dropped instead. That protects a small cache from one-hit wonders,
 //! but in a large cache it refuses blocks that would have been reused.
 //!
-//! Which setting fits depends on the workload and the capacity, so the policy does not
-//! guess: a [`Tuner`] replays a hash-sampled fraction of the keys through one small copy of
+//! Which setting fits depends on the workload and the capacity (one setting weighs every
+//! block the same, which is LRU, for workloads where only recency matters), so the policy
+//! does not guess: a [`Tuner`] replays a hash-sampled fraction of the keys through one small copy of
 //! the policy per candidate setting (a miniature simulation, as in SHARDS), keeps decayed
 //! hit counts, and the real cache follows the best copy. Its memory is bounded by
 //! `MINI_CAPACITY_MAX` entries per copy.
@@ -27,9 +28,6 @@ use std::collections::{BTreeSet, HashMap};
 use crate::sketch::Sketch;
 use crate::BlockCache;
 
-/// Frequencies above this count the same.
-const FREQUENCY_MAX: u8 = 8;
-
 /// One setting of the policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Setting {
@@ -37,21 +35,32 @@ pub struct Setting {
     pub admission: bool,
     /// The weight of a block seen once, relative to one unit per access for the others.
     pub first_weight: f64,
+    /// Frequencies above this count the same. With 1 (and a first weight of 1) every block
+    /// weighs the same and the policy is LRU (with chains evicted tail-first).
+    pub frequency_max: u8,
 }
 
 /// The settings the tuner chooses among; the first is the starting one.
-pub const SETTINGS: [Setting; 3] = [
+pub const SETTINGS: [Setting; 4] = [
     Setting {
         admission: false,
         first_weight: 0.5,
+        frequency_max: 8,
     },
     Setting {
         admission: true,
         first_weight: 0.5,
+        frequency_max: 8,
     },
     Setting {
         admission: false,
         first_weight: 0.1,
+        frequency_max: 8,
+    },
+    Setting {
+        admission: false,
+        first_weight: 1.0,
+        frequency_max: 1,
     },
 ];
 
@@ -65,11 +74,13 @@ struct Gdsf {
     capacity: usize,
     setting: Setting,
     inflation: u64,
-    /// key -> (priority, depth in its chain)
-    priority: HashMap<u64, (u64, u32)>,
+    /// key -> (priority, depth in its chain, touch stamp)
+    priority: HashMap<u64, (u64, u32, u64)>,
     /// Eviction order: lowest priority first; among equals the deepest block (chain tails
-    /// before heads), then the key.
-    order: BTreeSet<(u64, Reverse<u32>, u64)>,
+    /// before heads), then the least recently touched.
+    order: BTreeSet<(u64, Reverse<u32>, u64, u64)>,
+    /// Counts touches (recency for the order's last tie-break).
+    stamp: u64,
     sketch: Sketch,
     /// The block inserted last and not judged by admission yet.
     newcomer: Option<u64>,
@@ -90,6 +101,7 @@ impl Gdsf {
             inflation: 0,
             priority: HashMap::new(),
             order: BTreeSet::new(),
+            stamp: 0,
             sketch: Sketch::new(capacity),
             newcomer: None,
             parent: HashMap::new(),
@@ -114,7 +126,7 @@ impl Gdsf {
     }
 
     fn touch(&mut self, key: u64) {
-        let f = self.sketch.add(key).min(FREQUENCY_MAX);
+        let f = self.sketch.add(key).min(self.setting.frequency_max);
         let weight = if f <= 1 {
             self.setting.first_weight
         } else {
@@ -125,13 +137,15 @@ impl Gdsf {
         if self.in_request {
             self.depth_in_request += 1;
         }
-        match self.priority.insert(key, (p, depth)) {
-            Some((old, d)) => {
-                self.order.remove(&(old, Reverse(d), key));
+        self.stamp += 1;
+        let stamp = self.stamp;
+        match self.priority.insert(key, (p, depth, stamp)) {
+            Some((old, d, st)) => {
+                self.order.remove(&(old, Reverse(d), st, key));
             }
             None => self.newcomer = Some(key),
         }
-        self.order.insert((p, Reverse(depth), key));
+        self.order.insert((p, Reverse(depth), stamp, key));
         if !self.in_request {
             return;
         }
@@ -148,8 +162,8 @@ impl Gdsf {
     }
 
     fn remove(&mut self, key: u64) {
-        if let Some((p, d)) = self.priority.remove(&key) {
-            self.order.remove(&(p, Reverse(d), key));
+        if let Some((p, d, st)) = self.priority.remove(&key) {
+            self.order.remove(&(p, Reverse(d), st, key));
         }
         if let Some(kids) = self.children.remove(&key) {
             self.orphans
@@ -174,7 +188,7 @@ impl Gdsf {
                 return Some(o);
             }
         }
-        let &(p, _, lowest) = self.order.first()?;
+        let &(p, _, _, lowest) = self.order.first()?;
         let mut victim = lowest;
         if let Some(n) = self.newcomer.take() {
             if self.setting.admission
@@ -387,6 +401,7 @@ mod tests {
             Setting {
                 admission,
                 first_weight: 0.5,
+                frequency_max: 8,
             },
         );
         for k in 1..=4 {
@@ -471,6 +486,44 @@ mod tests {
         let (hits, setting) = run(256, &keys);
         assert!(!setting.admission, "{setting:?}");
         assert!(hits > 90_000, "the second reads should hit: {hits}");
+    }
+
+    #[test]
+    fn the_tuner_falls_back_to_lru_when_only_recency_matters() {
+        // New keys keep arriving and are reused a few times while among the 200 newest, then
+        // never again: frequency only keeps stale keys, LRU is what works.
+        let mut x = 11u64;
+        let mut rnd = move |n: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        let mut next = 0u64;
+        let keys: Vec<u64> = (0..100_000)
+            .map(|_| {
+                if next < 200 || rnd(10) < 3 {
+                    next += 1;
+                    next
+                } else {
+                    next - rnd(200)
+                }
+            })
+            .collect();
+        for capacity in [100, 300] {
+            let mut lru = crate::Lru::new(capacity);
+            let mut lru_hits = 0;
+            for &k in &keys {
+                lru_hits += lru.contains(k) as usize;
+                lru.access(k, 0);
+            }
+            let (hits, setting) = run(capacity, &keys);
+            assert!(
+                hits as f64 >= lru_hits as f64 - 0.005 * keys.len() as f64,
+                "capacity {capacity}: {hits} hits vs LRU {lru_hits} ({setting:?})"
+            );
+            assert_eq!(setting.frequency_max, 1, "{setting:?}");
+        }
     }
 
     #[test]
