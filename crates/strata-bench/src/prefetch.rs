@@ -50,6 +50,8 @@ struct Row {
     prefetch_issued: u64,
     prefetch_used: u64,
     cold_hits: u64,
+    /// GET requests sent to the object store while reading.
+    object_store_gets: u64,
 }
 
 const BUCKET: &str = "strata-bench";
@@ -178,6 +180,7 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
         if prefetch { "on" } else { "off" },
         a.sessions * a.keys
     );
+    let gets_before = e.stats().cold_requests.gets;
     let lat = sessions(
         &e,
         a,
@@ -199,6 +202,7 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
         prefetch_issued: st.prefetch_issued,
         prefetch_used: st.prefetch_used,
         cold_hits: st.cold.hits,
+        object_store_gets: st.cold_requests.gets - gets_before,
     })
 }
 
@@ -245,12 +249,14 @@ async fn plain_gets(a: &Args, port: u16) -> anyhow::Result<Row> {
         all.extend(w.await??);
     }
     eprintln!("plain GET: {} reads", all.len());
+    let all_len = all.len() as u64;
     Ok(Row {
         name: "object-store GET of one value".into(),
         reads: report::summarize(all),
         prefetch_issued: 0,
         prefetch_used: 0,
         cold_hits: 0,
+        object_store_gets: all_len,
     })
 }
 
@@ -275,13 +281,18 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         a.sessions, a.keys, a.value_kib, a.think_ms, a.concurrency, a.segment_kib
     );
     let mut md = format!(
-        "# Prefetch: cold reads of a session-sequential workload\n\n{} sessions × {} keys of {} KiB, {} sessions at a time, {} ms between a session's reads; every key starts in the cold tier (S3 on moto, loopback). Same server, same run.\n\n| reads | count | p50 µs | p99 µs | mean µs |\n|---|---:|---:|---:|---:|\n",
+        "# Prefetch: cold reads of a session-sequential workload\n\n{} sessions × {} keys of {} KiB, {} sessions at a time, {} ms between a session's reads; every key starts in the cold tier (S3 on moto, loopback). Same server, same run.\n\n| reads | count | p50 µs | p99 µs | mean µs | object-store GETs |\n|---|---:|---:|---:|---:|---:|\n",
         a.sessions, a.keys, a.value_kib, a.concurrency, a.think_ms
     );
     for r in [&base, &off, &on] {
         md.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} |\n",
-            r.name, r.reads.count, r.reads.p50_us, r.reads.p99_us, r.reads.mean_us
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {} |\n",
+            r.name,
+            r.reads.count,
+            r.reads.p50_us,
+            r.reads.p99_us,
+            r.reads.mean_us,
+            r.object_store_gets
         ));
     }
     md.push_str(&format!(
