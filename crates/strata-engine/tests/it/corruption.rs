@@ -80,4 +80,8 @@ async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
     let engine = Engine::open(o).await.unwrap();
     let err = engine.get(b"victim").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+    // The multi-key path (MGET, KVC.GET) checks the same.
+    let keys: [&[u8]; 2] = [b"victim", b"victim"];
+    let err = engine.get_many(&keys).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Data, "{err}");
 }
