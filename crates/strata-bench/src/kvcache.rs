@@ -42,6 +42,10 @@ pub struct Args {
     /// Report file name (without extension), e.g. kvcache-dram for a run that fits in DRAM.
     #[arg(long, default_value = "kvcache")]
     report: String,
+    /// Runs of the whole benchmark (fresh servers each time); the report gives each
+    /// backend's median and every run's ratios, since one run on a shared machine is noisy.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 fn bytes_per_token(model: &str) -> anyhow::Result<usize> {
@@ -355,26 +359,14 @@ fn memcpy_gib_per_sec() -> f64 {
     8.0 * 0.25 / t.elapsed().as_secs_f64()
 }
 
-pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
-    let per_token = bytes_per_token(&a.model)?;
-    anyhow::ensure!(
-        a.tokens_per_turn.is_multiple_of(a.chunk_tokens),
-        "tokens_per_turn must be a multiple of chunk_tokens"
-    );
-    anyhow::ensure!(
-        a.strata.exists(),
-        "{} not found; build it with `cargo build --release -p strata`",
-        a.strata.display()
-    );
-    let chunk_bytes = per_token * a.chunk_tokens;
-    let working_set = a.users * a.turns * a.tokens_per_turn * per_token;
-    let started = Instant::now();
-    let total = 4 * a.turns + 1;
-    crate::report::progress(1, total, "measuring the loopback and memcpy ceilings");
-    let loopback = loopback_gib_per_sec()?;
-    let memcpy = memcpy_gib_per_sec();
-    let mut step = 1;
-
+/// One run of every backend against fresh servers: the rows, and the in-flight memory of the
+/// two servers.
+async fn run_once(
+    a: &Args,
+    chunk_bytes: usize,
+    step: &mut usize,
+    total: usize,
+) -> anyhow::Result<(Vec<Row>, Vec<(String, u64, u64, usize)>)> {
     let dir = tempfile::tempdir()?;
     let (sp, rp) = (free_port()?, free_port()?);
     let _strata = Proc(
@@ -415,7 +407,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let mut memory = Vec::new();
     let pids = [_strata.0.id(), _redis.0.id()];
     for (i, b) in backends.iter_mut().enumerate() {
-        let row = run_backend(b, &a, &ns, chunk_bytes, &mut step, total).await?;
+        let row = run_backend(b, a, &ns, chunk_bytes, step, total).await?;
         if let Some(&pid) = pids.get(i) {
             // The longest prefix the run read: every turn but the last, of user 0.
             let tokens = user_tokens(0, (a.turns - 1).max(1) * a.tokens_per_turn);
@@ -430,9 +422,76 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         );
         rows.push(row);
     }
+    Ok((rows, memory))
+}
+
+/// Strata's read bandwidth / loopback, p95 / Redis p95, cached tokens/s / local files.
+fn ratios(rows: &[Row], loopback: f64) -> [f64; 3] {
+    let s = &rows[0];
+    [
+        s.read_gib_per_sec / loopback,
+        s.read_p95_ms / rows[1].read_p95_ms.max(1e-9),
+        s.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
+    ]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each backend's median of every figure over the runs.
+fn median_rows(runs: &[Vec<Row>]) -> Vec<Row> {
+    (0..runs[0].len())
+        .map(|i| {
+            let m = |f: fn(&Row) -> f64| median(runs.iter().map(|r| f(&r[i])).collect());
+            Row {
+                backend: runs[0][i].backend.clone(),
+                cached_tokens_per_sec: m(|r| r.cached_tokens_per_sec),
+                read_gib_per_sec: m(|r| r.read_gib_per_sec),
+                write_gib_per_sec: m(|r| r.write_gib_per_sec),
+                read_p50_ms: m(|r| r.read_p50_ms),
+                read_p95_ms: m(|r| r.read_p95_ms),
+                read_p99_ms: m(|r| r.read_p99_ms),
+                hit_rate: m(|r| r.hit_rate),
+            }
+        })
+        .collect()
+}
+
+pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
+    let per_token = bytes_per_token(&a.model)?;
+    anyhow::ensure!(
+        a.tokens_per_turn.is_multiple_of(a.chunk_tokens),
+        "tokens_per_turn must be a multiple of chunk_tokens"
+    );
+    anyhow::ensure!(
+        a.strata.exists(),
+        "{} not found; build it with `cargo build --release -p strata`",
+        a.strata.display()
+    );
+    let chunk_bytes = per_token * a.chunk_tokens;
+    let working_set = a.users * a.turns * a.tokens_per_turn * per_token;
+    let started = Instant::now();
+    let total = (4 * a.turns + 1) * a.repeat.max(1);
+    crate::report::progress(1, total, "measuring the loopback and memcpy ceilings");
+    let loopback = loopback_gib_per_sec()?;
+    let memcpy = memcpy_gib_per_sec();
+    let mut step = 1;
+    let mut runs = Vec::new();
+    let mut memory = Vec::new();
+    for _ in 0..a.repeat.max(1) {
+        let (rows, mem) = run_once(&a, chunk_bytes, &mut step, total).await?;
+        runs.push(rows);
+        memory = mem;
+    }
+    let rows = median_rows(&runs);
+    let ratios_per_run: Vec<[f64; 3]> = runs.iter().map(|r| ratios(r, loopback)).collect();
     let mut md = format!(
-        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection), memcpy {:.2} GiB/s.\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
-        a.model, per_token >> 10, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, chunk_bytes >> 20, working_set >> 20, a.hot_mib, loopback, memcpy
+        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection), memcpy {:.2} GiB/s.\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        a.model, per_token >> 10, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, chunk_bytes >> 20, working_set >> 20, a.hot_mib,
+        if runs.len() > 1 { format!("each figure is the median of {} runs, each against fresh servers", runs.len()) } else { "one run".to_string() },
+        loopback, memcpy
     );
     for r in &rows {
         md.push_str(&format!(
@@ -458,20 +517,39 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             mib(peak.saturating_sub(*base))
         ));
     }
-    let s = &rows[0];
+    let [bw, p95, files] = ratios(&rows, loopback);
     md.push_str(&format!(
-        "\nStrata read bandwidth / loopback ceiling: {:.2}. Strata p95 / Redis p95: {:.2}. Strata cached tokens/s / local files: {:.2}.\n\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --report {}` ({:.0} s). Chart: `{}.png`.\n",
-        s.read_gib_per_sec / loopback,
-        s.read_p95_ms / rows[1].read_p95_ms.max(1e-9),
-        s.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
-        a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib, a.report,
+        "\nStrata read bandwidth / loopback ceiling: {bw:.2}. Strata p95 / Redis p95: {p95:.2}. Strata cached tokens/s / local files: {files:.2}.\n"
+    ));
+    if ratios_per_run.len() > 1 {
+        let list = |k: usize| {
+            ratios_per_run
+                .iter()
+                .map(|r| format!("{:.2}", r[k]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        md.push_str(&format!(
+            "Per run: bandwidth / loopback {}; p95 / Redis p95 {}; tokens/s / local files {}.\n",
+            list(0),
+            list(1),
+            list(2)
+        ));
+    }
+    md.push_str(&format!(
+        "\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --repeat {} --report {}` ({:.0} s). Chart: `{}.png`.\n",
+        a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib, runs.len(), a.report,
         started.elapsed().as_secs_f64(), a.report
     ));
     #[derive(Serialize)]
     struct Report<'a> {
         loopback_gib_per_sec: f64,
         memcpy_gib_per_sec: f64,
+        /// Each backend's median over the runs.
         rows: &'a [Row],
+        runs: usize,
+        /// Per run: Strata read bandwidth / loopback, p95 / Redis p95, tokens/s / files.
+        ratios_per_run: &'a [[f64; 3]],
         /// (server, RSS before, peak RSS, bytes per read) of the in-flight memory test.
         inflight_memory: &'a [(String, u64, u64, usize)],
     }
@@ -483,6 +561,8 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             loopback_gib_per_sec: loopback,
             memcpy_gib_per_sec: memcpy,
             rows: &rows,
+            runs: runs.len(),
+            ratios_per_run: &ratios_per_run,
             inflight_memory: &memory,
         },
     )?;
