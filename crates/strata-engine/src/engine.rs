@@ -54,8 +54,6 @@ impl Stored {
     }
 }
 
-/// A bit per hashed key, set on every access and cleared by demotion's clock hand: keys
-/// read since the hand last passed get a second chance before they go cold.
 /// Per-key access counts for the warm tier's clock hand (hashed, one byte each): a read adds
 /// one (up to `ACCESS_COUNT_MAX`), each pass of the hand over a key takes one away, and the
 /// hand demotes a key whose count is zero. So a key survives as many passes as it had
@@ -278,10 +276,22 @@ impl Inner {
             .collect()
     }
 
+    /// Puts a value read from warm or cold into hot, unless a write touched the key since
+    /// `seen_version` was read (then the value may be stale). Says whether it went in.
+    pub(crate) fn insert_hot_if_unchanged(
+        &self,
+        key: &[u8],
+        seen_version: u64,
+        value: Bytes,
+        expire_ms: u64,
+    ) -> bool {
+        let _g = self.lock(key);
+        self.stripe_version(key) == seen_version && self.hot.insert(key, value, expire_ms)
+    }
+
     /// Copies a value read from warm or cold into hot, unless a write raced with the read.
     fn promote(&self, key: &[u8], seen_version: u64, value: Bytes, expire_ms: u64) {
-        let _g = self.lock(key);
-        if self.stripe_version(key) == seen_version && self.hot.insert(key, value, expire_ms) {
+        if self.insert_hot_if_unchanged(key, seen_version, value, expire_ms) {
             add(&self.counters.promotions);
             self.prefetch.forget(key);
         }

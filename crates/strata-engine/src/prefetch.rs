@@ -216,12 +216,11 @@ impl Prefetcher {
 
 /// Puts `value` into DRAM as a prefetch, unless a write raced with the lookup.
 fn admit(inner: &Inner, key: &[u8], seen: u64, value: Bytes, expire_ms: u64) -> bool {
-    let _g = inner.lock(key);
-    if inner.stripe_version(key) == seen && inner.hot.insert(key, value, expire_ms) {
+    let admitted = inner.insert_hot_if_unchanged(key, seen, value, expire_ms);
+    if admitted {
         inner.prefetch.track(key);
-        return true;
     }
-    false
+    admitted
 }
 
 async fn run_job(inner: &Arc<Inner>, job: Job) {
