@@ -161,6 +161,13 @@ impl Gdsf {
         }
     }
 
+    /// Evicts until the cache is within its capacity.
+    fn trim(&mut self) {
+        while self.priority.len() > self.capacity {
+            self.pop_victim();
+        }
+    }
+
     fn remove(&mut self, key: u64) {
         if let Some((p, d, st)) = self.priority.remove(&key) {
             self.order.remove(&(p, Reverse(d), st, key));
@@ -256,9 +263,7 @@ impl Tuner {
                 *hits += 1.0;
             }
             m.touch(key);
-            while m.priority.len() > m.capacity {
-                m.pop_victim();
-            }
+            m.trim();
         }
         self.sampled += 1;
         if self.sampled.is_multiple_of(self.epoch) {
@@ -346,9 +351,7 @@ impl BlockCache for StrataPolicy {
 
     fn access(&mut self, key: u64, _t: usize) {
         self.touch(key);
-        while self.main.priority.len() > self.main.capacity {
-            self.pop_victim();
-        }
+        self.main.trim();
     }
 }
 
@@ -408,9 +411,7 @@ mod tests {
             c.touch(k);
         }
         c.touch(100);
-        while c.priority.len() > c.capacity {
-            c.pop_victim();
-        }
+        c.trim();
         c.priority.contains_key(&100)
     }
 
@@ -444,9 +445,7 @@ mod tests {
         for &k in keys {
             hits += c.priority.contains_key(&k) as usize;
             c.touch(k);
-            while c.priority.len() > c.capacity {
-                c.pop_victim();
-            }
+            c.trim();
         }
         hits
     }
