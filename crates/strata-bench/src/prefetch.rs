@@ -50,6 +50,8 @@ struct Row {
     prefetch_issued: u64,
     prefetch_used: u64,
     cold_hits: u64,
+    prefetch_precision: f64,
+    prefetch_coverage: f64,
     /// GET requests sent to the object store while reading.
     object_store_gets: u64,
 }
@@ -202,6 +204,8 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
         prefetch_issued: st.prefetch_issued,
         prefetch_used: st.prefetch_used,
         cold_hits: st.cold.hits,
+        prefetch_precision: st.prefetch_precision(),
+        prefetch_coverage: st.prefetch_coverage(),
         object_store_gets: st.cold_requests.gets - gets_before,
     })
 }
@@ -256,6 +260,8 @@ async fn plain_gets(a: &Args, port: u16) -> anyhow::Result<Row> {
         prefetch_issued: 0,
         prefetch_used: 0,
         cold_hits: 0,
+        prefetch_precision: 0.0,
+        prefetch_coverage: 0.0,
         object_store_gets: all_len,
     })
 }
@@ -274,8 +280,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let on = strata_run(&a, port, true).await?;
     let ratio = on.reads.p50_us / base.reads.p50_us;
     let ratio_off = off.reads.p50_us / base.reads.p50_us;
-    let precision = on.prefetch_used as f64 / on.prefetch_issued.max(1) as f64;
-    let coverage = on.prefetch_used as f64 / (on.prefetch_used + on.cold_hits).max(1) as f64;
+    let (precision, coverage) = (on.prefetch_precision, on.prefetch_coverage);
     let cmd = format!(
         "strata-bench prefetch --sessions {} --keys {} --value-kib {} --think-ms {} --concurrency {} --segment-kib {}",
         a.sessions, a.keys, a.value_kib, a.think_ms, a.concurrency, a.segment_kib

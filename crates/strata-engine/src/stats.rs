@@ -93,3 +93,15 @@ pub struct EngineStats {
     pub cold_url: String,
     pub durability: String,
 }
+
+impl EngineStats {
+    /// Share of prefetched values read from DRAM before eviction.
+    pub fn prefetch_precision(&self) -> f64 {
+        self.prefetch_used as f64 / self.prefetch_issued.max(1) as f64
+    }
+
+    /// Share of would-be cold reads that prefetch served from DRAM instead.
+    pub fn prefetch_coverage(&self) -> f64 {
+        self.prefetch_used as f64 / (self.prefetch_used + self.cold.hits).max(1) as f64
+    }
+}

@@ -450,8 +450,8 @@ fn info(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
             st.hot.entries, st.hot.bytes, st.hot.bytes_max, st.hot.hits, st.warm.entries, st.warm.bytes, st.warm.bytes_max,
             st.warm.hits, st.cold.entries, st.cold.bytes, st.cold.hits, st.misses, st.demotions, st.promotions,
             st.prefetch_issued, st.prefetch_used,
-            st.prefetch_used as f64 / st.prefetch_issued.max(1) as f64,
-            st.prefetch_used as f64 / (st.prefetch_used + st.cold.hits).max(1) as f64,
+            st.prefetch_precision(),
+            st.prefetch_coverage(),
             st.checksum_errors, st.wal_bytes_dropped, st.segments_written, st.segments_deleted, c.gets, c.puts, c.deletes, c.errors, st.cold_url, st.durability
         );
     }
