@@ -110,35 +110,25 @@ fn key(s: u32, i: u32) -> Vec<u8> {
     format!("sess:{s}:{i:04}").into_bytes()
 }
 
-/// Runs the sessions against `e`; returns the latencies of reads of keys that were cold.
-async fn sessions(e: &Engine, a: &Args, label: &str) -> anyhow::Result<Vec<Duration>> {
+/// Runs items `0..n` on `concurrency` tasks, each taking the next item when done with one;
+/// `work(i)` returns the latencies it measured. Returns them all.
+async fn share_work<F, Fut>(concurrency: usize, n: u32, work: F) -> anyhow::Result<Vec<Duration>>
+where
+    F: Fn(u32) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<Duration>>> + Send,
+{
     let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let mut workers = Vec::new();
-    for _ in 0..a.concurrency {
-        let (e, next) = (e.clone(), Arc::clone(&next));
-        let (n, keys, think, len) = (a.sessions, a.keys, a.think_ms, a.value_kib << 10);
+    for _ in 0..concurrency {
+        let (next, work) = (Arc::clone(&next), work.clone());
         workers.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             loop {
-                let s = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if s >= n {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
                     return Ok::<_, anyhow::Error>(lat);
                 }
-                for i in 0..keys {
-                    let k = key(s, i);
-                    e.note_access(u64::from(s), &k);
-                    let t = Instant::now();
-                    let v = e
-                        .get(&k)
-                        .await?
-                        .ok_or_else(|| anyhow::anyhow!("key lost"))?;
-                    lat.push(t.elapsed());
-                    anyhow::ensure!(v == value(s, i, len), "wrong bytes for {s}/{i}");
-                    tokio::time::sleep(Duration::from_millis(think)).await;
-                }
-                if (s + 1) % 16 == 0 {
-                    eprintln!("  {s}/{n} sessions read");
-                }
+                lat.extend(work(i).await?);
             }
         }));
     }
@@ -146,6 +136,36 @@ async fn sessions(e: &Engine, a: &Args, label: &str) -> anyhow::Result<Vec<Durat
     for w in workers {
         all.extend(w.await??);
     }
+    Ok(all)
+}
+
+/// Runs the sessions against `e`; returns the latencies of reads of keys that were cold.
+async fn sessions(e: &Engine, a: &Args, label: &str) -> anyhow::Result<Vec<Duration>> {
+    let (n, keys, think, len) = (a.sessions, a.keys, a.think_ms, a.value_kib << 10);
+    let e = e.clone();
+    let all = share_work(a.concurrency, n, move |s| {
+        let e = e.clone();
+        async move {
+            let mut lat = Vec::new();
+            for i in 0..keys {
+                let k = key(s, i);
+                e.note_access(u64::from(s), &k);
+                let t = Instant::now();
+                let v = e
+                    .get(&k)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("key lost"))?;
+                lat.push(t.elapsed());
+                anyhow::ensure!(v == value(s, i, len), "wrong bytes for {s}/{i}");
+                tokio::time::sleep(Duration::from_millis(think)).await;
+            }
+            if (s + 1) % 16 == 0 {
+                eprintln!("  {s}/{n} sessions read");
+            }
+            Ok(lat)
+        }
+    })
+    .await?;
     eprintln!("{label}: {} reads", all.len());
     Ok(all)
 }
@@ -228,30 +248,20 @@ async fn plain_gets(a: &Args, port: u16) -> anyhow::Result<Row> {
         store.put(&p, PutPayload::from(value(0, i, len))).await?;
     }
     // Same concurrency and think time as the sessions.
-    let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..a.concurrency {
-        let (store, next, think) = (Arc::clone(&store), Arc::clone(&next), a.think_ms);
-        workers.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= n {
-                    return Ok::<_, anyhow::Error>(lat);
-                }
-                let p = object_store::path::Path::from(format!("plain/{i}"));
-                let t = Instant::now();
-                let got = store.get(&p).await?.bytes().await?;
-                lat.push(t.elapsed());
-                anyhow::ensure!(got.len() == len, "short read");
-                tokio::time::sleep(Duration::from_millis(think)).await;
-            }
-        }));
-    }
-    let mut all = Vec::new();
-    for w in workers {
-        all.extend(w.await??);
-    }
+    let think = a.think_ms;
+    let all = share_work(a.concurrency, n, move |i| {
+        let store = Arc::clone(&store);
+        async move {
+            let p = object_store::path::Path::from(format!("plain/{i}"));
+            let t = Instant::now();
+            let got = store.get(&p).await?.bytes().await?;
+            let took = t.elapsed();
+            anyhow::ensure!(got.len() == len, "short read");
+            tokio::time::sleep(Duration::from_millis(think)).await;
+            Ok(vec![took])
+        }
+    })
+    .await?;
     eprintln!("plain GET: {} reads", all.len());
     let all_len = all.len() as u64;
     Ok(Row {
