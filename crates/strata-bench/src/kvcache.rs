@@ -135,20 +135,6 @@ impl Backend {
         hashes: &[String],
         keys: &[String],
     ) -> anyhow::Result<(usize, usize)> {
-        let leading = |vals: Vec<Option<Vec<u8>>>| {
-            let mut n = 0;
-            let mut b = 0;
-            for v in vals {
-                match v {
-                    Some(v) => {
-                        n += 1;
-                        b += v.len();
-                    }
-                    None => break,
-                }
-            }
-            (n, b)
-        };
         Ok(match self {
             Backend::Strata(c, ns) => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
@@ -160,9 +146,13 @@ impl Backend {
                 args.extend(keys.iter().map(|k| k.as_bytes()));
                 leading_lens(c.call_into_buffer(&args)?)
             }
-            Backend::Files(dir) => leading(
+            Backend::Files(dir) => leading_lens(
                 keys.iter()
-                    .map(|k| std::fs::read(dir.join(k.replace(':', "_"))).ok())
+                    .map(|k| {
+                        std::fs::read(dir.join(k.replace(':', "_")))
+                            .ok()
+                            .map(|v| v.len())
+                    })
                     .collect(),
             ),
             Backend::Object(store) => {
@@ -171,10 +161,11 @@ impl Backend {
                     let path = object_store::path::Path::from(k.replace(':', "_"));
                     async move {
                         let r = store.get(&path).await.ok()?;
-                        r.bytes().await.ok().map(|b| b.to_vec())
+                        // Into a fresh buffer per value, as the files backend's fs::read.
+                        r.bytes().await.ok().map(|b| b.to_vec().len())
                     }
                 });
-                leading(join_in_batches(gets).await)
+                leading_lens(join_in_batches(gets).await)
             }
         })
     }
