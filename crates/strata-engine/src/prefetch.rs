@@ -274,7 +274,9 @@ async fn run_job(inner: &Arc<Inner>, job: Job) {
             continue;
         }
         let seen = inner.stripe_version(&k);
-        let Ok(Some(s)) = inner.read_stored(&k, false) else {
+        // With the value: a warm value is read here once (RocksDB would load it even to
+        // answer where the key is), a cold one is fetched below.
+        let Ok(Some(s)) = inner.read_stored(&k, true) else {
             continue;
         };
         if !s.is_live(now) || s.value_len > budget {
@@ -294,13 +296,7 @@ async fn run_job(inner: &Arc<Inner>, job: Job) {
     let fetches = wanted.into_iter().map(|(k, seen, s)| async move {
         let value = match s.loc {
             Loc::Cold(r) => inner.read_cold(&k, &r).await.ok(),
-            Loc::Warm { .. } => match inner.read_stored(&k, true) {
-                Ok(Some(crate::engine::Stored {
-                    loc: Loc::Warm { value: Some(v), .. },
-                    ..
-                })) => Some(v),
-                _ => None,
-            },
+            Loc::Warm { value, .. } => value,
         };
         if let Some(v) = value {
             admit(inner, &k, seen, v, s.expire_ms);
