@@ -16,6 +16,10 @@ TINY = {
     "background_interval_ms": 50,
     "block_bytes": 4096,
     "durability": "sync",
+    # Values of 512 bytes and more (about 60% of them) go to the value log, so a backup
+    # must carry its files too.
+    "vlog_value_bytes_min": "512",
+    "vlog_file_bytes": "1MiB",
 }
 
 
@@ -59,6 +63,7 @@ def test_backup_and_restore_compare_every_key():
         while int(c.info("strata")["cold_entries"]) < 200:
             assert time.time() < deadline, "nothing reached the cold tier"
             time.sleep(0.1)
+        assert int(c.info("strata")["vlog_bytes"]) > 0, "no value reached the value log"
         assert c.execute_command("STRATA.BACKUP", live_url) == b"Background backup started"
         deadline = time.time() + 120
         while c.info("persistence")["backup_in_progress"]:

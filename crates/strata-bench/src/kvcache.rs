@@ -39,6 +39,9 @@ pub struct Args {
     hot_mib: u64,
     #[arg(long, default_value = "target/release/strata")]
     strata: PathBuf,
+    /// Extra server settings (`--strata-set vlog_value_bytes_min=0`), for A/B runs.
+    #[arg(long = "strata-set")]
+    strata_set: Vec<String>,
     /// Report file name (without extension), e.g. kvcache-dram for a run that fits in DRAM.
     #[arg(long, default_value = "kvcache")]
     report: String,
@@ -373,6 +376,7 @@ async fn run_once(
                 "durability=none",
             ])
             .args(["--set", &format!("hot_bytes_max={}", a.hot_mib << 20)])
+            .args(a.strata_set.iter().flat_map(|kv| ["--set", kv.as_str()]))
             .env("STRATA_LOG_LEVEL", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -528,8 +532,9 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         ));
     }
     md.push_str(&format!(
-        "\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --repeat {} --report {}` ({:.0} s). Chart: `{}.png`.\n",
+        "\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --repeat {} --report {}{}` ({:.0} s). Chart: `{}.png`.\n",
         a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib, runs.len(), a.report,
+        a.strata_set.iter().map(|kv| format!(" --strata-set {kv}")).collect::<String>(),
         started.elapsed().as_secs_f64(), a.report
     ));
     #[derive(Serialize)]

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rocksdb::WriteBatch;
-use strata_format::{BlockRef, SegmentBuilder, WarmRecord, WARM_HEADER_BYTES};
+use strata_format::{BlockRef, SegmentBuilder, WarmRecord, WarmValue, WARM_HEADER_BYTES};
 use tokio::sync::watch;
 
-use crate::engine::Inner;
+use crate::engine::{warm_charge, Inner};
 use crate::stats::add;
+use crate::vlog;
 use crate::warm::{self, segment_meta_key, SegmentMeta, CF_DATA, CF_INDEX, CF_META, CF_TTL};
 use crate::{Error, Result};
 
@@ -69,6 +70,7 @@ pub(crate) async fn round(inner: &Arc<Inner>, collect: bool) -> Result<u64> {
     }
     if collect {
         collect_segments(inner).await?;
+        collect_value_log(inner).await?;
     }
     Ok(demoted)
 }
@@ -102,7 +104,7 @@ fn sweep_expired(inner: &Inner) -> Result<()> {
 struct Victim {
     key: Vec<u8>,
     header: [u8; WARM_HEADER_BYTES],
-    value: Vec<u8>,
+    value: Bytes,
     expire_ms: u64,
     charge: u64,
 }
@@ -148,20 +150,26 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
             Ok(rec) if rec.expire_ms != 0 && rec.expire_ms <= now => {}
             Ok(_) if inner.is_pinned(key) || inner.is_leased(key, now) => {}
             Ok(_) if passes == 0 && inner.access.take(key) => {}
-            Ok(rec) => {
-                let mut header = [0u8; WARM_HEADER_BYTES];
-                header.copy_from_slice(&bytes[..WARM_HEADER_BYTES]);
-                let charge = (key.len() + bytes.len()) as u64;
-                freed += charge;
-                raw += rec.value.len() as u64 + key.len() as u64;
-                out.push(Victim {
-                    key: key.to_vec(),
-                    header,
-                    value: rec.value.to_vec(),
-                    expire_ms: rec.expire_ms,
-                    charge,
-                });
-            }
+            Ok(rec) => match victim_value(inner, key, &rec) {
+                Ok(value) => {
+                    let mut header = [0u8; WARM_HEADER_BYTES];
+                    header.copy_from_slice(&bytes[..WARM_HEADER_BYTES]);
+                    let charge = warm_charge(key, value.len() as u64);
+                    freed += charge;
+                    raw += value.len() as u64 + key.len() as u64;
+                    out.push(Victim {
+                        key: key.to_vec(),
+                        header,
+                        value,
+                        expire_ms: rec.expire_ms,
+                        charge,
+                    });
+                }
+                Err(e) => {
+                    add(&inner.counters.checksum_errors);
+                    tracing::error!(key = %String::from_utf8_lossy(key), error = %e, "logged value failed its checksum; not demoted");
+                }
+            },
             Err(e) => {
                 add(&inner.counters.checksum_errors);
                 tracing::error!(key = %String::from_utf8_lossy(key), error = %e, "warm record failed its checksum; not demoted");
@@ -178,6 +186,18 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
         Vec::new()
     };
     out
+}
+
+/// A victim's value: copied out of an inline record, or the verified value-log bytes.
+fn victim_value(inner: &Inner, key: &[u8], rec: &WarmRecord<'_>) -> Result<Bytes> {
+    match rec.value {
+        WarmValue::Inline(v) => Ok(Bytes::copy_from_slice(v)),
+        WarmValue::Logged(at) => {
+            let v = inner.vlog.read(at)?;
+            rec.verify(key, &v)?;
+            Ok(v)
+        }
+    }
 }
 
 fn alloc_segment_id(inner: &Inner) -> Result<u64> {
@@ -257,6 +277,13 @@ fn commit_demotion(
             != Some(&v.header[..])
         {
             continue;
+        }
+        if let Some(WarmValue::Logged(at)) = current
+            .as_deref()
+            .and_then(|c| WarmRecord::decode_unverified(c).ok())
+            .map(|rec| rec.value)
+        {
+            w.add_vlog_garbage(&mut batch, at.file, vlog::entry_bytes(v.key.len(), at.len));
         }
         batch.delete_cf(w.cf(CF_DATA), &v.key);
         batch.put_cf(w.cf(CF_INDEX), &v.key, r.encode());
@@ -342,6 +369,80 @@ pub(crate) async fn collect_segments(inner: &Arc<Inner>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Rewrites the live entries of sealed value-log files that are mostly garbage into the
+/// newest file, then deletes the old files.
+pub(crate) async fn collect_value_log(inner: &Arc<Inner>) -> Result<()> {
+    inner.vlog.release_retired();
+    let Ok(_gate) = inner.gc_gate.try_write() else {
+        return Ok(()); // a backup is copying value-log files
+    };
+    let me = Arc::clone(inner);
+    tokio::task::spawn_blocking(move || collect_value_log_files(&me))
+        .await
+        .map_err(|e| Error::Internal(format!("value log collection: {e}")))?
+}
+
+fn collect_value_log_files(inner: &Inner) -> Result<()> {
+    let w = &inner.warm;
+    let garbage = w.vlog_garbage()?;
+    let active = inner.vlog.active_id();
+    let files = inner.vlog.files()?;
+    let mut done = Vec::new();
+    for &(id, len) in files.iter().filter(|f| f.0 < active) {
+        let g = garbage.get(&id).copied().unwrap_or(0);
+        if (g as f64) < len as f64 * inner.opts.vlog_garbage_fraction_max {
+            continue;
+        }
+        let mut intact = true;
+        for (key, at) in inner.vlog.entries(id)? {
+            let _g = inner.lock(&key);
+            let Some(p) = w.db.get_pinned_cf(w.cf(CF_DATA), &key)? else {
+                continue;
+            };
+            let rec = WarmRecord::decode_unverified(&p)?;
+            if rec.value != WarmValue::Logged(at) {
+                continue;
+            }
+            let value = inner.vlog.read(at)?;
+            if let Err(e) = rec.verify(&key, &value) {
+                // Keep the file: the record still points at it, and its bytes are evidence.
+                add(&inner.counters.checksum_errors);
+                tracing::error!(key = %String::from_utf8_lossy(&key), error = %e, "logged value failed its checksum; file not collected");
+                intact = false;
+                continue;
+            }
+            let moved = inner.vlog.append(&key, &value)?;
+            let mut b = WriteBatch::default();
+            let rec = WarmRecord::encode_logged(rec.expire_ms, rec.write_seq, rec.checksum, moved);
+            b.put_cf(w.cf(CF_DATA), &key, rec);
+            w.write(b, false)?;
+        }
+        if intact {
+            done.push(id);
+        }
+    }
+    // Counts of files that are gone (a crash after a deletion) go too.
+    let mut b = WriteBatch::default();
+    for id in garbage
+        .keys()
+        .filter(|id| files.binary_search_by_key(*id, |f| f.0).is_err())
+    {
+        w.drop_vlog_garbage(&mut b, *id);
+    }
+    if !done.is_empty() {
+        // The moved values, then the records that point at them, are durable before the
+        // files they left are deleted.
+        inner.vlog.sync()?;
+        w.db.flush_wal(true)?;
+        for &id in &done {
+            inner.vlog.remove_file(id)?;
+            w.drop_vlog_garbage(&mut b, id);
+            add(&inner.counters.vlog_files_collected);
+        }
+    }
+    w.write(b, false)
 }
 
 /// Copies the live entries of segment `id` into a new segment, repoints their index

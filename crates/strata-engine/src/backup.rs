@@ -5,12 +5,14 @@
 //!
 //! ```text
 //! <to>/warm/<rocksdb files>      the checkpoint
+//! <to>/vlog/<id>.vlog            the value-log files (large warm values) it can point into
 //! <to>/segments/<id>.seg         the segments it references
 //! <to>/MANIFEST.json             written last: a backup without it is incomplete
 //! ```
 //!
-//! Segment collection is paused while a backup copies, so no referenced segment is deleted
-//! under it. A restore writes the warm files into an empty data directory and the segments
+//! Segment and value-log collection are paused while a backup copies, so nothing the
+//! checkpoint references is deleted under it (value-log files only grow meanwhile: the copy
+//! holds every value appended before the checkpoint). A restore writes the warm files into an empty data directory and the segments
 //! into the configured cold tier, so it works on a fresh machine with another cold URL.
 
 use std::path::{Path as FsPath, PathBuf};
@@ -37,12 +39,16 @@ struct Manifest {
     created_unix_ms: u64,
     /// RocksDB checkpoint files: name and size.
     warm_files: Vec<(String, u64)>,
+    /// Value-log files: name and bytes copied (absent in backups from before the value log).
+    #[serde(default)]
+    vlog_files: Vec<(String, u64)>,
     segments: Vec<u64>,
 }
 
 /// What a backup or restore moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BackupSummary {
+    /// RocksDB checkpoint files and value-log files.
     pub warm_files: u64,
     pub segments: u64,
     pub bytes: u64,
@@ -146,8 +152,20 @@ impl Engine {
         })
         .await
         .map_err(|e| Error::Internal(format!("checkpoint: {e}")))??;
+        let vlog_dir = inner.opts.data_dir.join("vlog");
+        let vlog_files: Vec<(String, u64)> = crate::vlog::list(&vlog_dir)?
+            .into_iter()
+            .map(|(id, len)| (format!("{id:016x}.vlog"), len))
+            .collect();
         let result = self
-            .copy_out(dest.as_ref(), &staging, &files, &segments, progress)
+            .copy_out(
+                dest.as_ref(),
+                &staging,
+                &files,
+                (&vlog_dir, &vlog_files),
+                &segments,
+                progress,
+            )
             .await;
         let _ = std::fs::remove_dir_all(&staging);
         result
@@ -158,15 +176,25 @@ impl Engine {
         dest: &dyn ObjectStore,
         staging: &FsPath,
         files: &[(String, u64)],
+        (vlog_dir, vlog_files): (&FsPath, &[(String, u64)]),
         segments: &[u64],
         progress: Progress<'_>,
     ) -> Result<BackupSummary> {
         let mut sum = BackupSummary::default();
         let seg_estimate = self.stats().cold.bytes;
-        let total = files.iter().map(|f| f.1).sum::<u64>() + seg_estimate;
+        let total = files.iter().chain(vlog_files).map(|f| f.1).sum::<u64>() + seg_estimate;
         for (name, _) in files {
             let path = Path::from(format!("warm/{name}"));
             sum.bytes += upload_file(dest, &staging.join(name), &path).await?;
+            sum.warm_files += 1;
+            progress(sum.bytes, total.max(sum.bytes));
+        }
+        let mut vlog_copied = Vec::new();
+        for (name, _) in vlog_files {
+            let path = Path::from(format!("vlog/{name}"));
+            let n = upload_file(dest, &vlog_dir.join(name), &path).await?;
+            vlog_copied.push((name.clone(), n));
+            sum.bytes += n;
             sum.warm_files += 1;
             progress(sum.bytes, total.max(sum.bytes));
         }
@@ -183,6 +211,7 @@ impl Engine {
             format: FORMAT.into(),
             created_unix_ms: self.now_ms(),
             warm_files: files.to_vec(),
+            vlog_files: vlog_copied,
             segments: segments.to_vec(),
         };
         let json = serde_json::to_vec_pretty(&manifest)
@@ -230,15 +259,19 @@ pub async fn restore(
         )));
     }
     std::fs::create_dir_all(&warm).map_err(io_err(format!("create {}", warm.display())))?;
-    let total = m.warm_files.iter().map(|f| f.1).sum::<u64>();
+    let vlog = opts.data_dir.join("vlog");
+    std::fs::create_dir_all(&vlog).map_err(io_err(format!("create {}", vlog.display())))?;
+    let total = m
+        .warm_files
+        .iter()
+        .chain(&m.vlog_files)
+        .map(|f| f.1)
+        .sum::<u64>();
     let mut sum = BackupSummary::default();
-    for (name, _) in &m.warm_files {
-        sum.bytes += download_file(
-            src.as_ref(),
-            &Path::from(format!("warm/{name}")),
-            &warm.join(name),
-        )
-        .await?;
+    let files = m.warm_files.iter().map(|f| ("warm", &f.0, &warm));
+    for (prefix, name, dir) in files.chain(m.vlog_files.iter().map(|f| ("vlog", &f.0, &vlog))) {
+        let from = Path::from(format!("{prefix}/{name}"));
+        sum.bytes += download_file(src.as_ref(), &from, &dir.join(name)).await?;
         sum.warm_files += 1;
         progress(sum.bytes, total.max(sum.bytes));
     }

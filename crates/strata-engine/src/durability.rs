@@ -7,6 +7,7 @@ use parking_lot::{Condvar, Mutex};
 use rocksdb::DB;
 use tokio::sync::watch;
 
+use crate::vlog::ValueLog;
 use crate::{Error, Result};
 
 #[derive(Default)]
@@ -24,7 +25,7 @@ pub(crate) struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub(crate) fn start(db: Arc<DB>) -> Arc<Self> {
+    pub(crate) fn start(db: Arc<DB>, vlog: Arc<ValueLog>) -> Arc<Self> {
         let (tx, _rx) = watch::channel((0, None));
         let gc = Arc::new(GroupCommit {
             requests: Mutex::default(),
@@ -35,13 +36,13 @@ impl GroupCommit {
         let me = Arc::clone(&gc);
         let handle = std::thread::Builder::new()
             .name("strata-group-commit".into())
-            .spawn(move || me.run(&db))
+            .spawn(move || me.run(&db, &vlog))
             .expect("spawn group commit thread");
         *gc.thread.lock() = Some(handle);
         gc
     }
 
-    fn run(&self, db: &DB) {
+    fn run(&self, db: &DB, vlog: &ValueLog) {
         let mut synced = 0;
         loop {
             let target = {
@@ -54,9 +55,14 @@ impl GroupCommit {
                 }
                 r.requested
             };
-            if let Err(e) = db.flush_wal(true) {
+            // Values before the records that point at them (see `vlog`).
+            if let Err(e) = vlog
+                .sync()
+                .map_err(|e| e.to_string())
+                .and_then(|()| db.flush_wal(true).map_err(|e| e.to_string()))
+            {
                 tracing::error!(error = %e, "WAL fsync failed; refusing further writes");
-                self.synced.send_replace((synced, Some(e.to_string())));
+                self.synced.send_replace((synced, Some(e)));
                 return;
             }
             synced = target;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
-use strata_format::{BlockRef, WarmRecord};
+use strata_format::{BlockRef, ValuePointer, WarmRecord, WarmValue};
 use strata_hot::{HotCache, Lru};
 use tokio::sync::{watch, Notify};
 
@@ -38,8 +38,20 @@ impl Tier {
 
 /// Where a stored entry lives, as read under its stripe lock.
 pub(crate) enum Loc {
-    Warm { charge: u64, value: Option<Bytes> },
+    /// `charge` is what the entry counts against the warm budget; `logged` is where the
+    /// value-log holds the value, if it does.
+    Warm {
+        charge: u64,
+        value: Option<Bytes>,
+        logged: Option<ValuePointer>,
+    },
     Cold(BlockRef),
+}
+
+/// What a warm entry counts against the warm budget: key, record header and value, wherever
+/// the value is kept.
+pub(crate) fn warm_charge(key: &[u8], value_len: u64) -> u64 {
+    (key.len() + strata_format::WARM_HEADER_BYTES) as u64 + value_len
 }
 
 pub(crate) struct Stored {
@@ -97,6 +109,7 @@ impl AccessCounts {
 pub(crate) struct Inner {
     pub(crate) opts: EngineOptions,
     pub(crate) warm: Warm,
+    pub(crate) vlog: Arc<crate::vlog::ValueLog>,
     pub(crate) cold: Arc<Cold>,
     pub(crate) hot: HotCache,
     pub(crate) clock: Arc<dyn Clock>,
@@ -185,24 +198,30 @@ impl Inner {
     }
 
     /// Reads the stored entry for `key` (expired or not). With `want_value`, a warm entry's
-    /// value is copied out and verified.
+    /// value is read and verified.
     pub(crate) fn read_stored(&self, key: &[u8], want_value: bool) -> Result<Option<Stored>> {
         if let Some(p) = self.warm.db.get_pinned_cf_opt(
             self.warm.cf(CF_DATA),
             key,
             &crate::warm::read_options(),
         )? {
-            let rec = if want_value {
-                WarmRecord::decode(key, &p).inspect_err(|_| add(&self.counters.checksum_errors))?
-            } else {
-                WarmRecord::decode_unverified(&p)?
-            };
-            let charge = (key.len() + p.len()) as u64;
-            let value_len = rec.value.len() as u64;
+            let rec = WarmRecord::decode_unverified(&p)?;
+            let value_len = rec.value_len();
             let expire_ms = rec.expire_ms;
-            let range = crate::warm::range_in(&p, rec.value);
-            let value = want_value.then(|| self.warm.value_bytes(p, range));
-            let loc = Loc::Warm { charge, value };
+            let logged = match rec.value {
+                WarmValue::Logged(at) => Some(at),
+                WarmValue::Inline(_) => None,
+            };
+            let charge = warm_charge(key, value_len);
+            let value = match want_value {
+                true => Some(self.warm_value(key, p)?),
+                false => None,
+            };
+            let loc = Loc::Warm {
+                charge,
+                value,
+                logged,
+            };
             return Ok(Some(Stored {
                 loc,
                 expire_ms,
@@ -264,16 +283,31 @@ impl Inner {
                 let Some(p) = res? else {
                     return Ok(WarmGot::Absent);
                 };
-                let rec = WarmRecord::decode(key, &p)
-                    .inspect_err(|_| add(&self.counters.checksum_errors))?;
-                if rec.expire_ms != 0 && rec.expire_ms <= now {
+                let expire_ms = WarmRecord::decode_unverified(&p)?.expire_ms;
+                if expire_ms != 0 && expire_ms <= now {
                     return Ok(WarmGot::Expired);
                 }
-                let expire_ms = rec.expire_ms;
-                let range = crate::warm::range_in(&p, rec.value);
-                Ok(WarmGot::Value(self.warm.value_bytes(p, range), expire_ms))
+                Ok(WarmGot::Value(self.warm_value(key, p)?, expire_ms))
             })
             .collect()
+    }
+
+    /// The verified value of the warm record `p` read for `key`: RocksDB's buffer for an
+    /// inline value, the mapped value-log bytes for a logged one.
+    pub(crate) fn warm_value(&self, key: &[u8], p: rocksdb::DBPinnableSlice<'_>) -> Result<Bytes> {
+        let bad = || add(&self.counters.checksum_errors);
+        let rec = WarmRecord::decode(key, &p).inspect_err(|_| bad())?;
+        match rec.value {
+            WarmValue::Inline(v) => {
+                let range = crate::warm::range_in(&p, v);
+                Ok(self.warm.value_bytes(p, range))
+            }
+            WarmValue::Logged(at) => {
+                let v = self.vlog.read(at).inspect_err(|_| bad())?;
+                rec.verify(key, &v).inspect_err(|_| bad())?;
+                Ok(v)
+            }
+        }
     }
 
     /// Puts a value read from warm or cold into hot, unless a write touched the key since
@@ -387,6 +421,10 @@ impl Engine {
         })?;
         let warm_dir = opts.data_dir.join("warm");
         let warm = Warm::open(&warm_dir, &opts)?;
+        let vlog = Arc::new(crate::vlog::ValueLog::open(
+            &opts.data_dir.join("vlog"),
+            opts.vlog_file_bytes,
+        )?);
         let opts_disk_free_min = opts.disk_free_min_bytes;
         let cold = Arc::new(Cold::open(&opts)?);
         let shard_entries =
@@ -415,13 +453,14 @@ impl Engine {
         counters.cold_entries.store(cold_entries, Ordering::Relaxed);
         let next_segment_id = warm.counter(warm::NEXT_SEGMENT_ID)?.max(1) as u64;
         let group = (opts.durability == Durability::Group)
-            .then(|| GroupCommit::start(Arc::clone(&warm.db)));
+            .then(|| GroupCommit::start(Arc::clone(&warm.db), Arc::clone(&vlog)));
         // Write sequences only need to differ from every earlier record's; microseconds since
         // the epoch at start-up are larger than any sequence a previous run could reach.
         let seq_start = clock.now_ms().saturating_mul(1000);
         let inner = Arc::new(Inner {
             opts,
             warm,
+            vlog,
             cold,
             hot,
             clock,
@@ -469,6 +508,7 @@ impl Engine {
         if let Some(g) = &self.inner.group {
             g.stop();
         }
+        self.inner.vlog.sync()?;
         self.inner.warm.db.flush_wal(true)?;
         self.inner.warm.db.flush()?;
         // Large values in DRAM hold the database open (they are RocksDB's own buffers).
@@ -704,6 +744,7 @@ impl Engine {
         let cc = &self.inner.cold.counters;
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let hot = self.inner.hot.stats();
+        let vlog_files = self.inner.vlog.files().unwrap_or_default();
         EngineStats {
             hot: TierStats {
                 entries: hot.entries,
@@ -740,6 +781,9 @@ impl Engine {
             prefetch_dropped: ld(&self.inner.prefetch.dropped),
             warm_batches_split: ld(&c.warm_batches_split),
             wal_bytes_dropped: ld(&c.wal_bytes_dropped),
+            vlog_files: vlog_files.len() as u64,
+            vlog_bytes: vlog_files.iter().map(|f| f.1).sum(),
+            vlog_files_collected: ld(&c.vlog_files_collected),
             warm_bytes_hard_max: self.inner.opts.warm_hard_limit(),
             cold_requests: crate::stats::ColdRequestStats {
                 gets: ld(&cc.gets),

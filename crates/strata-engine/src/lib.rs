@@ -34,6 +34,7 @@ mod pins;
 mod prefetch;
 mod scan;
 mod stats;
+mod vlog;
 mod warm;
 mod write;
 

@@ -82,6 +82,14 @@ pub struct EngineOptions {
     pub durability: Durability,
     /// Values at least this large go to RocksDB blob files instead of the LSM tree.
     pub blob_bytes_min: u64,
+    /// Values at least this large go to the value log (`<data_dir>/vlog`), read without a
+    /// copy; 0 keeps every value in RocksDB.
+    pub vlog_value_bytes_min: u64,
+    /// A value-log file is sealed once it holds this many bytes.
+    pub vlog_file_bytes: u64,
+    /// A sealed value-log file at least this garbage (bytes no record points at) is
+    /// rewritten: its live entries move to the newest file and it is deleted.
+    pub vlog_garbage_fraction_max: f64,
     /// RocksDB's rate limiter for flushes and compactions.
     pub compaction_bytes_per_sec: i64,
     pub rocksdb_block_cache_bytes: usize,
@@ -126,6 +134,9 @@ impl EngineOptions {
             warm_bytes_hard_max: 0,
             durability: Durability::Group,
             blob_bytes_min: 4096,
+            vlog_value_bytes_min: 64 << 10,
+            vlog_file_bytes: 256 << 20,
+            vlog_garbage_fraction_max: 0.5,
             compaction_bytes_per_sec: 256 << 20,
             rocksdb_block_cache_bytes: 64 << 20,
             segment_bytes_max: 64 << 20,
@@ -189,6 +200,12 @@ impl EngineOptions {
                     "cold_url scheme '{scheme}' is not supported; use file:///path or s3://bucket/prefix"
                 )));
             }
+        }
+        if !(0.05..=1.0).contains(&self.vlog_garbage_fraction_max) {
+            return bad("vlog_garbage_fraction_max must be between 0.05 and 1");
+        }
+        if self.vlog_file_bytes < 1 << 20 {
+            return bad("vlog_file_bytes must be at least 1 MiB");
         }
         if !(0.0..=1.0).contains(&self.segment_live_fraction_min) {
             return bad("segment_live_fraction_min must be between 0 and 1");

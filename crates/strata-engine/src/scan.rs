@@ -69,7 +69,7 @@ impl Engine {
             let (key, item) = if take_warm {
                 let k = warm.key().expect("valid");
                 let rec = WarmRecord::decode_unverified(warm.value().expect("valid"))?;
-                let item = (rec.expire_ms, rec.value.len() as u64, Tier::Warm);
+                let item = (rec.expire_ms, rec.value_len(), Tier::Warm);
                 (k, item)
             } else {
                 let k = cold.key().expect("valid");

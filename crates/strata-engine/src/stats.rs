@@ -24,6 +24,7 @@ pub(crate) struct Counters {
     pub(crate) writes: AtomicU64,
     pub(crate) writes_refused_full: AtomicU64,
     pub(crate) wal_bytes_dropped: AtomicU64,
+    pub(crate) vlog_files_collected: AtomicU64,
 }
 
 pub(crate) fn add(c: &AtomicU64) {
@@ -87,6 +88,11 @@ pub struct EngineStats {
     pub warm_batches_split: u64,
     /// WAL bytes RocksDB dropped at open (a torn or truncated tail).
     pub wal_bytes_dropped: u64,
+    /// Value-log files on disk and their bytes (live entries and garbage).
+    pub vlog_files: u64,
+    pub vlog_bytes: u64,
+    /// Sealed value-log files deleted after their live entries moved.
+    pub vlog_files_collected: u64,
     /// The warm tier's hard limit in bytes.
     pub warm_bytes_hard_max: u64,
     pub cold_requests: ColdRequestStats,

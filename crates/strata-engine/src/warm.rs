@@ -29,6 +29,9 @@ pub(crate) const CF_META: &str = "meta";
 pub(crate) const COUNTERS: &[u8] = b"counters";
 pub(crate) const NEXT_SEGMENT_ID: &[u8] = b"next_segment_id";
 pub(crate) const SEGMENT_PREFIX: &[u8] = b"segment/";
+/// Meta key prefix of each value-log file's garbage bytes (id big-endian; the first of four
+/// counters kept by the add merge operator).
+pub(crate) const VLOG_GARBAGE_PREFIX: &[u8] = b"vlog_garbage/";
 
 /// Four i64 counters, little-endian.
 pub(crate) type Counts = [i64; 4];
@@ -157,6 +160,60 @@ impl Warm {
     /// Sets the persistent counters to zero within `batch`.
     pub(crate) fn reset_counts(&self, batch: &mut WriteBatch) {
         batch.put_cf(self.cf(CF_META), COUNTERS, encode_counts(&[0; 4]));
+    }
+
+    fn garbage_key(file: u64) -> Vec<u8> {
+        let mut k = VLOG_GARBAGE_PREFIX.to_vec();
+        k.extend_from_slice(&file.to_be_bytes());
+        k
+    }
+
+    /// Counts `bytes` of value-log file `file` as garbage within `batch`.
+    pub(crate) fn add_vlog_garbage(&self, batch: &mut WriteBatch, file: u64, bytes: u64) {
+        let delta = [bytes as i64, 0, 0, 0];
+        batch.merge_cf(
+            self.cf(CF_META),
+            Self::garbage_key(file),
+            encode_counts(&delta),
+        );
+    }
+
+    /// Sets file `file`'s garbage to `bytes` within `batch` (all of it, after `FLUSHALL`).
+    pub(crate) fn set_vlog_garbage(&self, batch: &mut WriteBatch, file: u64, bytes: u64) {
+        let counts = [bytes as i64, 0, 0, 0];
+        batch.put_cf(
+            self.cf(CF_META),
+            Self::garbage_key(file),
+            encode_counts(&counts),
+        );
+    }
+
+    /// Forgets file `file`'s garbage count (the file is gone) within `batch`.
+    pub(crate) fn drop_vlog_garbage(&self, batch: &mut WriteBatch, file: u64) {
+        batch.delete_cf(self.cf(CF_META), Self::garbage_key(file));
+    }
+
+    /// Garbage bytes per value-log file.
+    pub(crate) fn vlog_garbage(&self) -> Result<std::collections::HashMap<u64, u64>> {
+        let mut out = std::collections::HashMap::new();
+        let mut it = self.db.raw_iterator_cf(self.cf(CF_META));
+        it.seek(VLOG_GARBAGE_PREFIX);
+        while it.valid() {
+            let k = it.key().expect("valid iterator");
+            if !k.starts_with(VLOG_GARBAGE_PREFIX) {
+                break;
+            }
+            if let Ok(id) = k[VLOG_GARBAGE_PREFIX.len()..]
+                .try_into()
+                .map(u64::from_be_bytes)
+            {
+                let bytes = decode_counts(it.value().expect("valid iterator"))[0];
+                out.insert(id, bytes.max(0) as u64);
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
     }
 
     pub(crate) fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {

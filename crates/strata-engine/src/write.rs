@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use rocksdb::WriteBatch;
-use strata_format::WarmRecord;
+use strata_format::{entry_checksum, WarmRecord};
 
-use crate::engine::{Inner, Loc, Stored};
+use crate::engine::{warm_charge, Inner, Loc, Stored};
 use crate::stats::add;
 use crate::warm::{self, ttl_key, CF_DATA, CF_INDEX, CF_META, CF_TTL};
 use crate::{Durability, Engine, Error, Result};
@@ -140,6 +140,7 @@ impl Inner {
         let old_expire = old.map_or(0, |s| s.expire_ms);
         let mut new_expire = 0;
         let mut hot_value = None;
+        let mut to_log = None;
         match (&change, old.map(|s| &s.loc)) {
             (Change::SetExpire(e), Some(Loc::Cold(r))) => {
                 let mut r = *r;
@@ -147,7 +148,14 @@ impl Inner {
                 batch.put_cf(w.cf(CF_INDEX), key, r.encode());
                 new_expire = *e;
             }
-            (Change::SetExpire(e), Some(Loc::Warm { value, charge, .. })) => {
+            (
+                Change::SetExpire(e),
+                Some(Loc::Warm {
+                    value,
+                    charge,
+                    logged,
+                }),
+            ) => {
                 let loaded;
                 let value = match value {
                     Some(v) => v,
@@ -161,27 +169,32 @@ impl Inner {
                         })?
                     }
                 };
-                let rec = WarmRecord::encode(
-                    key,
-                    *e,
-                    self.write_seq.fetch_add(1, Ordering::Relaxed),
-                    value,
-                );
-                d.warm_bytes += (key.len() + rec.len()) as i64 - *charge as i64;
+                let seq = self.write_seq.fetch_add(1, Ordering::Relaxed);
+                let rec = match logged {
+                    // The value stays where it is; only the checksum (which covers the
+                    // expiry) changes.
+                    Some(at) => {
+                        let crc = entry_checksum(key, *e, value);
+                        WarmRecord::encode_logged(*e, seq, crc, *at)
+                    }
+                    None => WarmRecord::encode(key, *e, seq, value),
+                };
+                d.warm_bytes += warm_charge(key, value.len() as u64) as i64 - *charge as i64;
                 batch.put_cf(w.cf(CF_DATA), key, rec);
                 new_expire = *e;
             }
             (Change::SetExpire(_), None) => return Ok(None),
             (Change::Put { value, expire_ms }, loc) => {
-                let rec = WarmRecord::encode(
-                    key,
-                    *expire_ms,
-                    self.write_seq.fetch_add(1, Ordering::Relaxed),
-                    value,
-                );
-                d.warm_bytes += (key.len() + rec.len()) as i64;
+                let seq = self.write_seq.fetch_add(1, Ordering::Relaxed);
+                if self.logs_value(value) {
+                    // Appended once the write is known to be allowed (below).
+                    to_log = Some((value, *expire_ms, seq));
+                } else {
+                    let rec = WarmRecord::encode(key, *expire_ms, seq, value);
+                    batch.put_cf(w.cf(CF_DATA), key, rec);
+                }
+                d.warm_bytes += warm_charge(key, value.len() as u64) as i64;
                 d.warm_entries += 1;
-                batch.put_cf(w.cf(CF_DATA), key, rec);
                 new_expire = *expire_ms;
                 hot_value = Some(value.clone());
                 self.remove_old(&mut batch, &mut d, key, loc, false);
@@ -207,7 +220,30 @@ impl Inner {
             }
             self.disk.claim(d.warm_bytes as u64)?;
         }
-        self.commit_batch(batch, &d, self.opts.durability == Durability::Sync)?;
+        let sync = self.opts.durability == Durability::Sync;
+        let mut appended = None;
+        if let Some((value, expire_ms, seq)) = to_log {
+            let at = self.vlog.append(key, value)?;
+            let crc = entry_checksum(key, expire_ms, value);
+            batch.put_cf(
+                w.cf(CF_DATA),
+                key,
+                WarmRecord::encode_logged(expire_ms, seq, crc, at),
+            );
+            if sync {
+                self.vlog.sync()?;
+            }
+            appended = Some(at);
+        }
+        if let Err(e) = self.commit_batch(batch, &d, sync) {
+            if let Some(at) = appended {
+                // Nothing points at the appended entry: count it as garbage if we can.
+                let mut b = WriteBatch::default();
+                w.add_vlog_garbage(&mut b, at.file, crate::vlog::entry_bytes(key.len(), at.len));
+                let _ = w.write(b, false);
+            }
+            return Err(e);
+        }
         add(&self.counters.writes);
         self.bump_stripe(key);
         match hot_value {
@@ -219,6 +255,12 @@ impl Inner {
         Ok(self.group.as_ref().map(|g| g.request()))
     }
 
+    /// Whether `value` goes to the value log rather than into its RocksDB record.
+    fn logs_value(&self, value: &[u8]) -> bool {
+        let min = self.opts.vlog_value_bytes_min;
+        min > 0 && value.len() as u64 >= min
+    }
+
     fn remove_old(
         &self,
         batch: &mut WriteBatch,
@@ -228,9 +270,13 @@ impl Inner {
         delete_warm: bool,
     ) {
         match old {
-            Some(Loc::Warm { charge, .. }) => {
+            Some(Loc::Warm { charge, logged, .. }) => {
                 d.warm_bytes -= *charge as i64;
                 d.warm_entries -= 1;
+                if let Some(at) = logged {
+                    let garbage = crate::vlog::entry_bytes(key.len(), at.len);
+                    self.warm.add_vlog_garbage(batch, at.file, garbage);
+                }
                 if delete_warm {
                     batch.delete_cf(self.warm.cf(CF_DATA), key);
                 }
@@ -468,6 +514,13 @@ impl Engine {
         w.db.delete_range_cf(w.cf(CF_META), warm::SEGMENT_PREFIX, seg_hi.as_slice())?;
         let mut b = WriteBatch::default();
         w.reset_counts(&mut b);
+        // Every logged value is garbage now: seal the newest file and let collection
+        // delete them all.
+        inner.vlog.roll()?;
+        let active = inner.vlog.active_id();
+        for (id, len) in inner.vlog.files()?.into_iter().filter(|f| f.0 < active) {
+            w.set_vlog_garbage(&mut b, id, len);
+        }
         w.write(b, true)?;
         for c in [
             &inner.counters.warm_bytes,

@@ -29,7 +29,10 @@ pub use block::{
     decode_block, decode_footer, find_in_block, iter_block, BlockEntry, BlockRef, Footer,
     FooterBlock, Segment, SegmentBuilder, FOOTER_TRAILER_BYTES,
 };
-pub use record::{entry_checksum, WarmRecord, WARM_HEADER_BYTES};
+pub use record::{
+    decode_log_header, encode_log_header, entry_checksum, ValuePointer, WarmRecord, WarmValue,
+    LOG_HEADER_BYTES, WARM_HEADER_BYTES,
+};
 
 /// Largest key Strata stores (Redis allows 512 MiB keys; nothing real needs more than this).
 pub const KEY_BYTES_MAX: usize = 64 * 1024;

@@ -1,15 +1,20 @@
-//! The warm record: what RocksDB holds for a key in the warm tier.
+//! The warm record: what RocksDB holds for a key in the warm tier. A value is either inline
+//! (version 1) or, when large, in the value log with the record pointing at it (version 2).
 //!
 //! ```text
 //! +---------+----------------+---------------+-------------+-------------+
-//! | ver: u8 | expire_ms: u64 | write_seq: u64| crc32c: u32 | value bytes |
+//! | ver: 1  | expire_ms: u64 | write_seq: u64| crc32c: u32 | value bytes |
 //! +---------+----------------+---------------+-------------+-------------+
-//! crc32c covers key || expire_ms || value, so a record read under another key fails.
+//! | ver: 2  | expire_ms: u64 | write_seq: u64| crc32c: u32 | file: u64 | offset: u64 | len: u64 |
+//! +---------+----------------+---------------+-------------+-------------+
+//! crc32c covers key || expire_ms || value in both, so a record read under another key, or
+//! a logged value read from the wrong place, fails.
 //! ```
 
 use crate::{FormatError, Reader, Result};
 
-const WARM_VERSION: u8 = 1;
+const INLINE_VERSION: u8 = 1;
+const LOGGED_VERSION: u8 = 2;
 /// Bytes in front of the value in a warm record.
 pub const WARM_HEADER_BYTES: usize = 1 + 8 + 8 + 4;
 
@@ -20,7 +25,22 @@ pub fn entry_checksum(key: &[u8], expire_ms: u64, value: &[u8]) -> u32 {
     crc32c::crc32c_append(c, value)
 }
 
-/// A decoded warm record, borrowing its value from the stored bytes.
+/// Where a logged value lies: value-log file id, byte offset of the value, its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ValuePointer {
+    pub file: u64,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A warm record's value: in the record itself, or in the value log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmValue<'a> {
+    Inline(&'a [u8]),
+    Logged(ValuePointer),
+}
+
+/// A decoded warm record, borrowing an inline value from the stored bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarmRecord<'a> {
     /// Absolute expiry in Unix milliseconds; 0 means no expiry.
@@ -28,52 +48,142 @@ pub struct WarmRecord<'a> {
     /// Engine-wide write sequence of the write that stored this record; demotion uses it to
     /// tell whether a record changed after it was packed.
     pub write_seq: u64,
-    pub value: &'a [u8],
+    /// [`entry_checksum`] of key, expiry and value.
+    pub checksum: u32,
+    pub value: WarmValue<'a>,
+}
+
+fn header(ver: u8, expire_ms: u64, write_seq: u64, checksum: u32, extra: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(WARM_HEADER_BYTES + extra);
+    out.push(ver);
+    out.extend_from_slice(&expire_ms.to_le_bytes());
+    out.extend_from_slice(&write_seq.to_le_bytes());
+    out.extend_from_slice(&checksum.to_le_bytes());
+    out
 }
 
 impl<'a> WarmRecord<'a> {
-    /// Encodes a record for `key` into a fresh buffer.
+    /// Encodes a record holding `value` inline, for `key`, into a fresh buffer.
     pub fn encode(key: &[u8], expire_ms: u64, write_seq: u64, value: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(WARM_HEADER_BYTES + value.len());
-        out.push(WARM_VERSION);
-        out.extend_from_slice(&expire_ms.to_le_bytes());
-        out.extend_from_slice(&write_seq.to_le_bytes());
-        out.extend_from_slice(&entry_checksum(key, expire_ms, value).to_le_bytes());
+        let crc = entry_checksum(key, expire_ms, value);
+        let mut out = header(INLINE_VERSION, expire_ms, write_seq, crc, value.len());
         out.extend_from_slice(value);
         out
     }
 
-    /// Decodes and verifies a record stored under `key`.
+    /// Encodes a record whose value is in the value log at `at`; `checksum` is the
+    /// [`entry_checksum`] of key, `expire_ms` and that value.
+    pub fn encode_logged(
+        expire_ms: u64,
+        write_seq: u64,
+        checksum: u32,
+        at: ValuePointer,
+    ) -> Vec<u8> {
+        let mut out = header(LOGGED_VERSION, expire_ms, write_seq, checksum, 24);
+        for v in [at.file, at.offset, at.len] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes a record stored under `key`, verifying an inline value. A logged value is
+    /// not here to verify: check it with [`WarmRecord::verify`] once it is read.
     pub fn decode(key: &[u8], bytes: &'a [u8]) -> Result<Self> {
         let rec = Self::decode_unverified(bytes)?;
-        let stored = u32::from_le_bytes(bytes[17..21].try_into().expect("4 bytes"));
-        if stored != entry_checksum(key, rec.expire_ms, rec.value) {
+        if let WarmValue::Inline(v) = rec.value {
+            rec.verify(key, v)?;
+        }
+        Ok(rec)
+    }
+
+    /// Checks `value` against the record's checksum for `key`.
+    pub fn verify(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.checksum != entry_checksum(key, self.expire_ms, value) {
             return Err(FormatError::Checksum {
                 what: "warm record",
             });
         }
-        Ok(rec)
+        Ok(())
+    }
+
+    /// The value's length, wherever it is.
+    pub fn value_len(&self) -> u64 {
+        match self.value {
+            WarmValue::Inline(v) => v.len() as u64,
+            WarmValue::Logged(p) => p.len,
+        }
     }
 
     /// Decodes the header without checking the checksum (for scans that skip the value).
     pub fn decode_unverified(bytes: &'a [u8]) -> Result<Self> {
         let mut r = Reader::new(bytes, "warm record");
         let ver = r.u8()?;
-        if ver != WARM_VERSION {
-            return Err(FormatError::Bad {
-                what: "warm record",
-                detail: format!("version {ver}"),
-            });
-        }
         let expire_ms = r.u64()?;
         let write_seq = r.u64()?;
-        let _crc = r.u32()?;
+        let checksum = r.u32()?;
+        let value = match ver {
+            INLINE_VERSION => WarmValue::Inline(&bytes[WARM_HEADER_BYTES..]),
+            LOGGED_VERSION => {
+                let at = ValuePointer {
+                    file: r.u64()?,
+                    offset: r.u64()?,
+                    len: r.u64()?,
+                };
+                if r.remaining() != 0 {
+                    return Err(FormatError::Bad {
+                        what: "warm record",
+                        detail: format!("{} bytes after a value pointer", r.remaining()),
+                    });
+                }
+                WarmValue::Logged(at)
+            }
+            _ => {
+                return Err(FormatError::Bad {
+                    what: "warm record",
+                    detail: format!("version {ver}"),
+                })
+            }
+        };
         Ok(WarmRecord {
             expire_ms,
             write_seq,
-            value: &bytes[WARM_HEADER_BYTES..],
+            checksum,
+            value,
         })
     }
+}
+
+/// Bytes of the header in front of each value-log entry.
+pub const LOG_HEADER_BYTES: usize = 4 + 4 + 8 + 4;
+const LOG_MAGIC: u32 = 0x5354_564c; // "STVL"
+
+/// The header of a value-log entry: `magic | key_len: u32 | value_len: u64 | crc32c of the
+/// first 16 bytes`, followed by the key and the value. The value's own checksum lives in the
+/// warm record that points at it; this one lets a reader walking the file find where the
+/// entries end (a torn tail after a crash fails it).
+pub fn encode_log_header(key_len: usize, value_len: usize) -> [u8; LOG_HEADER_BYTES] {
+    let mut h = [0u8; LOG_HEADER_BYTES];
+    h[..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
+    h[4..8].copy_from_slice(&(key_len as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&(value_len as u64).to_le_bytes());
+    let crc = crc32c::crc32c(&h[..16]);
+    h[16..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Decodes a value-log entry header into (key length, value length).
+pub fn decode_log_header(b: &[u8]) -> Result<(usize, u64)> {
+    let mut r = Reader::new(b, "value log entry");
+    let magic = r.u32()?;
+    let key_len = r.u32()? as usize;
+    let value_len = r.u64()?;
+    let crc = r.u32()?;
+    if magic != LOG_MAGIC || crc != crc32c::crc32c(&b[..16]) {
+        return Err(FormatError::Checksum {
+            what: "value log entry header",
+        });
+    }
+    Ok((key_len, value_len))
 }
 
 #[cfg(test)]
@@ -86,7 +196,7 @@ mod tests {
         let rec = WarmRecord::decode(b"k", &enc).unwrap();
         assert_eq!(
             (rec.expire_ms, rec.write_seq, rec.value),
-            (42, 7, &b"value"[..])
+            (42, 7, WarmValue::Inline(&b"value"[..]))
         );
         assert_eq!(
             WarmRecord::decode(b"other", &enc),
@@ -106,5 +216,33 @@ mod tests {
             WarmRecord::decode(b"k", &enc[..5]),
             Err(FormatError::Truncated { .. })
         ));
+    }
+
+    #[test]
+    fn logged_record_points_and_verifies_the_value_it_points_at() {
+        let at = ValuePointer {
+            file: 3,
+            offset: 4096,
+            len: 5,
+        };
+        let enc = WarmRecord::encode_logged(9, 2, entry_checksum(b"k", 9, b"value"), at);
+        let rec = WarmRecord::decode(b"k", &enc).unwrap();
+        assert_eq!(rec.value, WarmValue::Logged(at));
+        assert_eq!(rec.value_len(), 5);
+        rec.verify(b"k", b"value").unwrap();
+        assert!(rec.verify(b"k", b"valuf").is_err());
+        assert!(rec.verify(b"j", b"value").is_err());
+        assert!(WarmRecord::decode(b"k", &enc[..enc.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn log_header_round_trips_and_rejects_zeros_and_flips() {
+        let h = encode_log_header(12, 3 << 20);
+        assert_eq!(decode_log_header(&h).unwrap(), (12, 3 << 20));
+        assert!(decode_log_header(&[0u8; LOG_HEADER_BYTES]).is_err());
+        let mut bad = h;
+        bad[9] ^= 1;
+        assert!(decode_log_header(&bad).is_err());
+        assert!(decode_log_header(&h[..10]).is_err());
     }
 }

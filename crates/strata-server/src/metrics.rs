@@ -187,6 +187,20 @@ pub(crate) fn render(shared: &Shared) -> String {
         "gauge",
         &[("", st.wal_bytes_dropped)],
     );
+    gauge(
+        &mut o,
+        "strata_vlog_bytes",
+        "Bytes of the value-log files (large warm values, live and garbage).",
+        "gauge",
+        &[("", st.vlog_bytes)],
+    );
+    gauge(
+        &mut o,
+        "strata_vlog_files_collected_total",
+        "Value-log files deleted after their live entries moved.",
+        "counter",
+        &[("", st.vlog_files_collected)],
+    );
     let g = &shared.guard;
     let ld = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     gauge(

@@ -58,6 +58,12 @@ pub struct Config {
     pub s3_allow_http: bool,
     #[serde(deserialize_with = "de_size")]
     pub blob_bytes_min: u64,
+    /// Values at least this large go to the value log; 0 keeps them all in RocksDB.
+    #[serde(deserialize_with = "de_size")]
+    pub vlog_value_bytes_min: u64,
+    #[serde(deserialize_with = "de_size")]
+    pub vlog_file_bytes: u64,
+    pub vlog_garbage_fraction_max: f64,
     #[serde(deserialize_with = "de_size")]
     pub compaction_bytes_per_sec: u64,
     #[serde(deserialize_with = "de_size")]
@@ -128,6 +134,9 @@ impl Default for Config {
             s3_secret_access_key: String::new(),
             s3_allow_http: false,
             blob_bytes_min: e.blob_bytes_min,
+            vlog_value_bytes_min: e.vlog_value_bytes_min,
+            vlog_file_bytes: e.vlog_file_bytes,
+            vlog_garbage_fraction_max: e.vlog_garbage_fraction_max,
             compaction_bytes_per_sec: e.compaction_bytes_per_sec as u64,
             segment_bytes_max: e.segment_bytes_max,
             block_bytes: e.block_bytes as u64,
@@ -326,6 +335,9 @@ impl Config {
             .parse()
             .map_err(|e: strata_engine::Error| anyhow::anyhow!("{e}"))?;
         o.blob_bytes_min = self.blob_bytes_min;
+        o.vlog_value_bytes_min = self.vlog_value_bytes_min;
+        o.vlog_file_bytes = self.vlog_file_bytes;
+        o.vlog_garbage_fraction_max = self.vlog_garbage_fraction_max;
         o.compaction_bytes_per_sec = i64::try_from(self.compaction_bytes_per_sec)
             .context("compaction_bytes_per_sec too large")?;
         o.segment_bytes_max = self.segment_bytes_max;

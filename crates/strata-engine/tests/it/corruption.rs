@@ -47,14 +47,14 @@ async fn flipped_byte_in_a_segment_is_a_data_error_not_wrong_bytes() {
     );
 }
 
-#[tokio::test]
-async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
+/// Stores one value of `len` bytes, flips a bit of it in the file under `subdir` with
+/// extension `ext` where it landed, and checks both read paths report a data error.
+async fn flipped_byte_in_a_stored_value_is_a_data_error(len: u32, subdir: &str, ext: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
     o.warm_bytes_max = 1 << 30;
     let engine = Engine::open(o.clone()).await.unwrap();
-    // A large, incompressible-looking value lands in a blob file we can find and corrupt.
-    let value: Vec<u8> = (0..64 * 1024u32)
+    let value: Vec<u8> = (0..len)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     engine
@@ -63,11 +63,10 @@ async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
         .unwrap();
     engine.close().await.unwrap();
     drop(engine);
-    let warm = dir.path().join("warm");
     let mut hit = false;
-    for e in std::fs::read_dir(&warm).unwrap() {
+    for e in std::fs::read_dir(dir.path().join(subdir)).unwrap() {
         let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "blob") {
+        if p.extension().is_some_and(|x| x == ext) {
             let mut b = std::fs::read(&p).unwrap();
             if let Some(pos) = b.windows(32).position(|w| w == &value[1000..1032]) {
                 b[pos + 5] ^= 0x10;
@@ -76,7 +75,7 @@ async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
             }
         }
     }
-    assert!(hit, "value not found in any blob file");
+    assert!(hit, "value not found in any .{ext} file under {subdir}");
     let engine = Engine::open(o).await.unwrap();
     let err = engine.get(b"victim").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
@@ -84,4 +83,16 @@ async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
     let keys: [&[u8]; 2] = [b"victim", b"victim"];
     let err = engine.get_many(&keys).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+    assert!(engine.stats().checksum_errors >= 2);
+}
+
+#[tokio::test]
+async fn flipped_byte_in_a_rocksdb_value_is_a_data_error() {
+    // Below vlog_value_bytes_min: the value sits in a RocksDB blob file.
+    flipped_byte_in_a_stored_value_is_a_data_error(16 * 1024, "warm", "blob").await;
+}
+
+#[tokio::test]
+async fn flipped_byte_in_a_value_log_value_is_a_data_error() {
+    flipped_byte_in_a_stored_value_is_a_data_error(64 * 1024, "vlog", "vlog").await;
 }

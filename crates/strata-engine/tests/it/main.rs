@@ -8,3 +8,4 @@ mod model;
 mod prefetch;
 mod s3;
 mod support;
+mod vlog;

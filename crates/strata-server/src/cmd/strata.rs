@@ -47,6 +47,9 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 n("prefetch_used", st.prefetch_used),
                 n("prefetch_dropped", st.prefetch_dropped),
                 n("warm_batches_split", st.warm_batches_split),
+                n("vlog_files", st.vlog_files),
+                n("vlog_bytes", st.vlog_bytes),
+                n("vlog_files_collected", st.vlog_files_collected),
             ])
         }
         "pin" | "unpin" | "pins" => pins(ctx, name, a).await,

@@ -1,0 +1,191 @@
+//! The value log: large values written once beside RocksDB, read through a memory map,
+//! garbage counted and collected, kept across restarts, demoted to the cold tier, and
+//! emptied by FLUSHALL. Against real RocksDB and real files.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use strata_engine::{Engine, PutOptions, Tier};
+
+use crate::support::{small_options, Rng};
+
+fn options(dir: &std::path::Path) -> strata_engine::EngineOptions {
+    let mut o = small_options(dir);
+    o.vlog_value_bytes_min = 16 << 10;
+    o.vlog_file_bytes = 1 << 20;
+    o.warm_bytes_max = 1 << 30;
+    o
+}
+
+fn value(seed: u64, len: usize) -> Bytes {
+    Rng::new(seed).bytes(len).into()
+}
+
+/// Reads every key of `model` from a cold DRAM tier, one by one and in one batch.
+async fn check_all(engine: &Engine, model: &BTreeMap<Vec<u8>, Bytes>, what: &str) {
+    engine.clear_hot();
+    for (k, v) in model {
+        let got = engine.get(k).await.unwrap();
+        assert_eq!(
+            got.as_ref(),
+            Some(v),
+            "{what}: {}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    engine.clear_hot();
+    let keys: Vec<&[u8]> = model.keys().map(|k| k.as_slice()).collect();
+    let got = engine.get_many(&keys).await.unwrap();
+    for ((k, v), g) in model.iter().zip(got) {
+        assert_eq!(
+            g.as_ref(),
+            Some(v),
+            "{what} (batch): {}",
+            String::from_utf8_lossy(k)
+        );
+    }
+}
+
+#[tokio::test]
+async fn large_values_live_in_the_value_log_and_survive_overwrite_collection_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = options(dir.path());
+    let engine = Engine::open(o.clone()).await.unwrap();
+    let mut model = BTreeMap::new();
+    // 40 values of 100 KiB: about four files of 1 MiB; plus small values kept inline.
+    for i in 0..40u64 {
+        let k = format!("big:{i:02}").into_bytes();
+        let v = value(i, 100 << 10);
+        engine
+            .put(&k, v.clone(), PutOptions::default())
+            .await
+            .unwrap();
+        model.insert(k, v);
+        let k = format!("small:{i:02}").into_bytes();
+        let v = value(1000 + i, 100);
+        engine
+            .put(&k, v.clone(), PutOptions::default())
+            .await
+            .unwrap();
+        model.insert(k, v);
+    }
+    let s = engine.stats();
+    assert!(s.vlog_files >= 4, "{} value-log files", s.vlog_files);
+    assert!(
+        s.vlog_bytes >= 40 * (100 << 10),
+        "{} value-log bytes",
+        s.vlog_bytes
+    );
+    assert_eq!(s.warm.entries, 80);
+    check_all(&engine, &model, "after writes").await;
+
+    // Overwrite most big values and delete some: their old entries become garbage.
+    for i in 0..30u64 {
+        let k = format!("big:{i:02}").into_bytes();
+        if i % 5 == 0 {
+            assert!(engine.delete(&k).await.unwrap());
+            model.remove(&k);
+        } else {
+            let v = value(100 + i, 100 << 10);
+            engine
+                .put(&k, v.clone(), PutOptions::default())
+                .await
+                .unwrap();
+            model.insert(k, v);
+        }
+    }
+    // An expiry changes the record's checksum (it covers the expiry), not the value's place.
+    let far = engine.now_ms() + 3_600_000;
+    assert!(engine.set_expire(b"big:35", far).await.unwrap());
+    assert_eq!(engine.expire_time_ms(b"big:35").await.unwrap(), Some(far));
+    check_all(&engine, &model, "after overwrites").await;
+
+    let before = engine.stats().vlog_bytes;
+    engine.run_background_once().await.unwrap();
+    let s = engine.stats();
+    assert!(
+        s.vlog_files_collected >= 3,
+        "{} files collected",
+        s.vlog_files_collected
+    );
+    // What is left: the live big values, and at most one file's worth of garbage (a sealed
+    // file under half garbage stays, and so does the file being appended to).
+    let live: u64 = model
+        .iter()
+        .filter(|(k, _)| k.starts_with(b"big:"))
+        .map(|(_, v)| v.len() as u64 + 32)
+        .sum();
+    assert!(
+        s.vlog_bytes <= live + (1 << 20) && s.vlog_bytes < before,
+        "collection left {} bytes of {before}; {live} live",
+        s.vlog_bytes
+    );
+    assert_eq!(s.checksum_errors, 0);
+    check_all(&engine, &model, "after collection").await;
+
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(o).await.unwrap();
+    check_all(&engine, &model, "after restart").await;
+    assert_eq!(engine.expire_time_ms(b"big:35").await.unwrap(), Some(far));
+    // New writes after a restart go to a new file and read back too.
+    let v = value(7, 300 << 10);
+    engine
+        .put(b"big:new", v.clone(), PutOptions::default())
+        .await
+        .unwrap();
+    model.insert(b"big:new".to_vec(), v);
+    check_all(&engine, &model, "after a write past restart").await;
+
+    // FLUSHALL makes every entry garbage; the next collection deletes every sealed file.
+    engine.flush_all().await.unwrap();
+    engine.run_background_once().await.unwrap();
+    let s = engine.stats();
+    assert_eq!(s.vlog_bytes, 0, "{} files left", s.vlog_files);
+    assert_eq!(engine.get(b"big:new").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn logged_values_demote_to_the_cold_tier_and_their_files_are_collected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.warm_bytes_max = 512 << 10;
+    o.segment_bytes_max = 1 << 20;
+    let engine = Engine::open(o).await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..30u64 {
+        let k = format!("chunk:{i:02}").into_bytes();
+        let v = value(i, 64 << 10);
+        engine
+            .put(&k, v.clone(), PutOptions::default())
+            .await
+            .unwrap();
+        model.insert(k, v);
+    }
+    let demoted = engine.run_background_once().await.unwrap();
+    assert!(demoted >= 20, "{demoted} keys demoted");
+    let mut cold = 0;
+    for k in model.keys() {
+        if engine.tier_of(k).await.unwrap() == Some(Tier::Cold) {
+            cold += 1;
+        }
+    }
+    assert_eq!(cold as u64, demoted);
+    check_all(&engine, &model, "after demotion").await;
+    // Demotion counted the demoted entries as garbage: a second round deletes the sealed
+    // files that held only them (the newest file is still being appended to).
+    engine.run_background_once().await.unwrap();
+    let s = engine.stats();
+    assert!(
+        s.vlog_files_collected >= 1,
+        "{} files collected",
+        s.vlog_files_collected
+    );
+    let live = (30 - demoted) * ((64 << 10) + 32);
+    assert!(
+        s.vlog_bytes <= live + (1 << 20),
+        "{} bytes left",
+        s.vlog_bytes
+    );
+    check_all(&engine, &model, "after collection").await;
+}
