@@ -45,6 +45,10 @@ pub(crate) struct ValueLog {
     dir: PathBuf,
     file_bytes_max: u64,
     active: Mutex<Active>,
+    /// The active file's id and the bytes appended to it, readable without waiting for an
+    /// append in progress.
+    active_id: std::sync::atomic::AtomicU64,
+    active_len: std::sync::atomic::AtomicU64,
     /// Files written since the last [`ValueLog::sync`].
     dirty: Mutex<HashMap<u64, Arc<File>>>,
     /// Read-only maps, one per file, replaced by a longer one when a read reaches past the
@@ -89,6 +93,8 @@ impl ValueLog {
         let last = list(dir)?.last().map_or(0, |f| f.0);
         let active = create(dir, last + 1)?;
         Ok(ValueLog {
+            active_id: std::sync::atomic::AtomicU64::new(active.id),
+            active_len: std::sync::atomic::AtomicU64::new(0),
             dir: dir.to_path_buf(),
             file_bytes_max: file_bytes_max.max(1),
             active: Mutex::new(active),
@@ -109,7 +115,36 @@ impl ValueLog {
 
     /// The file being appended to; every lower id is sealed.
     pub(crate) fn active_id(&self) -> u64 {
-        self.active.lock().id
+        self.active_id.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_active(&self, a: &mut Active, next: Active) {
+        use std::sync::atomic::Ordering::Release;
+        self.active_len.store(0, Release);
+        self.active_id.store(next.id, Release);
+        // The sealed file's map covers its whole planned size; map it again at its real
+        // length when it is next read.
+        self.maps.write().remove(&a.id);
+        *a = next;
+    }
+
+    /// Bytes of file `id` that values may lie in, for a map that may extend past them.
+    fn readable_len(&self, id: u64, map_len: u64) -> Result<u64> {
+        use std::sync::atomic::Ordering::Acquire;
+        if id == self.active_id.load(Acquire) {
+            let len = self.active_len.load(Acquire);
+            // Still the active file: `len` is what its appends wrote.
+            if id == self.active_id.load(Acquire) {
+                return Ok(len);
+            }
+        }
+        if map_len < self.file_bytes_max {
+            return Ok(map_len); // mapped at its real length, once sealed
+        }
+        let path = self.path_of(id);
+        Ok(std::fs::metadata(&path)
+            .map_err(io(format!("stat {}", path.display())))?
+            .len())
     }
 
     /// Appends an entry for `key` and returns where its value is. Not durable until
@@ -120,7 +155,7 @@ impl ValueLog {
         if a.len > 0 && a.len + entry > self.file_bytes_max {
             let next = create(&self.dir, a.id + 1)?;
             sync_dir(&self.dir)?;
-            *a = next;
+            self.set_active(&mut a, next);
         }
         let header = encode_log_header(key.len(), value.len());
         let mut at = a.len;
@@ -138,6 +173,8 @@ impl ValueLog {
             len: value.len() as u64,
         };
         a.len += entry;
+        self.active_len
+            .store(a.len, std::sync::atomic::Ordering::Release);
         self.dirty.lock().insert(a.id, Arc::clone(&a.file));
         Ok(p)
     }
@@ -159,8 +196,9 @@ impl ValueLog {
     pub(crate) fn roll(&self) -> Result<()> {
         let mut a = self.active.lock();
         if a.len > 0 {
-            *a = create(&self.dir, a.id + 1)?;
+            let next = create(&self.dir, a.id + 1)?;
             sync_dir(&self.dir)?;
+            self.set_active(&mut a, next);
         }
         Ok(())
     }
@@ -195,6 +233,15 @@ impl ValueLog {
             Some(m) => m,
             None => self.map(at.file, end)?,
         };
+        // A map may reach past the file's end (the active file's is made at its full size);
+        // touching a page there would be SIGBUS, so a pointer past what was written (a
+        // corrupt record) is refused here.
+        if end > self.readable_len(at.file, map.len() as u64)? {
+            return Err(Error::Data(format!(
+                "value pointer to {end} past the written end of value log file {:016x}",
+                at.file
+            )));
+        }
         Ok(Bytes::from_owner(Mapped(map)).slice(at.offset as usize..end as usize))
     }
 
@@ -215,10 +262,19 @@ impl ValueLog {
                 "value log file {id:016x} holds {len} bytes, a record points at {end}"
             )));
         }
+        // The file being appended to is mapped at its full size ahead of its writes, so that
+        // reads of values written later do not map it again (and unmap the old map, which
+        // costs a TLB shootdown). Pages past the end of the file are never touched: a read
+        // only covers bytes an append already wrote.
+        let map_len = match id == self.active_id() {
+            true => len.max(self.file_bytes_max),
+            false => len,
+        };
         // SAFETY: value-log files are append-only: bytes already written are never changed
         // and files are never truncated (a file is only unlinked, which leaves existing maps
         // intact), so the mapped bytes stay what they were while any `Bytes` refers to them.
-        let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(io(format!("map {id:016x}")))?);
+        let map = unsafe { memmap2::MmapOptions::new().len(map_len as usize).map(&file) };
+        let map = Arc::new(map.map_err(io(format!("map {id:016x}")))?);
         self.maps.write().insert(id, Arc::clone(&map));
         Ok(map)
     }
@@ -361,6 +417,12 @@ mod tests {
                 len: 10_000
             })
             .is_err());
+        // Inside the active file's map but past what was written: refused, not touched
+        // (a page past the end of the file would be SIGBUS).
+        let past = ValuePointer { len: 200, ..c };
+        assert!(matches!(log.read(past), Err(Error::Data(_))));
+        let past = ValuePointer { len: 900, ..a };
+        assert!(matches!(log.read(past), Err(Error::Data(_))));
     }
 
     #[test]
