@@ -189,3 +189,83 @@ async fn logged_values_demote_to_the_cold_tier_and_their_files_are_collected() {
     );
     check_all(&engine, &model, "after collection").await;
 }
+
+/// A value that names its key and version, so a reader can tell a torn or misplaced value
+/// from a current one.
+fn versioned(key: u64, version: u64) -> Bytes {
+    let mut v = Rng::new(key * 1_000_003 + version).bytes(64 << 10);
+    v[..16].copy_from_slice(&[key.to_le_bytes(), version.to_le_bytes()].concat());
+    v.into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(options(dir.path())).await.unwrap();
+    const KEYS: u64 = 20;
+    for k in 0..KEYS {
+        let key = format!("race:{k}");
+        engine
+            .put(key.as_bytes(), versioned(k, 0), PutOptions::default())
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let writer = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let mut version = 1;
+            while std::time::Instant::now() < deadline {
+                for k in 0..KEYS {
+                    let key = format!("race:{k}");
+                    let v = versioned(k, version);
+                    engine
+                        .put(key.as_bytes(), v, PutOptions::default())
+                        .await
+                        .unwrap();
+                }
+                version += 1;
+            }
+            version
+        })
+    };
+    let collector = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let mut rounds = 0;
+            while std::time::Instant::now() < deadline {
+                engine.run_background_once().await.unwrap();
+                rounds += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            rounds
+        })
+    };
+    let mut reads = 0u64;
+    while std::time::Instant::now() < deadline {
+        engine.clear_hot();
+        for k in 0..KEYS {
+            let key = format!("race:{k}");
+            let v = engine
+                .get(key.as_bytes())
+                .await
+                .unwrap()
+                .expect("never deleted");
+            let version = u64::from_le_bytes(v[8..16].try_into().unwrap());
+            assert_eq!(v, versioned(k, version), "key {k} version {version}");
+            reads += 1;
+        }
+    }
+    let versions = writer.await.unwrap();
+    let rounds = collector.await.unwrap();
+    let s = engine.stats();
+    assert_eq!(s.checksum_errors, 0);
+    assert!(
+        versions > 5 && rounds > 5 && reads > 100,
+        "{versions} versions, {rounds} rounds, {reads} reads"
+    );
+    assert!(
+        s.vlog_files_collected > 0,
+        "nothing collected in {rounds} rounds"
+    );
+}
