@@ -590,6 +590,20 @@ impl Engine {
 
     /// As [`Engine::get_many`], also saying which tier served each value.
     pub async fn get_many_tiered(&self, keys: &[&[u8]]) -> Result<Vec<Option<(Bytes, Tier)>>> {
+        self.read_many(keys, false).await
+    }
+
+    /// The values of the leading keys of `keys` that hold one, up to the first that does
+    /// not (a KV-cache prefix is usable only contiguously). Nothing after that first miss is
+    /// fetched from the object store.
+    pub async fn get_prefix(&self, keys: &[&[u8]]) -> Result<Vec<Bytes>> {
+        let got = self.read_many(keys, true).await?;
+        Ok(got.into_iter().map_while(|v| v.map(|(b, _)| b)).collect())
+    }
+
+    /// Reads `keys` through the tiers; with `prefix`, cold values after the first key found
+    /// in no tier are not fetched (they are returned as `None`).
+    async fn read_many(&self, keys: &[&[u8]], prefix: bool) -> Result<Vec<Option<(Bytes, Tier)>>> {
         let inner = &self.inner;
         let now = inner.now_ms();
         let mut out: Vec<Option<(Bytes, Tier)>> = vec![None; keys.len()];
@@ -636,18 +650,31 @@ impl Engine {
                 .db
                 .batched_multi_get_cf(index_cf, not_warm.iter().map(|&i| keys[i]), false);
         let mut cold = Vec::new();
+        // The first key no tier holds (expired in warm or cold, or absent).
+        let mut first_miss = usize::MAX;
         for (&i, res) in not_warm.iter().zip(got) {
             match res? {
                 Some(p) => {
                     let r = BlockRef::decode(&p)?;
                     if r.expire_ms != 0 && r.expire_ms <= now {
                         add(&inner.counters.misses);
+                        first_miss = first_miss.min(i);
                     } else {
                         cold.push(i);
                     }
                 }
-                None => add(&inner.counters.misses),
+                None => {
+                    add(&inner.counters.misses);
+                    first_miss = first_miss.min(i);
+                }
             }
+        }
+        if prefix {
+            let expired_warm = pending
+                .iter()
+                .find(|&&i| out[i].is_none() && !not_warm.contains(&i));
+            first_miss = first_miss.min(expired_warm.copied().unwrap_or(usize::MAX));
+            cold.retain(|&i| i < first_miss);
         }
         let fetched =
             futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;

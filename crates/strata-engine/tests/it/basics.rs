@@ -560,3 +560,46 @@ async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reop
         assert!(engine.get(k).await.unwrap().unwrap() == value(i));
     }
 }
+
+#[tokio::test]
+async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    fill(&engine, 200, 300).await;
+    engine.run_background_once().await.unwrap();
+    engine.clear_hot();
+    let mut cold = Vec::new();
+    // Keys far apart, so that they sit in different blocks (one GET each).
+    for i in (0..200).step_by(40) {
+        let k = format!("key:{i:04}");
+        if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
+            cold.push(k);
+        }
+        if cold.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(cold.len(), 3, "not enough cold keys");
+    let warm_or_cold = cold[0].as_bytes();
+    let keys: Vec<&[u8]> = vec![
+        warm_or_cold,
+        b"absent",
+        cold[1].as_bytes(),
+        cold[2].as_bytes(),
+    ];
+    let gets = engine.stats().cold_requests.gets;
+    let got = engine.get_prefix(&keys).await.unwrap();
+    assert_eq!(got.len(), 1, "stops at the first miss");
+    assert_eq!(got[0], Bytes::from(vec![got[0][0]; 300]));
+    let after_prefix = engine.stats().cold_requests.gets;
+    assert!(
+        after_prefix - gets <= 1,
+        "{} object-store GETs for one leading cold key",
+        after_prefix - gets
+    );
+    // The plain multi-get reads every key, so the keys after the miss cost GETs there.
+    engine.clear_hot();
+    let all = engine.get_many(&keys).await.unwrap();
+    assert!(all[1].is_none() && all[2].is_some() && all[3].is_some());
+    assert!(engine.stats().cold_requests.gets > after_prefix);
+}

@@ -70,10 +70,8 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             for k in &refs {
                 engine.note_access(ctx.conn.id, k);
             }
-            match engine.get_many(&refs).await {
-                Ok(vals) => {
-                    Reply::Array(vals.into_iter().map_while(|v| v.map(Reply::Bulk)).collect())
-                }
+            match engine.get_prefix(&refs).await {
+                Ok(vals) => Reply::Array(vals.into_iter().map(Reply::Bulk).collect()),
                 Err(e) => engine_error(&e),
             }
         }
