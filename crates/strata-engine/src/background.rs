@@ -441,6 +441,9 @@ fn collect_value_log_files(inner: &Inner) -> Result<()> {
             w.drop_vlog_garbage(&mut b, id);
             add(&inner.counters.vlog_files_collected);
         }
+        // The deletions are durable before their garbage counts go: a file that came back
+        // after a crash without its count would never look collectable.
+        inner.vlog.sync_dir()?;
     }
     w.write(b, false)
 }

@@ -192,6 +192,11 @@ impl ValueLog {
         Ok(())
     }
 
+    /// Makes file creations and deletions in the log's directory durable.
+    pub(crate) fn sync_dir(&self) -> Result<()> {
+        sync_dir(&self.dir)
+    }
+
     /// Starts a new file, so that every existing one is sealed.
     pub(crate) fn roll(&self) -> Result<()> {
         let mut a = self.active.lock();
