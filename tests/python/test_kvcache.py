@@ -123,7 +123,8 @@ def test_strata_lmcache_connector_round_trip(strata):
 
 def test_large_chunks_live_in_the_value_log_and_survive_a_kill():
     """Chunks of 1 MiB go to the value log; acknowledged ones read back byte for byte after
-    SIGKILL and restart (group commit syncs the log before the WAL), from DRAM-cold reads."""
+    SIGKILL and restart, from the warm tier (a process kill, not a power cut: the page cache
+    survives it, so this checks recovery of the records and files, not the fsync order)."""
     import tempfile
 
     from conftest import StrataProcess
