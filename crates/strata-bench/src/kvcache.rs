@@ -39,9 +39,14 @@ pub struct Args {
     hot_mib: u64,
     #[arg(long, default_value = "target/release/strata")]
     strata: PathBuf,
-    /// Extra server settings (`--strata-set vlog_value_bytes_min=0`), for A/B runs.
+    /// Extra server settings (`--strata-set vlog_value_bytes_min=0`).
     #[arg(long = "strata-set")]
     strata_set: Vec<String>,
+    /// Also run a second Strata server with these settings on top, as one more backend of
+    /// the same run (`--variant-set vlog_value_bytes_min=0`): an A/B that shares the run's
+    /// conditions.
+    #[arg(long = "variant-set")]
+    variant_set: Vec<String>,
     /// Report file name (without extension), e.g. kvcache-dram for a run that fits in DRAM.
     #[arg(long, default_value = "kvcache")]
     report: String,
@@ -73,7 +78,8 @@ struct Row {
 }
 
 enum Backend {
-    Strata(Client, String),
+    /// Client, namespace id, name in the report.
+    Strata(Client, String, String),
     Redis(Client),
     /// The directory, and the buffer values are read into (reused, as the Strata and Redis
     /// clients reuse theirs).
@@ -82,9 +88,9 @@ enum Backend {
 }
 
 impl Backend {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         match self {
-            Backend::Strata(..) => "strata (KVC.GET)",
+            Backend::Strata(_, _, name) => name,
             Backend::Redis(_) => "redis-server (MGET)",
             Backend::Files(..) => "local files",
             Backend::Object(_) => "object store direct",
@@ -98,7 +104,7 @@ impl Backend {
         chunks: &[Bytes],
     ) -> anyhow::Result<()> {
         match self {
-            Backend::Strata(c, ns) => {
+            Backend::Strata(c, ns, _) => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.PUT", ns.as_bytes()];
                 for (h, v) in hashes.iter().zip(chunks) {
                     args.push(h.as_bytes());
@@ -141,7 +147,7 @@ impl Backend {
         keys: &[String],
     ) -> anyhow::Result<(usize, usize)> {
         Ok(match self {
-            Backend::Strata(c, ns) => {
+            Backend::Strata(c, ns, _) => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
                 args.extend(hashes.iter().map(|h| h.as_bytes()));
                 leading_lens(c.call_into_buffer(&args)?)
@@ -371,6 +377,34 @@ fn memcpy_gib_per_sec() -> f64 {
     8.0 * 0.25 / t.elapsed().as_secs_f64()
 }
 
+/// Starts a Strata server on `port` with the benchmark's settings plus `extra`.
+fn spawn_strata(a: &Args, dir: &Path, port: u16, extra: &[String]) -> anyhow::Result<Proc> {
+    Ok(Proc(
+        Command::new(&a.strata)
+            .args(["serve", "--data-dir"])
+            .arg(dir)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--set",
+                "metrics_port=0",
+                "--set",
+                "durability=none",
+            ])
+            .args(["--set", &format!("hot_bytes_max={}", a.hot_mib << 20)])
+            .args(
+                a.strata_set
+                    .iter()
+                    .chain(extra)
+                    .flat_map(|kv| ["--set", kv.as_str()]),
+            )
+            .env("STRATA_LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    ))
+}
+
 /// One run of every backend against fresh servers: the rows, and the in-flight memory of the
 /// two servers.
 async fn run_once(
@@ -381,25 +415,16 @@ async fn run_once(
 ) -> anyhow::Result<(Vec<Row>, Vec<(String, u64, u64, usize)>)> {
     let dir = tempfile::tempdir()?;
     let (sp, rp) = (free_port()?, free_port()?);
-    let _strata = Proc(
-        Command::new(&a.strata)
-            .args(["serve", "--data-dir"])
-            .arg(dir.path().join("strata"))
-            .args([
-                "--port",
-                &sp.to_string(),
-                "--set",
-                "metrics_port=0",
-                "--set",
-                "durability=none",
-            ])
-            .args(["--set", &format!("hot_bytes_max={}", a.hot_mib << 20)])
-            .args(a.strata_set.iter().flat_map(|kv| ["--set", kv.as_str()]))
-            .env("STRATA_LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let _strata = spawn_strata(a, &dir.path().join("strata"), sp, &[])?;
+    let variant = match a.variant_set.is_empty() {
+        true => None,
+        false => {
+            let port = free_port()?;
+            let p = spawn_strata(a, &dir.path().join("variant"), port, &a.variant_set)?;
+            wait_port(port)?;
+            Some((p, port))
+        }
+    };
     let _redis = redis_server(rp)?;
     wait_port(sp)?;
     wait_port(rp)?;
@@ -408,14 +433,18 @@ async fn run_once(
     let objects = dir.path().join("objects");
     std::fs::create_dir_all(&files)?;
     std::fs::create_dir_all(&objects)?;
-    let mut backends = [
-        Backend::Strata(Client::connect(sp)?, ns.id()),
+    let mut backends = vec![
+        Backend::Strata(Client::connect(sp)?, ns.id(), "strata (KVC.GET)".into()),
         Backend::Redis(Client::connect(rp)?),
         Backend::Files(files, Vec::new()),
         Backend::Object(object_store::local::LocalFileSystem::new_with_prefix(
             &objects,
         )?),
     ];
+    if let Some((_, port)) = &variant {
+        let name = format!("strata, {} (KVC.GET)", a.variant_set.join(", "));
+        backends.push(Backend::Strata(Client::connect(*port)?, ns.id(), name));
+    }
     let mut rows = Vec::new();
     let mut memory = Vec::new();
     let pids = [_strata.0.id(), _redis.0.id()];
@@ -486,7 +515,8 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let chunk_bytes = per_token * a.chunk_tokens;
     let working_set = a.users * a.turns * a.tokens_per_turn * per_token;
     let started = Instant::now();
-    let total = (4 * a.turns + 1) * a.repeat.max(1);
+    let backends = 4 + usize::from(!a.variant_set.is_empty());
+    let total = (backends * a.turns + 1) * a.repeat.max(1);
     crate::report::progress(1, total, "measuring the loopback and memcpy ceilings");
     let loopback = loopback_gib_per_sec(1 << 20)?;
     let loopback_dram = loopback_gib_per_sec(256 << 20)?;
@@ -536,6 +566,25 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         "\nStrata read bandwidth / loopback ceiling: {bw:.2} (the goal's figure; / the from-memory loopback: {:.2}). Strata p95 / Redis p95: {p95:.2}. Strata cached tokens/s / local files: {files:.2}.\n",
         rows[0].read_gib_per_sec / loopback_dram.max(1e-9)
     ));
+    if let Some(v) = rows.get(4) {
+        let per_run: Vec<String> = runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:.2}",
+                    r[0].read_gib_per_sec / r[4].read_gib_per_sec.max(1e-9)
+                )
+            })
+            .collect();
+        md.push_str(&format!(
+            "Strata read GiB/s / {}: {:.2} (per run {}); p95: {:.2}; write GiB/s: {:.2}.\n",
+            v.backend,
+            rows[0].read_gib_per_sec / v.read_gib_per_sec.max(1e-9),
+            per_run.join(", "),
+            rows[0].read_p95_ms / v.read_p95_ms.max(1e-9),
+            rows[0].write_gib_per_sec / v.write_gib_per_sec.max(1e-9),
+        ));
+    }
     if ratios_per_run.len() > 1 {
         let list = |k: usize| {
             ratios_per_run
@@ -554,7 +603,9 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     md.push_str(&format!(
         "\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --repeat {} --report {}{}` ({:.0} s). Chart: `{}.png`.\n",
         a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib, runs.len(), a.report,
-        a.strata_set.iter().map(|kv| format!(" --strata-set {kv}")).collect::<String>(),
+        a.strata_set.iter().map(|kv| format!(" --strata-set {kv}"))
+            .chain(a.variant_set.iter().map(|kv| format!(" --variant-set {kv}")))
+            .collect::<String>(),
         started.elapsed().as_secs_f64(), a.report
     ));
     #[derive(Serialize)]
