@@ -424,6 +424,7 @@ impl Engine {
         let vlog = Arc::new(crate::vlog::ValueLog::open(
             &opts.data_dir.join("vlog"),
             opts.vlog_file_bytes,
+            opts.vlog_writeback_bytes,
         )?);
         let opts_disk_free_min = opts.disk_free_min_bytes;
         let cold = Arc::new(Cold::open(&opts)?);

@@ -87,6 +87,9 @@ pub struct EngineOptions {
     pub vlog_value_bytes_min: u64,
     /// A value-log file is sealed once it holds this many bytes.
     pub vlog_file_bytes: u64,
+    /// Writeback of appended value-log bytes starts each time this many accumulate (0
+    /// leaves it to the kernel).
+    pub vlog_writeback_bytes: u64,
     /// A sealed value-log file at least this garbage (bytes no record points at) is
     /// rewritten: its live entries move to the newest file and it is deleted.
     pub vlog_garbage_fraction_max: f64,
@@ -136,6 +139,7 @@ impl EngineOptions {
             blob_bytes_min: 4096,
             vlog_value_bytes_min: 64 << 10,
             vlog_file_bytes: 256 << 20,
+            vlog_writeback_bytes: 8 << 20,
             vlog_garbage_fraction_max: 0.5,
             compaction_bytes_per_sec: 256 << 20,
             rocksdb_block_cache_bytes: 64 << 20,

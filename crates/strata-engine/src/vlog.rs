@@ -39,11 +39,14 @@ struct Active {
     id: u64,
     file: Arc<File>,
     len: u64,
+    /// Where the bytes not yet handed to writeback start.
+    writeback_from: u64,
 }
 
 pub(crate) struct ValueLog {
     dir: PathBuf,
     file_bytes_max: u64,
+    writeback_bytes: u64,
     active: Mutex<Active>,
     /// The active file's id and the bytes appended to it, readable without waiting for an
     /// append in progress.
@@ -88,7 +91,9 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 impl ValueLog {
     /// Opens the log in `dir` (created if missing) and starts a new file to append to.
-    pub(crate) fn open(dir: &Path, file_bytes_max: u64) -> Result<Self> {
+    /// `writeback_bytes`: start writing appended bytes to disk each time this many have
+    /// accumulated (0: leave it to the kernel, which writes them in bursts).
+    pub(crate) fn open(dir: &Path, file_bytes_max: u64, writeback_bytes: u64) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
         let last = list(dir)?.last().map_or(0, |f| f.0);
         let active = create(dir, last + 1)?;
@@ -97,6 +102,7 @@ impl ValueLog {
             active_len: std::sync::atomic::AtomicU64::new(0),
             dir: dir.to_path_buf(),
             file_bytes_max: file_bytes_max.max(1),
+            writeback_bytes,
             active: Mutex::new(active),
             dirty: Mutex::default(),
             maps: RwLock::default(),
@@ -173,6 +179,22 @@ impl ValueLog {
             len: value.len() as u64,
         };
         a.len += entry;
+        if self.writeback_bytes > 0 && a.len - a.writeback_from >= self.writeback_bytes {
+            // Start writeback of what accumulated, without waiting for it, as RocksDB's
+            // bytes_per_sync does: the disk gets a steady stream instead of bursts.
+            use std::os::fd::AsRawFd;
+            let (from, n) = (a.writeback_from, a.len - a.writeback_from);
+            // SAFETY: a plain syscall on a file descriptor this struct keeps open.
+            unsafe {
+                libc::sync_file_range(
+                    a.file.as_raw_fd(),
+                    from as libc::off64_t,
+                    n as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+            a.writeback_from = a.len;
+        }
         self.active_len
             .store(a.len, std::sync::atomic::Ordering::Release);
         self.dirty.lock().insert(a.id, Arc::clone(&a.file));
@@ -364,6 +386,7 @@ fn create(dir: &Path, id: u64) -> Result<Active> {
         id,
         file: Arc::new(file),
         len: 0,
+        writeback_from: 0,
     })
 }
 
@@ -393,7 +416,7 @@ mod tests {
     #[test]
     fn appends_read_back_without_a_copy_across_files() {
         let dir = tempfile::tempdir().unwrap();
-        let log = ValueLog::open(dir.path(), 1000).unwrap();
+        let log = ValueLog::open(dir.path(), 1000, 500).unwrap();
         let a = log.append(b"a", &[1u8; 600]).unwrap();
         let b = log.append(b"bb", &[2u8; 600]).unwrap();
         assert_eq!(
@@ -434,7 +457,7 @@ mod tests {
     fn reopening_starts_a_new_file_and_a_torn_tail_ends_the_walk() {
         let dir = tempfile::tempdir().unwrap();
         let first = {
-            let log = ValueLog::open(dir.path(), 1 << 20).unwrap();
+            let log = ValueLog::open(dir.path(), 1 << 20, 0).unwrap();
             log.append(b"k1", b"one").unwrap();
             log.append(b"k2", b"two").unwrap();
             log.active_id()
@@ -444,7 +467,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(&encode_log_header(2, 3)[..7]);
         std::fs::write(&path, bytes).unwrap();
-        let log = ValueLog::open(dir.path(), 1 << 20).unwrap();
+        let log = ValueLog::open(dir.path(), 1 << 20, 0).unwrap();
         assert_eq!(log.active_id(), first + 1);
         let e = log.entries(first).unwrap();
         assert_eq!(e.len(), 2);

@@ -63,6 +63,8 @@ pub struct Config {
     pub vlog_value_bytes_min: u64,
     #[serde(deserialize_with = "de_size")]
     pub vlog_file_bytes: u64,
+    #[serde(deserialize_with = "de_size")]
+    pub vlog_writeback_bytes: u64,
     pub vlog_garbage_fraction_max: f64,
     #[serde(deserialize_with = "de_size")]
     pub compaction_bytes_per_sec: u64,
@@ -136,6 +138,7 @@ impl Default for Config {
             blob_bytes_min: e.blob_bytes_min,
             vlog_value_bytes_min: e.vlog_value_bytes_min,
             vlog_file_bytes: e.vlog_file_bytes,
+            vlog_writeback_bytes: e.vlog_writeback_bytes,
             vlog_garbage_fraction_max: e.vlog_garbage_fraction_max,
             compaction_bytes_per_sec: e.compaction_bytes_per_sec as u64,
             segment_bytes_max: e.segment_bytes_max,
@@ -337,6 +340,7 @@ impl Config {
         o.blob_bytes_min = self.blob_bytes_min;
         o.vlog_value_bytes_min = self.vlog_value_bytes_min;
         o.vlog_file_bytes = self.vlog_file_bytes;
+        o.vlog_writeback_bytes = self.vlog_writeback_bytes;
         o.vlog_garbage_fraction_max = self.vlog_garbage_fraction_max;
         o.compaction_bytes_per_sec = i64::try_from(self.compaction_bytes_per_sec)
             .context("compaction_bytes_per_sec too large")?;
