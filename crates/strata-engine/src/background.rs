@@ -17,7 +17,6 @@ use tokio::sync::watch;
 
 use crate::engine::{warm_charge, Inner};
 use crate::stats::add;
-use crate::vlog;
 use crate::warm::{self, segment_meta_key, SegmentMeta, CF_DATA, CF_INDEX, CF_META, CF_TTL};
 use crate::{Error, Result};
 
@@ -192,11 +191,7 @@ fn pick_victims(inner: &Inner, bytes_to_free: u64) -> Vec<Victim> {
 fn victim_value(inner: &Inner, key: &[u8], rec: &WarmRecord<'_>) -> Result<Bytes> {
     match rec.value {
         WarmValue::Inline(v) => Ok(Bytes::copy_from_slice(v)),
-        WarmValue::Logged(at) => {
-            let v = inner.vlog.read(at)?;
-            rec.verify(key, &v)?;
-            Ok(v)
-        }
+        WarmValue::Logged(at) => inner.vlog.read_checked(key, rec, at),
     }
 }
 
@@ -283,7 +278,7 @@ fn commit_demotion(
             .and_then(|c| WarmRecord::decode_unverified(c).ok())
             .map(|rec| rec.value)
         {
-            w.add_vlog_garbage(&mut batch, at.file, vlog::entry_bytes(v.key.len(), at.len));
+            w.add_vlog_garbage(&mut batch, &v.key, at);
         }
         batch.delete_cf(w.cf(CF_DATA), &v.key);
         batch.put_cf(w.cf(CF_INDEX), &v.key, r.encode());

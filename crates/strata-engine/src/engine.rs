@@ -302,11 +302,7 @@ impl Inner {
                 let range = crate::warm::range_in(&p, v);
                 Ok(self.warm.value_bytes(p, range))
             }
-            WarmValue::Logged(at) => {
-                let v = self.vlog.read(at).inspect_err(|_| bad())?;
-                rec.verify(key, &v).inspect_err(|_| bad())?;
-                Ok(v)
-            }
+            WarmValue::Logged(at) => self.vlog.read_checked(key, &rec, at).inspect_err(|_| bad()),
         }
     }
 
@@ -630,6 +626,8 @@ impl Engine {
         let pending_keys: Vec<&[u8]> = pending.iter().map(|&i| keys[i]).collect();
         let got = self.read_warm_batch(&pending_keys, now).await?;
         let mut not_warm = Vec::new();
+        // The first key no tier holds (expired in warm or cold, or absent).
+        let mut first_miss = usize::MAX;
         for ((&i, got), &seen) in pending.iter().zip(got).zip(&versions) {
             match got {
                 WarmGot::Value(v, expire_ms) => {
@@ -637,7 +635,10 @@ impl Engine {
                     inner.promote(keys[i], seen, v.clone(), expire_ms);
                     out[i] = Some((v, Tier::Warm));
                 }
-                WarmGot::Expired => add(&inner.counters.misses),
+                WarmGot::Expired => {
+                    add(&inner.counters.misses);
+                    first_miss = first_miss.min(i);
+                }
                 WarmGot::Absent => not_warm.push(i),
             }
         }
@@ -651,8 +652,6 @@ impl Engine {
                 .db
                 .batched_multi_get_cf(index_cf, not_warm.iter().map(|&i| keys[i]), false);
         let mut cold = Vec::new();
-        // The first key no tier holds (expired in warm or cold, or absent).
-        let mut first_miss = usize::MAX;
         for (&i, res) in not_warm.iter().zip(got) {
             match res? {
                 Some(p) => {
@@ -671,10 +670,6 @@ impl Engine {
             }
         }
         if prefix {
-            let expired_warm = pending
-                .iter()
-                .find(|&&i| out[i].is_none() && !not_warm.contains(&i));
-            first_miss = first_miss.min(expired_warm.copied().unwrap_or(usize::MAX));
             cold.retain(|&i| i < first_miss);
         }
         let fetched =

@@ -31,7 +31,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memmap2::Mmap;
 use parking_lot::{Mutex, RwLock};
-use strata_format::{decode_log_header, encode_log_header, ValuePointer, LOG_HEADER_BYTES};
+use strata_format::{
+    decode_log_header, encode_log_header, ValuePointer, WarmRecord, LOG_HEADER_BYTES,
+};
 
 use crate::{Error, Result};
 
@@ -270,6 +272,19 @@ impl ValueLog {
             )));
         }
         Ok(Bytes::from_owner(Mapped(map)).slice(at.offset as usize..end as usize))
+    }
+
+    /// The value `rec` (the record stored under `key`) keeps at `at`, checked against the
+    /// record's checksum.
+    pub(crate) fn read_checked(
+        &self,
+        key: &[u8],
+        rec: &WarmRecord<'_>,
+        at: ValuePointer,
+    ) -> Result<Bytes> {
+        let v = self.read(at)?;
+        rec.verify(key, &v)?;
+        Ok(v)
     }
 
     fn map(&self, id: u64, end: u64) -> Result<Arc<Mmap>> {

@@ -168,12 +168,18 @@ impl Warm {
         k
     }
 
-    /// Counts `bytes` of value-log file `file` as garbage within `batch`.
-    pub(crate) fn add_vlog_garbage(&self, batch: &mut WriteBatch, file: u64, bytes: u64) {
-        let delta = [bytes as i64, 0, 0, 0];
+    /// Counts the value-log entry of `key` at `at` (no record points at it any more) as
+    /// garbage of its file within `batch`.
+    pub(crate) fn add_vlog_garbage(
+        &self,
+        batch: &mut WriteBatch,
+        key: &[u8],
+        at: strata_format::ValuePointer,
+    ) {
+        let delta = [crate::vlog::entry_bytes(key.len(), at.len) as i64, 0, 0, 0];
         batch.merge_cf(
             self.cf(CF_META),
-            Self::garbage_key(file),
+            Self::garbage_key(at.file),
             encode_counts(&delta),
         );
     }

@@ -239,7 +239,7 @@ impl Inner {
             if let Some(at) = appended {
                 // Nothing points at the appended entry: count it as garbage if we can.
                 let mut b = WriteBatch::default();
-                w.add_vlog_garbage(&mut b, at.file, crate::vlog::entry_bytes(key.len(), at.len));
+                w.add_vlog_garbage(&mut b, key, at);
                 let _ = w.write(b, false);
             }
             return Err(e);
@@ -274,8 +274,7 @@ impl Inner {
                 d.warm_bytes -= *charge as i64;
                 d.warm_entries -= 1;
                 if let Some(at) = logged {
-                    let garbage = crate::vlog::entry_bytes(key.len(), at.len);
-                    self.warm.add_vlog_garbage(batch, at.file, garbage);
+                    self.warm.add_vlog_garbage(batch, key, *at);
                 }
                 if delete_warm {
                     batch.delete_cf(self.warm.cf(CF_DATA), key);
