@@ -10,9 +10,14 @@ Each request looks up a prompt's cached prefix, then reads the cached chunks bac
   pipelined `KVC.GET`.
 
 Stock path against redis-server (the baseline) and against Strata; Strata's connector
-against Strata. Writes reports/lmcache.{md,json,png}; prints progress.
+against Strata. With `--lmcache` (run it with the Python of LMCache's virtual environment,
+which `scripts/install-deps` makes) the paths are LMCache's own code instead: its stock
+`RedisConnector`, and `StrataRemoteConnector` loaded through LMCache's plugin setting, each
+reading into LMCache's CPU memory objects. Writes reports/<report>.{md,json,png}; prints
+progress.
 
     scripts/bench_lmcache.py [--prompts 8] [--chunks 16] [--chunk-kib 1024] [--requests 40]
+                             [--lmcache] [--report lmcache]
 """
 
 import argparse
@@ -98,17 +103,64 @@ class StockConnector:
         await self.pool.disconnect()
 
 
+class LMCacheConnector:
+    """One of LMCache's own connectors (`lmcache_harness.KINDS`) behind this benchmark's
+    connector calls; chunks are read into and written from LMCache memory objects."""
+
+    def __init__(self, kind: str, port: int, chunk_bytes: int):
+        sys.path.insert(0, str(ROOT / "tests" / "python"))
+        from lmcache_harness import TOKEN_BYTES, Harness
+
+        if chunk_bytes % TOKEN_BYTES:
+            sys.exit(f"--lmcache needs --chunk-kib in multiples of {TOKEN_BYTES >> 10} (whole tokens)")
+        self.h = Harness(kind, f"127.0.0.1:{port}", chunk_bytes // TOKEN_BYTES, pool_bytes=512 << 20)
+
+    @staticmethod
+    def _keys(keys):
+        from lmcache.utils import CacheEngineKey
+
+        return [CacheEngineKey.from_string(k) for k in keys]
+
+    async def batched_contains(self, keys):
+        return await self.h.call(self.h.conn.batched_async_contains("bench", self._keys(keys)))
+
+    async def batched_get(self, keys):
+        objs = await self.h.call(self.h.conn.batched_get_non_blocking("bench", self._keys(keys)))
+        out = [(b"", memoryview(m.byte_array).cast("B")) for m in objs]
+        for m in objs:
+            m.ref_count_down()
+        return out
+
+    async def batched_put(self, keys, chunks):
+        objs = []
+        for _, kv in chunks:
+            m = self.h.chunk(0)
+            memoryview(m.byte_array).cast("B")[:] = kv
+            objs.append(m)
+        await self.h.call(self.h.conn.batched_put(self._keys(keys), objs))
+        for m in objs:
+            m.ref_count_down()
+
+    async def close(self):
+        pass  # LMCache's executor threads end with the process
+
+
+def chunk_key(prompt: int, chunk: int) -> str:
+    """An LMCache 0.5 key string (model@world_size@worker_id@chunk_hash@dtype)."""
+    return f"llama-3.1-8b@1@0@{prompt:04x}{chunk:012x}@bfloat16"
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-async def run_path(name, conn, prompts, args, rng):
+async def run_path(name, conn, prompts, args, rng, one_round_trip):
     lookups, reads, bytes_read = [], [], 0
     for i in range(args.requests):
         keys = rng.choice(prompts)
         # Every request asks for its prompt plus a few chunks nobody has stored yet.
-        asked = keys + [keys[0] + f"-new{i}-{j}" for j in range(4)]
+        asked = keys + [chunk_key(0xFFFF, i * 4 + j) for j in range(4)]
         t0 = time.perf_counter()
         n = await conn.batched_contains(asked)
         t1 = time.perf_counter()
@@ -128,7 +180,7 @@ async def run_path(name, conn, prompts, args, rng):
         "read_p50_ms": statistics.median(reads),
         "read_p95_ms": pct(reads, 95),
         "read_gib_per_sec": bytes_read / total_read_s / (1 << 30),
-        "round_trips_lookup": "1" if "strata" in name.split(" ")[0] else f"{args.chunks + 1}",
+        "round_trips_lookup": "1" if one_round_trip else f"{args.chunks + 1}",
     }
 
 
@@ -137,7 +189,7 @@ async def main_async(args, strata_port, redis_port):
     kv_len = args.chunk_kib * 1024
     prompts = []
     for p in range(args.prompts):
-        prompts.append([f"vllm@llama-3.1-8b@1@0@{p:04x}{c:012x}" for c in range(args.chunks)])
+        prompts.append([chunk_key(p, c) for c in range(args.chunks)])
     payload = os.urandom(kv_len)
     meta = b"M" * 28  # LMCache's RemoteMetadata is 28 bytes
 
@@ -146,13 +198,20 @@ async def main_async(args, strata_port, redis_port):
         ("lmcache-redis → strata", lambda: StockConnector(f"redis://127.0.0.1:{strata_port}")),
         ("strata-connector → strata", lambda: StrataConnector(f"redis://127.0.0.1:{strata_port}")),
     ]
+    # The third path (Strata's connector) finds the cached prefix in one round trip.
+    if args.lmcache:
+        targets = [
+            ("LMCache RedisConnector → redis-server", lambda: LMCacheConnector("redis", redis_port, kv_len)),
+            ("LMCache RedisConnector → strata", lambda: LMCacheConnector("redis", strata_port, kv_len)),
+            ("LMCache plugin://strata → strata", lambda: LMCacheConnector("strata", strata_port, kv_len)),
+        ]
     rows = []
-    for name, make in targets:
+    for t, (name, make) in enumerate(targets):
         conn = make()
         print(f"{name}: storing {args.prompts} prompts × {args.chunks} chunks", file=sys.stderr, flush=True)
         for keys in prompts:
             await conn.batched_put(keys, [(meta, payload)] * len(keys))
-        rows.append(await run_path(name, conn, prompts, args, random.Random(11)))
+        rows.append(await run_path(name, conn, prompts, args, random.Random(11), one_round_trip=t == 2))
         await conn.close()
     return rows
 
@@ -165,6 +224,8 @@ def main():
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--strata", default=str(ROOT / "target" / "release" / "strata"))
     ap.add_argument("--out", default=str(ROOT / "reports"))
+    ap.add_argument("--lmcache", action="store_true", help="LMCache's own connectors (needs LMCache)")
+    ap.add_argument("--report", default="lmcache", help="report file name (without extension)")
     args = ap.parse_args()
     if shutil.which("redis-server") is None:
         sys.exit("redis-server is missing: apt-get install redis-server")
@@ -203,9 +264,10 @@ def main():
     report = {"args": vars(args), "rows": rows, "ratios": ratios, "seconds": took, "command": cmd}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lmcache.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{args.report}.json").write_text(json.dumps(report, indent=2) + "\n")
     md = [
-        "# LMCache paths: stock redis:// connector vs Strata's connector",
+        "# LMCache paths: stock redis:// connector vs Strata's connector"
+        + (" (LMCache's own code)" if args.lmcache else " (LMCache's command sequence, replayed)"),
         "",
         f"{args.prompts} prompts × {args.chunks} chunks of {args.chunk_kib} KiB, {args.requests} requests; each "
         "request looks up its prompt plus 4 uncached chunks, then reads the cached prefix. "
@@ -221,8 +283,8 @@ def main():
         )
     md += ["", "Ratios (same run):", ""]
     md += [f"- {k}: {v:.2f}" for k, v in ratios.items()]
-    md += ["", f"Command: `{cmd}` ({took:.0f} s). Chart: `lmcache.png`.", ""]
-    (out / "lmcache.md").write_text("\n".join(md))
+    md += ["", f"Command: `{cmd}` ({took:.0f} s). Chart: `{args.report}.png`.", ""]
+    (out / f"{args.report}.md").write_text("\n".join(md))
     print("\n".join(md))
     try:
         import matplotlib
@@ -240,10 +302,13 @@ def main():
             plt.setp(ax.get_xticklabels(), rotation=12, fontsize=7)
         fig.suptitle("LMCache paths (same run)")
         fig.tight_layout()
-        fig.savefig(out / "lmcache.png", dpi=110)
+        fig.savefig(out / f"{args.report}.png", dpi=110)
     except ImportError:
         print("chart not drawn (needs matplotlib)", file=sys.stderr)
 
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # LMCache's executor threads (with --lmcache) do not stop on their own

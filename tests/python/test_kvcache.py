@@ -68,7 +68,7 @@ def test_kvc_commands_stop_at_the_first_missing_chunk(strata):
 
 def test_lmcache_redis_connector_sequence(strata):
     """LMCache's redis:// remote backend, replayed command for command with redis-py (the
-    lmcache package itself pulls CUDA torch wheels and is not installed here): it probes
+    same sequence without LMCache; test_lmcache.py runs LMCache's own code): it probes
     with EXISTS on `<key>metadata`, stores `<key>kv_bytes` then `<key>metadata` with SET,
     reads metadata then bytes with GET, and deletes a metadata key whose bytes are gone."""
     r = strata.client()
@@ -96,8 +96,7 @@ def test_strata_lmcache_connector_round_trip(strata):
 
     from strata_client.lmcache import StrataConnector, split_key
 
-    base = "vllm@meta-llama/Llama-3.1-8B@1@0@"
-    keys = [base + f"{i:016x}" for i in range(100)]
+    keys = [f"meta-llama/Llama-3.1-8B@1@0@{i:x}@bfloat16" for i in range(100)]
     chunks = [(f"meta{i}".encode(), bytes([i]) * (4096 + i)) for i in range(100)]
 
     async def run():
@@ -111,14 +110,16 @@ def test_strata_lmcache_connector_round_trip(strata):
         assert all(m == chunks[i][0] and bytes(kv) == chunks[i][1] for i, (m, kv) in enumerate(got))
         assert await c.get(keys[99]) is None
         listed = await c.list()
-        assert len(listed) == 70 and all(k.startswith(base[:-1]) for k in listed)
+        assert sorted(listed) == sorted(keys[:70])
+        assert split_key(keys[5]) == ("meta-llama/Llama-3.1-8B@1@0@bfloat16", "5")
+        assert split_key(keys[5] + "@lora%a") == ("meta-llama/Llama-3.1-8B@1@0@bfloat16@lora%a", "5")
         with pytest.raises(ValueError):
-            split_key("no-namespace")
+            split_key("no-namespace@1@0@5")
         await c.close()
 
     asyncio.run(run())
     # Other models never see these chunks.
-    assert strata.client().execute_command("KVC.MATCH", "vllm@other-model@1@0", keys[0].rsplit("@", 1)[1])[0] == 0
+    assert strata.client().execute_command("KVC.MATCH", "other-model@1@0@bfloat16", "0")[0] == 0
 
 
 def test_large_chunks_live_in_the_value_log_and_survive_a_kill():

@@ -9,13 +9,15 @@ LMCache's own Redis connector keeps two keys per chunk (``<key>kv_bytes`` and
   (optionally leasing them so they are not evicted before they are read);
 - ``batched_get`` / ``batched_put``: one ``KVC.GET`` / ``KVC.PUT`` per 64 chunks, pipelined.
 
-LMCache keys (``fmt@model@world_size@worker_id@chunk_hash``) already carry a chained prefix
-hash; the part before the last ``@`` becomes the Strata namespace, the hash the chunk id.
+LMCache keys (``model@world_size@worker_id@chunk_hash@dtype``, then optional ``@tag%value``
+parts: ``CacheEngineKey.to_string()`` in LMCache 0.5) already carry a chained prefix hash;
+the key without its hash becomes the Strata namespace, the hash the chunk id.
 Values are ``(metadata: bytes, kv: bytes-like)`` pairs: LMCache's ``RemoteMetadata`` bytes
 and the chunk's ``byte_array``. The methods mirror LMCache's ``RemoteConnector`` (async
-``exists``/``get``/``put``/``list``/``close`` plus the batched calls), so a subclass of
-LMCache's ``RemoteConnector`` that converts ``MemoryObj`` to and from these pairs is all the
-glue LMCache needs (lmcache itself is not installed in our CI: it pulls CUDA torch).
+``exists``/``get``/``put``/``list``/``close`` plus the batched calls);
+``strata_client.lmcache_plugin`` wraps this class as a real LMCache ``RemoteConnector``
+(converting ``MemoryObj`` to and from these pairs) that LMCache loads through its remote
+storage plugin setting.
 """
 
 import struct
@@ -30,17 +32,30 @@ Chunk = Tuple[bytes, Buffer]
 CHUNKS_PER_COMMAND = 64
 
 
+#: The field of an LMCache key string that holds the chunk hash.
+HASH_FIELD = 3
+
+
 def split_key(key) -> Tuple[str, str]:
     """``(namespace, chunk hash)`` of an LMCache key (a string or a ``CacheEngineKey``)."""
     s = key if isinstance(key, str) else key.to_string()
-    ns, sep, h = s.rpartition("@")
-    if not sep or not ns or not h:
-        raise ValueError(f"not an LMCache key (fmt@model@world@worker@hash): {s!r}")
-    return ns, h
+    parts = s.split("@")
+    if len(parts) < 5 or not all(parts[:5]):
+        raise ValueError(f"not an LMCache key (model@world_size@worker_id@chunk_hash@dtype): {s!r}")
+    h = parts.pop(HASH_FIELD)
+    return "@".join(parts), h
+
+
+def join_key(namespace: str, chunk_hash: str) -> str:
+    """The LMCache key string of a chunk: the inverse of ``split_key``."""
+    parts = namespace.split("@")
+    parts.insert(HASH_FIELD, chunk_hash)
+    return "@".join(parts)
 
 
 def encode(metadata: bytes, kv: Buffer) -> bytes:
-    return struct.pack("<I", len(metadata)) + bytes(metadata) + bytes(kv)
+    """One value: metadata length (u32 LE), metadata, chunk bytes; copies the chunk once."""
+    return b"".join((struct.pack("<I", len(metadata)), metadata, kv))
 
 
 def decode(value: bytes) -> Chunk:
@@ -68,14 +83,17 @@ class StrataConnector:
     async def exists(self, key) -> bool:
         return await self.batched_contains([key]) == 1
 
-    async def batched_contains(self, keys: Sequence) -> int:
-        """How many leading ``keys`` are cached: one round trip for the whole prefix."""
+    async def batched_contains(self, keys: Sequence, lease_ms: Optional[int] = None) -> int:
+        """How many leading ``keys`` are cached: one round trip for the whole prefix. The
+        matched chunks are leased for ``lease_ms`` (default: the connector's ``lease_ms``;
+        0: no lease)."""
         if not keys:
             return 0
         ns, hashes = self._group(keys)
         args = ["KVC.MATCH", ns, *hashes]
-        if self.lease_ms:
-            args += ["LEASE", self.lease_ms]
+        lease_ms = self.lease_ms if lease_ms is None else lease_ms
+        if lease_ms:
+            args += ["LEASE", lease_ms]
         count, _tiers = await self.r.execute_command(*args)
         return int(count)
 
@@ -122,8 +140,8 @@ class StrataConnector:
         """Every chunk key, in LMCache's form (walks the keyspace with SCAN)."""
         out = []
         async for k in self.r.scan_iter(match="kvc:*", count=1000):
-            _, ns, h = k.decode().split(":", 2)
-            out.append(f"{ns}@{h}")
+            ns, _, h = k.decode()[len("kvc:") :].rpartition(":")
+            out.append(join_key(ns, h))
         return out
 
     async def close(self) -> None:

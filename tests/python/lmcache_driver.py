@@ -1,0 +1,68 @@
+"""Drives one of LMCache's own remote connectors against a server; runs in the LMCache venv.
+
+    lmcache_driver.py HOST:PORT CONNECTOR     (CONNECTOR: redis, resp or strata)
+
+`redis` is LMCache's stock `redis://` connector, `resp` its native `resp://` client, `strata`
+our plugin (`strata_client.lmcache_plugin`, loaded through LMCache's remote storage plugin
+setting). Each is created by LMCache's `CreateConnector` over a CPU `LocalCPUBackend`
+(`lmcache_harness.py`), stores chunks of 2 MiB (Llama-3.1-8B, 16 tokens), looks them up,
+reads them back and checks every byte. Prints one JSON object of what it saw;
+test_lmcache.py compares it.
+"""
+
+import json
+import os
+import sys
+
+import redis
+
+from lmcache_harness import MODEL, Harness, key
+
+
+def main():
+    host_port, kind = sys.argv[1], sys.argv[2]
+    h = Harness(kind, host_port, chunk_tokens=16)
+    conn, run = h.conn, h.run
+    seen = {"connector": type(conn.getWrappedConnector()).__name__}
+
+    keys = [key(0xC0FFEE00 + i) for i in range(6)]
+    objs = [h.chunk(i) for i in range(4)]
+    stored = [bytes(m.byte_array) for m in objs]
+
+    def same(memory_obj, i):
+        return memory_obj is not None and bytes(memory_obj.byte_array) == stored[i]
+
+    seen["exists_before"] = run(conn.exists(keys[0]))
+    seen["contains_before"] = run(conn.batched_async_contains("lookup", keys))
+    run(conn.batched_put(keys[:4], objs))
+    seen["exists_after"] = [run(conn.exists(k)) for k in keys]
+    seen["exists_sync"] = conn.exists_sync(keys[3])
+    seen["contains_after"] = run(conn.batched_async_contains("lookup", keys))
+    seen["get_matches"] = [same(run(conn.get(k)), i) for i, k in enumerate(keys[:4])]
+    if kind != "resp":
+        # LMCache 0.5.6's resp:// client hangs on a missing key (against Redis as well):
+        # it is only asked about chunks it stored.
+        seen["get_missing"] = run(conn.get(keys[4])) is None
+        prefix = run(conn.batched_get_non_blocking("lookup", keys))
+        seen["prefix_matches"] = [same(m, i) for i, m in enumerate(prefix)]
+    seen["other_model_sees_it"] = run(conn.exists(key(keys[0].chunk_hash, model="other-model")))
+
+    r = redis.Redis.from_url(f"redis://{host_port}")
+    if kind != "resp":
+        # The chunk's bytes vanish (evicted, or lost): LMCache must see a miss, not garbage.
+        if kind == "strata":
+            r.delete(f"kvc:{MODEL}@1@0@bfloat16:{keys[1].chunk_hash_hex}")
+        else:
+            r.delete(keys[1].to_string() + "kv_bytes")
+        seen["get_after_loss"] = run(conn.get(keys[1])) is None
+        seen["contains_after_loss"] = run(conn.batched_async_contains("lookup", keys))
+    if kind == "redis":
+        seen["metadata_left"] = r.exists(keys[1].to_string() + "metadata")
+    seen["server_keys"] = sorted(k.decode() for k in r.scan_iter(count=1000))
+    print(json.dumps(seen))
+    sys.stdout.flush()
+    os._exit(0)  # LMCache's executor threads do not stop on their own
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""LMCache's own connector code against Strata, and against a real redis-server for parity.
+
+LMCache (with torch) lives in its own virtual environment, which `scripts/install-deps`
+creates (`STRATA_LMCACHE_VENV`, by default ~/.cache/strata/lmcache-venv); each case runs
+`lmcache_driver.py` there, against a server started here, and compares what it saw.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import free_port
+
+HERE = Path(__file__).resolve().parent
+CLIENT = HERE.parents[1] / "clients" / "python"
+VENV = Path(os.environ.get("STRATA_LMCACHE_VENV", Path.home() / ".cache" / "strata" / "lmcache-venv"))
+
+
+def drive(port: int, connector: str) -> dict:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"LMCache is not installed in {VENV}: run scripts/install-deps")
+    env = dict(os.environ, PYTHONPATH=str(CLIENT), LMCACHE_LOG_LEVEL="ERROR")
+    out = subprocess.run(
+        [str(python), str(HERE / "lmcache_driver.py"), f"127.0.0.1:{port}", connector],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-4000:])
+    assert out.returncode == 0, f"driver failed ({connector} on port {port}): {out.stderr[-800:]}"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    port = free_port()
+    p = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    r = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield port
+    p.terminate()
+    p.wait(10)
+
+
+#: What every connector must see (keys 0-3 stored, 4-5 never; chunk 1 then deleted).
+EXPECTED = {
+    "exists_before": False,
+    "contains_before": 0,
+    "exists_after": [True, True, True, True, False, False],
+    "exists_sync": True,
+    "contains_after": 4,
+    "get_matches": [True] * 4,
+    "other_model_sees_it": False,
+}
+#: Also checked where the connector survives a miss (LMCache 0.5.6's resp:// client hangs on
+#: one, against Redis too, so it is not asked).
+AFTER_A_MISS = {
+    "get_missing": True,
+    "prefix_matches": [True] * 4,
+    "get_after_loss": True,
+    "contains_after_loss": 1,
+}
+
+
+@pytest.mark.parametrize("connector", ["redis", "resp"])
+def test_lmcache_stock_connectors_see_strata_as_they_see_redis(strata, redis_server, connector):
+    """LMCache's stock `redis://` connector (redis-py: `<key>kv_bytes` and `<key>metadata`,
+    EXISTS per chunk, metadata deleted when its bytes are gone) and its native `resp://`
+    client, unchanged, store and read back 2 MiB chunks byte for byte on Strata exactly as
+    on redis-server."""
+    on_strata = drive(strata.port, connector)
+    on_redis = drive(redis_server, connector)
+    expected = dict(EXPECTED, **(AFTER_A_MISS if connector == "redis" else {}))
+    for k, v in expected.items():
+        assert on_strata[k] == v, f"{k}: {on_strata[k]!r} on Strata"
+    assert on_strata == on_redis
+    if connector == "redis":
+        assert on_strata["metadata_left"] == 0, "metadata of lost bytes is deleted"
+        assert all(k.endswith(("kv_bytes", "metadata")) for k in on_strata["server_keys"])
+
+
+def test_lmcache_loads_the_strata_plugin(strata):
+    """LMCache loads `strata_client.lmcache_plugin.StrataRemoteConnector` through its remote
+    storage plugin setting (`plugin://strata`): one value per chunk under `kvc:`, lookups
+    by KVC.MATCH, reads by KVC.GET, and a lost chunk ends the prefix."""
+    seen = drive(strata.port, "strata")
+    assert seen["connector"] == "StrataRemoteConnector"
+    for k, v in dict(EXPECTED, **AFTER_A_MISS).items():
+        assert seen[k] == v, f"{k}: {seen[k]!r}"
+    assert len(seen["server_keys"]) == 3 and all(
+        k.startswith("kvc:meta-llama/Llama-3.1-8B@1@0@bfloat16:") for k in seen["server_keys"]
+    ), seen["server_keys"]
