@@ -36,7 +36,11 @@ def main():
     seen["contains_before"] = run(conn.batched_async_contains("lookup", keys))
     run(conn.batched_put(keys[:4], objs))
     seen["exists_after"] = [run(conn.exists(k)) for k in keys]
-    seen["exists_sync"] = conn.exists_sync(keys[3])
+    if kind != "resp":
+        # LMCache 0.5.6's resp:// client registers a synchronous call's future only after
+        # submitting it, from another thread than the one that completes it: a fast reply
+        # is dropped and the call hangs (a race in LMCache, seen against Strata in CI).
+        seen["exists_sync"] = conn.exists_sync(keys[3])
     seen["contains_after"] = run(conn.batched_async_contains("lookup", keys))
     seen["get_matches"] = [same(run(conn.get(k)), i) for i, k in enumerate(keys[:4])]
     if kind != "resp":
