@@ -107,6 +107,8 @@ class LMCacheConnector:
     """One of LMCache's own connectors (`lmcache_harness.KINDS`) behind this benchmark's
     connector calls; chunks are read into and written from LMCache memory objects."""
 
+    finished: list = []
+
     def __init__(self, kind: str, port: int, chunk_bytes: int):
         sys.path.insert(0, str(ROOT / "tests" / "python"))
         from lmcache_harness import TOKEN_BYTES, Harness
@@ -142,7 +144,9 @@ class LMCacheConnector:
             m.ref_count_down()
 
     async def close(self):
-        pass  # LMCache's executor threads end with the process
+        # LMCache's executor tasks never finish: keep their loop alive (a collected loop
+        # with pending tasks complains) until the process exits.
+        LMCacheConnector.finished.append(self)
 
 
 def chunk_key(prompt: int, chunk: int) -> str:
@@ -205,14 +209,29 @@ async def main_async(args, strata_port, redis_port):
             ("LMCache RedisConnector → strata", lambda: LMCacheConnector("redis", strata_port, kv_len)),
             ("LMCache plugin://strata → strata", lambda: LMCacheConnector("strata", strata_port, kv_len)),
         ]
+    runs = []  # runs[r][t]: one row per path per run; paths alternate within a run
+    for r in range(args.repeat):
+        runs.append([])
+        for t, (name, make) in enumerate(targets):
+            conn = make()
+            print(f"run {r + 1}/{args.repeat}, {name}: storing {args.prompts} prompts × {args.chunks} chunks",
+                  file=sys.stderr, flush=True)
+            for keys in prompts:
+                await conn.batched_put(keys, [(meta, payload)] * len(keys))
+            runs[-1].append(await run_path(name, conn, prompts, args, random.Random(11 + r), one_round_trip=t == 2))
+            await conn.close()
+    return runs
+
+
+def median_rows(runs):
+    """Per path, the median of each figure over the runs."""
     rows = []
-    for t, (name, make) in enumerate(targets):
-        conn = make()
-        print(f"{name}: storing {args.prompts} prompts × {args.chunks} chunks", file=sys.stderr, flush=True)
-        for keys in prompts:
-            await conn.batched_put(keys, [(meta, payload)] * len(keys))
-        rows.append(await run_path(name, conn, prompts, args, random.Random(11), one_round_trip=t == 2))
-        await conn.close()
+    for t, first in enumerate(runs[0]):
+        row = dict(first)
+        for k, v in first.items():
+            if isinstance(v, float):
+                row[k] = statistics.median(run[t][k] for run in runs)
+        rows.append(row)
     return rows
 
 
@@ -222,6 +241,7 @@ def main():
     ap.add_argument("--chunks", type=int, default=16)
     ap.add_argument("--chunk-kib", type=int, default=1024)
     ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of every path, alternating; medians reported")
     ap.add_argument("--strata", default=str(ROOT / "target" / "release" / "strata"))
     ap.add_argument("--out", default=str(ROOT / "reports"))
     ap.add_argument("--lmcache", action="store_true", help="LMCache's own connectors (needs LMCache)")
@@ -246,22 +266,27 @@ def main():
         wait_port(sp, strata)
         wait_port(rp, redis)
         started = time.time()
-        rows = asyncio.run(main_async(args, sp, rp))
+        runs = asyncio.run(main_async(args, sp, rp))
         took = time.time() - started
     finally:
         strata.kill()
         redis.kill()
         work.cleanup()
-    base = rows[0]
-    stock_strata, conn = rows[1], rows[2]
-    ratios = {
-        "connector_lookup_p50_vs_stock_on_strata": conn["lookup_p50_ms"] / stock_strata["lookup_p50_ms"],
-        "connector_read_p95_vs_stock_on_redis": conn["read_p95_ms"] / base["read_p95_ms"],
-        "connector_read_gib_vs_stock_on_redis": conn["read_gib_per_sec"] / base["read_gib_per_sec"],
-        "stock_on_strata_read_gib_vs_stock_on_redis": stock_strata["read_gib_per_sec"] / base["read_gib_per_sec"],
-    }
+    def ratios_of(rows):
+        base, stock_strata, conn = rows
+        return {
+            "connector_lookup_p50_vs_stock_on_strata": conn["lookup_p50_ms"] / stock_strata["lookup_p50_ms"],
+            "connector_read_p95_vs_stock_on_redis": conn["read_p95_ms"] / base["read_p95_ms"],
+            "connector_read_gib_vs_stock_on_redis": conn["read_gib_per_sec"] / base["read_gib_per_sec"],
+            "stock_on_strata_read_gib_vs_stock_on_redis": stock_strata["read_gib_per_sec"] / base["read_gib_per_sec"],
+        }
+
+    rows = median_rows(runs)
+    per_run = [ratios_of(run) for run in runs]
+    ratios = {k: statistics.median(r[k] for r in per_run) for k in per_run[0]}
     cmd = "scripts/bench_lmcache.py " + " ".join(sys.argv[1:])
-    report = {"args": vars(args), "rows": rows, "ratios": ratios, "seconds": took, "command": cmd}
+    report = {"args": vars(args), "rows": rows, "runs": runs, "ratios": ratios, "ratios_per_run": per_run,
+              "seconds": took, "command": cmd}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.report}.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -269,7 +294,8 @@ def main():
         "# LMCache paths: stock redis:// connector vs Strata's connector"
         + (" (LMCache's own code)" if args.lmcache else " (LMCache's command sequence, replayed)"),
         "",
-        f"{args.prompts} prompts × {args.chunks} chunks of {args.chunk_kib} KiB, {args.requests} requests; each "
+        f"{args.prompts} prompts × {args.chunks} chunks of {args.chunk_kib} KiB, {args.requests} requests per path and run, "
+        f"{args.repeat} runs with the paths alternating, medians; each "
         "request looks up its prompt plus 4 uncached chunks, then reads the cached prefix. "
         "Strata with durability=none and DRAM larger than the working set; redis-server 7 without persistence. Same run.",
         "",
@@ -281,8 +307,8 @@ def main():
             f"| {r['path']} | {r['lookup_p50_ms']:.2f} | {r['lookup_p95_ms']:.2f} | {r['read_p50_ms']:.1f} | "
             f"{r['read_p95_ms']:.1f} | {r['read_gib_per_sec']:.2f} | {r['round_trips_lookup']} |"
         )
-    md += ["", "Ratios (same run):", ""]
-    md += [f"- {k}: {v:.2f}" for k, v in ratios.items()]
+    md += ["", f"Ratios (medians of the per-run ratios; per run in brackets):", ""]
+    md += [f"- {k}: {v:.2f} ({', '.join(f'{r[k]:.2f}' for r in per_run)})" for k, v in ratios.items()]
     md += ["", f"Command: `{cmd}` ({took:.0f} s). Chart: `{args.report}.png`.", ""]
     (out / f"{args.report}.md").write_text("\n".join(md))
     print("\n".join(md))
