@@ -41,16 +41,23 @@ def next_use_table(reqs):
     return next_use
 
 
+def prefix_hits(request, cache):
+    """The replay rule: a block hits only if it and every earlier block of its request are
+    cached."""
+    n = 0
+    for b in request:
+        if b not in cache:
+            break
+        n += 1
+    return n
+
+
 def lru_with_oracle(reqs, next_use, cap, horizon):
     """LRU; with a horizon, a block not used again within it is not stored."""
     cache = collections.OrderedDict()
-    hits = total = 0
+    hits = 0
     for i, r in enumerate(reqs):
-        prefix = True
-        for b in r:
-            prefix = prefix and b in cache
-            hits += prefix
-            total += 1
+        hits += prefix_hits(r, cache)
         for b in r:
             if horizon is not None and next_use(b, i) > horizon:
                 cache.pop(b, None)
@@ -59,7 +66,7 @@ def lru_with_oracle(reqs, next_use, cap, horizon):
             cache.move_to_end(b)
             while len(cache) > cap:
                 cache.popitem(last=False)
-    return hits / total
+    return hits / sum(map(len, reqs))
 
 
 def reuse_by_feature(reqs, next_use):
@@ -126,14 +133,10 @@ def replay_hit_density(reqs, density, cap, lifetime, samples=64, seed=1):
     rnd = random.Random(seed)
     cache = {}  # block -> (request of last access, class, position)
     keys, slot = [], {}
-    hits = total = 0
+    hits = 0
     events = classes(reqs)
     for i, r in enumerate(reqs):
-        prefix = True
-        for b in r:
-            prefix = prefix and b in cache
-            hits += prefix
-            total += 1
+        hits += prefix_hits(r, cache)
         for _ in r:
             _, pos, b, c = next(events)
             if b not in cache:
@@ -157,7 +160,7 @@ def replay_hit_density(reqs, density, cap, lifetime, samples=64, seed=1):
             if j < len(keys):
                 keys[j] = moved
                 slot[moved] = j
-    return hits / total
+    return hits / sum(map(len, reqs))
 
 
 def main():
