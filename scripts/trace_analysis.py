@@ -20,6 +20,7 @@ import collections
 import json
 import math
 import random
+import sys
 
 
 def load(path):
@@ -191,6 +192,7 @@ def main():
 
     print("\n3. Hit-density eviction with per-class statistics fitted in hindsight")
     print("   (class: access count, last block of its request, conversation turn; and age)")
+    print("   fitting the statistics on the whole trace...", file=sys.stderr, flush=True)
     density = fit_hit_density(reqs, next_use, args.lifetime)
     for cap in caps:
         print(f"   capacity {cap}: "
