@@ -2,6 +2,7 @@
 LMCache's redis:// connector sequence replayed with redis-py."""
 
 import json
+import os
 import pathlib
 import sys
 
@@ -152,3 +153,27 @@ def test_large_chunks_live_in_the_value_log_and_survive_a_kill():
     finally:
         q.stop()
         root.cleanup()
+
+
+def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):
+    """KVC.LOCATE names where value-log chunks lie; retrieve_local maps them (no bytes through
+    the socket) and reads the rest of the prefix (a chunk too small for the value log, and
+    after it) with KVC.GET: the same bytes as retrieve, also after an overwrite."""
+    ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=4)
+    c = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
+    tokens = list(range(28))
+    chunks = [bytes([i]) * (100_000 + i) for i in range(4)] + [b"small", bytes([9]) * 100_000, b"x" * 70_000]
+    assert c.store(tokens, chunks) == 7
+    got = c.retrieve_local(tokens)
+    assert [bytes(g) for g in got] == chunks == c.retrieve(tokens)
+    assert [type(g) for g in got] == [memoryview] * 4 + [bytes] * 3
+    r = strata.client()
+    located = r.execute_command("KVC.LOCATE", ns.id, *ns.chunk_hashes(tokens))
+    assert len(located) == 4 and all(os.path.isabs(p.decode()) and n == 100_000 + i for i, (p, _, n, _, _) in enumerate(located))
+    # Overwritten: the new value, at its new place; the old view still holds the old bytes.
+    c.store(tokens[:4], [b"N" * 90_000])
+    again = c.retrieve_local(tokens)
+    assert bytes(again[0]) == b"N" * 90_000 and bytes(got[0]) == chunks[0]
+    assert r.execute_command("KVC.LOCATE", ns.id, "no-such-chunk", ns.chunk_hashes(tokens)[0]) == []
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        r.execute_command("KVC.LOCATE", ns.id)

@@ -1,5 +1,8 @@
 """Clients over redis-py, with a connection pool."""
 
+import mmap
+import os
+from collections import OrderedDict
 from typing import List, Optional, Sequence, Union
 
 import redis
@@ -10,6 +13,8 @@ Buffer = Union[bytes, bytearray, memoryview]
 
 #: Most chunks sent in one command; longer prompts are split and pipelined.
 CHUNKS_PER_COMMAND = 256
+#: Value-log files ``retrieve_local`` keeps mapped (each up to the server's vlog_file_bytes).
+MAPS_MAX = 64
 
 
 class StrataClient(redis.Redis):
@@ -29,13 +34,15 @@ class KVCacheClient:
 
     ``lookup`` answers how many leading tokens are cached (one ``KVC.MATCH``), ``store``
     writes the chunks of a prefix (``KVC.PUT``, pipelined), ``retrieve`` reads the leading
-    cached chunks back (``KVC.GET``).
+    cached chunks back (``KVC.GET``); ``retrieve_local``, on the server's machine, maps them
+    from the server's files instead (``KVC.LOCATE``).
     """
 
     def __init__(self, url: str, namespace: Namespace, **kw):
         self.ns = namespace
         self.pool = redis.ConnectionPool.from_url(url, **kw)
         self.r = redis.Redis(connection_pool=self.pool)
+        self._maps: "OrderedDict[bytes, memoryview]" = OrderedDict()
 
     def _batches(self, items: list) -> List[list]:
         return [items[i : i + CHUNKS_PER_COMMAND] for i in range(0, len(items), CHUNKS_PER_COMMAND)] or [[]]
@@ -79,10 +86,32 @@ class KVCacheClient:
 
     def retrieve(self, tokens: Sequence[int]) -> List[bytes]:
         """The buffers of the leading cached chunks, in order (stops at the first miss)."""
+        return self.retrieve_chunks(self.ns.chunk_hashes(tokens))
+
+    def retrieve_local(self, tokens: Sequence[int]) -> List[Buffer]:
+        """As ``retrieve``, for a client on the server's machine that may read the server's
+        files: chunks in the server's value log come back as read-only views of those files,
+        mapped here (``KVC.LOCATE``), so their bytes never cross the socket and are not
+        copied (the views point into the page cache, and stay valid after the server
+        deletes or rewrites a file); the rest of the prefix (chunks in the object store, or
+        too small for the value log) is read with ``KVC.GET``."""
         hashes = self.ns.chunk_hashes(tokens)
+        out: List[Buffer] = []
+        for batch in (b for b in self._batches(hashes) if b):
+            located = self.r.execute_command("KVC.LOCATE", self.ns.id, *batch)
+            for path, offset, length, _expire_ms, _crc in located:
+                out.append(self._mapped(path, offset + length)[offset : offset + length])
+            if len(located) < len(batch):
+                rest = hashes[len(out) :]
+                out.extend(self.retrieve_chunks(rest))
+                break
+        return out
+
+    def retrieve_chunks(self, hashes: Sequence[str]) -> List[bytes]:
+        """The leading cached chunks of ``hashes`` (chunk ids), read with ``KVC.GET``."""
         out: List[bytes] = []
         pipe = self.r.pipeline(transaction=False)
-        batches = [b for b in self._batches(hashes) if b]
+        batches = [b for b in self._batches(list(hashes)) if b]
         for batch in batches:
             pipe.execute_command("KVC.GET", self.ns.id, *batch)
         for batch, values in zip(batches, pipe.execute()):
@@ -90,6 +119,24 @@ class KVCacheClient:
             if len(values) < len(batch):
                 break
         return out
+
+    def _mapped(self, path: bytes, end: int) -> memoryview:
+        """A read-only view of the file at ``path``, mapped at least up to ``end``."""
+        maps = self._maps
+        view = maps.get(path)
+        if view is None or len(view) < end:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            finally:
+                os.close(fd)
+            if len(view) < end:
+                raise ValueError(f"{path!r} holds {len(view)} bytes, the server located a chunk up to {end}")
+            maps[path] = view
+        maps.move_to_end(path)
+        while len(maps) > MAPS_MAX:
+            maps.popitem(last=False)  # unmapped once no view of it is left
+        return view
 
     def close(self):
         self.pool.disconnect()

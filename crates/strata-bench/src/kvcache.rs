@@ -4,6 +4,7 @@
 //! per chunk, and the object store read directly run the same workload in the same run,
 //! beside the loopback-TCP and memcpy ceilings.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,7 +15,7 @@ use object_store::ObjectStoreExt;
 use serde::Serialize;
 use strata_kvcache::Namespace;
 
-use crate::resp::Client;
+use crate::resp::{Client, Value};
 use crate::servers::{free_port, redis_server, wait_port, Proc};
 
 #[derive(clap::Args)]
@@ -81,6 +82,10 @@ enum Backend {
     /// Client, namespace id, name in the report.
     Strata(Client, String, String),
     Redis(Client),
+    /// Strata read from its own files by a client on the same machine (`KVC.LOCATE`, then
+    /// the value-log files mapped here, each value's checksum verified and the value copied
+    /// into one reused buffer, as the files client reads into its own).
+    StrataLocal(Client, String, Vec<u8>, HashMap<Vec<u8>, memmap2::Mmap>),
     /// The directory, and the buffer values are read into (reused, as the Strata and Redis
     /// clients reuse theirs).
     Files(PathBuf, Vec<u8>),
@@ -92,6 +97,7 @@ impl Backend {
         match self {
             Backend::Strata(_, _, name) => name,
             Backend::Redis(_) => "redis-server (MGET)",
+            Backend::StrataLocal(..) => "strata co-located (KVC.LOCATE)",
             Backend::Files(..) => "local files",
             Backend::Object(_) => "object store direct",
         }
@@ -104,7 +110,7 @@ impl Backend {
         chunks: &[Bytes],
     ) -> anyhow::Result<()> {
         match self {
-            Backend::Strata(c, ns, _) => {
+            Backend::Strata(c, ns, _) | Backend::StrataLocal(c, ns, ..) => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.PUT", ns.as_bytes()];
                 for (h, v) in hashes.iter().zip(chunks) {
                     args.push(h.as_bytes());
@@ -157,6 +163,38 @@ impl Backend {
                 args.extend(keys.iter().map(|k| k.as_bytes()));
                 leading_lens(c.call_into_buffer(&args)?)
             }
+            Backend::StrataLocal(c, ns, buffer, maps) => {
+                let mut args: Vec<&[u8]> = vec![b"KVC.LOCATE", ns.as_bytes()];
+                args.extend(hashes.iter().map(|h| h.as_bytes()));
+                let Value::Array(found) = c.call(&args)? else {
+                    anyhow::bail!("KVC.LOCATE did not reply with an array");
+                };
+                let mut lens = Vec::with_capacity(found.len());
+                let mut at = 0;
+                for (item, key) in found.iter().zip(keys) {
+                    let (path, offset, len, expire_ms, crc) = located(item)?;
+                    let end = offset + len;
+                    if maps.get(path).is_none_or(|m| m.len() < end) {
+                        let f = std::fs::File::open(std::str::from_utf8(path)?)?;
+                        // SAFETY: value-log files are only appended to, never truncated or
+                        // rewritten while the server runs.
+                        maps.insert(path.to_vec(), unsafe { memmap2::Mmap::map(&f)? });
+                    }
+                    let value = &maps[path][offset..end];
+                    anyhow::ensure!(
+                        strata_format::entry_checksum(key.as_bytes(), expire_ms, value) == crc,
+                        "checksum mismatch at {offset} of {}",
+                        String::from_utf8_lossy(path)
+                    );
+                    if buffer.len() < at + len {
+                        buffer.resize(at + len, 0);
+                    }
+                    buffer[at..at + len].copy_from_slice(value);
+                    at += len;
+                    lens.push(Some(len));
+                }
+                leading_lens(lens)
+            }
             Backend::Files(dir, buffer) => {
                 let mut lens = Vec::with_capacity(keys.len());
                 let mut at = 0;
@@ -188,6 +226,19 @@ impl Backend {
                 leading_lens(join_in_batches(gets).await)
             }
         })
+    }
+}
+
+/// One `KVC.LOCATE` entry: path, offset, length, expiry, checksum.
+fn located(v: &Value) -> anyhow::Result<(&[u8], usize, usize, u64, u32)> {
+    match v {
+        Value::Array(f) => match f.as_slice() {
+            [Value::Bulk(p), Value::Int(o), Value::Int(l), Value::Int(e), Value::Int(c)] => {
+                Ok((p, *o as usize, *l as usize, *e as u64, *c as u32))
+            }
+            _ => anyhow::bail!("KVC.LOCATE entry is not [path, offset, length, expiry, crc]"),
+        },
+        _ => anyhow::bail!("KVC.LOCATE entry is not an array"),
     }
 }
 
@@ -440,6 +491,7 @@ async fn run_once(
         Backend::Object(object_store::local::LocalFileSystem::new_with_prefix(
             &objects,
         )?),
+        Backend::StrataLocal(Client::connect(sp)?, ns.id(), Vec::new(), HashMap::new()),
     ];
     if let Some((_, port)) = &variant {
         let name = format!("strata, {} (KVC.GET)", a.variant_set.join(", "));
@@ -466,6 +518,11 @@ async fn run_once(
     }
     Ok((rows, memory))
 }
+
+/// Where the co-located Strata client and the `--variant-set` server are in a run's rows
+/// (after Strata, Redis, files and the object store).
+const COLOCATED: usize = 4;
+const VARIANT: usize = 5;
 
 /// Strata's read bandwidth / loopback, p95 / Redis p95, cached tokens/s / local files.
 fn ratios(rows: &[Row], loopback: f64) -> [f64; 3] {
@@ -515,7 +572,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let chunk_bytes = per_token * a.chunk_tokens;
     let working_set = a.users * a.turns * a.tokens_per_turn * per_token;
     let started = Instant::now();
-    let backends = 4 + usize::from(!a.variant_set.is_empty());
+    let backends = 5 + usize::from(!a.variant_set.is_empty());
     let total = (backends * a.turns + 1) * a.repeat.max(1);
     crate::report::progress(1, total, "measuring the loopback and memcpy ceilings");
     let loopback = loopback_gib_per_sec(1 << 20)?;
@@ -532,7 +589,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let rows = median_rows(&runs);
     let ratios_per_run: Vec<[f64; 3]> = runs.iter().map(|r| ratios(r, loopback)).collect();
     let mut md = format!(
-        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory (both read by the benchmark process itself, from the page cache, with no network hop: Strata and Redis are reached over loopback TCP). The Strata, Redis and files clients read values into one reused buffer each; the object-store client gets a buffer per value from `object_store`. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection, a 1 MiB buffer that stays in the CPU cache on both ends), loopback TCP {:.2} GiB/s from and to memory (the same through 256 MiB buffers, out of cache, as a real read's bytes are), memcpy {:.2} GiB/s (256 MiB).\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory (both read by the benchmark process itself, from the page cache, with no network hop: Strata and Redis are reached over loopback TCP). The Strata, Redis and files clients read values into one reused buffer each; the object-store client gets a buffer per value from `object_store`; the co-located Strata client asks the same Strata server where the chunks lie (`KVC.LOCATE`), maps its value-log files, checks each value's CRC-32C and copies it into one reused buffer. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection, a 1 MiB buffer that stays in the CPU cache on both ends), loopback TCP {:.2} GiB/s from and to memory (the same through 256 MiB buffers, out of cache, as a real read's bytes are), memcpy {:.2} GiB/s (256 MiB).\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
         a.model, per_token >> 10, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, chunk_bytes >> 20, working_set >> 20, a.hot_mib,
         if runs.len() > 1 { format!("each figure is the median of {} runs, each against fresh servers", runs.len()) } else { "one run".to_string() },
         loopback, loopback_dram, memcpy
@@ -566,13 +623,29 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         "\nStrata read bandwidth / loopback ceiling: {bw:.2} (the goal's figure; / the from-memory loopback: {:.2}). Strata p95 / Redis p95: {p95:.2}. Strata cached tokens/s / local files: {files:.2}.\n",
         rows[0].read_gib_per_sec / loopback_dram.max(1e-9)
     ));
-    if let Some(v) = rows.get(4) {
+    let colocated = &rows[COLOCATED];
+    let per_run: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{:.2}",
+                r[COLOCATED].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)
+            )
+        })
+        .collect();
+    md.push_str(&format!(
+        "Strata co-located (KVC.LOCATE, reading the value log's files itself) cached tokens/s / local files: {:.2} (per run {}); read GiB/s / Strata over KVC.GET: {:.2}.\n",
+        colocated.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
+        per_run.join(", "),
+        colocated.read_gib_per_sec / rows[0].read_gib_per_sec.max(1e-9),
+    ));
+    if let Some(v) = rows.get(VARIANT) {
         let per_run: Vec<String> = runs
             .iter()
             .map(|r| {
                 format!(
                     "{:.2}",
-                    r[0].read_gib_per_sec / r[4].read_gib_per_sec.max(1e-9)
+                    r[0].read_gib_per_sec / r[VARIANT].read_gib_per_sec.max(1e-9)
                 )
             })
             .collect();

@@ -37,6 +37,19 @@ impl Tier {
 }
 
 /// Where a stored entry lives, as read under its stripe lock.
+/// Where a value lies in the value log (see [`Engine::locate_local`]): `len` bytes at
+/// `offset` of the file at `path`. `checksum` is the record's CRC-32C of the key, the expiry
+/// (`expire_ms`, 8 bytes little-endian) and the value, in that order
+/// (`strata_format::entry_checksum`), so the reader can verify what it maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalValue {
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub len: u64,
+    pub expire_ms: u64,
+    pub checksum: u32,
+}
+
 pub(crate) enum Loc {
     /// `charge` is what the entry counts against the warm budget; `logged` is where the
     /// value-log holds the value, if it does.
@@ -737,6 +750,42 @@ impl Engine {
             Loc::Cold(_) => Tier::Cold,
         };
         Ok(Some((tier, s.value_len)))
+    }
+
+    /// Where the live values of the leading `keys` lie in the value log, for a reader on the
+    /// same machine that maps the files itself; stops at the first key whose value is not
+    /// there (absent, expired, in the object store, or small enough to live in its record).
+    /// Value-log entries are never changed in place, so a location stays valid for as long
+    /// as its file exists (a reader with the file mapped keeps it after collection deletes it).
+    pub fn locate_local(&self, keys: &[&[u8]]) -> Result<Vec<LocalValue>> {
+        let inner = &self.inner;
+        let now = inner.now_ms();
+        let mut out = Vec::with_capacity(keys.len());
+        for &key in keys {
+            let Some(p) = inner.warm.db.get_pinned_cf_opt(
+                inner.warm.cf(CF_DATA),
+                key,
+                &crate::warm::read_options(),
+            )?
+            else {
+                break;
+            };
+            let rec = WarmRecord::decode_unverified(&p)?;
+            let (WarmValue::Logged(at), true) =
+                (rec.value, rec.expire_ms == 0 || rec.expire_ms > now)
+            else {
+                break;
+            };
+            inner.access.mark(key);
+            out.push(LocalValue {
+                path: inner.vlog.path_of(at.file),
+                offset: at.offset,
+                len: at.len,
+                expire_ms: rec.expire_ms,
+                checksum: rec.checksum,
+            });
+        }
+        Ok(out)
     }
 
     /// Expected microseconds to load values of these sizes from these tiers, from measured

@@ -40,7 +40,7 @@ mod write;
 
 pub use backup::{restore, BackupSummary, Progress};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Engine, Tier};
+pub use engine::{Engine, LocalValue, Tier};
 pub use error::{Error, ErrorKind, Result};
 pub use options::{Durability, EngineOptions, HotPolicy, S3Options};
 pub use scan::{ScanItem, ScanPage};

@@ -102,7 +102,9 @@ impl ValueLog {
         Ok(ValueLog {
             active_id: std::sync::atomic::AtomicU64::new(active.id),
             active_len: std::sync::atomic::AtomicU64::new(0),
-            dir: dir.to_path_buf(),
+            // Absolute, so that locations handed to local readers do not depend on our
+            // working directory.
+            dir: std::path::absolute(dir).map_err(io(format!("resolve {}", dir.display())))?,
             file_bytes_max: file_bytes_max.max(1),
             writeback_bytes,
             active: Mutex::new(active),

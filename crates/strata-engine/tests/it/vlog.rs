@@ -269,3 +269,87 @@ async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value
         "nothing collected in {rounds} rounds"
     );
 }
+
+#[tokio::test]
+async fn locate_local_names_where_logged_values_lie_and_stops_where_the_prefix_leaves_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.warm_bytes_max = 512 << 10;
+    o.segment_bytes_max = 1 << 20;
+    let engine = Engine::open(o).await.unwrap();
+    let keys: Vec<Vec<u8>> = (0..4u64).map(|i| format!("c:{i}").into_bytes()).collect();
+    let values: Vec<Bytes> = (0..4u64).map(|i| value(100 + i, 40 << 10)).collect();
+    for (k, v) in keys.iter().zip(&values) {
+        engine
+            .put(k, v.clone(), PutOptions::default())
+            .await
+            .unwrap();
+    }
+    engine
+        .put(
+            b"small",
+            Bytes::from_static(b"inline"),
+            PutOptions::default(),
+        )
+        .await
+        .unwrap();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let found = engine.locate_local(&refs).unwrap();
+    assert_eq!(found.len(), 4);
+    for ((l, k), v) in found.iter().zip(&keys).zip(&values) {
+        assert!(l.path.is_absolute(), "{}", l.path.display());
+        let file = std::fs::read(&l.path).unwrap();
+        let at = &file[l.offset as usize..(l.offset + l.len) as usize];
+        assert_eq!(at, &v[..], "the bytes at the location are the value");
+        assert_eq!(
+            strata_format::entry_checksum(k, l.expire_ms, at),
+            l.checksum
+        );
+    }
+    // The prefix ends at a key that is absent, or whose value lives in its record.
+    let with_gap: Vec<&[u8]> = vec![refs[0], b"absent", refs[1]];
+    assert_eq!(engine.locate_local(&with_gap).unwrap().len(), 1);
+    let with_small: Vec<&[u8]> = vec![refs[0], refs[1], b"small", refs[2]];
+    assert_eq!(engine.locate_local(&with_small).unwrap().len(), 2);
+    // After an overwrite, the new value's place.
+    let newer = value(7, 40 << 10);
+    engine
+        .put(&keys[0], newer.clone(), PutOptions::default())
+        .await
+        .unwrap();
+    let l = &engine.locate_local(&refs[..1]).unwrap()[0];
+    let file = std::fs::read(&l.path).unwrap();
+    assert_eq!(
+        &file[l.offset as usize..(l.offset + l.len) as usize],
+        &newer[..]
+    );
+    // Values demoted to the object store are not in the log: the prefix stops at the first.
+    let chunks: Vec<Vec<u8>> = (0..30u64)
+        .map(|i| format!("chunk:{i:02}").into_bytes())
+        .collect();
+    for (i, k) in chunks.iter().enumerate() {
+        engine
+            .put(k, value(i as u64, 40 << 10), PutOptions::default())
+            .await
+            .unwrap();
+    }
+    // Reads keep the first five warm through the demotion round (the clock hand spares
+    // recently read keys); later ones go.
+    for _ in 0..3 {
+        for k in &chunks[..5] {
+            engine.get(k).await.unwrap();
+        }
+    }
+    assert!(engine.run_background_once().await.unwrap() > 0);
+    let mut first_cold = None;
+    for (i, k) in chunks.iter().enumerate() {
+        if engine.tier_of(k).await.unwrap() == Some(Tier::Cold) {
+            first_cold = Some(i);
+            break;
+        }
+    }
+    let first_cold = first_cold.expect("demotion moved some chunks");
+    let refs: Vec<&[u8]> = chunks.iter().map(|k| k.as_slice()).collect();
+    assert!(first_cold >= 1, "the read chunks stayed warm");
+    assert_eq!(engine.locate_local(&refs).unwrap().len(), first_cold);
+}

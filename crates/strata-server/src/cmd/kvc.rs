@@ -9,6 +9,10 @@
 //!   `LEASE`, the matched chunks are not demoted to the object store for `ms` milliseconds.
 //!   With `LOADTIME`, a third element: the expected microseconds to load the matched chunks,
 //!   from measured per-tier costs (see `Engine::expected_load_us`).
+//! - `KVC.LOCATE ns h1 .. hN` → for each leading chunk whose value is in the value log,
+//!   `[path, offset, length, expire_ms, crc32c]`: where a client on the same machine can map
+//!   it itself and read it without a copy through the socket (see `Engine::locate_local`);
+//!   stops at the first chunk that is not there (missing, in the object store, or small).
 
 use bytes::Bytes;
 use strata_engine::{Expire, PutOptions};
@@ -113,6 +117,32 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 reply.push(Reply::Integer(engine.expected_load_us(&found) as i64));
             }
             Reply::Array(reply)
+        }
+        "kvc.locate" => {
+            if a.len() - 2 > CHUNKS_MAX {
+                return syntax_error();
+            }
+            let ks = keys(ns, &a[2..]);
+            let refs: Vec<&[u8]> = ks.iter().map(|k| k.as_slice()).collect();
+            match engine.locate_local(&refs) {
+                Ok(found) => Reply::Array(
+                    found
+                        .into_iter()
+                        .map(|l| {
+                            Reply::Array(vec![
+                                Reply::Bulk(Bytes::from(
+                                    l.path.into_os_string().into_encoded_bytes(),
+                                )),
+                                Reply::Integer(l.offset as i64),
+                                Reply::Integer(l.len as i64),
+                                Reply::Integer(l.expire_ms as i64),
+                                Reply::Integer(l.checksum as i64),
+                            ])
+                        })
+                        .collect(),
+                ),
+                Err(e) => engine_error(&e),
+            }
         }
         _ => Reply::err(format!("ERR unknown command '{name}'")),
     }

@@ -142,6 +142,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c("kvc.put", -4, WRITE, 0, 0, 0),
     c("kvc.get", -3, READ, 0, 0, 0),
     c("kvc.match", -3, READ, 0, 0, 0),
+    c("kvc.locate", -3, READ, 0, 0, 0),
 ];
 
 fn table() -> &'static HashMap<&'static str, usize> {
@@ -308,7 +309,7 @@ pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Repl
         "tier" | "strata.stats" | "pin" | "unpin" | "pins" | "strata.backup" => {
             strata::run(ctx, name, a).await
         }
-        "kvc.put" | "kvc.get" | "kvc.match" => kvc::run(ctx, name, a).await,
+        "kvc.put" | "kvc.get" | "kvc.match" | "kvc.locate" => kvc::run(ctx, name, a).await,
         "del" | "unlink" | "exists" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "type" | "rename"
         | "renamenx" | "scan" | "keys" | "dbsize" | "randomkey" | "flushdb" | "flushall" => {
