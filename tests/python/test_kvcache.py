@@ -164,7 +164,7 @@ def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):
     tokens = list(range(28))
     chunks = [bytes([i]) * (100_000 + i) for i in range(4)] + [b"small", bytes([9]) * 100_000, b"x" * 70_000]
     assert c.store(tokens, chunks) == 7
-    got = c.retrieve_local(tokens)
+    got = c.retrieve_local(tokens, verify=True)
     assert [bytes(g) for g in got] == chunks == c.retrieve(tokens)
     assert [type(g) for g in got] == [memoryview] * 4 + [bytes] * 3
     r = strata.client()
@@ -175,5 +175,15 @@ def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):
     again = c.retrieve_local(tokens)
     assert bytes(again[0]) == b"N" * 90_000 and bytes(got[0]) == chunks[0]
     assert r.execute_command("KVC.LOCATE", ns.id, "no-such-chunk", ns.chunk_hashes(tokens)[0]) == []
+    # A flipped byte in the file: the mapped chunk no longer matches its checksum.
+    path, offset, *_ = r.execute_command("KVC.LOCATE", ns.id, ns.chunk_hashes(tokens)[1])[0]
+    with open(path, "r+b") as f:
+        f.seek(offset + 10)
+        b = f.read(1)
+        f.seek(offset + 10)
+        f.write(bytes([b[0] ^ 0xFF]))
+    assert len(c.retrieve_local(tokens)) == 7, "unchecked, the flipped chunk is handed out"
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        c.retrieve_local(tokens, verify=True)
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         r.execute_command("KVC.LOCATE", ns.id)

@@ -2,6 +2,7 @@
 
 import mmap
 import os
+import struct
 from collections import OrderedDict
 from typing import List, Optional, Sequence, Union
 
@@ -15,6 +16,20 @@ Buffer = Union[bytes, bytearray, memoryview]
 CHUNKS_PER_COMMAND = 256
 #: Value-log files ``retrieve_local`` keeps mapped (each up to the server's vlog_file_bytes).
 MAPS_MAX = 64
+
+
+def check(key: bytes, expire_ms: int, value: Buffer, crc: int) -> None:
+    """Raises ``ValueError`` unless ``crc`` is the CRC-32C of key, expiry (8 bytes, little
+    endian) and value: the checksum Strata keeps for every stored value."""
+    import google_crc32c
+
+    got = google_crc32c.extend(google_crc32c.value(key), struct.pack("<Q", expire_ms))
+    view = memoryview(value)
+    step = 1 << 20  # google_crc32c takes only bytes: check through one cache-sized copy at a time
+    for at in range(0, len(view), step):
+        got = google_crc32c.extend(got, bytes(view[at : at + step]))
+    if got != crc:
+        raise ValueError(f"checksum mismatch for {key!r}: the mapped bytes are not the value Strata stored")
 
 
 class StrataClient(redis.Redis):
@@ -88,19 +103,24 @@ class KVCacheClient:
         """The buffers of the leading cached chunks, in order (stops at the first miss)."""
         return self.retrieve_chunks(self.ns.chunk_hashes(tokens))
 
-    def retrieve_local(self, tokens: Sequence[int]) -> List[Buffer]:
+    def retrieve_local(self, tokens: Sequence[int], verify: bool = False) -> List[Buffer]:
         """As ``retrieve``, for a client on the server's machine that may read the server's
         files: chunks in the server's value log come back as read-only views of those files,
         mapped here (``KVC.LOCATE``), so their bytes never cross the socket and are not
         copied (the views point into the page cache, and stay valid after the server
         deletes or rewrites a file); the rest of the prefix (chunks in the object store, or
-        too small for the value log) is read with ``KVC.GET``."""
+        too small for the value log) is read with ``KVC.GET``. With ``verify``, each mapped
+        chunk is checked against the CRC-32C the server gives (needs ``google-crc32c``:
+        ``pip install strata-client[verify]``); a mismatch raises ``ValueError``."""
         hashes = self.ns.chunk_hashes(tokens)
         out: List[Buffer] = []
         for batch in (b for b in self._batches(hashes) if b):
             located = self.r.execute_command("KVC.LOCATE", self.ns.id, *batch)
-            for path, offset, length, _expire_ms, _crc in located:
-                out.append(self._mapped(path, offset + length)[offset : offset + length])
+            for h, (path, offset, length, expire_ms, crc) in zip(batch, located):
+                view = self._mapped(path, offset + length)[offset : offset + length]
+                if verify:
+                    check(self.ns.key_of(h).encode(), expire_ms, view, crc)
+                out.append(view)
             if len(located) < len(batch):
                 rest = hashes[len(out) :]
                 out.extend(self.retrieve_chunks(rest))
