@@ -7,7 +7,9 @@ Each request looks up a prompt's cached prefix, then reads the cached chunks bac
   chunk by chunk until a miss, then `GET <key>metadata` and `GET <key>kv_bytes` per chunk
   (chunks fetched concurrently over a pool, which flatters it);
 - `strata-connector`: `strata_client.lmcache.StrataConnector`: one `KVC.MATCH`, then
-  pipelined `KVC.GET`.
+  pipelined `KVC.GET`;
+- `strata-connector, local`: the same, but the chunks are mapped from Strata's value-log
+  files (`KVC.LOCATE`) instead of crossing the socket, as a client on Strata's machine can.
 
 Stock path against redis-server (the baseline) and against Strata; Strata's connector
 against Strata. With `--lmcache` (run it with the Python of LMCache's virtual environment,
@@ -161,6 +163,9 @@ def pct(xs, p):
 
 async def run_path(name, conn, prompts, args, rng, one_round_trip):
     lookups, reads, bytes_read = [], [], 0
+    # The consumer copies each chunk into its own staging memory (as an inference engine
+    # moves it on to the GPU), so a path that hands out views still pays for touching them.
+    staging = memoryview(bytearray(args.chunk_kib * 1024))
     for i in range(args.requests):
         keys = rng.choice(prompts)
         # Every request asks for its prompt plus a few chunks nobody has stored yet.
@@ -169,6 +174,8 @@ async def run_path(name, conn, prompts, args, rng, one_round_trip):
         n = await conn.batched_contains(asked)
         t1 = time.perf_counter()
         got = await conn.batched_get(asked[:n])
+        for _, kv in got:
+            staging[: len(kv)] = kv
         t2 = time.perf_counter()
         assert n == len(keys) and len(got) == n, (name, n, len(got))
         lookups.append((t1 - t0) * 1e3)
@@ -202,13 +209,19 @@ async def main_async(args, strata_port, redis_port):
         ("lmcache-redis → strata", lambda: StockConnector(f"redis://127.0.0.1:{strata_port}")),
         ("strata-connector → strata", lambda: StrataConnector(f"redis://127.0.0.1:{strata_port}")),
     ]
-    # The third path (Strata's connector) finds the cached prefix in one round trip.
     if args.lmcache:
         targets = [
             ("LMCache RedisConnector → redis-server", lambda: LMCacheConnector("redis", redis_port, kv_len)),
             ("LMCache RedisConnector → strata", lambda: LMCacheConnector("redis", strata_port, kv_len)),
             ("LMCache plugin://strata → strata", lambda: LMCacheConnector("strata", strata_port, kv_len)),
         ]
+    # The same connector in local mode: chunks mapped from Strata's files (KVC.LOCATE).
+    targets.append(
+        ("LMCache plugin://strata, local → strata", lambda: LMCacheConnector("strata-local", strata_port, kv_len))
+        if args.lmcache
+        else ("strata-connector, local → strata", lambda: StrataConnector(f"redis://127.0.0.1:{strata_port}", local=True))
+    )
+    # Paths from the third on (Strata's connector) find the cached prefix in one round trip.
     runs = []  # runs[r][t]: one row per path per run; paths alternate within a run
     for r in range(args.repeat):
         runs.append([])
@@ -218,7 +231,7 @@ async def main_async(args, strata_port, redis_port):
                   file=sys.stderr, flush=True)
             for keys in prompts:
                 await conn.batched_put(keys, [(meta, payload)] * len(keys))
-            runs[-1].append(await run_path(name, conn, prompts, args, random.Random(11 + r), one_round_trip=t == 2))
+            runs[-1].append(await run_path(name, conn, prompts, args, random.Random(11 + r), one_round_trip=t >= 2))
             await conn.close()
     return runs
 
@@ -273,8 +286,10 @@ def main():
         redis.kill()
         work.cleanup()
     def ratios_of(rows):
-        base, stock_strata, conn = rows
+        base, stock_strata, conn, local = rows
         return {
+            "local_connector_read_gib_vs_connector": local["read_gib_per_sec"] / conn["read_gib_per_sec"],
+            "local_connector_read_gib_vs_stock_on_redis": local["read_gib_per_sec"] / base["read_gib_per_sec"],
             "connector_lookup_p50_vs_stock_on_strata": conn["lookup_p50_ms"] / stock_strata["lookup_p50_ms"],
             "connector_read_p95_vs_stock_on_redis": conn["read_p95_ms"] / base["read_p95_ms"],
             "connector_read_gib_vs_stock_on_redis": conn["read_gib_per_sec"] / base["read_gib_per_sec"],
@@ -291,12 +306,13 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.report}.json").write_text(json.dumps(report, indent=2) + "\n")
     md = [
-        "# LMCache paths: stock redis:// connector vs Strata's connector"
+        "# LMCache paths: stock redis:// connector vs Strata's connector (over the socket and local)"
         + (" (LMCache's own code)" if args.lmcache else " (LMCache's command sequence, replayed)"),
         "",
         f"{args.prompts} prompts × {args.chunks} chunks of {args.chunk_kib} KiB, {args.requests} requests per path and run, "
         f"{args.repeat} runs with the paths alternating, medians; each "
-        "request looks up its prompt plus 4 uncached chunks, then reads the cached prefix. "
+        "request looks up its prompt plus 4 uncached chunks, then reads the cached prefix and copies every chunk "
+        "into one staging buffer (so a path that hands out views of mapped files pays for touching the bytes). "
         "Strata with durability=none and DRAM larger than the working set; redis-server 7 without persistence. Same run.",
         "",
         "| path | lookup p50 ms | lookup p95 ms | read p50 ms | read p95 ms | read GiB/s | round trips per lookup |",

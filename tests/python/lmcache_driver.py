@@ -1,10 +1,10 @@
 """Drives one of LMCache's own remote connectors against a server; runs in the LMCache venv.
 
-    lmcache_driver.py HOST:PORT CONNECTOR     (CONNECTOR: redis, resp or strata)
+    lmcache_driver.py HOST:PORT CONNECTOR     (CONNECTOR: redis, resp, strata or strata-local)
 
 `redis` is LMCache's stock `redis://` connector, `resp` its native `resp://` client, `strata`
 our plugin (`strata_client.lmcache_plugin`, loaded through LMCache's remote storage plugin
-setting). Each is created by LMCache's `CreateConnector` over a CPU `LocalCPUBackend`
+setting; `strata-local` maps the chunks from the server's files). Each is created by LMCache's `CreateConnector` over a CPU `LocalCPUBackend`
 (`lmcache_harness.py`), stores chunks of 2 MiB (Llama-3.1-8B, 16 tokens), looks them up,
 reads them back and checks every byte. Prints one JSON object of what it saw;
 test_lmcache.py compares it.
@@ -54,7 +54,7 @@ def main():
     r = redis.Redis.from_url(f"redis://{host_port}")
     if kind != "resp":
         # The chunk's bytes vanish (evicted, or lost): LMCache must see a miss, not garbage.
-        if kind == "strata":
+        if kind.startswith("strata"):
             r.delete(f"kvc:{MODEL}@1@0@bfloat16:{keys[1].chunk_hash_hex}")
         else:
             r.delete(keys[1].to_string() + "kv_bytes")
@@ -63,6 +63,9 @@ def main():
     if kind == "redis":
         seen["metadata_left"] = r.exists(keys[1].to_string() + "metadata")
     seen["server_keys"] = sorted(k.decode() for k in r.scan_iter(count=1000))
+    calls = r.info("commandstats")
+    seen["kvc_get_calls"] = calls.get("cmdstat_kvc.get", {}).get("calls", 0)
+    seen["kvc_locate_calls"] = calls.get("cmdstat_kvc.locate", {}).get("calls", 0)
     print(json.dumps(seen))
     sys.stdout.flush()
     os._exit(0)  # LMCache's executor threads do not stop on their own

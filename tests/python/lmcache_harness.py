@@ -19,8 +19,9 @@ MODEL = "meta-llama/Llama-3.1-8B"
 LAYERS, HEADS, HEAD_SIZE = 32, 8, 128
 #: Bytes of K and V for one token of Llama-3.1-8B in bf16 (128 KiB).
 TOKEN_BYTES = LAYERS * 2 * HEADS * HEAD_SIZE * 2
-#: The connectors: LMCache's stock redis:// one, its native resp:// client, and ours.
-KINDS = ("redis", "resp", "strata")
+#: The connectors: LMCache's stock redis:// one, its native resp:// client, and ours (also
+#: in its local mode, mapping chunks from the server's files).
+KINDS = ("redis", "resp", "strata", "strata-local")
 
 
 class Harness:
@@ -34,13 +35,14 @@ class Harness:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         extra = {"save_chunk_meta": False, "resp_num_threads": 2}
         remote_url, plugins = f"{kind}://{host_port}", None
-        if kind == "strata":
+        if kind.startswith("strata"):
             remote_url, plugins = "plugin://strata", ["strata"]
             extra.update(
                 {
                     "remote_storage_plugin.strata.module_path": "strata_client.lmcache_plugin",
                     "remote_storage_plugin.strata.class_name": "StrataRemoteConnector",
                     "remote_storage_plugin.strata.url": f"redis://{host_port}",
+                    "remote_storage_plugin.strata.local": kind == "strata-local",
                 }
             )
         config = LMCacheEngineConfig.from_defaults(

@@ -156,9 +156,10 @@ def test_large_chunks_live_in_the_value_log_and_survive_a_kill():
 
 
 def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):
-    """KVC.LOCATE names where value-log chunks lie; retrieve_local maps them (no bytes through
-    the socket) and reads the rest of the prefix (a chunk too small for the value log, and
-    after it) with KVC.GET: the same bytes as retrieve, also after an overwrite."""
+    """KVC.LOCATE names where value-log chunks lie (nil for a present chunk kept elsewhere);
+    retrieve_local maps them (no bytes through the socket) and reads the others (here a
+    chunk too small for the value log) with KVC.GET: the same bytes as retrieve, also after
+    an overwrite; with verify, a flipped byte in the file is caught."""
     ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=4)
     c = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
     tokens = list(range(28))
@@ -166,10 +167,11 @@ def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):
     assert c.store(tokens, chunks) == 7
     got = c.retrieve_local(tokens, verify=True)
     assert [bytes(g) for g in got] == chunks == c.retrieve(tokens)
-    assert [type(g) for g in got] == [memoryview] * 4 + [bytes] * 3
+    assert [type(g) for g in got] == [memoryview] * 4 + [bytes] + [memoryview] * 2
     r = strata.client()
     located = r.execute_command("KVC.LOCATE", ns.id, *ns.chunk_hashes(tokens))
-    assert len(located) == 4 and all(os.path.isabs(p.decode()) and n == 100_000 + i for i, (p, _, n, _, _) in enumerate(located))
+    assert len(located) == 7 and located[4] is None, "the small chunk is present, but not in the value log"
+    assert all(os.path.isabs(p.decode()) and n == 100_000 + i for i, (p, _, n, _, _) in enumerate(located[:4]))
     # Overwritten: the new value, at its new place; the old view still holds the old bytes.
     c.store(tokens[:4], [b"N" * 90_000])
     again = c.retrieve_local(tokens)

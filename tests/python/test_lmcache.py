@@ -95,14 +95,20 @@ def test_lmcache_stock_connectors_see_strata_as_they_see_redis(strata, redis_ser
         assert all(k.endswith(("kv_bytes", "metadata")) for k in on_strata["server_keys"])
 
 
-def test_lmcache_loads_the_strata_plugin(strata):
+@pytest.mark.parametrize("kind", ["strata", "strata-local"])
+def test_lmcache_loads_the_strata_plugin(strata, kind):
     """LMCache loads `strata_client.lmcache_plugin.StrataRemoteConnector` through its remote
     storage plugin setting (`plugin://strata`): one value per chunk under `kvc:`, lookups
-    by KVC.MATCH, reads by KVC.GET, and a lost chunk ends the prefix."""
-    seen = drive(strata.port, "strata")
+    by KVC.MATCH, reads by KVC.GET (or, in local mode, by mapping the chunks from the
+    server's files after KVC.LOCATE), and a lost chunk ends the prefix."""
+    seen = drive(strata.port, kind)
     assert seen["connector"] == "StrataRemoteConnector"
     for k, v in dict(EXPECTED, **AFTER_A_MISS).items():
         assert seen[k] == v, f"{k}: {seen[k]!r}"
     assert len(seen["server_keys"]) == 3 and all(
         k.startswith("kvc:meta-llama/Llama-3.1-8B@1@0@bfloat16:") for k in seen["server_keys"]
     ), seen["server_keys"]
+    if kind == "strata-local":
+        assert seen["kvc_locate_calls"] > 0 and seen["kvc_get_calls"] == 0, seen
+    else:
+        assert seen["kvc_get_calls"] > 0 and seen["kvc_locate_calls"] == 0, seen

@@ -18,6 +18,62 @@ CHUNKS_PER_COMMAND = 256
 MAPS_MAX = 64
 
 
+class FileMaps:
+    """Read-only maps of the server's value-log files, for clients on the server's machine
+    (``KVC.LOCATE``): at most ``MAPS_MAX`` files stay mapped; a file dropped from the set is
+    unmapped once no view of it is left."""
+
+    def __init__(self):
+        self._maps: "OrderedDict[bytes, memoryview]" = OrderedDict()
+
+    def view(self, path: bytes, offset: int, length: int) -> memoryview:
+        """``length`` bytes at ``offset`` of the file at ``path``, without a copy."""
+        end = offset + length
+        whole = self._maps.get(path)
+        if whole is None or len(whole) < end:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                whole = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            finally:
+                os.close(fd)
+            if len(whole) < end:
+                raise ValueError(f"{path!r} holds {len(whole)} bytes, the server located a chunk up to {end}")
+            self._maps[path] = whole
+        self._maps.move_to_end(path)
+        while len(self._maps) > MAPS_MAX:
+            self._maps.popitem(last=False)
+        return whole[offset:end]
+
+
+def map_located(maps: FileMaps, hashes, located, out: list, key_of=None) -> list:
+    """Appends to ``out`` a view of each chunk ``KVC.LOCATE`` located (checked against its
+    CRC when ``key_of`` names the chunk keys), and a placeholder for each chunk it reports
+    present elsewhere; returns those as ``(index in out, hash)`` to read with ``KVC.GET``."""
+    elsewhere = []
+    for h, loc in zip(hashes, located):
+        if loc is None:
+            elsewhere.append((len(out), h))
+            out.append(None)
+            continue
+        path, offset, length, expire_ms, crc = loc
+        view = maps.view(path, offset, length)
+        if key_of is not None:
+            check(key_of(h).encode(), expire_ms, view, crc)
+        out.append(view)
+    return elsewhere
+
+
+def fill_elsewhere(out: list, elsewhere: list, values: list) -> bool:
+    """Puts the ``KVC.GET`` ``values`` of the ``elsewhere`` chunks in their places; if one
+    went missing meanwhile, cuts ``out`` there and returns False."""
+    for (i, _), v in zip(elsewhere, values):
+        out[i] = v
+    if len(values) < len(elsewhere):
+        del out[elsewhere[len(values)][0] :]
+        return False
+    return True
+
+
 def check(key: bytes, expire_ms: int, value: Buffer, crc: int) -> None:
     """Raises ``ValueError`` unless ``crc`` is the CRC-32C of key, expiry (8 bytes, little
     endian) and value: the checksum Strata keeps for every stored value."""
@@ -57,7 +113,7 @@ class KVCacheClient:
         self.ns = namespace
         self.pool = redis.ConnectionPool.from_url(url, **kw)
         self.r = redis.Redis(connection_pool=self.pool)
-        self._maps: "OrderedDict[bytes, memoryview]" = OrderedDict()
+        self.maps = FileMaps()
 
     def _batches(self, items: list) -> List[list]:
         return [items[i : i + CHUNKS_PER_COMMAND] for i in range(0, len(items), CHUNKS_PER_COMMAND)] or [[]]
@@ -116,14 +172,12 @@ class KVCacheClient:
         out: List[Buffer] = []
         for batch in (b for b in self._batches(hashes) if b):
             located = self.r.execute_command("KVC.LOCATE", self.ns.id, *batch)
-            for h, (path, offset, length, expire_ms, crc) in zip(batch, located):
-                view = self._mapped(path, offset + length)[offset : offset + length]
-                if verify:
-                    check(self.ns.key_of(h).encode(), expire_ms, view, crc)
-                out.append(view)
+            elsewhere = map_located(self.maps, batch, located, out, self.ns.key_of if verify else None)
+            if elsewhere:
+                values = self.r.execute_command("KVC.GET", self.ns.id, *(h for _, h in elsewhere))
+                if not fill_elsewhere(out, elsewhere, values):
+                    break
             if len(located) < len(batch):
-                rest = hashes[len(out) :]
-                out.extend(self.retrieve_chunks(rest))
                 break
         return out
 
@@ -139,24 +193,6 @@ class KVCacheClient:
             if len(values) < len(batch):
                 break
         return out
-
-    def _mapped(self, path: bytes, end: int) -> memoryview:
-        """A read-only view of the file at ``path``, mapped at least up to ``end``."""
-        maps = self._maps
-        view = maps.get(path)
-        if view is None or len(view) < end:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-            finally:
-                os.close(fd)
-            if len(view) < end:
-                raise ValueError(f"{path!r} holds {len(view)} bytes, the server located a chunk up to {end}")
-            maps[path] = view
-        maps.move_to_end(path)
-        while len(maps) > MAPS_MAX:
-            maps.popitem(last=False)  # unmapped once no view of it is left
-        return view
 
     def close(self):
         self.pool.disconnect()

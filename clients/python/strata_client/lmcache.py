@@ -25,6 +25,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import redis.asyncio as aioredis
 
+from .client import FileMaps, fill_elsewhere, map_located
+
 Buffer = Union[bytes, bytearray, memoryview]
 Chunk = Tuple[bytes, Buffer]
 
@@ -67,10 +69,16 @@ def decode(value: bytes) -> Chunk:
 class StrataConnector:
     """LMCache remote connector over Strata's KV-cache commands."""
 
-    def __init__(self, url: str = "redis://127.0.0.1:6380", lease_ms: int = 0, max_connections: int = 16):
+    def __init__(
+        self, url: str = "redis://127.0.0.1:6380", lease_ms: int = 0, max_connections: int = 16, local: bool = False
+    ):
+        """With ``local`` (a client on the server's machine that may read its files), reads
+        map the chunks from the server's value log (``KVC.LOCATE``) instead of receiving
+        them through the socket; chunks not there are read with ``KVC.GET``."""
         self.pool = aioredis.ConnectionPool.from_url(url, max_connections=max_connections)
         self.r = aioredis.Redis(connection_pool=self.pool)
         self.lease_ms = lease_ms
+        self.maps = FileMaps() if local else None
 
     @staticmethod
     def _group(keys: Sequence) -> Tuple[str, List[str]]:
@@ -106,16 +114,33 @@ class StrataConnector:
         if not keys:
             return []
         ns, hashes = self._group(keys)
+        if self.maps is not None:
+            return await self._batched_get_local(ns, hashes)
+        out: List[Chunk] = []
         pipe = self.r.pipeline(transaction=False)
         batches = [hashes[i : i + CHUNKS_PER_COMMAND] for i in range(0, len(hashes), CHUNKS_PER_COMMAND)]
         for b in batches:
             pipe.execute_command("KVC.GET", ns, *b)
-        out: List[Chunk] = []
         for b, values in zip(batches, await pipe.execute()):
             out.extend(decode(v) for v in values)
             if len(values) < len(b):
                 break
         return out
+
+    async def _batched_get_local(self, ns: str, hashes: List[str]) -> List[Chunk]:
+        """Chunks in the server's value log mapped from its files, the rest by KVC.GET."""
+        out: list = []
+        for i in range(0, len(hashes), CHUNKS_PER_COMMAND):
+            batch = hashes[i : i + CHUNKS_PER_COMMAND]
+            located = await self.r.execute_command("KVC.LOCATE", ns, *batch)
+            elsewhere = map_located(self.maps, batch, located, out)
+            if elsewhere:
+                values = await self.r.execute_command("KVC.GET", ns, *(h for _, h in elsewhere))
+                if not fill_elsewhere(out, elsewhere, values):
+                    break
+            if len(located) < len(batch):
+                break
+        return [decode(v) for v in out]
 
     async def put(self, key, chunk: Chunk) -> None:
         await self.batched_put([key], [chunk])

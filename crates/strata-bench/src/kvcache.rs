@@ -171,8 +171,13 @@ impl Backend {
                 };
                 let mut lens = Vec::with_capacity(found.len());
                 let mut at = 0;
-                for (item, key) in found.iter().zip(keys) {
-                    let (path, offset, len, expire_ms, crc) = located(item)?;
+                for ((item, key), h) in found.iter().zip(keys).zip(hashes) {
+                    let Some((path, offset, len, expire_ms, crc)) = located(item)? else {
+                        // Present but not in the value log: read through the socket.
+                        let got = c.call_into_buffer(&[b"KVC.GET", ns.as_bytes(), h.as_bytes()])?;
+                        lens.push(got.first().copied().flatten());
+                        continue;
+                    };
                     let end = offset + len;
                     if maps.get(path).is_none_or(|m| m.len() < end) {
                         let f = std::fs::File::open(std::str::from_utf8(path)?)?;
@@ -229,12 +234,16 @@ impl Backend {
     }
 }
 
-/// One `KVC.LOCATE` entry: path, offset, length, expiry, checksum.
-fn located(v: &Value) -> anyhow::Result<(&[u8], usize, usize, u64, u32)> {
+/// One `KVC.LOCATE` entry: path, offset, length, expiry, checksum; `None` for a chunk that
+/// is present but not in the value log.
+type Located<'a> = (&'a [u8], usize, usize, u64, u32);
+
+fn located(v: &Value) -> anyhow::Result<Option<Located<'_>>> {
     match v {
+        Value::Nil => Ok(None),
         Value::Array(f) => match f.as_slice() {
             [Value::Bulk(p), Value::Int(o), Value::Int(l), Value::Int(e), Value::Int(c)] => {
-                Ok((p, *o as usize, *l as usize, *e as u64, *c as u32))
+                Ok(Some((p, *o as usize, *l as usize, *e as u64, *c as u32)))
             }
             _ => anyhow::bail!("KVC.LOCATE entry is not [path, offset, length, expiry, crc]"),
         },

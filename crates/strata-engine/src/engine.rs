@@ -752,38 +752,46 @@ impl Engine {
         Ok(Some((tier, s.value_len)))
     }
 
-    /// Where the live values of the leading `keys` lie in the value log, for a reader on the
-    /// same machine that maps the files itself; stops at the first key whose value is not
-    /// there (absent, expired, in the object store, or small enough to live in its record).
-    /// Value-log entries are never changed in place, so a location stays valid for as long
-    /// as its file exists (a reader with the file mapped keeps it after collection deletes it).
-    pub fn locate_local(&self, keys: &[&[u8]]) -> Result<Vec<LocalValue>> {
+    /// For each leading key of `keys` that holds a live value, where that value lies in the
+    /// value log (`None` if it is elsewhere: in the object store, or small enough to live in
+    /// its record), for a reader on the same machine that maps the files itself; stops at
+    /// the first key with no live value. Value-log entries are never changed in place, so a
+    /// location stays valid for as long as its file exists (a reader with the file mapped
+    /// keeps it after collection deletes it).
+    pub fn locate_local(&self, keys: &[&[u8]]) -> Result<Vec<Option<LocalValue>>> {
         let inner = &self.inner;
         let now = inner.now_ms();
+        let live = |expire_ms: u64| expire_ms == 0 || expire_ms > now;
         let mut out = Vec::with_capacity(keys.len());
         for &key in keys {
-            let Some(p) = inner.warm.db.get_pinned_cf_opt(
+            let found = match inner.warm.db.get_pinned_cf_opt(
                 inner.warm.cf(CF_DATA),
                 key,
                 &crate::warm::read_options(),
-            )?
-            else {
-                break;
-            };
-            let rec = WarmRecord::decode_unverified(&p)?;
-            let (WarmValue::Logged(at), true) =
-                (rec.value, rec.expire_ms == 0 || rec.expire_ms > now)
-            else {
-                break;
+            )? {
+                Some(p) => {
+                    let rec = WarmRecord::decode_unverified(&p)?;
+                    if !live(rec.expire_ms) {
+                        break;
+                    }
+                    match rec.value {
+                        WarmValue::Logged(at) => Some(LocalValue {
+                            path: inner.vlog.path_of(at.file),
+                            offset: at.offset,
+                            len: at.len,
+                            expire_ms: rec.expire_ms,
+                            checksum: rec.checksum,
+                        }),
+                        WarmValue::Inline(_) => None,
+                    }
+                }
+                None => match inner.read_stored(key, false)? {
+                    Some(s) if s.is_live(now) => None,
+                    _ => break,
+                },
             };
             inner.access.mark(key);
-            out.push(LocalValue {
-                path: inner.vlog.path_of(at.file),
-                offset: at.offset,
-                len: at.len,
-                expire_ms: rec.expire_ms,
-                checksum: rec.checksum,
-            });
+            out.push(found);
         }
         Ok(out)
     }

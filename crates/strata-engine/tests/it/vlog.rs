@@ -271,7 +271,7 @@ async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value
 }
 
 #[tokio::test]
-async fn locate_local_names_where_logged_values_lie_and_stops_where_the_prefix_leaves_the_log() {
+async fn locate_local_names_where_logged_values_lie_and_stops_at_the_first_absent_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = options(dir.path());
     o.warm_bytes_max = 512 << 10;
@@ -297,6 +297,7 @@ async fn locate_local_names_where_logged_values_lie_and_stops_where_the_prefix_l
     let found = engine.locate_local(&refs).unwrap();
     assert_eq!(found.len(), 4);
     for ((l, k), v) in found.iter().zip(&keys).zip(&values) {
+        let l = l.as_ref().expect("a logged value is located");
         assert!(l.path.is_absolute(), "{}", l.path.display());
         let file = std::fs::read(&l.path).unwrap();
         let at = &file[l.offset as usize..(l.offset + l.len) as usize];
@@ -306,24 +307,27 @@ async fn locate_local_names_where_logged_values_lie_and_stops_where_the_prefix_l
             l.checksum
         );
     }
-    // The prefix ends at a key that is absent, or whose value lives in its record.
+    // The prefix ends at an absent key; a value that lives in its record is present but not
+    // located.
     let with_gap: Vec<&[u8]> = vec![refs[0], b"absent", refs[1]];
     assert_eq!(engine.locate_local(&with_gap).unwrap().len(), 1);
     let with_small: Vec<&[u8]> = vec![refs[0], refs[1], b"small", refs[2]];
-    assert_eq!(engine.locate_local(&with_small).unwrap().len(), 2);
+    let got = engine.locate_local(&with_small).unwrap();
+    let located: Vec<bool> = got.iter().map(|l| l.is_some()).collect();
+    assert_eq!(located, [true, true, false, true]);
     // After an overwrite, the new value's place.
     let newer = value(7, 40 << 10);
     engine
         .put(&keys[0], newer.clone(), PutOptions::default())
         .await
         .unwrap();
-    let l = &engine.locate_local(&refs[..1]).unwrap()[0];
+    let l = engine.locate_local(&refs[..1]).unwrap()[0].clone().unwrap();
     let file = std::fs::read(&l.path).unwrap();
     assert_eq!(
         &file[l.offset as usize..(l.offset + l.len) as usize],
         &newer[..]
     );
-    // Values demoted to the object store are not in the log: the prefix stops at the first.
+    // Values demoted to the object store are present but not in the log.
     let chunks: Vec<Vec<u8>> = (0..30u64)
         .map(|i| format!("chunk:{i:02}").into_bytes())
         .collect();
@@ -351,5 +355,16 @@ async fn locate_local_names_where_logged_values_lie_and_stops_where_the_prefix_l
     let first_cold = first_cold.expect("demotion moved some chunks");
     let refs: Vec<&[u8]> = chunks.iter().map(|k| k.as_slice()).collect();
     assert!(first_cold >= 1, "the read chunks stayed warm");
-    assert_eq!(engine.locate_local(&refs).unwrap().len(), first_cold);
+    let got = engine.locate_local(&refs).unwrap();
+    assert_eq!(got.len(), chunks.len(), "every chunk is present somewhere");
+    for (i, (l, k)) in got.iter().zip(&chunks).enumerate() {
+        let cold = engine.tier_of(k).await.unwrap() == Some(Tier::Cold);
+        assert_eq!(
+            l.is_none(),
+            cold,
+            "chunk {i}: located {}, cold {cold}",
+            l.is_some()
+        );
+    }
+    assert!(got[first_cold].is_none());
 }

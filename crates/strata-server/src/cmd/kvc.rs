@@ -9,10 +9,12 @@
 //!   `LEASE`, the matched chunks are not demoted to the object store for `ms` milliseconds.
 //!   With `LOADTIME`, a third element: the expected microseconds to load the matched chunks,
 //!   from measured per-tier costs (see `Engine::expected_load_us`).
-//! - `KVC.LOCATE ns h1 .. hN` → for each leading chunk whose value is in the value log,
-//!   `[path, offset, length, expire_ms, crc32c]`: where a client on the same machine can map
-//!   it itself and read it without a copy through the socket (see `Engine::locate_local`);
-//!   stops at the first chunk that is not there (missing, in the object store, or small).
+//! - `KVC.LOCATE ns h1 .. hN` → one element per leading present chunk (as many as
+//!   `KVC.MATCH` counts): `[path, offset, length, expire_ms, crc32c]` where the chunk lies in
+//!   the value log, for a client on the same machine to map and read itself without the
+//!   bytes crossing the socket (see `Engine::locate_local`), or nil for a chunk kept
+//!   elsewhere (the object store, or small enough to live in its record: read it with
+//!   `KVC.GET`).
 
 use bytes::Bytes;
 use strata_engine::{Expire, PutOptions};
@@ -129,6 +131,9 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                     found
                         .into_iter()
                         .map(|l| {
+                            let Some(l) = l else {
+                                return Reply::Null;
+                            };
                             Reply::Array(vec![
                                 Reply::Bulk(Bytes::from(
                                     l.path.into_os_string().into_encoded_bytes(),
