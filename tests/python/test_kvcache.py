@@ -189,3 +189,17 @@ def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):
         c.retrieve_local(tokens, verify=True)
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         r.execute_command("KVC.LOCATE", ns.id)
+
+
+def test_store_takes_any_buffer_without_copying_it_first(strata):
+    """store() accepts bytes, memoryviews of other item sizes (as numpy arrays are) and
+    non-contiguous views, and stores their bytes exactly."""
+    import array
+
+    ns = Namespace("m", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=2)
+    c = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
+    halves = array.array("H", range(5000))  # 2-byte items: 10,000 bytes, 5,000 items
+    strided = memoryview(bytes(range(256)) * 8)[::2]  # not contiguous
+    chunks = [b"plain", memoryview(halves), halves, strided]
+    assert c.store(list(range(8)), chunks) == 4
+    assert c.retrieve(list(range(8))) == [b"plain", halves.tobytes(), halves.tobytes(), strided.tobytes()]

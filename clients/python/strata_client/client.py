@@ -74,6 +74,16 @@ def fill_elsewhere(out: list, elsewhere: list, values: list) -> bool:
     return True
 
 
+def byte_view(buf) -> Buffer:
+    """Any buffer (bytes, a memoryview, a numpy array, ...) as bytes the wire can carry,
+    without a copy when it is contiguous (redis-py writes a memoryview's length in items,
+    so other formats are cast to bytes first)."""
+    if isinstance(buf, (bytes, bytearray)):
+        return buf
+    view = memoryview(buf)
+    return view.cast("B") if view.c_contiguous else view.tobytes()
+
+
 def check(key: bytes, expire_ms: int, value: Buffer, crc: int) -> None:
     """Raises ``ValueError`` unless ``crc`` is the CRC-32C of key, expiry (8 bytes, little
     endian) and value: the checksum Strata keeps for every stored value."""
@@ -149,7 +159,7 @@ class KVCacheClient:
                 continue
             args = ["KVC.PUT", self.ns.id]
             for h, c in batch:
-                args += [h, bytes(c) if isinstance(c, memoryview) else c]
+                args += [h, byte_view(c)]
             if ttl_s:
                 args += ["TTL", int(ttl_s)]
             pipe.execute_command(*args)
