@@ -50,6 +50,12 @@ def main():
         prefix = run(conn.batched_get_non_blocking("lookup", keys))
         seen["prefix_matches"] = [same(m, i) for i, m in enumerate(prefix)]
     seen["other_model_sees_it"] = run(conn.exists(key(keys[0].chunk_hash, model="other-model")))
+    if kind.startswith("strata"):
+        # The synchronous lookup LMCache's storage manager calls, in one round trip.
+        seen["sync_contains"] = conn.support_batched_contains() and conn.batched_contains(keys)
+        seen["removed"] = [conn.remove_sync(keys[3]), conn.remove_sync(keys[3])]
+        seen["contains_after_remove"] = run(conn.batched_async_contains("lookup", keys))
+        run(conn.batched_put(keys[3:4], objs[3:4]))
 
     r = redis.Redis.from_url(f"redis://{host_port}")
     if kind != "resp":

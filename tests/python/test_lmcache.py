@@ -108,6 +108,8 @@ def test_lmcache_loads_the_strata_plugin(strata, kind):
     assert len(seen["server_keys"]) == 3 and all(
         k.startswith("kvc:meta-llama/Llama-3.1-8B@1@0@bfloat16:") for k in seen["server_keys"]
     ), seen["server_keys"]
+    assert seen["sync_contains"] == 4, "LMCache's synchronous lookup: one KVC.MATCH"
+    assert seen["removed"] == [True, False] and seen["contains_after_remove"] == 3
     if kind == "strata-local":
         assert seen["kvc_locate_calls"] > 0 and seen["kvc_get_calls"] == 0, seen
     else:

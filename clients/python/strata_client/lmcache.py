@@ -142,6 +142,11 @@ class StrataConnector:
                 break
         return [decode(v) for v in out]
 
+    async def remove(self, key) -> bool:
+        """Deletes one chunk; says whether it was there."""
+        ns, (h,) = self._group([key])
+        return bool(await self.r.delete(f"kvc:{ns}:{h}"))
+
     async def put(self, key, chunk: Chunk) -> None:
         await self.batched_put([key], [chunk])
 
