@@ -204,24 +204,24 @@ async def main_async(args, strata_port, redis_port):
     payload = os.urandom(kv_len)
     meta = b"M" * 28  # LMCache's RemoteMetadata is 28 bytes
 
-    targets = [
-        ("lmcache-redis → redis-server", lambda: StockConnector(f"redis://127.0.0.1:{redis_port}")),
-        ("lmcache-redis → strata", lambda: StockConnector(f"redis://127.0.0.1:{strata_port}")),
-        ("strata-connector → strata", lambda: StrataConnector(f"redis://127.0.0.1:{strata_port}")),
-    ]
+    # Stock on Redis, stock on Strata, Strata's connector, and Strata's connector in local
+    # mode (chunks mapped from Strata's files after KVC.LOCATE); from the third on, a path
+    # finds the cached prefix in one round trip.
+    strata_url = f"redis://127.0.0.1:{strata_port}"
     if args.lmcache:
         targets = [
             ("LMCache RedisConnector → redis-server", lambda: LMCacheConnector("redis", redis_port, kv_len)),
             ("LMCache RedisConnector → strata", lambda: LMCacheConnector("redis", strata_port, kv_len)),
             ("LMCache plugin://strata → strata", lambda: LMCacheConnector("strata", strata_port, kv_len)),
+            ("LMCache plugin://strata, local → strata", lambda: LMCacheConnector("strata-local", strata_port, kv_len)),
         ]
-    # The same connector in local mode: chunks mapped from Strata's files (KVC.LOCATE).
-    targets.append(
-        ("LMCache plugin://strata, local → strata", lambda: LMCacheConnector("strata-local", strata_port, kv_len))
-        if args.lmcache
-        else ("strata-connector, local → strata", lambda: StrataConnector(f"redis://127.0.0.1:{strata_port}", local=True))
-    )
-    # Paths from the third on (Strata's connector) find the cached prefix in one round trip.
+    else:
+        targets = [
+            ("lmcache-redis → redis-server", lambda: StockConnector(f"redis://127.0.0.1:{redis_port}")),
+            ("lmcache-redis → strata", lambda: StockConnector(strata_url)),
+            ("strata-connector → strata", lambda: StrataConnector(strata_url)),
+            ("strata-connector, local → strata", lambda: StrataConnector(strata_url, local=True)),
+        ]
     runs = []  # runs[r][t]: one row per path per run; paths alternate within a run
     for r in range(args.repeat):
         runs.append([])
@@ -306,7 +306,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.report}.json").write_text(json.dumps(report, indent=2) + "\n")
     md = [
-        "# LMCache paths: stock redis:// connector vs Strata's connector (over the socket and local)"
+        "# LMCache paths: stock redis:// connector vs Strata's connector, over the socket and local"
         + (" (LMCache's own code)" if args.lmcache else " (LMCache's command sequence, replayed)"),
         "",
         f"{args.prompts} prompts × {args.chunks} chunks of {args.chunk_kib} KiB, {args.requests} requests per path and run, "
@@ -323,7 +323,7 @@ def main():
             f"| {r['path']} | {r['lookup_p50_ms']:.2f} | {r['lookup_p95_ms']:.2f} | {r['read_p50_ms']:.1f} | "
             f"{r['read_p95_ms']:.1f} | {r['read_gib_per_sec']:.2f} | {r['round_trips_lookup']} |"
         )
-    md += ["", f"Ratios (medians of the per-run ratios; per run in brackets):", ""]
+    md += ["", "Ratios (medians of the per-run ratios; per run in brackets):", ""]
     md += [f"- {k}: {v:.2f} ({', '.join(f'{r[k]:.2f}' for r in per_run)})" for k, v in ratios.items()]
     md += ["", f"Command: `{cmd}` ({took:.0f} s). Chart: `{args.report}.png`.", ""]
     (out / f"{args.report}.md").write_text("\n".join(md))

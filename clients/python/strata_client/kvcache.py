@@ -16,6 +16,11 @@ import struct
 from typing import List, Sequence
 
 
+def key_for(ns_id: str, chunk_hash: str) -> str:
+    """The Strata key of a chunk in namespace ``ns_id`` (``strata_kvcache::key_for``)."""
+    return f"kvc:{ns_id}:{chunk_hash}"
+
+
 class Namespace:
     """Everything that makes two KV caches incompatible."""
 
@@ -42,7 +47,7 @@ class Namespace:
         return out
 
     def key_of(self, chunk_hash: str) -> str:
-        return f"kvc:{self.id}:{chunk_hash}"
+        return key_for(self.id, chunk_hash)
 
     def chunk_keys(self, tokens: Sequence[int]) -> List[str]:
         return [self.key_of(h) for h in self.chunk_hashes(tokens)]

@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import redis.asyncio as aioredis
 
 from .client import FileMaps, fill_elsewhere, map_located
+from .kvcache import key_for
 
 Buffer = Union[bytes, bytearray, memoryview]
 Chunk = Tuple[bytes, Buffer]
@@ -145,7 +146,7 @@ class StrataConnector:
     async def remove(self, key) -> bool:
         """Deletes one chunk; says whether it was there."""
         ns, (h,) = self._group([key])
-        return bool(await self.r.delete(f"kvc:{ns}:{h}"))
+        return bool(await self.r.delete(key_for(ns, h)))
 
     async def put(self, key, chunk: Chunk) -> None:
         await self.batched_put([key], [chunk])

@@ -191,10 +191,7 @@ impl Backend {
                         "checksum mismatch at {offset} of {}",
                         String::from_utf8_lossy(path)
                     );
-                    if buffer.len() < at + len {
-                        buffer.resize(at + len, 0);
-                    }
-                    buffer[at..at + len].copy_from_slice(value);
+                    slot(buffer, at, len).copy_from_slice(value);
                     at += len;
                     lens.push(Some(len));
                 }
@@ -209,10 +206,7 @@ impl Backend {
                         continue;
                     };
                     let len = f.metadata()?.len() as usize;
-                    if buffer.len() < at + len {
-                        buffer.resize(at + len, 0);
-                    }
-                    f.read_exact(&mut buffer[at..at + len])?;
+                    f.read_exact(slot(buffer, at, len))?;
                     at += len;
                     lens.push(Some(len));
                 }
@@ -232,6 +226,14 @@ impl Backend {
             }
         })
     }
+}
+
+/// `len` bytes of the reused read buffer from `at`, grown as needed.
+fn slot(buffer: &mut Vec<u8>, at: usize, len: usize) -> &mut [u8] {
+    if buffer.len() < at + len {
+        buffer.resize(at + len, 0);
+    }
+    &mut buffer[at..at + len]
 }
 
 /// One `KVC.LOCATE` entry: path, offset, length, expiry, checksum; `None` for a chunk that
@@ -528,6 +530,14 @@ async fn run_once(
     Ok((rows, memory))
 }
 
+/// `f` of each run, to two decimals, comma-separated.
+fn per_run<R>(runs: &[R], f: impl Fn(&R) -> f64) -> String {
+    runs.iter()
+        .map(|r| format!("{:.2}", f(r)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Where the co-located Strata client and the `--variant-set` server are in a run's rows
 /// (after Strata, Redis, files and the object store).
 const COLOCATED: usize = 4;
@@ -633,48 +643,25 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         rows[0].read_gib_per_sec / loopback_dram.max(1e-9)
     ));
     let colocated = &rows[COLOCATED];
-    let per_run: Vec<String> = runs
-        .iter()
-        .map(|r| {
-            format!(
-                "{:.2}",
-                r[COLOCATED].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)
-            )
-        })
-        .collect();
     md.push_str(&format!(
         "Strata co-located (KVC.LOCATE, reading the value log's files itself) cached tokens/s / local files: {:.2} (per run {}); read GiB/s / Strata over KVC.GET: {:.2}.\n",
         colocated.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
-        per_run.join(", "),
+        per_run(&runs, |r| r[COLOCATED].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)),
         colocated.read_gib_per_sec / rows[0].read_gib_per_sec.max(1e-9),
     ));
     if let Some(v) = rows.get(VARIANT) {
-        let per_run: Vec<String> = runs
-            .iter()
-            .map(|r| {
-                format!(
-                    "{:.2}",
-                    r[0].read_gib_per_sec / r[VARIANT].read_gib_per_sec.max(1e-9)
-                )
-            })
-            .collect();
         md.push_str(&format!(
             "Strata read GiB/s / {}: {:.2} (per run {}); p95: {:.2}; write GiB/s: {:.2}.\n",
             v.backend,
             rows[0].read_gib_per_sec / v.read_gib_per_sec.max(1e-9),
-            per_run.join(", "),
+            per_run(&runs, |r| r[0].read_gib_per_sec
+                / r[VARIANT].read_gib_per_sec.max(1e-9)),
             rows[0].read_p95_ms / v.read_p95_ms.max(1e-9),
             rows[0].write_gib_per_sec / v.write_gib_per_sec.max(1e-9),
         ));
     }
     if ratios_per_run.len() > 1 {
-        let list = |k: usize| {
-            ratios_per_run
-                .iter()
-                .map(|r| format!("{:.2}", r[k]))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = |k: usize| per_run(&ratios_per_run, |r| r[k]);
         md.push_str(&format!(
             "Per run: bandwidth / loopback {}; p95 / Redis p95 {}; tokens/s / local files {}.\n",
             list(0),

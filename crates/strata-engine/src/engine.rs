@@ -36,7 +36,6 @@ impl Tier {
     }
 }
 
-/// Where a stored entry lives, as read under its stripe lock.
 /// Where a value lies in the value log (see [`Engine::locate_local`]): `len` bytes at
 /// `offset` of the file at `path`. `checksum` is the record's CRC-32C of the key, the expiry
 /// (`expire_ms`, 8 bytes little-endian) and the value, in that order
@@ -50,13 +49,15 @@ pub struct LocalValue {
     pub checksum: u32,
 }
 
+/// Where a stored entry lives, as read under its stripe lock.
 pub(crate) enum Loc {
     /// `charge` is what the entry counts against the warm budget; `logged` is where the
-    /// value-log holds the value, if it does.
+    /// value-log holds the value, if it does; `checksum` is the record's.
     Warm {
         charge: u64,
         value: Option<Bytes>,
         logged: Option<ValuePointer>,
+        checksum: u32,
     },
     Cold(BlockRef),
 }
@@ -221,6 +222,7 @@ impl Inner {
             let rec = WarmRecord::decode_unverified(&p)?;
             let value_len = rec.value_len();
             let expire_ms = rec.expire_ms;
+            let checksum = rec.checksum;
             let logged = match rec.value {
                 WarmValue::Logged(at) => Some(at),
                 WarmValue::Inline(_) => None,
@@ -234,6 +236,7 @@ impl Inner {
                 charge,
                 value,
                 logged,
+                checksum,
             };
             return Ok(Some(Stored {
                 loc,
@@ -761,37 +764,26 @@ impl Engine {
     pub fn locate_local(&self, keys: &[&[u8]]) -> Result<Vec<Option<LocalValue>>> {
         let inner = &self.inner;
         let now = inner.now_ms();
-        let live = |expire_ms: u64| expire_ms == 0 || expire_ms > now;
         let mut out = Vec::with_capacity(keys.len());
         for &key in keys {
-            let found = match inner.warm.db.get_pinned_cf_opt(
-                inner.warm.cf(CF_DATA),
-                key,
-                &crate::warm::read_options(),
-            )? {
-                Some(p) => {
-                    let rec = WarmRecord::decode_unverified(&p)?;
-                    if !live(rec.expire_ms) {
-                        break;
-                    }
-                    match rec.value {
-                        WarmValue::Logged(at) => Some(LocalValue {
-                            path: inner.vlog.path_of(at.file),
-                            offset: at.offset,
-                            len: at.len,
-                            expire_ms: rec.expire_ms,
-                            checksum: rec.checksum,
-                        }),
-                        WarmValue::Inline(_) => None,
-                    }
-                }
-                None => match inner.read_stored(key, false)? {
-                    Some(s) if s.is_live(now) => None,
-                    _ => break,
-                },
+            let Some(s) = inner.read_stored(key, false)?.filter(|s| s.is_live(now)) else {
+                break;
             };
             inner.access.mark(key);
-            out.push(found);
+            out.push(match s.loc {
+                Loc::Warm {
+                    logged: Some(at),
+                    checksum,
+                    ..
+                } => Some(LocalValue {
+                    path: inner.vlog.path_of(at.file),
+                    offset: at.offset,
+                    len: at.len,
+                    expire_ms: s.expire_ms,
+                    checksum,
+                }),
+                _ => None,
+            });
         }
         Ok(out)
     }

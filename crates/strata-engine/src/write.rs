@@ -154,6 +154,7 @@ impl Inner {
                     value,
                     charge,
                     logged,
+                    ..
                 }),
             ) => {
                 let loaded;
