@@ -24,6 +24,19 @@ def strata_bin() -> str:
     return str(path)
 
 
+def set_when_writable(client, key, value, deadline, errors=redis.ResponseError):
+    """Retries a SET refused with one of `errors` until the store accepts writes again (or
+    `deadline` passes): a full disk, or the warm tier's hard limit (-OOM, "writes resume as
+    it drains") while demotion catches up, as a client should."""
+    while True:
+        try:
+            client.set(key, value)
+            return
+        except errors as e:
+            assert time.time() < deadline, f"writes did not resume: {e}"
+            time.sleep(0.5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

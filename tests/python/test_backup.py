@@ -10,7 +10,11 @@ import time
 
 import redis
 
-from conftest import StrataProcess, strata_bin
+from conftest import StrataProcess, set_when_writable, strata_bin
+
+#: What a tiny store answers while demotion catches up with its writes; the fills below
+#: wait that out, as a client should (nothing acknowledged is lost).
+OOM = redis.exceptions.OutOfMemoryError
 
 TINY = {
     "hot_bytes_max": "64KiB",
@@ -27,19 +31,6 @@ TINY = {
 
 def value(i: int) -> bytes:
     return hashlib.sha256(str(i).encode()).digest() * (1 + i % 40)
-
-
-def put(c, key, v):
-    """SET, waiting out the warm tier's hard limit as a client should: with a budget this
-    small, writes can outrun demotion for a moment, and the server refuses them (-OOM, "writes
-    resume as it drains") rather than overfill the disk; nothing acknowledged is lost."""
-    deadline = time.time() + 60
-    while True:
-        try:
-            return c.set(key, v)
-        except redis.exceptions.OutOfMemoryError:
-            assert time.time() < deadline, "the warm tier never drained"
-            time.sleep(0.05)
 
 
 def cli(*args, data_dir):
@@ -69,7 +60,7 @@ def test_backup_and_restore_compare_every_key():
         c = p.client()
         expected = {}
         for i in range(600):
-            put(c, f"key:{i:04}", value(i))
+            set_when_writable(c, f"key:{i:04}", value(i), time.time() + 60, OOM)
             expected[f"key:{i:04}"] = value(i)
         for i in range(0, 600, 10):
             c.delete(f"key:{i:04}")
@@ -87,7 +78,7 @@ def test_backup_and_restore_compare_every_key():
         assert c.info("persistence")["last_backup_status"] == "ok"
         at_backup = dict(expected)
         for i in range(600, 650):  # written after the snapshot
-            put(c, f"key:{i:04}", value(i))
+            set_when_writable(c, f"key:{i:04}", value(i), time.time() + 60, OOM)
             expected[f"key:{i:04}"] = value(i)
     finally:
         p.stop()
@@ -142,7 +133,7 @@ def test_backup_to_an_s3_prefix_and_restore_from_it():
         c = p.client()
         expected = {f"s3key:{i:04}": value(i) for i in range(300)}
         for k, v in expected.items():
-            put(c, k, v)
+            set_when_writable(c, k, v, time.time() + 60, OOM)
     finally:
         p.stop()
     try:
