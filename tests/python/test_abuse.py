@@ -64,6 +64,35 @@ def test_huge_declared_lengths_are_refused_before_buffering():
         p.stop()
 
 
+
+def test_a_transaction_queue_and_a_keys_reply_have_limits(strata):
+    """A MULTI queue may hold at most client-query-buffer-limit bytes: past it the command
+    is refused and EXEC discards the transaction (nothing of it is applied). KEYS refuses to
+    build a reply of more than client-output-buffer-limit bytes of names, and points at SCAN."""
+    r = strata.client()
+    r.config_set("client-query-buffer-limit", str(MIB))
+    r.config_set("client-output-buffer-limit", str(MIB))
+    one = strata.client(single_connection_client=True)
+    assert one.execute_command("MULTI")
+    for i in range(3):
+        one.execute_command("SET", f"queued:{i}", b"v" * (300 << 10))  # QUEUED
+    with pytest.raises(redis.ResponseError, match="MULTI queue full"):
+        one.execute_command("SET", "queued:3", b"v" * (300 << 10))
+    with pytest.raises(redis.ResponseError, match="Transaction discarded"):  # EXECABORT
+        one.execute_command("EXEC")
+    assert r.exists(*[f"queued:{i}" for i in range(5)]) == 0
+    pipe = r.pipeline(transaction=True)
+    for i in range(3):
+        pipe.set(f"queued:{i}", b"v" * (300 << 10))
+    assert pipe.execute() == [True] * 3, "a queue under the limit runs"
+
+    long_names = [b"n%02d:" % i + b"x" * (60 << 10) for i in range(20)]
+    r.mset({k: b"1" for k in long_names})
+    with pytest.raises(redis.ResponseError, match="use SCAN"):
+        r.keys("n*")
+    assert r.keys("n05:*") == [long_names[5]]
+    assert sorted(k for k in r.scan_iter("n*", count=5)) == sorted(long_names)
+
 def test_slowloris_client_is_cut_off():
     p = StrataProcess({"client_request_timeout": 2})
     try:

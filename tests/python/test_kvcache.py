@@ -203,3 +203,52 @@ def test_store_takes_any_buffer_without_copying_it_first(strata):
     chunks = [b"plain", memoryview(halves), halves, strided]
     assert c.store(list(range(8)), chunks) == 4
     assert c.retrieve(list(range(8))) == [b"plain", halves.tobytes(), halves.tobytes(), strided.tobytes()]
+
+
+def test_one_reply_carries_at_most_the_output_limit_and_the_clients_read_on(strata):
+    """`client-output-buffer-limit` bounds the values one reply carries: MGET past it is
+    refused, KVC.GET stops before the chunk that would pass it, and both Python clients ask
+    again for the rest, so a retrieve still returns the whole cached prefix."""
+    import asyncio
+
+    from strata_client.lmcache import StrataConnector
+
+    r = strata.client()
+    mib = 1 << 20
+    assert r.config_set("client-output-buffer-limit", "normal 3145728 0 0")
+    assert r.config_get("client-output-buffer-limit")["client-output-buffer-limit"].startswith("normal 3145728 ")
+    for bad in ("1000", "normal 0 0 0", "lots"):
+        with pytest.raises(redis.ResponseError, match="client-output-buffer-limit"):
+            r.config_set("client-output-buffer-limit", bad)
+
+    ns = Namespace("limit-test", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=4)
+    c = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
+    prompt = list(range(4 * 8))
+    chunks = [bytes([i]) * mib for i in range(8)]
+    assert c.store(prompt, chunks) == 8
+    hashes = ns.chunk_hashes(prompt)
+    got = r.execute_command("KVC.GET", ns.id, *hashes)
+    assert len(got) == 3 and got == chunks[:3], "stops before the chunk that passes 3 MiB"
+    assert c.retrieve(prompt) == chunks
+    assert [bytes(v) for v in c.retrieve_local(prompt)] == chunks
+    # A reply over the limit that stopped at a real miss still ends there.
+    assert c.retrieve(prompt[:20] + [9999] * 12) == chunks[:5]
+
+    keys = [ns.key_of(h) for h in hashes]
+    with pytest.raises(redis.ResponseError, match="more than 3145728 bytes"):
+        r.mget(keys)
+    assert r.mget(keys[:3]) == chunks[:3]
+    assert r.mget(keys[:1]) == chunks[:1]
+
+    async def via_connector():
+        lm = [f"limit-model@1@0@{h}@bfloat16" for h in range(6)]
+        conn = StrataConnector(f"redis://127.0.0.1:{strata.port}")
+        await conn.batched_put(lm, [(b"m%d" % i, bytes([i]) * mib) for i in range(6)])
+        got = await conn.batched_get(lm)
+        await conn.close()
+        return got
+
+    got = asyncio.run(via_connector())
+    assert [(m, bytes(kv)) for m, kv in got] == [(b"m%d" % i, bytes([i]) * mib) for i in range(6)]
+    assert r.config_set("client-output-buffer-limit", str(1 << 30))
+    assert len(r.execute_command("KVC.GET", ns.id, *hashes)) == 8

@@ -74,6 +74,26 @@ def fill_elsewhere(out: list, elsewhere: list, values: list) -> bool:
     return True
 
 
+def unread(asked: Sequence, got: Sequence) -> list:
+    """The chunk ids a ``KVC.GET`` reply left out. The server stops at its reply size limit
+    (``client-output-buffer-limit``) as well as at a missing chunk; a reply that stopped
+    early but carried something is followed by another for the rest, and an empty reply
+    means the next chunk is missing."""
+    return list(asked[len(got) :]) if 0 < len(got) < len(asked) else []
+
+
+def kvc_get(r: "redis.Redis", ns: str, hashes: Sequence, values: Optional[list] = None) -> list:
+    """The leading present chunks of ``hashes`` (``KVC.GET``, again for what a reply left
+    out); ``values``: a first reply already in hand."""
+    values = list(r.execute_command("KVC.GET", ns, *hashes)) if values is None else list(values)
+    rest = unread(hashes, values)
+    while rest:
+        more = r.execute_command("KVC.GET", ns, *rest)
+        values += more
+        rest = unread(rest, more)
+    return values
+
+
 def byte_view(buf) -> Buffer:
     """Any buffer (bytes, a memoryview, a numpy array, ...) as bytes the wire can carry,
     without a copy when it is contiguous (redis-py writes a memoryview's length in items,
@@ -184,7 +204,7 @@ class KVCacheClient:
             located = self.r.execute_command("KVC.LOCATE", self.ns.id, *batch)
             elsewhere = map_located(self.maps, batch, located, out, self.ns.key_of if verify else None)
             if elsewhere:
-                values = self.r.execute_command("KVC.GET", self.ns.id, *(h for _, h in elsewhere))
+                values = kvc_get(self.r, self.ns.id, [h for _, h in elsewhere])
                 if not fill_elsewhere(out, elsewhere, values):
                     break
             if len(located) < len(batch):
@@ -199,6 +219,7 @@ class KVCacheClient:
         for batch in batches:
             pipe.execute_command("KVC.GET", self.ns.id, *batch)
         for batch, values in zip(batches, pipe.execute()):
+            values = kvc_get(self.r, self.ns.id, batch, values)
             out.extend(values)
             if len(values) < len(batch):
                 break

@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import redis.asyncio as aioredis
 
-from .client import FileMaps, fill_elsewhere, map_located
+from .client import FileMaps, fill_elsewhere, map_located, unread
 from .kvcache import key_for
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -123,10 +123,21 @@ class StrataConnector:
         for b in batches:
             pipe.execute_command("KVC.GET", ns, *b)
         for b, values in zip(batches, await pipe.execute()):
+            values = await self._kvc_get(ns, b, values)
             out.extend(decode(v) for v in values)
             if len(values) < len(b):
                 break
         return out
+
+    async def _kvc_get(self, ns: str, hashes: List[str], values: Optional[list] = None) -> list:
+        """``strata_client.client.kvc_get`` over the asyncio client."""
+        values = list(await self.r.execute_command("KVC.GET", ns, *hashes)) if values is None else list(values)
+        rest = unread(hashes, values)
+        while rest:
+            more = await self.r.execute_command("KVC.GET", ns, *rest)
+            values += more
+            rest = unread(rest, more)
+        return values
 
     async def _batched_get_local(self, ns: str, hashes: List[str]) -> List[Chunk]:
         """Chunks in the server's value log mapped from its files, the rest by KVC.GET."""
@@ -136,7 +147,7 @@ class StrataConnector:
             located = await self.r.execute_command("KVC.LOCATE", ns, *batch)
             elsewhere = map_located(self.maps, batch, located, out)
             if elsewhere:
-                values = await self.r.execute_command("KVC.GET", ns, *(h for _, h in elsewhere))
+                values = await self._kvc_get(ns, [h for _, h in elsewhere])
                 if not fill_elsewhere(out, elsewhere, values):
                     break
             if len(located) < len(batch):

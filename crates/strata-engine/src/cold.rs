@@ -32,12 +32,19 @@ pub(crate) struct ColdCounters {
     pub(crate) put_bytes: AtomicU64,
     pub(crate) get_micros_total: AtomicU64,
     pub(crate) shared_fetches: AtomicU64,
+    /// Reads that waited for a slot (`cold_reads_max` were in flight).
+    pub(crate) read_waits: AtomicU64,
+    /// Most reads ever in flight at once.
+    pub(crate) reads_in_flight_peak: AtomicU64,
 }
 
 pub(crate) struct Cold {
     store: Arc<dyn ObjectStore>,
     timeout: Duration,
     inflight: Mutex<HashMap<(u64, u32), BlockFuture>>,
+    /// One permit per object-store read in flight (`cold_reads_max`).
+    read_slots: tokio::sync::Semaphore,
+    read_slots_max: usize,
     pub(crate) counters: ColdCounters,
     pub(crate) url: String,
 }
@@ -77,6 +84,8 @@ impl Cold {
             store,
             timeout: Duration::from_millis(o.cold_request_timeout_ms.max(1)),
             inflight: Mutex::new(HashMap::new()),
+            read_slots: tokio::sync::Semaphore::new(o.cold_reads_max.max(1)),
+            read_slots_max: o.cold_reads_max.max(1),
             counters: ColdCounters::default(),
             url: url.to_string(),
         })
@@ -124,6 +133,7 @@ impl Cold {
     pub(crate) async fn get_segment(&self, id: u64) -> Result<Bytes> {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         let path = segment_path(id);
+        let _slot = self.read_slot().await?;
         let res = self.timed("segment read", self.store.get(&path)).await?;
         let bytes = self.timed("segment read", res.bytes()).await?;
         self.counters
@@ -176,7 +186,26 @@ impl Cold {
         fut.await
     }
 
+    /// Waits for a turn to read from the object store (the wait is not part of the
+    /// request's timeout).
+    async fn read_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
+        if self.read_slots.available_permits() == 0 {
+            self.counters.read_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        let slot = self
+            .read_slots
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("object-store read slots closed".into()))?;
+        let in_flight = (self.read_slots_max - self.read_slots.available_permits()) as u64;
+        self.counters
+            .reads_in_flight_peak
+            .fetch_max(in_flight, Ordering::Relaxed);
+        Ok(slot)
+    }
+
     async fn fetch_block(&self, r: &BlockRef) -> Result<Bytes> {
+        let _slot = self.read_slot().await?;
         let start = Instant::now();
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         let stored = self

@@ -553,12 +553,7 @@ impl Engine {
     /// Reads many keys at once: hot for all, then one RocksDB multi-get, then the cold
     /// blocks concurrently (keys sharing a block share its fetch).
     pub async fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        Ok(self
-            .get_many_tiered(keys)
-            .await?
-            .into_iter()
-            .map(|v| v.map(|(b, _)| b))
-            .collect())
+        self.get_many_limited(keys, u64::MAX).await
     }
 
     /// Reads `keys` from the warm tier. When recent warm values were large, the second half
@@ -603,23 +598,98 @@ impl Engine {
 
     /// As [`Engine::get_many`], also saying which tier served each value.
     pub async fn get_many_tiered(&self, keys: &[&[u8]]) -> Result<Vec<Option<(Bytes, Tier)>>> {
-        self.read_many(keys, false).await
+        self.read_many(keys, false, u64::MAX).await
+    }
+
+    /// As [`Engine::get_many`], but refused (`Error::Invalid`) when two or more values found
+    /// hold more than `bytes_max` bytes in all, before any of them is fetched from the object
+    /// store: one read's memory stays bounded.
+    pub async fn get_many_limited(
+        &self,
+        keys: &[&[u8]],
+        bytes_max: u64,
+    ) -> Result<Vec<Option<Bytes>>> {
+        Ok(self
+            .read_many(keys, false, bytes_max)
+            .await?
+            .into_iter()
+            .map(|v| v.map(|(b, _)| b))
+            .collect())
     }
 
     /// The values of the leading keys of `keys` that hold one, up to the first that does
-    /// not (a KV-cache prefix is usable only contiguously). Nothing after that first miss is
-    /// fetched from the object store.
-    pub async fn get_prefix(&self, keys: &[&[u8]]) -> Result<Vec<Bytes>> {
-        let got = self.read_many(keys, true).await?;
+    /// not (a KV-cache prefix is usable only contiguously), and no more than `bytes_max`
+    /// bytes of them: the reply stops before the value that would pass it (but always holds
+    /// the first value present), so a caller that gets fewer values than keys asks again from
+    /// where it stopped. Nothing after the cut is fetched from the object store.
+    pub async fn get_prefix(&self, keys: &[&[u8]], bytes_max: u64) -> Result<Vec<Bytes>> {
+        let got = self.read_many(keys, true, bytes_max).await?;
         Ok(got.into_iter().map_while(|v| v.map(|(b, _)| b)).collect())
     }
 
-    /// Reads `keys` through the tiers; with `prefix`, cold values after the first key found
-    /// in no tier are not fetched (they are returned as `None`).
-    async fn read_many(&self, keys: &[&[u8]], prefix: bool) -> Result<Vec<Option<(Bytes, Tier)>>> {
+    /// Reads `keys` through the tiers; with `prefix`, nothing after the first key found in
+    /// no tier is returned. At most `bytes_max` bytes of values: with `prefix` the read stops
+    /// before the value that would pass it, without it the read is refused; either way
+    /// before the object store is asked (the index knows each cold value's length).
+    async fn read_many(
+        &self,
+        keys: &[&[u8]],
+        prefix: bool,
+        bytes_max: u64,
+    ) -> Result<Vec<Option<(Bytes, Tier)>>> {
+        let (mut out, cold_len, first_miss) = self.read_near(keys).await?;
+        let len_of = |i: usize| out[i].as_ref().map(|(v, _)| v.len() as u64).or(cold_len[i]);
+        let end = if prefix {
+            first_miss.min(keys.len())
+        } else {
+            keys.len()
+        };
+        let mut cut = end;
+        let mut total = 0u64;
+        let mut values = 0;
+        for i in 0..end {
+            let Some(len) = len_of(i) else { continue };
+            total += len;
+            values += 1;
+            // One value alone may be larger than the limit: the reply carries it.
+            if total > bytes_max && values > 1 {
+                if !prefix {
+                    return Err(Error::Invalid(format!(
+                        "the values asked for hold more than {bytes_max} bytes, the most one \
+                         reply may carry; ask for fewer keys at a time"
+                    )));
+                }
+                cut = i;
+                break;
+            }
+        }
+        for slot in &mut out[cut..] {
+            *slot = None;
+        }
+        let cold: Vec<usize> = (0..cut)
+            .filter(|&i| out[i].is_none() && cold_len[i].is_some())
+            .collect();
+        let fetched =
+            futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
+        for (&i, v) in cold.iter().zip(fetched) {
+            out[i] = v?.map(|v| (v, Tier::Cold));
+        }
+        Ok(out)
+    }
+
+    /// The first steps of [`Engine::read_many`]: the values DRAM and the warm tier hold, the
+    /// length of each value the index places in the object store (not fetched), and the
+    /// position of the first key held by no tier (`usize::MAX` if none).
+    async fn read_near(
+        &self,
+        keys: &[&[u8]],
+    ) -> Result<(Vec<Option<(Bytes, Tier)>>, Vec<Option<u64>>, usize)> {
         let inner = &self.inner;
         let now = inner.now_ms();
         let mut out: Vec<Option<(Bytes, Tier)>> = vec![None; keys.len()];
+        let mut cold_len = vec![None; keys.len()];
+        // The first key no tier holds (expired in warm or cold, or absent).
+        let mut first_miss = usize::MAX;
         let mut pending = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             inner.access.mark(k);
@@ -633,7 +703,7 @@ impl Engine {
             }
         }
         if pending.is_empty() {
-            return Ok(out);
+            return Ok((out, cold_len, first_miss));
         }
         let versions: Vec<u64> = pending
             .iter()
@@ -642,8 +712,6 @@ impl Engine {
         let pending_keys: Vec<&[u8]> = pending.iter().map(|&i| keys[i]).collect();
         let got = self.read_warm_batch(&pending_keys, now).await?;
         let mut not_warm = Vec::new();
-        // The first key no tier holds (expired in warm or cold, or absent).
-        let mut first_miss = usize::MAX;
         for ((&i, got), &seen) in pending.iter().zip(got).zip(&versions) {
             match got {
                 WarmGot::Value(v, expire_ms) => {
@@ -659,7 +727,7 @@ impl Engine {
             }
         }
         if not_warm.is_empty() {
-            return Ok(out);
+            return Ok((out, cold_len, first_miss));
         }
         let index_cf = inner.warm.cf(CF_INDEX);
         let got =
@@ -667,7 +735,6 @@ impl Engine {
                 .warm
                 .db
                 .batched_multi_get_cf(index_cf, not_warm.iter().map(|&i| keys[i]), false);
-        let mut cold = Vec::new();
         for (&i, res) in not_warm.iter().zip(got) {
             match res? {
                 Some(p) => {
@@ -676,7 +743,7 @@ impl Engine {
                         add(&inner.counters.misses);
                         first_miss = first_miss.min(i);
                     } else {
-                        cold.push(i);
+                        cold_len[i] = Some(r.value_len as u64);
                     }
                 }
                 None => {
@@ -685,15 +752,7 @@ impl Engine {
                 }
             }
         }
-        if prefix {
-            cold.retain(|&i| i < first_miss);
-        }
-        let fetched =
-            futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
-        for (&i, v) in cold.iter().zip(fetched) {
-            out[i] = v?.map(|v| (v, Tier::Cold));
-        }
-        Ok(out)
+        Ok((out, cold_len, first_miss))
     }
 
     /// Whether `key` holds a live value, without reading a cold value.
@@ -867,6 +926,8 @@ impl Engine {
                 put_bytes: ld(&cc.put_bytes),
                 get_micros_total: ld(&cc.get_micros_total),
                 shared_fetches: ld(&cc.shared_fetches),
+                read_waits: ld(&cc.read_waits),
+                reads_in_flight_peak: ld(&cc.reads_in_flight_peak),
             },
             cold_url: self.inner.cold.url.clone(),
             durability: format!("{:?}", self.inner.opts.durability).to_lowercase(),

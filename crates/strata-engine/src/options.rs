@@ -103,6 +103,9 @@ pub struct EngineOptions {
     pub segment_live_fraction_min: f64,
     pub background_interval_ms: u64,
     pub cold_request_timeout_ms: u64,
+    /// Most object-store reads in flight at once (others wait their turn), so one large
+    /// multi-key read cannot open a connection per key.
+    pub cold_reads_max: usize,
     pub value_bytes_max: usize,
     pub key_bytes_max: usize,
     /// Most expired keys removed per background pass.
@@ -149,6 +152,7 @@ impl EngineOptions {
             segment_live_fraction_min: 0.5,
             background_interval_ms: 1000,
             cold_request_timeout_ms: 10_000,
+            cold_reads_max: 64,
             value_bytes_max: strata_format::VALUE_BYTES_MAX,
             key_bytes_max: strata_format::KEY_BYTES_MAX,
             expire_sweep_count_max: 10_000,
@@ -184,6 +188,9 @@ impl EngineOptions {
         }
         if self.block_bytes < 512 || self.block_bytes > 16 << 20 {
             return bad("block_bytes must be between 512 and 16 MiB");
+        }
+        if !(1..=4096).contains(&self.cold_reads_max) {
+            return bad("cold_reads_max must be between 1 and 4096");
         }
         if !(1..=22).contains(&self.zstd_level) {
             return bad("zstd_level must be between 1 and 22");

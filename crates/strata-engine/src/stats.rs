@@ -54,6 +54,10 @@ pub struct ColdRequestStats {
     pub get_micros_total: u64,
     /// Reads that joined a fetch already in flight for the same block.
     pub shared_fetches: u64,
+    /// Reads that waited for one of the `cold_reads_max` slots.
+    pub read_waits: u64,
+    /// Most object-store reads ever in flight at once.
+    pub reads_in_flight_peak: u64,
 }
 
 /// A consistent-enough snapshot of everything the engine counts.

@@ -30,6 +30,8 @@ pub(crate) struct Conn {
     pub(crate) user: Option<(String, Role)>,
     pub(crate) name: String,
     pub(crate) multi: Option<Vec<Vec<Bytes>>>,
+    /// Bytes of the commands in `multi`.
+    pub(crate) multi_bytes: usize,
     /// A command queued in `MULTI` was refused: `EXEC` must fail with `EXECABORT`.
     pub(crate) multi_failed: bool,
     pub(crate) watched: Watched,
@@ -49,6 +51,7 @@ impl Conn {
             user: open.then(|| ("default".to_string(), Role::Admin)),
             name: String::new(),
             multi: None,
+            multi_bytes: 0,
             multi_failed: false,
             watched: Watched::default(),
             scan_cursors: HashMap::new(),

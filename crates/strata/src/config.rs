@@ -76,6 +76,8 @@ pub struct Config {
     pub segment_live_fraction_min: f64,
     pub background_interval_ms: u64,
     pub cold_request_timeout_ms: u64,
+    /// Most object-store reads in flight at once.
+    pub cold_reads_max: usize,
     /// Largest bulk string accepted on the wire, and so the largest value (Redis's name).
     #[serde(rename = "proto_max_bulk_len", deserialize_with = "de_size")]
     pub proto_max_bulk_len: u64,
@@ -147,6 +149,7 @@ impl Default for Config {
             segment_live_fraction_min: e.segment_live_fraction_min,
             background_interval_ms: e.background_interval_ms,
             cold_request_timeout_ms: e.cold_request_timeout_ms,
+            cold_reads_max: e.cold_reads_max,
             proto_max_bulk_len: 512 << 20,
             requirepass: String::new(),
             maxclients: 10_000,
@@ -350,6 +353,7 @@ impl Config {
         o.segment_live_fraction_min = self.segment_live_fraction_min;
         o.background_interval_ms = self.background_interval_ms;
         o.cold_request_timeout_ms = self.cold_request_timeout_ms;
+        o.cold_reads_max = self.cold_reads_max;
         o.pinned_bytes_max = self.pinned_bytes_max;
         o.value_bytes_max = usize::try_from(self.proto_max_bulk_len)?
             .min(strata_engine::EngineOptions::new(".").value_bytes_max);

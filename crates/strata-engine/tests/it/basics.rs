@@ -588,7 +588,7 @@ async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_mis
         cold[2].as_bytes(),
     ];
     let gets = engine.stats().cold_requests.gets;
-    let got = engine.get_prefix(&keys).await.unwrap();
+    let got = engine.get_prefix(&keys, u64::MAX).await.unwrap();
     assert_eq!(got.len(), 1, "stops at the first miss");
     assert_eq!(got[0], Bytes::from(vec![got[0][0]; 300]));
     let after_prefix = engine.stats().cold_requests.gets;
@@ -602,4 +602,68 @@ async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_mis
     let all = engine.get_many(&keys).await.unwrap();
     assert!(all[1].is_none() && all[2].is_some() && all[3].is_some());
     assert!(engine.stats().cold_requests.gets > after_prefix);
+}
+
+/// Cold keys of `fill`ed 300-byte values, far apart so that each sits in a block of its own.
+async fn cold_keys(engine: &Engine, n: usize) -> Vec<String> {
+    let mut cold = Vec::new();
+    for i in (0..200).step_by(20) {
+        let k = format!("key:{i:04}");
+        if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
+            cold.push(k);
+        }
+        if cold.len() == n {
+            return cold;
+        }
+    }
+    panic!("only {} cold keys", cold.len());
+}
+
+#[tokio::test]
+async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    fill(&engine, 200, 300).await;
+    engine.run_background_once().await.unwrap();
+    engine.clear_hot();
+    let cold = cold_keys(&engine, 6).await;
+    let keys: Vec<&[u8]> = cold.iter().map(|k| k.as_bytes()).collect();
+
+    // A prefix read stops before the value that would pass the limit: 3 × 300 ≤ 1000.
+    let gets = engine.stats().cold_requests.gets;
+    let got = engine.get_prefix(&keys, 1000).await.unwrap();
+    assert_eq!(got.len(), 3);
+    assert_eq!(
+        engine.stats().cold_requests.gets - gets,
+        3,
+        "values after the cut are not fetched"
+    );
+    // Asking again from where it stopped reads the rest; one value always comes back,
+    // even one larger than the limit.
+    assert_eq!(engine.get_prefix(&keys[3..], 1000).await.unwrap().len(), 3);
+    assert_eq!(engine.get_prefix(&keys, 10).await.unwrap().len(), 1);
+    assert_eq!(engine.get_prefix(&keys, u64::MAX).await.unwrap().len(), 6);
+
+    // A multi-get over the limit is refused before the object store is asked.
+    engine.clear_hot();
+    let gets = engine.stats().cold_requests.gets;
+    let err = engine.get_many_limited(&keys, 1000).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Invalid(ref m) if m.contains("1000 bytes")),
+        "{err}"
+    );
+    assert_eq!(engine.stats().cold_requests.gets, gets);
+    assert_eq!(
+        engine.get_many_limited(&keys[..1], 10).await.unwrap().len(),
+        1
+    );
+
+    // Within the limit, all six.
+    engine.clear_hot();
+    let gets = engine.stats().cold_requests.gets;
+    let got = engine.get_many_limited(&keys, 1800).await.unwrap();
+    assert!(got
+        .iter()
+        .all(|v| v.as_ref().is_some_and(|v| v.len() == 300)));
+    assert_eq!(engine.stats().cold_requests.gets - gets, 6);
 }

@@ -22,7 +22,8 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     let s3 = S3Server::start();
     s3.create_bucket("strata-test");
     let dir = tempfile::tempdir().unwrap();
-    let o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
+    let mut o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
+    o.cold_reads_max = 2;
     let engine = Engine::open(o.clone()).await.unwrap();
     for i in 0..150 {
         engine
@@ -51,6 +52,9 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     for (i, v) in got.iter().enumerate() {
         assert_eq!(v.as_deref(), Some(&vec![i as u8; 400][..]), "key {i}");
     }
+    // The multi-get wanted one GET per block at once; two at a time went out.
+    let c = engine.stats().cold_requests;
+    assert!(c.read_waits > 0 && c.reads_in_flight_peak == 2, "{c:?}");
     engine.close().await.unwrap();
     drop(engine);
 

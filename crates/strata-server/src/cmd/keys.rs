@@ -68,17 +68,25 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             let prefix = literal_prefix(pattern);
             let mut out = Vec::new();
             let mut cursor: Option<Bytes> = None;
+            let bytes_max = ctx.reply_bytes_max();
+            let mut bytes = 0u64;
             loop {
                 let page = match engine.scan_prefix(&prefix, cursor.as_deref(), 10_000) {
                     Ok(p) => p,
                     Err(e) => return engine_error(&e),
                 };
-                out.extend(
-                    page.items
-                        .into_iter()
-                        .filter(|i| glob_match(pattern, &i.key))
-                        .map(|i| Reply::Bulk(i.key)),
-                );
+                for i in page.items {
+                    if glob_match(pattern, &i.key) {
+                        bytes += i.key.len() as u64;
+                        out.push(Reply::Bulk(i.key));
+                    }
+                }
+                if bytes > bytes_max {
+                    return Reply::err(format!(
+                        "ERR KEYS would reply with more than {bytes_max} bytes \
+                         (client-output-buffer-limit); use SCAN"
+                    ));
+                }
                 match page.next {
                     Some(n) => cursor = Some(n),
                     None => break,

@@ -3,7 +3,10 @@
 //! - `KVC.PUT ns h value [h value ...] [TTL seconds]` → number of chunks stored.
 //! - `KVC.GET ns h1 .. hN` → the values of the leading chunks that are present, in order;
 //!   it stops at the first missing chunk (a KV prefix is usable only contiguously), so the
-//!   reply's length is the number of usable chunks.
+//!   reply's length is the number of usable chunks. It also stops before the chunk that
+//!   would take the reply past `client-output-buffer-limit` bytes (but always carries the
+//!   first chunk present): a client that gets fewer chunks than it named asks again for the
+//!   rest, and an empty reply means the next chunk is missing.
 //! - `KVC.MATCH ns h1 .. hN [LEASE ms] [LOADTIME]` → `[count, [tier, ...]]`: how many
 //!   leading chunks are present and where each one lives (`hot`, `warm`, `cold`). With
 //!   `LEASE`, the matched chunks are not demoted to the object store for `ms` milliseconds.
@@ -76,7 +79,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             for k in &refs {
                 engine.note_access(ctx.conn.id, k);
             }
-            match engine.get_prefix(&refs).await {
+            match engine.get_prefix(&refs, ctx.reply_bytes_max()).await {
                 Ok(vals) => Reply::Array(vals.into_iter().map(Reply::Bulk).collect()),
                 Err(e) => engine_error(&e),
             }

@@ -220,10 +220,20 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
     strata_engine::parse_i64(b)
 }
 
+/// Most commands one `MULTI` may queue.
+const MULTI_QUEUED_MAX: usize = 100_000;
+
 /// Context handed to command implementations.
 pub(crate) struct Ctx<'a> {
     pub(crate) shared: &'a Arc<Shared>,
     pub(crate) conn: &'a mut Conn,
+}
+
+impl Ctx<'_> {
+    /// The most bytes of values one reply may carry (`client-output-buffer-limit`).
+    pub(crate) fn reply_bytes_max(&self) -> u64 {
+        self.shared.cfg.read().client_output_buffer_limit
+    }
 }
 
 fn unknown_command(args: &[Bytes]) -> Reply {
@@ -282,6 +292,17 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
         _ => {}
     }
     if let Some(queue) = conn.multi.as_mut().filter(|_| spec.flags & NOQUEUE == 0) {
+        // The queue lives until EXEC: it gets the query buffer's limit.
+        let bytes: usize = args.iter().map(|a| a.len()).sum();
+        let bytes_max = shared.cfg.read().client_query_buffer_limit as usize;
+        if queue.len() >= MULTI_QUEUED_MAX || conn.multi_bytes + bytes > bytes_max {
+            conn.multi_failed = true;
+            return Reply::err(format!(
+                "ERR MULTI queue full ({MULTI_QUEUED_MAX} commands or client-query-buffer-limit \
+                 bytes); the transaction will be discarded"
+            ));
+        }
+        conn.multi_bytes += bytes;
         queue.push(args);
         return Reply::Simple("QUEUED".into());
     }

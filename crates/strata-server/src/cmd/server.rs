@@ -446,13 +446,13 @@ fn info(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         let c = &st.cold_requests;
         let _ = write!(
             o,
-            "# Strata\r\nhot_entries:{}\r\nhot_bytes:{}\r\nhot_bytes_max:{}\r\nhot_hits:{}\r\nwarm_entries:{}\r\nwarm_bytes:{}\r\nwarm_bytes_max:{}\r\nwarm_hits:{}\r\ncold_entries:{}\r\ncold_bytes:{}\r\ncold_hits:{}\r\nmisses:{}\r\ndemotions:{}\r\npromotions:{}\r\nprefetches:{}\r\nprefetch_used:{}\r\nprefetch_precision:{:.3}\r\nprefetch_coverage:{:.3}\r\nchecksum_errors:{}\r\nwal_bytes_dropped:{}\r\nsegments_written:{}\r\nsegments_deleted:{}\r\nvlog_files:{}\r\nvlog_bytes:{}\r\nvlog_files_collected:{}\r\nobject_store_gets:{}\r\nobject_store_puts:{}\r\nobject_store_deletes:{}\r\nobject_store_errors:{}\r\ncold_url:{}\r\ndurability:{}\r\n\r\n",
+            "# Strata\r\nhot_entries:{}\r\nhot_bytes:{}\r\nhot_bytes_max:{}\r\nhot_hits:{}\r\nwarm_entries:{}\r\nwarm_bytes:{}\r\nwarm_bytes_max:{}\r\nwarm_hits:{}\r\ncold_entries:{}\r\ncold_bytes:{}\r\ncold_hits:{}\r\nmisses:{}\r\ndemotions:{}\r\npromotions:{}\r\nprefetches:{}\r\nprefetch_used:{}\r\nprefetch_precision:{:.3}\r\nprefetch_coverage:{:.3}\r\nchecksum_errors:{}\r\nwal_bytes_dropped:{}\r\nsegments_written:{}\r\nsegments_deleted:{}\r\nvlog_files:{}\r\nvlog_bytes:{}\r\nvlog_files_collected:{}\r\nobject_store_gets:{}\r\nobject_store_puts:{}\r\nobject_store_deletes:{}\r\nobject_store_errors:{}\r\nobject_store_read_waits:{}\r\ncold_url:{}\r\ndurability:{}\r\n\r\n",
             st.hot.entries, st.hot.bytes, st.hot.bytes_max, st.hot.hits, st.warm.entries, st.warm.bytes, st.warm.bytes_max,
             st.warm.hits, st.cold.entries, st.cold.bytes, st.cold.hits, st.misses, st.demotions, st.promotions,
             st.prefetch_issued, st.prefetch_used,
             st.prefetch_precision(),
             st.prefetch_coverage(),
-            st.checksum_errors, st.wal_bytes_dropped, st.segments_written, st.segments_deleted, st.vlog_files, st.vlog_bytes, st.vlog_files_collected, c.gets, c.puts, c.deletes, c.errors, st.cold_url, st.durability
+            st.checksum_errors, st.wal_bytes_dropped, st.segments_written, st.segments_deleted, st.vlog_files, st.vlog_bytes, st.vlog_files_collected, c.gets, c.puts, c.deletes, c.errors, c.read_waits, st.cold_url, st.durability
         );
     }
     o
@@ -478,7 +478,7 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         (
             "client-output-buffer-limit",
             format!(
-                "normal 0 0 0 replica {} 0 0 pubsub 33554432 8388608 60",
+                "normal {0} 0 0 replica {0} 0 0 pubsub 33554432 8388608 60",
                 cfg.client_output_buffer_limit
             ),
         ),
@@ -549,6 +549,12 @@ fn config(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                             _ => return bad(),
                         }
                     }
+                    "client-output-buffer-limit" => {
+                        cfg.client_output_buffer_limit = match output_limit(&val) {
+                            Some(n) => n,
+                            None => return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - give a byte count of at least 1048576, or 'normal <hard> <soft> <seconds>' with such a hard limit")),
+                        }
+                    }
                     "save" | "appendonly" => {}
                     _ => {
                         return Reply::err(format!(
@@ -567,4 +573,21 @@ fn config(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try CONFIG HELP."
         )),
     }
+}
+
+/// The reply limit a `CONFIG SET client-output-buffer-limit` asks for: a byte count, or
+/// Redis's `normal <hard> <soft> <seconds>` form (other classes, which Strata has no
+/// clients of, are ignored). At least 1 MiB: every reply must fit one large value's worth.
+fn output_limit(val: &str) -> Option<u64> {
+    let words: Vec<&str> = val.split_whitespace().collect();
+    let hard = match words.as_slice() {
+        [n] => n.parse::<u64>().ok()?,
+        _ => {
+            let at = words
+                .chunks(4)
+                .find(|c| c.len() == 4 && c[0].eq_ignore_ascii_case("normal"))?;
+            at[1].parse::<u64>().ok()?
+        }
+    };
+    (hard >= 1 << 20).then_some(hard)
 }

@@ -43,7 +43,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             for k in &keys {
                 engine.note_access(ctx.conn.id, k);
             }
-            match engine.get_many(&keys).await {
+            match engine.get_many_limited(&keys, ctx.reply_bytes_max()).await {
                 Ok(vals) => Reply::Array(
                     vals.into_iter()
                         .map(|v| v.map_or(Reply::Null, Reply::Bulk))

@@ -13,6 +13,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 return Reply::err("ERR MULTI calls can not be nested");
             }
             ctx.conn.multi = Some(Vec::new());
+            ctx.conn.multi_bytes = 0;
             ctx.conn.multi_failed = false;
             Reply::ok()
         }
