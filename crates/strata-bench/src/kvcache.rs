@@ -154,9 +154,20 @@ impl Backend {
     ) -> anyhow::Result<(usize, usize)> {
         Ok(match self {
             Backend::Strata(c, ns, _) => {
-                let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
-                args.extend(hashes.iter().map(|h| h.as_bytes()));
-                leading_lens(c.call_into_buffer(&args)?)
+                // A reply cut at the server's reply limit is followed by one for the rest
+                // (each lands at the start of the one reused buffer).
+                let mut lens = Vec::with_capacity(hashes.len());
+                loop {
+                    let mut args: Vec<&[u8]> = vec![b"KVC.GET", ns.as_bytes()];
+                    args.extend(hashes[lens.len()..].iter().map(|h| h.as_bytes()));
+                    let got = c.call_into_buffer(&args)?;
+                    let cut = !got.is_empty() && got.len() < args.len() - 2;
+                    lens.extend(got);
+                    if !cut {
+                        break;
+                    }
+                }
+                leading_lens(lens)
             }
             Backend::Redis(c) => {
                 let mut args: Vec<&[u8]> = vec![b"MGET"];
