@@ -65,11 +65,22 @@ def test_huge_declared_lengths_are_refused_before_buffering():
 
 
 
-def test_a_transaction_queue_and_a_keys_reply_have_limits(strata):
+def test_a_transaction_queue_a_watch_set_and_a_keys_reply_have_limits(strata):
     """A MULTI queue may hold at most client-query-buffer-limit bytes: past it the command
-    is refused and EXEC discards the transaction (nothing of it is applied). KEYS refuses to
-    build a reply of more than client-output-buffer-limit bytes of names, and points at SCAN."""
+    is refused and EXEC discards the transaction (nothing of it is applied). One client
+    watches at most 100,000 keys. KEYS refuses to build a reply of more than
+    client-output-buffer-limit bytes of names, and points at SCAN."""
     r = strata.client()
+    watcher = strata.client(single_connection_client=True)
+    watcher.execute_command("WATCH", *[f"w:{i}" for i in range(60_000)])
+    watcher.execute_command("WATCH", *[f"w:{i}" for i in range(50_000, 100_000)])  # 10,000 already watched
+    with pytest.raises(redis.ResponseError, match="at most 100000 keys"):
+        watcher.execute_command("WATCH", "w:one-more")
+    r.set("w:99999", "changed")
+    assert watcher.execute_command("MULTI")
+    watcher.execute_command("SET", "w:0", "x")
+    assert watcher.execute_command("EXEC") is None, "the watches taken before the refusal hold"
+    assert watcher.execute_command("WATCH", "w:one-more"), "EXEC released them"
     r.config_set("client-query-buffer-limit", str(MIB))
     r.config_set("client-output-buffer-limit", str(MIB))
     one = strata.client(single_connection_client=True)
@@ -87,7 +98,8 @@ def test_a_transaction_queue_and_a_keys_reply_have_limits(strata):
     assert pipe.execute() == [True] * 3, "a queue under the limit runs"
 
     long_names = [b"n%02d:" % i + b"x" * (60 << 10) for i in range(20)]
-    r.mset({k: b"1" for k in long_names})
+    for part in (long_names[:10], long_names[10:]):  # each under the query limit
+        r.mset({k: b"1" for k in part})
     with pytest.raises(redis.ResponseError, match="use SCAN"):
         r.keys("n*")
     assert r.keys("n05:*") == [long_names[5]]

@@ -15,26 +15,38 @@ pub(crate) struct WatchRegistry {
     epoch: AtomicU64,
 }
 
+/// Most keys one client may watch at once.
+pub(crate) const WATCHED_KEYS_MAX: usize = 100_000;
+
 /// What one client watches: keys with the versions seen at `WATCH` time.
 #[derive(Default)]
 pub(crate) struct Watched {
-    pub(crate) keys: Vec<(Bytes, u64)>,
+    pub(crate) keys: HashMap<Bytes, u64>,
     pub(crate) epoch: u64,
 }
 
 impl WatchRegistry {
-    pub(crate) fn watch(&self, w: &mut Watched, key: &Bytes) {
+    /// Watches `keys` for `w`, unless that would take it past [`WATCHED_KEYS_MAX`] keys
+    /// (then nothing changes and the answer is false).
+    pub(crate) fn watch(&self, w: &mut Watched, keys: &[Bytes]) -> bool {
+        let new = keys.iter().filter(|k| !w.keys.contains_key(*k)).count();
+        if w.keys.len() + new > WATCHED_KEYS_MAX {
+            return false;
+        }
         if w.keys.is_empty() {
             w.epoch = self.epoch.load(Ordering::Acquire);
         }
-        if w.keys.iter().any(|(k, _)| k == key) {
-            return;
-        }
         let mut m = self.keys.lock();
-        let e = m.entry(key.clone()).or_insert((0, 0));
-        e.1 += 1;
-        w.keys.push((key.clone(), e.0));
-        self.watched.fetch_add(1, Ordering::Release);
+        for key in keys {
+            if w.keys.contains_key(key) {
+                continue;
+            }
+            let e = m.entry(key.clone()).or_insert((0, 0));
+            e.1 += 1;
+            w.keys.insert(key.clone(), e.0);
+            self.watched.fetch_add(1, Ordering::Release);
+        }
+        true
     }
 
     /// Whether nothing watched by `w` changed since it was watched.
@@ -56,7 +68,7 @@ impl WatchRegistry {
             return;
         }
         let mut m = self.keys.lock();
-        for (k, _) in w.keys.drain(..) {
+        for (k, _) in w.keys.drain() {
             if let Some(e) = m.get_mut(&k) {
                 e.1 -= 1;
                 if e.1 == 0 {

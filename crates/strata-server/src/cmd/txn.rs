@@ -28,8 +28,11 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             if ctx.conn.multi.is_some() {
                 return Reply::err("ERR WATCH inside MULTI is not allowed");
             }
-            for k in &a[1..] {
-                ctx.shared.watches.watch(&mut ctx.conn.watched, k);
+            if !ctx.shared.watches.watch(&mut ctx.conn.watched, &a[1..]) {
+                return Reply::err(format!(
+                    "ERR a client may watch at most {} keys",
+                    crate::watch::WATCHED_KEYS_MAX
+                ));
             }
             Reply::ok()
         }
