@@ -67,7 +67,8 @@ def test_huge_declared_lengths_are_refused_before_buffering():
 
 def test_a_transaction_queue_a_watch_set_and_a_keys_reply_have_limits(strata):
     """A MULTI queue may hold at most client-query-buffer-limit bytes: past it the command
-    is refused and EXEC discards the transaction (nothing of it is applied). One client
+    is refused and EXEC discards the transaction (nothing of it is applied); EXEC's reply
+    carries at most client-output-buffer-limit bytes (the commands all run). One client
     watches at most 100,000 keys. KEYS refuses to build a reply of more than
     client-output-buffer-limit bytes of names, and points at SCAN."""
     r = strata.client()
@@ -96,6 +97,15 @@ def test_a_transaction_queue_a_watch_set_and_a_keys_reply_have_limits(strata):
     for i in range(3):
         pipe.set(f"queued:{i}", b"v" * (300 << 10))
     assert pipe.execute() == [True] * 3, "a queue under the limit runs"
+    # EXEC runs every command, but replies past the output limit become errors.
+    pipe = r.pipeline(transaction=True)
+    for i in (0, 1, 2, 0):
+        pipe.get(f"queued:{i}")
+    pipe.incr("after-the-limit")
+    got = pipe.execute(raise_on_error=False)
+    assert got[:3] == [b"v" * (300 << 10)] * 3
+    assert isinstance(got[3], redis.ResponseError) and "client-output-buffer-limit" in str(got[3])
+    assert got[4] == 1 and r.get("after-the-limit") == b"1"
 
     long_names = [b"n%02d:" % i + b"x" * (60 << 10) for i in range(20)]
     for part in (long_names[:10], long_names[10:]):  # each under the query limit

@@ -38,6 +38,25 @@ impl Reply {
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }
+
+    /// Bytes of bulk values and text the reply carries (framing left out).
+    pub fn payload_bytes(&self) -> u64 {
+        match self {
+            Reply::Simple(s) | Reply::Error(s) | Reply::Verbatim(s) => s.len() as u64,
+            Reply::Bulk(b) => b.len() as u64,
+            Reply::Array(v) | Reply::Set(v) => v.iter().map(Reply::payload_bytes).sum(),
+            Reply::Map(v) => v
+                .iter()
+                .map(|(k, v)| k.payload_bytes() + v.payload_bytes())
+                .sum(),
+            Reply::Integer(_)
+            | Reply::Null
+            | Reply::NullArray
+            | Reply::Double(_)
+            | Reply::Bool(_)
+            | Reply::NoReply => 0,
+        }
+    }
 }
 
 /// Bulk values at least this large are kept as their own chunk instead of being copied.

@@ -57,10 +57,24 @@ async fn exec(ctx: &mut Ctx<'_>) -> Reply {
     if !unchanged {
         return Reply::NullArray;
     }
+    // Every command runs (the transaction is all or nothing), but the reply carries at most
+    // client-output-buffer-limit bytes: past it, a command's reply is an error instead.
+    let bytes_max = ctx.reply_bytes_max();
+    let mut bytes = 0u64;
     let mut replies = Vec::with_capacity(queued.len());
     for args in queued {
         let idx = lookup(&args[0]).expect("queued commands were looked up");
-        replies.push(Box::pin(super::dispatch(ctx, idx, &args)).await);
+        let reply = Box::pin(super::dispatch(ctx, idx, &args)).await;
+        let size = reply.payload_bytes();
+        if replies.is_empty() || bytes + size <= bytes_max {
+            bytes += size;
+            replies.push(reply);
+        } else {
+            replies.push(Reply::err(format!(
+                "ERR this reply would take EXEC's past {bytes_max} bytes \
+                 (client-output-buffer-limit); the command ran, its reply is dropped"
+            )));
+        }
     }
     Reply::Array(replies)
 }
