@@ -186,17 +186,24 @@ impl Cold {
         fut.await
     }
 
-    /// Waits for a turn to read from the object store (the wait is not part of the
-    /// request's timeout).
+    /// Waits for a turn to read from the object store, at most the request timeout (so a
+    /// read waits at most twice that in all).
     async fn read_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
         if self.read_slots.available_permits() == 0 {
             self.counters.read_waits.fetch_add(1, Ordering::Relaxed);
         }
-        let slot = self
-            .read_slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("object-store read slots closed".into()))?;
+        let slot = match tokio::time::timeout(self.timeout, self.read_slots.acquire()).await {
+            Ok(Ok(slot)) => slot,
+            Ok(Err(_)) => return Err(Error::Internal("object-store read slots closed".into())),
+            Err(_) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::ColdUnavailable(format!(
+                    "all {} object-store read slots stayed busy for {} ms",
+                    self.read_slots_max,
+                    self.timeout.as_millis()
+                )));
+            }
+        };
         let in_flight = (self.read_slots_max - self.read_slots.available_permits()) as u64;
         self.counters
             .reads_in_flight_peak

@@ -669,10 +669,13 @@ impl Engine {
         let cold: Vec<usize> = (0..cut)
             .filter(|&i| out[i].is_none() && cold_len[i].is_some())
             .collect();
+        // The first failure ends the read: the fetches still waiting for a read slot are
+        // dropped rather than each waiting out its own timeout.
         let fetched =
-            futures::future::join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i]))).await;
+            futures::future::try_join_all(cold.iter().map(|&i| self.inner.get_uncached(keys[i])))
+                .await?;
         for (&i, v) in cold.iter().zip(fetched) {
-            out[i] = v?.map(|v| (v, Tier::Cold));
+            out[i] = v.map(|v| (v, Tier::Cold));
         }
         Ok(out)
     }

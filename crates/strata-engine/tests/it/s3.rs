@@ -117,3 +117,51 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     );
     assert!(engine.stats().cold_requests.errors > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_get_against_a_silent_object_store_fails_in_about_one_timeout() {
+    let s3 = S3Server::start();
+    s3.create_bucket("strata-silent");
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = s3_options(dir.path(), &s3, "s3://strata-silent");
+    o.cold_request_timeout_ms = 1000;
+    o.cold_reads_max = 2;
+    let engine = Engine::open(o.clone()).await.unwrap();
+    for i in 0..100 {
+        engine
+            .put(
+                format!("key:{i:04}").as_bytes(),
+                Bytes::from(vec![1u8; 400]),
+                PutOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    engine.run_background_once().await.unwrap();
+    engine.close().await.unwrap();
+    drop(engine);
+    // The same store reopened against a server that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    o.s3.endpoint = Some(format!("http://{}", silent.local_addr().unwrap()));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in silent.incoming() {
+            held.push(c);
+        }
+    });
+    let engine = Engine::open(o).await.unwrap();
+    let keys: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("key:{i:04}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    assert!(engine.stats().cold.entries > 50);
+    let start = std::time::Instant::now();
+    let err = engine.get_many(&refs).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    // Dozens of blocks through two slots would be dozens of timeouts one after another.
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "the multi-get took {:?}",
+        start.elapsed()
+    );
+}
