@@ -134,7 +134,7 @@ impl EngineOptions {
             s3: S3Options::default(),
             hot_bytes_max: 256 << 20,
             hot_shard_count: 16,
-            hot_policy: HotPolicy::Lru,
+            hot_policy: HotPolicy::Strata,
             warm_bytes_max: 8 << 30,
             warm_demote_to_fraction: 0.9,
             warm_bytes_hard_max: 0,

@@ -10,7 +10,8 @@ use crate::Policy;
 
 pub struct StrataHot {
     inner: StrataPolicy,
-    hash_of: HashMap<u32, u64>,
+    /// Key hash of each live slot, by slot number (slots are dense).
+    hash_of: Vec<Option<u64>>,
     slot_of: HashMap<u64, u32>,
 }
 
@@ -18,8 +19,8 @@ impl StrataHot {
     /// `entries_hint`: about how many entries the shard holds (sizes the frequency sketch).
     pub fn new(entries_hint: usize) -> Self {
         StrataHot {
-            inner: StrataPolicy::new(entries_hint.max(64)),
-            hash_of: HashMap::new(),
+            inner: StrataPolicy::light(entries_hint.max(64)),
+            hash_of: Vec::new(),
             slot_of: HashMap::new(),
         }
     }
@@ -34,20 +35,24 @@ impl Policy for StrataHot {
         // Two live keys with one 64-bit hash would share an entry; the older one is
         // forgotten by the policy and stays until removed (a 2^-64 event per pair).
         if let Some(old) = self.slot_of.insert(key_hash, slot) {
-            self.hash_of.remove(&old);
+            self.hash_of[old as usize] = None;
         }
-        self.hash_of.insert(slot, key_hash);
+        let i = slot as usize;
+        if self.hash_of.len() <= i {
+            self.hash_of.resize(i + 1, None);
+        }
+        self.hash_of[i] = Some(key_hash);
         self.inner.touch(key_hash);
     }
 
     fn on_hit(&mut self, slot: u32) {
-        if let Some(&h) = self.hash_of.get(&slot) {
+        if let Some(&Some(h)) = self.hash_of.get(slot as usize) {
             self.inner.touch(h);
         }
     }
 
     fn on_remove(&mut self, slot: u32) {
-        if let Some(h) = self.hash_of.remove(&slot) {
+        if let Some(h) = self.hash_of.get_mut(slot as usize).and_then(Option::take) {
             self.slot_of.remove(&h);
             self.inner.remove(h);
         }
@@ -56,7 +61,7 @@ impl Policy for StrataHot {
     fn victim(&mut self) -> Option<u32> {
         while let Some(h) = self.inner.pop_victim() {
             if let Some(slot) = self.slot_of.remove(&h) {
-                self.hash_of.remove(&slot);
+                self.hash_of[slot as usize] = None;
                 return Some(slot);
             }
         }

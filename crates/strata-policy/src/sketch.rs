@@ -12,7 +12,14 @@ pub(crate) struct Sketch {
 
 impl Sketch {
     pub(crate) fn new(capacity: usize) -> Self {
-        let width = (capacity * 16).next_power_of_two().max(256);
+        Self::with_width(capacity, 16, 256)
+    }
+
+    /// A sketch with `per_entry` counters per row for each of `capacity` entries, and at
+    /// least `min_width` (fewer counters: more collisions, but a sketch that stays in the
+    /// CPU cache).
+    pub(crate) fn with_width(capacity: usize, per_entry: usize, min_width: usize) -> Self {
+        let width = (capacity * per_entry).next_power_of_two().max(min_width);
         Sketch {
             rows: std::array::from_fn(|_| vec![0; width]),
             mask: width - 1,

@@ -69,16 +69,31 @@ fn units(x: f64) -> u64 {
     (x * 1e6) as u64
 }
 
+/// Where a block stands in the eviction order: (priority, Reverse(depth in its chain),
+/// touch stamp, key); lower goes first.
+type Rank = (u64, Reverse<u32>, u64, u64);
+
+/// A cached block's rank now, and the rank its entry in the order carries. A touch that
+/// only raises the rank (the usual case) leaves the entry where it is; eviction re-files
+/// a stale entry when it comes first. An entry never ranks above its block, so the first
+/// entry that is up to date is the true lowest: the victims are those of eager updates.
+#[derive(Clone, Copy)]
+struct Ranks {
+    now: Rank,
+    filed: Rank,
+}
+
 /// The policy with one fixed setting (what the tuner's miniature copies run).
 struct Gdsf {
     capacity: usize,
     setting: Setting,
     inflation: u64,
-    /// key -> (priority, depth in its chain, touch stamp)
-    priority: HashMap<u64, (u64, u32, u64)>,
+    /// key -> its rank (priority, depth in its chain, touch stamp).
+    priority: HashMap<u64, Ranks>,
     /// Eviction order: lowest priority first; among equals the deepest block (chain tails
-    /// before heads), then the least recently touched.
-    order: BTreeSet<(u64, Reverse<u32>, u64, u64)>,
+    /// before heads), then the least recently touched. One entry per block, possibly
+    /// lower than its rank now (see [`Ranks`]).
+    order: BTreeSet<Rank>,
     /// Counts touches (recency for the order's last tie-break).
     stamp: u64,
     sketch: Sketch,
@@ -138,14 +153,21 @@ impl Gdsf {
             self.depth_in_request += 1;
         }
         self.stamp += 1;
-        let stamp = self.stamp;
-        match self.priority.insert(key, (p, depth, stamp)) {
-            Some((old, d, st)) => {
-                self.order.remove(&(old, Reverse(d), st, key));
+        let now = (p, Reverse(depth), self.stamp, key);
+        match self.priority.get_mut(&key) {
+            // Raised: the entry stays where it is until eviction reaches it.
+            Some(r) if r.filed < now => r.now = now,
+            Some(r) => {
+                self.order.remove(&r.filed);
+                self.order.insert(now);
+                *r = Ranks { now, filed: now };
             }
-            None => self.newcomer = Some(key),
+            None => {
+                self.priority.insert(key, Ranks { now, filed: now });
+                self.order.insert(now);
+                self.newcomer = Some(key);
+            }
         }
-        self.order.insert((p, Reverse(depth), stamp, key));
         if !self.in_request {
             return;
         }
@@ -169,8 +191,8 @@ impl Gdsf {
     }
 
     fn remove(&mut self, key: u64) {
-        if let Some((p, d, st)) = self.priority.remove(&key) {
-            self.order.remove(&(p, Reverse(d), st, key));
+        if let Some(r) = self.priority.remove(&key) {
+            self.order.remove(&r.filed);
         }
         if let Some(kids) = self.children.remove(&key) {
             self.orphans
@@ -195,7 +217,20 @@ impl Gdsf {
                 return Some(o);
             }
         }
-        let &(p, _, _, lowest) = self.order.first()?;
+        // Re-file stale entries until the first one is up to date.
+        let (p, lowest) = loop {
+            let first = *self.order.first()?;
+            let r = self
+                .priority
+                .get_mut(&first.3)
+                .expect("ordered blocks are cached");
+            if r.filed == r.now {
+                break (first.0, first.3);
+            }
+            self.order.remove(&first);
+            self.order.insert(r.now);
+            r.filed = r.now;
+        };
         let mut victim = lowest;
         if let Some(n) = self.newcomer.take() {
             if self.setting.admission
@@ -238,11 +273,21 @@ fn mix(key: u64) -> u64 {
     (h ^ (h >> 31)) >> 32
 }
 
+/// For a cache on a request's path, a miniature copy holds at most this fraction of the
+/// cache (and at least `LIGHT_MINI_CAPACITY_MIN` entries), so that few accesses pay for
+/// the four copies.
+const LIGHT_SAMPLE_DIVISOR: usize = 32;
+const LIGHT_MINI_CAPACITY_MIN: usize = 32;
+
 impl Tuner {
-    fn new(capacity: usize) -> Self {
-        let mini = (capacity / 8)
+    /// `light`: sample at most 1/`LIGHT_SAMPLE_DIVISOR` of the keys.
+    fn new(capacity: usize, light: bool) -> Self {
+        let mut mini = (capacity / 8)
             .clamp(MINI_CAPACITY_MIN, MINI_CAPACITY_MAX)
             .min(capacity);
+        if light {
+            mini = mini.min((capacity / LIGHT_SAMPLE_DIVISOR).max(LIGHT_MINI_CAPACITY_MIN));
+        }
         Tuner {
             minis: SETTINGS.iter().map(|&s| Gdsf::new(mini, s)).collect(),
             hits: vec![0.0; SETTINGS.len()],
@@ -293,7 +338,22 @@ impl StrataPolicy {
     pub fn new(capacity: usize) -> Self {
         StrataPolicy {
             main: Gdsf::new(capacity, SETTINGS[0]),
-            tuner: Tuner::new(capacity.max(1)),
+            tuner: Tuner::new(capacity.max(1), false),
+        }
+    }
+
+    /// As [`StrataPolicy::new`], with a tuner that samples fewer keys (at most 1 in 32 for
+    /// large caches, so its miniature copies cost little per access) and a smaller
+    /// frequency sketch, for a cache on a request's path such as the DRAM tier; replays use
+    /// the full version.
+    pub fn light(capacity: usize) -> Self {
+        let mut main = Gdsf::new(capacity, SETTINGS[0]);
+        // Two counters per entry and row (the sketch of a 16,384-entry shard is 128 KiB), but
+        // no fewer than 4,096: a small shard's sketch is small anyway.
+        main.sketch = Sketch::with_width(capacity, 2, 4096);
+        StrataPolicy {
+            main,
+            tuner: Tuner::new(capacity.max(1), true),
         }
     }
 
@@ -377,6 +437,23 @@ mod tests {
         );
         request(&mut c, &[11]);
         assert!(c.contains(1) && !c.contains(2));
+    }
+
+    #[test]
+    fn a_block_touched_again_is_not_evicted_by_its_old_place_in_the_order() {
+        for light in [false, true] {
+            let mut c = if light {
+                StrataPolicy::light(2)
+            } else {
+                StrataPolicy::new(2)
+            };
+            c.access(1, 0);
+            c.access(2, 0);
+            // 1 now ranks above 2, though its entry in the order still sits before 2's.
+            c.access(1, 0);
+            c.access(3, 0);
+            assert!(c.contains(1) && !c.contains(2), "light: {light}");
+        }
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl Default for Config {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             hot_bytes_max: e.hot_bytes_max,
-            hot_policy: "lru".into(),
+            hot_policy: "strata".into(),
             warm_bytes_max: e.warm_bytes_max,
             warm_bytes_hard_max: 0,
             disk_free_min_bytes: e.disk_free_min_bytes,
