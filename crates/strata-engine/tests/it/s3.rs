@@ -17,15 +17,10 @@ fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> strata_engine:
     o
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demotion_reads_restart_and_collection_work_against_s3() {
-    let s3 = S3Server::start();
-    s3.create_bucket("strata-test");
-    let dir = tempfile::tempdir().unwrap();
-    let mut o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
-    o.cold_reads_max = 2;
-    let engine = Engine::open(o.clone()).await.unwrap();
-    for i in 0..150 {
+/// Writes `key:0000` .. `key:{n-1}` (400 bytes each, every byte the key's number mod 256)
+/// and runs a background round, which demotes most of them to the object store.
+async fn fill_and_demote(engine: &Engine, n: usize) {
+    for i in 0..n {
         engine
             .put(
                 format!("key:{i:04}").as_bytes(),
@@ -36,6 +31,22 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
             .unwrap();
     }
     engine.run_background_once().await.unwrap();
+}
+
+/// `key:0000` .. `key:{n-1}`.
+fn key_names(n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("key:{i:04}").into_bytes()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demotion_reads_restart_and_collection_work_against_s3() {
+    let s3 = S3Server::start();
+    s3.create_bucket("strata-test");
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
+    o.cold_reads_max = 2;
+    let engine = Engine::open(o.clone()).await.unwrap();
+    fill_and_demote(&engine, 150).await;
     let st = engine.stats();
     assert!(st.cold.entries > 100, "{st:?}");
     assert!(
@@ -44,9 +55,7 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     );
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"key:0003").await.unwrap(), Some(Tier::Cold));
-    let keys: Vec<Vec<u8>> = (0..150)
-        .map(|i| format!("key:{i:04}").into_bytes())
-        .collect();
+    let keys = key_names(150);
     let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let got = engine.get_many(&refs).await.unwrap();
     for (i, v) in got.iter().enumerate() {
@@ -86,17 +95,7 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     let mut o = s3_options(dir.path(), &s3, "s3://strata-outage");
     o.cold_request_timeout_ms = 1500;
     let engine = Engine::open(o).await.unwrap();
-    for i in 0..100 {
-        engine
-            .put(
-                format!("key:{i:04}").as_bytes(),
-                Bytes::from(vec![1u8; 400]),
-                PutOptions::default(),
-            )
-            .await
-            .unwrap();
-    }
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100).await;
     engine.clear_hot();
     drop(s3);
     let start = std::time::Instant::now();
@@ -127,17 +126,7 @@ async fn a_multi_get_against_a_silent_object_store_fails_in_about_one_timeout() 
     o.cold_request_timeout_ms = 1000;
     o.cold_reads_max = 2;
     let engine = Engine::open(o.clone()).await.unwrap();
-    for i in 0..100 {
-        engine
-            .put(
-                format!("key:{i:04}").as_bytes(),
-                Bytes::from(vec![1u8; 400]),
-                PutOptions::default(),
-            )
-            .await
-            .unwrap();
-    }
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100).await;
     engine.close().await.unwrap();
     drop(engine);
     // The same store reopened against a server that accepts connections and never answers.
@@ -150,9 +139,7 @@ async fn a_multi_get_against_a_silent_object_store_fails_in_about_one_timeout() 
         }
     });
     let engine = Engine::open(o).await.unwrap();
-    let keys: Vec<Vec<u8>> = (0..100)
-        .map(|i| format!("key:{i:04}").into_bytes())
-        .collect();
+    let keys = key_names(100);
     let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     assert!(engine.stats().cold.entries > 50);
     let start = std::time::Instant::now();
