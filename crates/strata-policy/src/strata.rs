@@ -83,6 +83,15 @@ struct Ranks {
     filed: Rank,
 }
 
+impl Ranks {
+    /// Moves the block's entry in `order` to its rank now.
+    fn refile(&mut self, order: &mut BTreeSet<Rank>) {
+        order.remove(&self.filed);
+        order.insert(self.now);
+        self.filed = self.now;
+    }
+}
+
 /// The policy with one fixed setting (what the tuner's miniature copies run).
 struct Gdsf {
     capacity: usize,
@@ -110,6 +119,10 @@ struct Gdsf {
 
 impl Gdsf {
     fn new(capacity: usize, setting: Setting) -> Self {
+        Self::with_sketch(capacity, setting, Sketch::new(capacity))
+    }
+
+    fn with_sketch(capacity: usize, setting: Setting, sketch: Sketch) -> Self {
         Gdsf {
             capacity: capacity.max(1),
             setting,
@@ -117,7 +130,7 @@ impl Gdsf {
             priority: HashMap::new(),
             order: BTreeSet::new(),
             stamp: 0,
-            sketch: Sketch::new(capacity),
+            sketch,
             newcomer: None,
             parent: HashMap::new(),
             children: HashMap::new(),
@@ -158,9 +171,8 @@ impl Gdsf {
             // Raised: the entry stays where it is until eviction reaches it.
             Some(r) if r.filed < now => r.now = now,
             Some(r) => {
-                self.order.remove(&r.filed);
-                self.order.insert(now);
-                *r = Ranks { now, filed: now };
+                r.now = now;
+                r.refile(&mut self.order);
             }
             None => {
                 self.priority.insert(key, Ranks { now, filed: now });
@@ -227,9 +239,7 @@ impl Gdsf {
             if r.filed == r.now {
                 break (first.0, first.3);
             }
-            self.order.remove(&first);
-            self.order.insert(r.now);
-            r.filed = r.now;
+            r.refile(&mut self.order);
         };
         let mut victim = lowest;
         if let Some(n) = self.newcomer.take() {
@@ -347,12 +357,11 @@ impl StrataPolicy {
     /// frequency sketch, for a cache on a request's path such as the DRAM tier; replays use
     /// the full version.
     pub fn light(capacity: usize) -> Self {
-        let mut main = Gdsf::new(capacity, SETTINGS[0]);
         // Two counters per entry and row (the sketch of a 16,384-entry shard is 128 KiB), but
         // no fewer than 4,096: a small shard's sketch is small anyway.
-        main.sketch = Sketch::with_width(capacity, 2, 4096);
+        let sketch = Sketch::with_width(capacity, 2, 4096);
         StrataPolicy {
-            main,
+            main: Gdsf::with_sketch(capacity, SETTINGS[0], sketch),
             tuner: Tuner::new(capacity.max(1), true),
         }
     }
