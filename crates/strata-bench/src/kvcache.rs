@@ -83,12 +83,21 @@ enum Backend {
     Strata(Client, String, String),
     Redis(Client),
     /// Strata read from its own files by a client on the same machine (`KVC.LOCATE`, then
-    /// the value-log files mapped here, each value's checksum verified and the value copied
-    /// into one reused buffer, as the files client reads into its own).
-    StrataLocal(Client, String, Vec<u8>, HashMap<Vec<u8>, memmap2::Mmap>),
+    /// the value-log files mapped here and each value's checksum verified). With a buffer,
+    /// each value is then copied into it, as the files client reads into its own; without,
+    /// the reader keeps views of the mapped files, as `KVCacheClient.retrieve_local` returns.
+    StrataLocal {
+        client: Client,
+        ns: String,
+        copy_into: Option<Vec<u8>>,
+        maps: HashMap<Vec<u8>, memmap2::Mmap>,
+    },
     /// The directory, and the buffer values are read into (reused, as the Strata and Redis
     /// clients reuse theirs).
     Files(PathBuf, Vec<u8>),
+    /// The same kind of directory, each file mapped and read once (a CRC-32C over it), no
+    /// copy: the files counterpart of the co-located client's views.
+    FilesMapped(PathBuf),
     Object(object_store::local::LocalFileSystem),
 }
 
@@ -97,8 +106,10 @@ impl Backend {
         match self {
             Backend::Strata(_, _, name) => name,
             Backend::Redis(_) => "redis-server (MGET)",
-            Backend::StrataLocal(..) => "strata co-located (KVC.LOCATE)",
+            Backend::StrataLocal { copy_into: Some(_), .. } => "strata co-located, copied (KVC.LOCATE)",
+            Backend::StrataLocal { copy_into: None, .. } => "strata co-located, views (KVC.LOCATE)",
             Backend::Files(..) => "local files",
+            Backend::FilesMapped(_) => "local files, mapped",
             Backend::Object(_) => "object store direct",
         }
     }
@@ -110,7 +121,10 @@ impl Backend {
         chunks: &[Bytes],
     ) -> anyhow::Result<()> {
         match self {
-            Backend::Strata(c, ns, _) | Backend::StrataLocal(c, ns, ..) => {
+            Backend::Strata(c, ns, _)
+            | Backend::StrataLocal {
+                client: c, ns, ..
+            } => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.PUT", ns.as_bytes()];
                 for (h, v) in hashes.iter().zip(chunks) {
                     args.push(h.as_bytes());
@@ -126,7 +140,7 @@ impl Backend {
                 }
                 c.call(&args)?;
             }
-            Backend::Files(dir, _) => {
+            Backend::Files(dir, _) | Backend::FilesMapped(dir) => {
                 for (k, v) in keys.iter().zip(chunks) {
                     std::fs::write(dir.join(k.replace(':', "_")), v)?;
                 }
@@ -174,38 +188,55 @@ impl Backend {
                 args.extend(keys.iter().map(|k| k.as_bytes()));
                 leading_lens(c.call_into_buffer(&args)?)
             }
-            Backend::StrataLocal(c, ns, buffer, maps) => {
+            Backend::StrataLocal {
+                client: c,
+                ns,
+                copy_into,
+                maps,
+            } => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.LOCATE", ns.as_bytes()];
                 args.extend(hashes.iter().map(|h| h.as_bytes()));
                 let Value::Array(found) = c.call(&args)? else {
                     anyhow::bail!("KVC.LOCATE did not reply with an array");
                 };
+                // Map what is not mapped yet (or has grown since) before taking any view.
+                let mut places = Vec::with_capacity(found.len());
+                for item in &found {
+                    let place = located(item)?;
+                    if let Some((path, offset, len, ..)) = place {
+                        if maps.get(path).is_none_or(|m| m.len() < offset + len) {
+                            let f = std::fs::File::open(std::str::from_utf8(path)?)?;
+                            // SAFETY: value-log files are only appended to, never truncated
+                            // or rewritten while the server runs.
+                            maps.insert(path.to_vec(), unsafe { memmap2::Mmap::map(&f)? });
+                        }
+                    }
+                    places.push(place);
+                }
                 let mut lens = Vec::with_capacity(found.len());
+                let mut views: Vec<&[u8]> = Vec::with_capacity(found.len());
                 let mut at = 0;
-                for ((item, key), h) in found.iter().zip(keys).zip(hashes) {
-                    let Some((path, offset, len, expire_ms, crc)) = located(item)? else {
+                for ((place, key), h) in places.into_iter().zip(keys).zip(hashes) {
+                    let Some((path, offset, len, expire_ms, crc)) = place else {
                         // Present but not in the value log: read through the socket.
                         let got = c.call_into_buffer(&[b"KVC.GET", ns.as_bytes(), h.as_bytes()])?;
                         lens.push(got.first().copied().flatten());
                         continue;
                     };
-                    let end = offset + len;
-                    if maps.get(path).is_none_or(|m| m.len() < end) {
-                        let f = std::fs::File::open(std::str::from_utf8(path)?)?;
-                        // SAFETY: value-log files are only appended to, never truncated or
-                        // rewritten while the server runs.
-                        maps.insert(path.to_vec(), unsafe { memmap2::Mmap::map(&f)? });
-                    }
-                    let value = &maps[path][offset..end];
+                    let value = &maps[path][offset..offset + len];
                     anyhow::ensure!(
                         strata_format::entry_checksum(key.as_bytes(), expire_ms, value) == crc,
                         "checksum mismatch at {offset} of {}",
                         String::from_utf8_lossy(path)
                     );
-                    slot(buffer, at, len).copy_from_slice(value);
+                    match copy_into {
+                        Some(buffer) => slot(buffer, at, len).copy_from_slice(value),
+                        None => views.push(value),
+                    }
                     at += len;
                     lens.push(Some(len));
                 }
+                std::hint::black_box(&views);
                 leading_lens(lens)
             }
             Backend::Files(dir, buffer) => {
@@ -220,6 +251,20 @@ impl Backend {
                     f.read_exact(slot(buffer, at, len))?;
                     at += len;
                     lens.push(Some(len));
+                }
+                leading_lens(lens)
+            }
+            Backend::FilesMapped(dir) => {
+                let mut lens = Vec::with_capacity(keys.len());
+                for k in keys {
+                    let Ok(f) = std::fs::File::open(dir.join(k.replace(':', "_"))) else {
+                        lens.push(None);
+                        continue;
+                    };
+                    // SAFETY: the benchmark alone writes these files, never while reading.
+                    let map = unsafe { memmap2::Mmap::map(&f)? };
+                    std::hint::black_box(crc32c::crc32c(&map));
+                    lens.push(Some(map.len()));
                 }
                 leading_lens(lens)
             }
@@ -504,7 +549,9 @@ async fn run_once(
     let ns = Namespace::new(&a.model, "main", "bf16", "bench", 1, 0, a.chunk_tokens);
     let files = dir.path().join("files");
     let objects = dir.path().join("objects");
+    let files_mapped = dir.path().join("files-mapped");
     std::fs::create_dir_all(&files)?;
+    std::fs::create_dir_all(&files_mapped)?;
     std::fs::create_dir_all(&objects)?;
     let mut backends = vec![
         Backend::Strata(Client::connect(sp)?, ns.id(), "strata (KVC.GET)".into()),
@@ -513,7 +560,19 @@ async fn run_once(
         Backend::Object(object_store::local::LocalFileSystem::new_with_prefix(
             &objects,
         )?),
-        Backend::StrataLocal(Client::connect(sp)?, ns.id(), Vec::new(), HashMap::new()),
+        Backend::StrataLocal {
+            client: Client::connect(sp)?,
+            ns: ns.id(),
+            copy_into: Some(Vec::new()),
+            maps: HashMap::new(),
+        },
+        Backend::StrataLocal {
+            client: Client::connect(sp)?,
+            ns: ns.id(),
+            copy_into: None,
+            maps: HashMap::new(),
+        },
+        Backend::FilesMapped(files_mapped),
     ];
     if let Some((_, port)) = &variant {
         let name = format!("strata, {} (KVC.GET)", a.variant_set.join(", "));
@@ -549,10 +608,12 @@ fn per_run<R>(runs: &[R], f: impl Fn(&R) -> f64) -> String {
         .join(", ")
 }
 
-/// Where the co-located Strata client and the `--variant-set` server are in a run's rows
-/// (after Strata, Redis, files and the object store).
+/// Where the co-located Strata clients, the mapped files and the `--variant-set` server are
+/// in a run's rows (after Strata, Redis, files and the object store).
 const COLOCATED: usize = 4;
-const VARIANT: usize = 5;
+const COLOCATED_VIEWS: usize = 5;
+const FILES_MAPPED: usize = 6;
+const VARIANT: usize = 7;
 
 /// Strata's read bandwidth / loopback, p95 / Redis p95, cached tokens/s / local files.
 fn ratios(rows: &[Row], loopback: f64) -> [f64; 3] {
@@ -602,7 +663,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let chunk_bytes = per_token * a.chunk_tokens;
     let working_set = a.users * a.turns * a.tokens_per_turn * per_token;
     let started = Instant::now();
-    let backends = 5 + usize::from(!a.variant_set.is_empty());
+    let backends = 7 + usize::from(!a.variant_set.is_empty());
     let total = (backends * a.turns + 1) * a.repeat.max(1);
     crate::report::progress(1, total, "measuring the loopback and memcpy ceilings");
     let loopback = loopback_gib_per_sec(1 << 20)?;
@@ -619,7 +680,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let rows = median_rows(&runs);
     let ratios_per_run: Vec<[f64; 3]> = runs.iter().map(|r| ratios(r, loopback)).collect();
     let mut md = format!(
-        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory (both read by the benchmark process itself, from the page cache, with no network hop: Strata and Redis are reached over loopback TCP). The Strata, Redis and files clients read values into one reused buffer each; the object-store client gets a buffer per value from `object_store`; the co-located Strata client asks the same Strata server where the chunks lie (`KVC.LOCATE`), maps its value-log files, checks each value's CRC-32C and copies it into one reused buffer. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection, a 1 MiB buffer that stays in the CPU cache on both ends), loopback TCP {:.2} GiB/s from and to memory (the same through 256 MiB buffers, out of cache, as a real read's bytes are), memcpy {:.2} GiB/s (256 MiB).\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory (both read by the benchmark process itself, from the page cache, with no network hop: Strata and Redis are reached over loopback TCP). The Strata, Redis and files clients read values into one reused buffer each; the object-store client gets a buffer per value from `object_store`; the two co-located Strata clients ask the same Strata server where the chunks lie (`KVC.LOCATE`), map its value-log files and check each value's CRC-32C; one then copies each value into one reused buffer, the other keeps views of the mapped files (what `KVCacheClient.retrieve_local` returns: the bytes are read once, by the check, and a consumer copies them to where they go, a GPU for instance, from the page cache). The mapped-files client is the same trick without Strata: it maps each chunk's file and reads it once (a CRC-32C), with no copy. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection, a 1 MiB buffer that stays in the CPU cache on both ends), loopback TCP {:.2} GiB/s from and to memory (the same through 256 MiB buffers, out of cache, as a real read's bytes are), memcpy {:.2} GiB/s (256 MiB).\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
         a.model, per_token >> 10, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, chunk_bytes >> 20, working_set >> 20, a.hot_mib,
         if runs.len() > 1 { format!("each figure is the median of {} runs, each against fresh servers", runs.len()) } else { "one run".to_string() },
         loopback, loopback_dram, memcpy
@@ -653,12 +714,20 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         "\nStrata read bandwidth / loopback ceiling: {bw:.2} (the goal's figure; / the from-memory loopback: {:.2}). Strata p95 / Redis p95: {p95:.2}. Strata cached tokens/s / local files: {files:.2}.\n",
         rows[0].read_gib_per_sec / loopback_dram.max(1e-9)
     ));
-    let colocated = &rows[COLOCATED];
+    for (at, how) in [(COLOCATED, "copied into a buffer"), (COLOCATED_VIEWS, "views of the mapped files")] {
+        md.push_str(&format!(
+            "Strata co-located (KVC.LOCATE, reading the value log's files itself, {how}) cached tokens/s / local files: {:.2} (per run {}); read GiB/s / Strata over KVC.GET: {:.2}.\n",
+            rows[at].cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
+            per_run(&runs, |r| r[at].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)),
+            rows[at].read_gib_per_sec / rows[0].read_gib_per_sec.max(1e-9),
+        ));
+    }
     md.push_str(&format!(
-        "Strata co-located (KVC.LOCATE, reading the value log's files itself) cached tokens/s / local files: {:.2} (per run {}); read GiB/s / Strata over KVC.GET: {:.2}.\n",
-        colocated.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
-        per_run(&runs, |r| r[COLOCATED].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)),
-        colocated.read_gib_per_sec / rows[0].read_gib_per_sec.max(1e-9),
+        "Local files mapped (each file mapped and read once, as the views are) cached tokens/s / local files: {:.2} (per run {}); Strata co-located views / local files mapped: {:.2} (per run {}).\n",
+        rows[FILES_MAPPED].cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
+        per_run(&runs, |r| r[FILES_MAPPED].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)),
+        rows[COLOCATED_VIEWS].cached_tokens_per_sec / rows[FILES_MAPPED].cached_tokens_per_sec.max(1e-9),
+        per_run(&runs, |r| r[COLOCATED_VIEWS].cached_tokens_per_sec / r[FILES_MAPPED].cached_tokens_per_sec.max(1e-9)),
     ));
     if let Some(v) = rows.get(VARIANT) {
         md.push_str(&format!(
