@@ -440,6 +440,8 @@ impl Engine {
         )?);
         let opts_disk_free_min = opts.disk_free_min_bytes;
         let cold = Arc::new(Cold::open(&opts)?);
+        // A first guess at 1 KiB per entry; a shard's policy resizes itself to the entries
+        // it holds when it first evicts (strata_hot::StrataHot).
         let shard_entries =
             (opts.hot_bytes_max / 1024 / opts.hot_shard_count as u64).clamp(64, 1 << 20) as usize;
         let hot = match opts.hot_policy {

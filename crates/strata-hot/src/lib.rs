@@ -50,6 +50,8 @@ struct Slot {
 }
 
 struct Shard {
+    /// Its place in `HotCache::shards` (and `loads`).
+    index: usize,
     map: std::collections::HashMap<Bytes, u32, ahash::RandomState>,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
@@ -85,6 +87,9 @@ pub struct HotCache {
     /// Bytes held by all shards together; the budget is global, so one large value may
     /// take more than its shard's share.
     used: std::sync::atomic::AtomicUsize,
+    /// Bytes held by each shard, as of its last change (read without its lock, to find
+    /// the shard that should give way).
+    loads: Box<[std::sync::atomic::AtomicUsize]>,
     evictions: AtomicU64,
     rejected: AtomicU64,
 }
@@ -95,8 +100,9 @@ impl HotCache {
     pub fn new(bytes_max: usize, shard_count: usize, policy: impl Fn() -> Box<dyn Policy>) -> Self {
         let shard_count = shard_count.clamp(1, 1024);
         let shards = (0..shard_count)
-            .map(|_| {
+            .map(|index| {
                 Mutex::new(Shard {
+                    index,
                     map: Default::default(),
                     slots: Vec::new(),
                     free: Vec::new(),
@@ -110,6 +116,7 @@ impl HotCache {
             hasher: ahash::RandomState::new(),
             bytes_max,
             used: std::sync::atomic::AtomicUsize::new(0),
+            loads: (0..shard_count).map(|_| Default::default()).collect(),
             evictions: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         }
@@ -123,6 +130,11 @@ impl HotCache {
         &self.shards[(hash % self.shards.len() as u64) as usize]
     }
 
+    /// Records `sh`'s bytes for `trim` (called with its lock held, after every change).
+    fn publish(&self, sh: &Shard) {
+        self.loads[sh.index].store(sh.bytes, Ordering::Relaxed);
+    }
+
     /// The value and expiry of `key`, if cached and not expired at `now_ms`.
     pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64)> {
         let mut sh = self.shard(key).lock();
@@ -134,6 +146,7 @@ impl HotCache {
             sh.policy.on_remove(slot);
             let gone = sh.remove_slot(slot);
             self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+            self.publish(&sh);
             return None;
         }
         let out = (s.value.clone(), s.expire_ms);
@@ -168,11 +181,19 @@ impl HotCache {
             self.used.fetch_sub(gone.charge, Ordering::Relaxed);
         }
         if charge > self.bytes_max / 2 {
+            self.publish(&sh);
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        // Make room in this shard first; other shards are trimmed after its lock is released.
-        while self.used.load(Ordering::Relaxed) + charge > self.bytes_max {
+        // Make room in this shard while it holds its share of the budget or more; past that
+        // the shards holding the most give way, once this lock is released. (Evicting only
+        // from the shard written to would let shard sizes drift apart for good: one whose
+        // space was freed by removals keeps it, and a shard's policy would decide for a
+        // cache of any size.)
+        let share = self.bytes_max / self.shards.len();
+        while self.used.load(Ordering::Relaxed) + charge > self.bytes_max
+            && sh.bytes + charge > share
+        {
             let Some(victim) = sh.policy.victim() else {
                 break;
             };
@@ -198,6 +219,7 @@ impl HotCache {
         sh.bytes += charge;
         self.used.fetch_add(charge, Ordering::Relaxed);
         sh.policy.on_insert(slot, hash);
+        self.publish(&sh);
         drop(sh);
         self.trim();
         true
@@ -210,26 +232,31 @@ impl HotCache {
             sh.policy.on_remove(slot);
             let gone = sh.remove_slot(slot);
             self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+            self.publish(&sh);
         }
     }
 
-    /// Evicts from the shards in turn, one lock at a time, until under the budget.
+    /// Evicts until under the budget, each time from the shard holding the most bytes, one
+    /// lock at a time.
     fn trim(&self) {
-        let mut idle_rounds = 0;
-        let mut i = 0;
-        while self.used.load(Ordering::Relaxed) > self.bytes_max && idle_rounds < 2 {
-            let mut sh = self.shards[i % self.shards.len()].lock();
+        let mut stuck = vec![false; self.shards.len()];
+        while self.used.load(Ordering::Relaxed) > self.bytes_max {
+            let Some(i) = (0..self.shards.len())
+                .filter(|&i| !stuck[i])
+                .max_by_key(|&i| self.loads[i].load(Ordering::Relaxed))
+            else {
+                return;
+            };
+            let mut sh = self.shards[i].lock();
             match sh.policy.victim() {
                 Some(victim) => {
                     let gone = sh.remove_slot(victim);
                     self.used.fetch_sub(gone.charge, Ordering::Relaxed);
                     self.evictions.fetch_add(1, Ordering::Relaxed);
-                    idle_rounds = 0;
                 }
-                None if i % self.shards.len() == self.shards.len() - 1 => idle_rounds += 1,
-                None => {}
+                None => stuck[i] = true,
             }
-            i += 1;
+            self.publish(&sh);
         }
     }
 
@@ -243,6 +270,7 @@ impl HotCache {
                 let gone = sh.remove_slot(slot);
                 self.used.fetch_sub(gone.charge, Ordering::Relaxed);
             }
+            self.publish(&sh);
         }
     }
 
@@ -300,6 +328,38 @@ mod tests {
                 "lru" => assert_eq!(kept, 0, "LRU loses the reused keys to a scan"),
                 _ => assert_eq!(kept, 5, "Strata's policy keeps the reused keys"),
             }
+        }
+    }
+
+    #[test]
+    fn shards_keep_their_share_when_space_is_freed_in_one_of_them() {
+        // Keys removed from shard 0 free space there; new keys in other shards must not keep
+        // it (evicting only from the shard written to let shard 0 drain to nothing).
+        for policy in ["lru", "strata"] {
+            let each = ENTRY_OVERHEAD_BYTES + 6 + 1;
+            let c = HotCache::new(400 * each, 4, || -> Box<dyn Policy> {
+                match policy {
+                    "lru" => Box::new(Lru::default()),
+                    _ => Box::new(StrataHot::new(64)),
+                }
+            });
+            let in_shard_0 = |k: &[u8]| std::ptr::eq(c.shard(k), &c.shards[0]);
+            for i in 0..20_000u32 {
+                let key = format!("k{i:05}");
+                c.insert(key.as_bytes(), Bytes::from_static(b"v"), 0);
+                // A third of shard 0's keys are removed once they are 50 inserts old.
+                let j = i.saturating_sub(50);
+                let old = format!("k{j:05}");
+                if j % 3 == 0 && in_shard_0(old.as_bytes()) {
+                    c.remove(old.as_bytes());
+                }
+            }
+            let held: Vec<usize> = c.shards.iter().map(|s| s.lock().map.len()).collect();
+            assert!(
+                held.iter().all(|&n| n >= 80),
+                "{policy}: entries per shard {held:?}"
+            );
+            assert!(c.stats().bytes <= c.stats().bytes_max);
         }
     }
 

@@ -10,9 +10,12 @@ pub(crate) struct Sketch {
     reset_at: usize,
 }
 
+/// Counters per entry and row, and the fewest per row, of [`Sketch::new`].
+pub(crate) const FULL_WIDTH: (usize, usize) = (16, 256);
+
 impl Sketch {
     pub(crate) fn new(capacity: usize) -> Self {
-        Self::with_width(capacity, 16, 256)
+        Self::with_width(capacity, FULL_WIDTH.0, FULL_WIDTH.1)
     }
 
     /// A sketch with `per_entry` counters per row for each of `capacity` entries, and at
@@ -27,6 +30,18 @@ impl Sketch {
             reset_at: capacity.max(16) * 10,
         }
     }
+    /// Ages over `10 × capacity` additions from now on; a capacity that wants at least
+    /// twice the counters there are gets a new, empty sketch of the right width.
+    pub(crate) fn resize(&mut self, capacity: usize, per_entry: usize, min_width: usize) {
+        let width = (capacity * per_entry).next_power_of_two().max(min_width);
+        if width >= 2 * (self.mask + 1) {
+            *self = Self::with_width(capacity, per_entry, min_width);
+        } else {
+            self.reset_at = capacity.max(16) * 10;
+            self.additions = self.additions.min(self.reset_at);
+        }
+    }
+
     fn idx(&self, key: u64, row: usize) -> usize {
         let h = (key ^ (row as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .wrapping_mul(0xBF58_476D_1CE4_E5B9);

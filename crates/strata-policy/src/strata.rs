@@ -342,13 +342,20 @@ impl Tuner {
 pub struct StrataPolicy {
     main: Gdsf,
     tuner: Tuner,
+    light: bool,
 }
+
+/// The light policy's sketch: two counters per entry and row (the sketch of a 16,384-entry
+/// shard is 128 KiB), but no fewer than 4,096: a small shard's sketch is small anyway.
+const LIGHT_SKETCH: (usize, usize) = (2, 4096);
+const FULL_SKETCH: (usize, usize) = crate::sketch::FULL_WIDTH;
 
 impl StrataPolicy {
     pub fn new(capacity: usize) -> Self {
         StrataPolicy {
             main: Gdsf::new(capacity, SETTINGS[0]),
             tuner: Tuner::new(capacity.max(1), false),
+            light: false,
         }
     }
 
@@ -357,13 +364,34 @@ impl StrataPolicy {
     /// frequency sketch, for a cache on a request's path such as the DRAM tier; replays use
     /// the full version.
     pub fn light(capacity: usize) -> Self {
-        // Two counters per entry and row (the sketch of a 16,384-entry shard is 128 KiB), but
-        // no fewer than 4,096: a small shard's sketch is small anyway.
-        let sketch = Sketch::with_width(capacity, 2, 4096);
+        let sketch = Sketch::with_width(capacity, LIGHT_SKETCH.0, LIGHT_SKETCH.1);
         StrataPolicy {
             main: Gdsf::with_sketch(capacity, SETTINGS[0], sketch),
             tuner: Tuner::new(capacity.max(1), true),
+            light: true,
         }
+    }
+
+    /// The number of entries the policy is sized for.
+    pub fn capacity(&self) -> usize {
+        self.main.capacity
+    }
+
+    /// Sizes the policy for a cache of `capacity` entries, for a cache that learns how many
+    /// it holds rather than knowing it (a DRAM shard under a byte budget holds as many as
+    /// fit): the frequency sketch ages over that many accesses and the tuner's miniature
+    /// copies model a cache of that size (they start afresh; the setting in force stays).
+    pub fn resize(&mut self, capacity: usize) {
+        let capacity = capacity.max(1);
+        if capacity == self.main.capacity {
+            return;
+        }
+        self.main.capacity = capacity;
+        let (per_entry, min_width) = if self.light { LIGHT_SKETCH } else { FULL_SKETCH };
+        self.main.sketch.resize(capacity, per_entry, min_width);
+        let best = self.tuner.best;
+        self.tuner = Tuner::new(capacity, self.light);
+        self.tuner.best = best;
     }
 
     /// Starts a request: the keys touched until `end_request` form one chain, in order.
