@@ -106,8 +106,12 @@ impl Backend {
         match self {
             Backend::Strata(_, _, name) => name,
             Backend::Redis(_) => "redis-server (MGET)",
-            Backend::StrataLocal { copy_into: Some(_), .. } => "strata co-located, copied (KVC.LOCATE)",
-            Backend::StrataLocal { copy_into: None, .. } => "strata co-located, views (KVC.LOCATE)",
+            Backend::StrataLocal {
+                copy_into: Some(_), ..
+            } => "strata co-located, copied (KVC.LOCATE)",
+            Backend::StrataLocal {
+                copy_into: None, ..
+            } => "strata co-located, views (KVC.LOCATE)",
             Backend::Files(..) => "local files",
             Backend::FilesMapped(_) => "local files, mapped",
             Backend::Object(_) => "object store direct",
@@ -121,10 +125,7 @@ impl Backend {
         chunks: &[Bytes],
     ) -> anyhow::Result<()> {
         match self {
-            Backend::Strata(c, ns, _)
-            | Backend::StrataLocal {
-                client: c, ns, ..
-            } => {
+            Backend::Strata(c, ns, _) | Backend::StrataLocal { client: c, ns, .. } => {
                 let mut args: Vec<&[u8]> = vec![b"KVC.PUT", ns.as_bytes()];
                 for (h, v) in hashes.iter().zip(chunks) {
                     args.push(h.as_bytes());
@@ -714,7 +715,10 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         "\nStrata read bandwidth / loopback ceiling: {bw:.2} (the goal's figure; / the from-memory loopback: {:.2}). Strata p95 / Redis p95: {p95:.2}. Strata cached tokens/s / local files: {files:.2}.\n",
         rows[0].read_gib_per_sec / loopback_dram.max(1e-9)
     ));
-    for (at, how) in [(COLOCATED, "copied into a buffer"), (COLOCATED_VIEWS, "views of the mapped files")] {
+    for (at, how) in [
+        (COLOCATED, "copied into a buffer"),
+        (COLOCATED_VIEWS, "views of the mapped files"),
+    ] {
         md.push_str(&format!(
             "Strata co-located (KVC.LOCATE, reading the value log's files itself, {how}) cached tokens/s / local files: {:.2} (per run {}); read GiB/s / Strata over KVC.GET: {:.2}.\n",
             rows[at].cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),

@@ -387,7 +387,11 @@ impl StrataPolicy {
             return;
         }
         self.main.capacity = capacity;
-        let (per_entry, min_width) = if self.light { LIGHT_SKETCH } else { FULL_SKETCH };
+        let (per_entry, min_width) = if self.light {
+            LIGHT_SKETCH
+        } else {
+            FULL_SKETCH
+        };
         self.main.sketch.resize(capacity, per_entry, min_width);
         let best = self.tuner.best;
         self.tuner = Tuner::new(capacity, self.light);
