@@ -342,6 +342,9 @@ pub(crate) async fn collect_segments(inner: &Arc<Inner>) -> Result<()> {
     })
     .await
     .map_err(|e| Error::Internal(format!("segment scan: {e}")))??;
+    // The index entries that stopped pointing into these segments (overwrites, deletes,
+    // values returned to the warm tier, rewrites) must be on disk before a segment goes.
+    inner.warm.db.flush_wal(true)?;
     let next_id = *inner.next_segment_id.lock();
     for id in inner.cold.list_segments().await? {
         // Only this task allocates ids, so ids below `next_id` without a record are orphans.
@@ -491,6 +494,7 @@ async fn rewrite_segment(inner: &Arc<Inner>, id: u64) -> Result<()> {
     })
     .await
     .map_err(|e| Error::Internal(format!("segment rewrite commit: {e}")))??;
+    inner.warm.db.flush_wal(true)?;
     inner.cold.delete_segment(id).await?;
     add(&inner.counters.segments_rewritten);
     add(&inner.counters.segments_written);

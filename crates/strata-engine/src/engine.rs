@@ -13,6 +13,7 @@ use crate::cold::Cold;
 use crate::durability::GroupCommit;
 use crate::stats::{add, Counters};
 use crate::warm::{self, Warm, CF_DATA, CF_INDEX};
+use crate::write::Change;
 use crate::{Clock, Durability, EngineOptions, EngineStats, Error, Result, SystemClock, TierStats};
 
 const STRIPE_COUNT: usize = 4096;
@@ -80,8 +81,10 @@ impl Stored {
     }
 }
 
-/// Per-key access counts for the warm tier's clock hand (hashed, one byte each): a read adds
-/// one (up to `ACCESS_COUNT_MAX`), each pass of the hand over a key takes one away, and the
+/// Per-key access counts for the warm tier's clock hand (hashed, one byte each): a read that
+/// finds the key in some tier adds one (up to `ACCESS_COUNT_MAX`; a read of a key no tier
+/// holds does not, or a key written after a miss would start with a count and outlast keys
+/// that are being reused), each pass of the hand over a key takes one away, and the
 /// hand demotes a key whose count is zero. So a key survives as many passes as it had
 /// recent reads: frequency-weighted aging, the rule Strata's DRAM policy follows (GCLOCK),
 /// without the chain links (the warm tier does not learn them).
@@ -335,6 +338,40 @@ impl Inner {
         self.stripe_version(key) == seen_version && self.hot.insert(key, value, expire_ms)
     }
 
+    /// Writes a value just read from the object store back to the warm tier (and DRAM), if
+    /// `cold_reads_return_to_warm` is on and the key still points at the block it was read
+    /// from. Best effort: a write the warm tier refuses (at its hard limit, out of disk,
+    /// read-only) leaves the value where it is. Says whether it went back.
+    fn return_to_warm(&self, key: &[u8], seen_version: u64, r: &BlockRef, value: &Bytes) -> bool {
+        if !self.opts.cold_reads_return_to_warm {
+            return false;
+        }
+        let _g = self.lock(key);
+        if self.stripe_version(key) != seen_version {
+            return false;
+        }
+        let stored = match self.read_stored(key, false) {
+            Ok(Some(s)) if matches!(s.loc, Loc::Cold(now_r) if now_r == *r) => s,
+            _ => return false,
+        };
+        let change = Change::Put {
+            value: value.clone(),
+            expire_ms: stored.expire_ms,
+        };
+        match self.apply_locked(key, Some(&stored), change) {
+            Ok(_) => {
+                add(&self.counters.returns_to_warm);
+                add(&self.counters.promotions);
+                self.prefetch.forget(key);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(key = %String::from_utf8_lossy(key), error = %e, "a cold value stays cold");
+                false
+            }
+        }
+    }
+
     /// Copies a value read from warm or cold into hot, unless a write raced with the read.
     fn promote(&self, key: &[u8], seen_version: u64, value: Bytes, expire_ms: u64) {
         if self.insert_hot_if_unchanged(key, seen_version, value, expire_ms) {
@@ -370,7 +407,9 @@ impl Inner {
                         self.load_model
                             .record(Tier::Cold, v.len() as u64, started.elapsed());
                         add(&self.counters.cold_hits);
-                        self.promote(key, seen, v.clone(), r.expire_ms);
+                        if !self.return_to_warm(key, seen, &r, &v) {
+                            self.promote(key, seen, v.clone(), r.expire_ms);
+                        }
                         self.prefetch.submit(crate::prefetch::Job {
                             key: Bytes::copy_from_slice(key),
                             block: Some((r, block)),
@@ -543,13 +582,18 @@ impl Engine {
     /// Reads `key` from the first tier that holds it.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         let inner = &self.inner;
-        inner.access.mark(key);
-        if let Some((v, _)) = inner.hot.get(key, inner.now_ms()) {
-            add(&inner.counters.hot_hits);
-            inner.prefetch.on_hot_hit(key);
-            return Ok(Some(v));
+        let got = match inner.hot.get(key, inner.now_ms()) {
+            Some((v, _)) => {
+                add(&inner.counters.hot_hits);
+                inner.prefetch.on_hot_hit(key);
+                Some(v)
+            }
+            None => inner.get_uncached(key).await?,
+        };
+        if got.is_some() {
+            inner.access.mark(key);
         }
-        inner.get_uncached(key).await
+        Ok(got)
     }
 
     /// Reads many keys at once: hot for all, then one RocksDB multi-get, then the cold
@@ -697,9 +741,9 @@ impl Engine {
         let mut first_miss = usize::MAX;
         let mut pending = Vec::new();
         for (i, k) in keys.iter().enumerate() {
-            inner.access.mark(k);
             match inner.hot.get(k, now) {
                 Some((v, _)) => {
+                    inner.access.mark(k);
                     add(&inner.counters.hot_hits);
                     inner.prefetch.on_hot_hit(k);
                     out[i] = Some((v, Tier::Hot));
@@ -720,6 +764,7 @@ impl Engine {
         for ((&i, got), &seen) in pending.iter().zip(got).zip(&versions) {
             match got {
                 WarmGot::Value(v, expire_ms) => {
+                    inner.access.mark(keys[i]);
                     add(&inner.counters.warm_hits);
                     inner.promote(keys[i], seen, v.clone(), expire_ms);
                     out[i] = Some((v, Tier::Warm));
@@ -748,6 +793,7 @@ impl Engine {
                         add(&inner.counters.misses);
                         first_miss = first_miss.min(i);
                     } else {
+                        inner.access.mark(keys[i]);
                         cold_len[i] = Some(r.value_len as u64);
                     }
                 }
@@ -904,6 +950,7 @@ impl Engine {
             hot_evictions: hot.evictions,
             demotions: ld(&c.demotions),
             promotions: ld(&c.promotions),
+            returns_to_warm: ld(&c.returns_to_warm),
             expired: ld(&c.expired),
             checksum_errors: ld(&c.checksum_errors),
             segments_written: ld(&c.segments_written),

@@ -115,6 +115,9 @@ pub struct EngineOptions {
     /// Writes are refused while less than this many bytes are free on the warm tier's disk
     /// (0 turns the check off).
     pub disk_free_min_bytes: u64,
+    /// A value read from the object store is written back to the warm tier (a read says it
+    /// is in use again), unless the warm tier is at its hard limit.
+    pub cold_reads_return_to_warm: bool,
     /// Speculative prefetch after cold reads (block neighbours and Markov predictions).
     pub prefetch: bool,
     /// Most bytes one cold read may prefetch.
@@ -158,6 +161,7 @@ impl EngineOptions {
             expire_sweep_count_max: 10_000,
             pinned_bytes_max: 1 << 30,
             disk_free_min_bytes: 256 << 20,
+            cold_reads_return_to_warm: true,
             prefetch: true,
             prefetch_bytes_max: 4 << 20,
             prefetch_keys_max: 8,

@@ -15,6 +15,7 @@ pub(crate) struct Counters {
     pub(crate) misses: AtomicU64,
     pub(crate) demotions: AtomicU64,
     pub(crate) promotions: AtomicU64,
+    pub(crate) returns_to_warm: AtomicU64,
     pub(crate) expired: AtomicU64,
     pub(crate) checksum_errors: AtomicU64,
     pub(crate) segments_written: AtomicU64,
@@ -73,6 +74,8 @@ pub struct EngineStats {
     pub demotions: u64,
     /// Keys copied from warm or cold into hot by a read.
     pub promotions: u64,
+    /// Values read from the object store and written back to the warm tier.
+    pub returns_to_warm: u64,
     pub expired: u64,
     pub checksum_errors: u64,
     pub segments_written: u64,

@@ -263,6 +263,13 @@ pub(crate) fn render(shared: &Shared) -> String {
     );
     gauge(
         &mut o,
+        "strata_returns_to_warm_total",
+        "Values read from the object store and written back to the warm tier.",
+        "counter",
+        &[("", st.returns_to_warm)],
+    );
+    gauge(
+        &mut o,
         "strata_prefetches_total",
         "Values brought into DRAM by prefetch after cold reads.",
         "counter",

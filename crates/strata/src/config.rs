@@ -38,6 +38,8 @@ pub struct Config {
     /// Writes are refused while less than this is free on the data directory's disk.
     #[serde(deserialize_with = "de_size")]
     pub disk_free_min_bytes: u64,
+    /// Write a value read from the object store back to the warm tier.
+    pub cold_reads_return_to_warm: bool,
     /// Speculative prefetch after cold reads: block neighbours and Markov predictions.
     pub prefetch: bool,
     /// Most bytes one cold read may prefetch.
@@ -126,6 +128,7 @@ impl Default for Config {
             warm_bytes_max: e.warm_bytes_max,
             warm_bytes_hard_max: 0,
             disk_free_min_bytes: e.disk_free_min_bytes,
+            cold_reads_return_to_warm: e.cold_reads_return_to_warm,
             prefetch: e.prefetch,
             prefetch_bytes_max: e.prefetch_bytes_max,
             prefetch_keys_max: e.prefetch_keys_max,
@@ -332,6 +335,7 @@ impl Config {
         o.warm_bytes_max = self.warm_bytes_max;
         o.warm_bytes_hard_max = self.warm_bytes_hard_max;
         o.disk_free_min_bytes = self.disk_free_min_bytes;
+        o.cold_reads_return_to_warm = self.cold_reads_return_to_warm;
         o.prefetch = self.prefetch;
         o.prefetch_bytes_max = self.prefetch_bytes_max;
         o.prefetch_keys_max = self.prefetch_keys_max;

@@ -622,7 +622,10 @@ async fn cold_keys(engine: &Engine, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_no_more() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    // The values stay in the object store when read, so each read below asks it again.
+    let mut o = small_options(dir.path());
+    o.cold_reads_return_to_warm = false;
+    let engine = Engine::open(o).await.unwrap();
     fill(&engine, 200, 300).await;
     engine.run_background_once().await.unwrap();
     engine.clear_hot();
@@ -666,4 +669,98 @@ async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_n
         .iter()
         .all(|v| v.as_ref().is_some_and(|v| v.len() == 300)));
     assert_eq!(engine.stats().cold_requests.gets - gets, 6);
+}
+
+#[tokio::test]
+async fn a_value_read_from_the_object_store_returns_to_the_warm_tier_unless_turned_off() {
+    for back in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = small_options(dir.path());
+        o.cold_reads_return_to_warm = back;
+        let engine = Engine::open(o).await.unwrap();
+        fill(&engine, 200, 300).await;
+        engine.run_background_once().await.unwrap();
+        engine.clear_hot();
+        let cold = cold_keys(&engine, 3).await;
+        let before = engine.stats();
+        // One read through `get`, two through a multi-key read.
+        assert_eq!(
+            engine.get(cold[0].as_bytes()).await.unwrap().unwrap().len(),
+            300
+        );
+        let many: Vec<&[u8]> = cold[1..].iter().map(|k| k.as_bytes()).collect();
+        assert!(engine
+            .get_many(&many)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_some));
+        engine.clear_hot();
+        let after = engine.stats();
+        for k in &cold {
+            let tier = engine.tier_of(k.as_bytes()).await.unwrap();
+            let want = if back { Tier::Warm } else { Tier::Cold };
+            assert_eq!(tier, Some(want), "{k}, return to warm {back}");
+        }
+        let returned = if back { 3 } else { 0 };
+        assert_eq!(after.returns_to_warm - before.returns_to_warm, returned);
+        assert_eq!(before.cold.entries - after.cold.entries, returned);
+        assert_eq!(after.warm.entries - before.warm.entries, returned);
+        // Read again: no object-store request when the values came back.
+        let gets = engine.stats().cold_requests.gets;
+        for k in &cold {
+            assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
+        }
+        let asked = engine.stats().cold_requests.gets - gets;
+        assert_eq!(
+            asked == 0,
+            back,
+            "{asked} object-store GETs, return to warm {back}"
+        );
+        // The index entries they left are garbage for segment collection (a background
+        // round), and the values survive it and a restart.
+        engine.run_background_once().await.unwrap();
+        engine.close().await.unwrap();
+        drop(engine);
+        let engine = Engine::open(small_options(dir.path())).await.unwrap();
+        for k in &cold {
+            assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
+        }
+        engine.close().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_cold_value_stays_cold_when_the_warm_tier_is_at_its_hard_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.warm_bytes_hard_max = 16 << 10;
+    let engine = Engine::open(o).await.unwrap();
+    fill(&engine, 40, 300).await;
+    engine.run_background_once().await.unwrap();
+    // Fill warm to its hard limit with new keys (writes past it are refused).
+    let mut i = 0;
+    while engine
+        .put(
+            format!("fill:{i:05}").as_bytes(),
+            Bytes::from(vec![7u8; 300]),
+            PutOptions::default(),
+        )
+        .await
+        .is_ok()
+    {
+        i += 1;
+    }
+    engine.clear_hot();
+    let cold: Vec<String> = (0..40).map(|i| format!("key:{i:04}")).collect::<Vec<_>>();
+    let mut read = 0;
+    for k in &cold {
+        if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
+            assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
+            assert_eq!(engine.tier_of(k.as_bytes()).await.unwrap(), Some(Tier::Hot));
+            read += 1;
+        }
+    }
+    assert!(read > 0, "nothing was demoted");
+    assert_eq!(engine.stats().returns_to_warm, 0);
 }

@@ -446,9 +446,9 @@ fn info(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         let c = &st.cold_requests;
         let _ = write!(
             o,
-            "# Strata\r\nhot_entries:{}\r\nhot_bytes:{}\r\nhot_bytes_max:{}\r\nhot_hits:{}\r\nwarm_entries:{}\r\nwarm_bytes:{}\r\nwarm_bytes_max:{}\r\nwarm_hits:{}\r\ncold_entries:{}\r\ncold_bytes:{}\r\ncold_hits:{}\r\nmisses:{}\r\ndemotions:{}\r\npromotions:{}\r\nprefetches:{}\r\nprefetch_used:{}\r\nprefetch_precision:{:.3}\r\nprefetch_coverage:{:.3}\r\nchecksum_errors:{}\r\nwal_bytes_dropped:{}\r\nsegments_written:{}\r\nsegments_deleted:{}\r\nvlog_files:{}\r\nvlog_bytes:{}\r\nvlog_files_collected:{}\r\nobject_store_gets:{}\r\nobject_store_puts:{}\r\nobject_store_deletes:{}\r\nobject_store_errors:{}\r\nobject_store_read_waits:{}\r\ncold_url:{}\r\ndurability:{}\r\n\r\n",
+            "# Strata\r\nhot_entries:{}\r\nhot_bytes:{}\r\nhot_bytes_max:{}\r\nhot_hits:{}\r\nwarm_entries:{}\r\nwarm_bytes:{}\r\nwarm_bytes_max:{}\r\nwarm_hits:{}\r\ncold_entries:{}\r\ncold_bytes:{}\r\ncold_hits:{}\r\nmisses:{}\r\ndemotions:{}\r\npromotions:{}\r\nreturns_to_warm:{}\r\nprefetches:{}\r\nprefetch_used:{}\r\nprefetch_precision:{:.3}\r\nprefetch_coverage:{:.3}\r\nchecksum_errors:{}\r\nwal_bytes_dropped:{}\r\nsegments_written:{}\r\nsegments_deleted:{}\r\nvlog_files:{}\r\nvlog_bytes:{}\r\nvlog_files_collected:{}\r\nobject_store_gets:{}\r\nobject_store_puts:{}\r\nobject_store_deletes:{}\r\nobject_store_errors:{}\r\nobject_store_read_waits:{}\r\ncold_url:{}\r\ndurability:{}\r\n\r\n",
             st.hot.entries, st.hot.bytes, st.hot.bytes_max, st.hot.hits, st.warm.entries, st.warm.bytes, st.warm.bytes_max,
-            st.warm.hits, st.cold.entries, st.cold.bytes, st.cold.hits, st.misses, st.demotions, st.promotions,
+            st.warm.hits, st.cold.entries, st.cold.bytes, st.cold.hits, st.misses, st.demotions, st.promotions, st.returns_to_warm,
             st.prefetch_issued, st.prefetch_used,
             st.prefetch_precision(),
             st.prefetch_coverage(),

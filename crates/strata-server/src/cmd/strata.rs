@@ -32,6 +32,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 n("misses", st.misses),
                 n("demotions", st.demotions),
                 n("promotions", st.promotions),
+                n("returns_to_warm", st.returns_to_warm),
                 n("expired", st.expired),
                 n("checksum_errors", st.checksum_errors),
                 n("segments_written", st.segments_written),
