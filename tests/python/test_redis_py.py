@@ -4,6 +4,7 @@ import time
 
 import pytest
 import redis
+from conftest import StrataProcess
 
 
 def test_strings_expiry_and_errors(strata):
@@ -103,6 +104,42 @@ def test_scan_iter_spans_three_tiers(tiny_strata):
     assert "cold" in tiers
     assert sorted(set(r.scan_iter("item:*", count=50))) == [f"item:{i:04d}" for i in range(600)]
     assert r.get("item:0000") == "x" * 1000
+
+
+def test_a_value_read_from_the_cold_tier_goes_back_to_the_warm_tier():
+    # tiny_strata's budgets, without prefetch: it learns this stride and would serve the
+    # later reads from DRAM.
+    strata = StrataProcess(
+        {
+            "hot_bytes_max": 65536,
+            "warm_bytes_max": 131072,
+            "warm_bytes_hard_max": "64MiB",
+            "background_interval_ms": 50,
+            "block_bytes": 4096,
+            "prefetch": "false",
+        }
+    )
+    try:
+        r = strata.client(decode_responses=True)
+        p = r.pipeline(transaction=False)
+        for i in range(600):
+            p.set(f"item:{i:04d}", f"{i:04d}" * 250)
+        p.execute()
+        deadline = time.time() + 30
+        while int(r.info("strata")["cold_entries"]) == 0:
+            assert time.time() < deadline, "nothing reached the cold tier"
+            time.sleep(0.1)
+        # Keys far apart, each in an object-store block of its own.
+        keys = (f"item:{i:04d}" for i in range(0, 600, 60))
+        cold = [k for k in keys if r.execute_command("TIER", k) == "cold"]
+        assert len(cold) >= 2, cold
+        before = int(r.info("strata")["returns_to_warm"])
+        for k in cold:
+            assert r.get(k) == k[5:] * 250
+        assert int(r.info("strata")["returns_to_warm"]) - before == len(cold)
+        assert int(r.execute_command("STRATA.STATS")["returns_to_warm"]) >= len(cold)
+    finally:
+        strata.stop()
 
 
 def test_strata_commands(strata):
