@@ -343,8 +343,9 @@ pub(crate) async fn collect_segments(inner: &Arc<Inner>) -> Result<()> {
     .await
     .map_err(|e| Error::Internal(format!("segment scan: {e}")))??;
     // The index entries that stopped pointing into these segments (overwrites, deletes,
-    // values returned to the warm tier, rewrites) must be on disk before a segment goes.
-    inner.warm.db.flush_wal(true)?;
+    // values returned to the warm tier, rewrites), and the values that replaced them, must
+    // be on disk before a segment goes.
+    inner.sync_values_and_wal()?;
     let next_id = *inner.next_segment_id.lock();
     for id in inner.cold.list_segments().await? {
         // Only this task allocates ids, so ids below `next_id` without a record are orphans.
@@ -432,8 +433,7 @@ fn collect_value_log_files(inner: &Inner) -> Result<()> {
     if !done.is_empty() {
         // The moved values, then the records that point at them, are durable before the
         // files they left are deleted.
-        inner.vlog.sync()?;
-        w.db.flush_wal(true)?;
+        inner.sync_values_and_wal()?;
         for &id in &done {
             inner.vlog.remove_file(id)?;
             w.drop_vlog_garbage(&mut b, id);
@@ -494,7 +494,7 @@ async fn rewrite_segment(inner: &Arc<Inner>, id: u64) -> Result<()> {
     })
     .await
     .map_err(|e| Error::Internal(format!("segment rewrite commit: {e}")))??;
-    inner.warm.db.flush_wal(true)?;
+    inner.sync_values_and_wal()?;
     inner.cold.delete_segment(id).await?;
     add(&inner.counters.segments_rewritten);
     add(&inner.counters.segments_written);

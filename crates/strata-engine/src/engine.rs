@@ -358,7 +358,9 @@ impl Inner {
             value: value.clone(),
             expire_ms: stored.expire_ms,
         };
-        match self.apply_locked(key, Some(&stored), change) {
+        // Not synced even with `durability = sync`: the object store still holds the value,
+        // and collection syncs before it deletes a segment.
+        match self.apply_locked_with(key, Some(&stored), change, false) {
             Ok(_) => {
                 add(&self.counters.returns_to_warm);
                 add(&self.counters.promotions);
@@ -370,6 +372,14 @@ impl Inner {
                 false
             }
         }
+    }
+
+    /// Makes every write so far durable: the value log first, then the WAL whose records
+    /// point into it.
+    pub(crate) fn sync_values_and_wal(&self) -> Result<()> {
+        self.vlog.sync()?;
+        self.warm.db.flush_wal(true)?;
+        Ok(())
     }
 
     /// Copies a value read from warm or cold into hot, unless a write raced with the read.
@@ -562,8 +572,7 @@ impl Engine {
         if let Some(g) = &self.inner.group {
             g.stop();
         }
-        self.inner.vlog.sync()?;
-        self.inner.warm.db.flush_wal(true)?;
+        self.inner.sync_values_and_wal()?;
         self.inner.warm.db.flush()?;
         // Large values in DRAM hold the database open (they are RocksDB's own buffers).
         self.inner.hot.clear();

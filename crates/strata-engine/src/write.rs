@@ -124,6 +124,19 @@ impl Inner {
         old: Option<&Stored>,
         change: Change,
     ) -> Result<Option<u64>> {
+        self.apply_locked_with(key, old, change, self.opts.durability == Durability::Sync)
+    }
+
+    /// As [`Inner::apply_locked`]; `sync`: whether the write is made durable before it
+    /// returns (what `durability = sync` asks of a client's write; a copy the engine makes
+    /// for itself, such as a value returned to the warm tier, need not be).
+    pub(crate) fn apply_locked_with(
+        &self,
+        key: &[u8],
+        old: Option<&Stored>,
+        change: Change,
+        sync: bool,
+    ) -> Result<Option<u64>> {
         self.check_writable()?;
         let now = self.now_ms();
         let change = match change {
@@ -221,7 +234,6 @@ impl Inner {
             }
             self.disk.claim(d.warm_bytes as u64)?;
         }
-        let sync = self.opts.durability == Durability::Sync;
         let mut appended = None;
         if let Some((value, expire_ms, seq)) = to_log {
             let at = self.vlog.append(key, value)?;

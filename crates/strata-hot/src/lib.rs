@@ -239,6 +239,9 @@ impl HotCache {
     /// Evicts until under the budget, each time from the shard holding the most bytes, one
     /// lock at a time.
     fn trim(&self) {
+        if self.used.load(Ordering::Relaxed) <= self.bytes_max {
+            return;
+        }
         let mut stuck = vec![false; self.shards.len()];
         while self.used.load(Ordering::Relaxed) > self.bytes_max {
             let Some(i) = (0..self.shards.len())
