@@ -108,7 +108,7 @@ def test_scan_iter_spans_three_tiers(tiny_strata):
 
 def test_a_value_read_from_the_cold_tier_goes_back_to_the_warm_tier():
     # tiny_strata's budgets, without prefetch: it learns this stride and would serve the
-    # later reads from DRAM.
+    # later reads from DRAM (those values go back to warm too, but later, in its own task).
     strata = StrataProcess(
         {
             "hot_bytes_max": 65536,

@@ -354,17 +354,44 @@ impl Inner {
             Ok(Some(s)) if matches!(s.loc, Loc::Cold(now_r) if now_r == *r) => s,
             _ => return false,
         };
+        let back = self.return_to_warm_locked(key, &stored, value);
+        if back {
+            add(&self.counters.promotions);
+            self.prefetch.forget(key);
+        }
+        back
+    }
+
+    /// A value prefetched into DRAM was read from there: it goes back to the warm tier as a
+    /// value read from the object store does (the DRAM copy is the value the index points
+    /// at: a write replaces or drops it under the same stripe lock).
+    pub(crate) fn return_prefetched_to_warm(&self, key: &[u8]) -> bool {
+        if !self.opts.cold_reads_return_to_warm {
+            return false;
+        }
+        let _g = self.lock(key);
+        let now = self.now_ms();
+        let stored = match self.read_stored(key, false) {
+            Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(_)) => s,
+            _ => return false,
+        };
+        match self.hot.peek(key, now) {
+            Some(value) => self.return_to_warm_locked(key, &stored, &value),
+            None => false,
+        }
+    }
+
+    /// Writes `value`, the value of the cold entry `stored`, to the warm tier; the caller
+    /// holds the key's stripe lock. Not synced even with `durability = sync`: the object
+    /// store still holds the value, and collection syncs before it deletes a segment.
+    fn return_to_warm_locked(&self, key: &[u8], stored: &Stored, value: &Bytes) -> bool {
         let change = Change::Put {
             value: value.clone(),
             expire_ms: stored.expire_ms,
         };
-        // Not synced even with `durability = sync`: the object store still holds the value,
-        // and collection syncs before it deletes a segment.
-        match self.apply_locked_with(key, Some(&stored), change, false) {
+        match self.apply_locked_with(key, Some(stored), change, false) {
             Ok(_) => {
                 add(&self.counters.returns_to_warm);
-                add(&self.counters.promotions);
-                self.prefetch.forget(key);
                 true
             }
             Err(e) => {

@@ -233,6 +233,10 @@ async fn run_job(inner: &Arc<Inner>, job: Job) {
             .min(inner.opts.hot_bytes_max / 8),
     );
     let now = inner.now_ms();
+    // 0. A prefetched value that was read is in use: back to the warm tier with it.
+    if job.block.is_none() {
+        inner.return_prefetched_to_warm(&job.key);
+    }
     // 1. The neighbours in the block just fetched.
     if let Some((block_ref, block)) = &job.block {
         for e in strata_format::iter_block(block) {

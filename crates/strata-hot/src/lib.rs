@@ -154,6 +154,16 @@ impl HotCache {
         Some(out)
     }
 
+    /// The value of `key` if cached and live at `now_ms`, without touching the policy.
+    pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<Bytes> {
+        let sh = self.shard(key).lock();
+        let slot = *sh.map.get(key)?;
+        let s = sh.slots[slot as usize]
+            .as_ref()
+            .expect("mapped slot is live");
+        (s.expire_ms == 0 || s.expire_ms > now_ms).then(|| s.value.clone())
+    }
+
     /// Whether `key` is cached (expired entries count as absent); does not count as a hit.
     pub fn contains(&self, key: &[u8], now_ms: u64) -> bool {
         self.value_len(key, now_ms).is_some()
@@ -161,12 +171,7 @@ impl HotCache {
 
     /// The length of `key`'s value if it is held and live, without touching the policy.
     pub fn value_len(&self, key: &[u8], now_ms: u64) -> Option<usize> {
-        let sh = self.shard(key).lock();
-        let slot = *sh.map.get(key)?;
-        let s = sh.slots[slot as usize]
-            .as_ref()
-            .expect("mapped slot is live");
-        (s.expire_ms == 0 || s.expire_ms > now_ms).then(|| s.value.len())
+        self.peek(key, now_ms).map(|v| v.len())
     }
 
     /// Caches `value` for `key`, replacing any cached value, evicting as needed. Returns

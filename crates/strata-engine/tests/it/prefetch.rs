@@ -89,6 +89,21 @@ async fn predicted_next_keys_reach_dram_before_they_are_read() {
     assert!(after.prefetch_issued >= after.prefetch_used);
     // Another session's keys were not pulled in: predictions follow the stream.
     assert_eq!(e.tier_of(&key(4, 1)).await.unwrap(), Some(Tier::Cold));
+    // The prefetched values that were read go back to the warm tier, as values read from
+    // the object store do (off the read's path, in the prefetch task).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while e.stats().returns_to_warm < before.returns_to_warm + 3 {
+        assert!(Instant::now() < deadline, "{:?}", e.stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    e.clear_hot();
+    for i in 1..4 {
+        assert_eq!(
+            e.tier_of(&key(5, i)).await.unwrap(),
+            Some(Tier::Warm),
+            "key {i}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
