@@ -340,7 +340,7 @@ impl Inner {
 
     /// Writes a value just read from the object store back to the warm tier (and DRAM), if
     /// `cold_reads_return_to_warm` is on and the key still points at the block it was read
-    /// from. Best effort: a write the warm tier refuses (at its hard limit, out of disk,
+    /// from. Best effort: a write the warm tier refuses (past halfway to its hard limit, out of disk,
     /// read-only) leaves the value where it is. Says whether it went back.
     fn return_to_warm(&self, key: &[u8], seen_version: u64, r: &BlockRef, value: &Bytes) -> bool {
         if !self.opts.cold_reads_return_to_warm {
@@ -384,7 +384,14 @@ impl Inner {
     /// Writes `value`, the value of the cold entry `stored`, to the warm tier; the caller
     /// holds the key's stripe lock. Not synced even with `durability = sync`: the object
     /// store still holds the value, and collection syncs before it deletes a segment.
+    /// Returns stop halfway from `warm_bytes_max` to the hard limit, so that when demotion
+    /// falls behind, the rest of the headroom is left to clients' writes.
     fn return_to_warm_locked(&self, key: &[u8], stored: &Stored, value: &Bytes) -> bool {
+        let (soft, hard) = (self.opts.warm_bytes_max, self.opts.warm_hard_limit());
+        let warm = self.counters.warm_bytes.load(Ordering::Relaxed).max(0) as u64;
+        if warm + warm_charge(key, value.len() as u64) > soft + hard.saturating_sub(soft) / 2 {
+            return false;
+        }
         let change = Change::Put {
             value: value.clone(),
             expire_ms: stored.expire_ms,

@@ -116,7 +116,8 @@ pub struct EngineOptions {
     /// (0 turns the check off).
     pub disk_free_min_bytes: u64,
     /// A value read from the object store is written back to the warm tier (a read says it
-    /// is in use again), unless the warm tier is at its hard limit.
+    /// is in use again) while the warm tier holds less than halfway from `warm_bytes_max`
+    /// to its hard limit.
     pub cold_reads_return_to_warm: bool,
     /// Speculative prefetch after cold reads (block neighbours and Markov predictions).
     pub prefetch: bool,

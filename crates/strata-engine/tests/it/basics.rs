@@ -731,30 +731,28 @@ async fn a_value_read_from_the_object_store_returns_to_the_warm_tier_unless_turn
 }
 
 #[tokio::test]
-async fn a_cold_value_stays_cold_when_the_warm_tier_is_at_its_hard_limit() {
+async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
-    o.warm_bytes_hard_max = 16 << 10;
+    // warm_bytes_max is 8 KiB: returns stop at 8 + (64 - 8) / 2 = 36 KiB.
+    o.warm_bytes_hard_max = 64 << 10;
     let engine = Engine::open(o).await.unwrap();
     fill(&engine, 40, 300).await;
     engine.run_background_once().await.unwrap();
-    // Fill warm to its hard limit with new keys (writes past it are refused).
     let mut i = 0;
-    while engine
-        .put(
-            format!("fill:{i:05}").as_bytes(),
-            Bytes::from(vec![7u8; 300]),
-            PutOptions::default(),
-        )
-        .await
-        .is_ok()
-    {
+    while engine.stats().warm.bytes < 40 << 10 {
+        let k = format!("fill:{i:05}");
+        let v = Bytes::from(vec![7u8; 300]);
+        engine
+            .put(k.as_bytes(), v, PutOptions::default())
+            .await
+            .unwrap();
         i += 1;
     }
     engine.clear_hot();
-    let cold: Vec<String> = (0..40).map(|i| format!("key:{i:04}")).collect::<Vec<_>>();
     let mut read = 0;
-    for k in &cold {
+    for i in 0..40 {
+        let k = format!("key:{i:04}");
         if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
             assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
             assert_eq!(engine.tier_of(k.as_bytes()).await.unwrap(), Some(Tier::Hot));
@@ -763,4 +761,10 @@ async fn a_cold_value_stays_cold_when_the_warm_tier_is_at_its_hard_limit() {
     }
     assert!(read > 0, "nothing was demoted");
     assert_eq!(engine.stats().returns_to_warm, 0);
+    // The headroom left is the clients': their writes still go in.
+    let v = Bytes::from(vec![1u8; 300]);
+    engine
+        .put(b"client", v, PutOptions::default())
+        .await
+        .unwrap();
 }
