@@ -340,8 +340,9 @@ impl Inner {
 
     /// Writes a value just read from the object store back to the warm tier (and DRAM), if
     /// `cold_reads_return_to_warm` is on and the key still points at the block it was read
-    /// from. Best effort: a write the warm tier refuses (past halfway to its hard limit, out of disk,
-    /// read-only) leaves the value where it is. Says whether it went back.
+    /// from. Best effort: past halfway to the warm tier's hard limit, or when the write is
+    /// refused (out of disk, read-only), the value stays where it is. Says whether it went
+    /// back.
     fn return_to_warm(&self, key: &[u8], seen_version: u64, r: &BlockRef, value: &Bytes) -> bool {
         if !self.opts.cold_reads_return_to_warm {
             return false;
