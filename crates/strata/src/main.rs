@@ -108,10 +108,10 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    if let Command::Trace(TraceCommand::Replay(args)) = &cli.command {
-        return trace::replay(args);
-    }
     let cfg = load_config(&cli)?;
+    if let Command::Trace(TraceCommand::Replay(args)) = &cli.command {
+        return trace::replay(args, &cfg, &cli.set);
+    }
     match cli.command {
         Command::Trace(_) => unreachable!("handled above"),
         Command::Config => {

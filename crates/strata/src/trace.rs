@@ -50,13 +50,16 @@ struct Row {
     blocks: u64,
 }
 
-pub fn replay(args: &ReplayArgs) -> Result<()> {
+/// `cfg`: the settings `--engine` starts from (`--set` and the configuration file apply);
+/// the replay's own flags, a temporary data directory and a local object-store directory
+/// in it take precedence. `sets`: the `--set` flags, for the report's command line.
+pub fn replay(args: &ReplayArgs, cfg: &crate::config::Config, sets: &[String]) -> Result<()> {
     let trace = load_trace(&args.trace).map_err(anyhow::Error::msg)?;
     if trace.is_empty() {
         bail!("trace {} holds no requests", args.trace.display());
     }
     if args.engine {
-        return crate::runtime()?.block_on(replay_engine(args, &trace));
+        return crate::runtime()?.block_on(replay_engine(args, cfg, sets, &trace));
     }
     let policies: Vec<PolicyKind> = if args.policy == "all" {
         PolicyKind::ALL.to_vec()
@@ -159,15 +162,27 @@ struct TierCounts {
     cold: u64,
     miss: u64,
     demotions: u64,
+    /// Values read from the object store (or prefetched and read) written back to warm.
+    returns_to_warm: u64,
+    /// The `--set` flags the engine ran with.
+    settings: Vec<String>,
 }
 
 /// Replays the trace against the real engine: per request, one batch read of its blocks
 /// (a block counts only if its whole prefix was found), then the missing blocks are written.
-async fn replay_engine(args: &ReplayArgs, trace: &[strata_policy::Request]) -> Result<()> {
-    use strata_engine::{Engine, EngineOptions, PutOptions, Tier};
+async fn replay_engine(
+    args: &ReplayArgs,
+    cfg: &crate::config::Config,
+    sets: &[String],
+    trace: &[strata_policy::Request],
+) -> Result<()> {
+    use strata_engine::{Engine, PutOptions, Tier};
     let dir = tempfile::tempdir()?;
     let key_bytes = 20u64;
-    let mut o = EngineOptions::new(dir.path());
+    let mut base = cfg.clone();
+    base.data_dir = dir.path().to_path_buf();
+    base.cold_url = String::new();
+    let mut o = base.engine_options()?;
     o.hot_policy = args
         .hot_policy
         .parse()
@@ -222,7 +237,10 @@ async fn replay_engine(args: &ReplayArgs, trace: &[strata_policy::Request]) -> R
             eprintln!("[{}/{}] requests replayed", n + 1, trace.len());
         }
     }
-    c.demotions = engine.stats().demotions;
+    let st = engine.stats();
+    c.demotions = st.demotions;
+    c.returns_to_warm = st.returns_to_warm;
+    c.settings = sets.to_vec();
     engine.close().await?;
     if args.json {
         println!("{}", serde_json::to_string(&c)?);
@@ -230,10 +248,11 @@ async fn replay_engine(args: &ReplayArgs, trace: &[strata_policy::Request]) -> R
     }
     let pct = |x: u64| x as f64 * 100.0 / c.blocks.max(1) as f64;
     let md = format!(
-        "# Engine trace replay: {}\n\nReal engine (RocksDB + local object-store directory), DRAM policy `{}`, {} DRAM blocks, {} RocksDB blocks, {} B per block. A block counts for a tier only if every earlier block of its request was found.\n\n| served from | blocks | share |\n|---|---:|---:|\n| DRAM | {} | {:.1}% |\n| RocksDB | {} | {:.1}% |\n| object store | {} | {:.1}% |\n| miss | {} | {:.1}% |\n\n{} keys demoted. Command: `strata trace replay --engine --trace {} --hot-blocks {} --warm-blocks {} --value-bytes {} --hot-policy {}` ({:.0} s).\n",
+        "# Engine trace replay: {}\n\nReal engine (RocksDB + local object-store directory), DRAM policy `{}`, {} DRAM blocks, {} RocksDB blocks, {} B per block. A block counts for a tier only if every earlier block of its request was found.\n\n| served from | blocks | share |\n|---|---:|---:|\n| DRAM | {} | {:.1}% |\n| RocksDB | {} | {:.1}% |\n| object store | {} | {:.1}% |\n| miss | {} | {:.1}% |\n\n{} keys demoted, {} values returned to RocksDB. Command: `strata trace replay --engine --trace {} --hot-blocks {} --warm-blocks {} --value-bytes {} --hot-policy {}{}` ({:.0} s).\n",
         args.trace.display(), c.hot_policy, c.hot_blocks, c.warm_blocks, c.value_bytes,
         c.hot, pct(c.hot), c.warm, pct(c.warm), c.cold, pct(c.cold), c.miss, pct(c.miss),
-        c.demotions, args.trace.display(), c.hot_blocks, c.warm_blocks, c.value_bytes, c.hot_policy,
+        c.demotions, c.returns_to_warm, args.trace.display(), c.hot_blocks, c.warm_blocks, c.value_bytes, c.hot_policy,
+        c.settings.iter().map(|kv| format!(" --set {kv}")).collect::<String>(),
         started.elapsed().as_secs_f64()
     );
     std::fs::create_dir_all(&args.out)?;

@@ -221,7 +221,7 @@ fn engine_trace_replay_serves_blocks_from_every_tier() {
     )
     .unwrap();
     let small = small.to_str().unwrap();
-    let v = &replay_json(&[
+    let args = [
         "--engine",
         "--trace",
         small,
@@ -231,7 +231,8 @@ fn engine_trace_replay_serves_blocks_from_every_tier() {
         "2000",
         "--value-bytes",
         "64",
-    ])[0];
+    ];
+    let v = &replay_json(&args)[0];
     let n = |k: &str| v[k].as_u64().unwrap();
     assert_eq!(
         n("hot") + n("warm") + n("cold") + n("miss"),
@@ -243,6 +244,17 @@ fn engine_trace_replay_serves_blocks_from_every_tier() {
         "every tier should serve some blocks: {v}"
     );
     assert!(n("demotions") > 0, "{v}");
+    assert!(
+        n("returns_to_warm") > 0,
+        "blocks read from the object store go back: {v}"
+    );
+    // Settings apply to the engine it replays against.
+    let off = &replay_json(&[&args[..], &["--set", "cold_reads_return_to_warm=false"]].concat())[0];
+    assert_eq!(off["returns_to_warm"].as_u64(), Some(0), "{off}");
+    assert_eq!(
+        off["settings"][0], "cold_reads_return_to_warm=false",
+        "{off}"
+    );
     // The engine's total hits match the single-cache ceiling, since nothing is ever lost.
     let s = &replay_json(&[
         "--trace",
