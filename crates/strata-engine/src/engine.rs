@@ -82,10 +82,11 @@ impl Stored {
 }
 
 /// Per-key access counts for the warm tier's clock hand (hashed, one byte each): a read adds
-/// one (up to `ACCESS_COUNT_MAX`; which reads count: [`Inner::count_read`]), each pass of the hand over a key takes one away, and the
-/// hand demotes a key whose count is zero. So a key survives as many passes as it had
-/// recent reads: frequency-weighted aging, the rule Strata's DRAM policy follows (GCLOCK),
-/// without the chain links (the warm tier does not learn them).
+/// one (up to `ACCESS_COUNT_MAX`; which reads count: [`Inner::count_read`]), each pass of
+/// the hand over a key takes one away, and the hand demotes a key whose count is zero. So
+/// a key survives as many passes as it had recent reads: frequency-weighted aging, the rule
+/// Strata's DRAM policy follows (GCLOCK), without the chain links (the warm tier does not
+/// learn them).
 pub(crate) struct AccessCounts(Box<[std::sync::atomic::AtomicU8]>);
 
 /// Most passes of the clock hand a key's reads can buy it.

@@ -10,6 +10,12 @@ pub(crate) struct Sketch {
     reset_at: usize,
 }
 
+/// Counters per row for `capacity` entries: `per_entry` each, a power of two, at least
+/// `min_width`.
+fn width(capacity: usize, per_entry: usize, min_width: usize) -> usize {
+    (capacity * per_entry).next_power_of_two().max(min_width)
+}
+
 /// Counters per entry and row, and the fewest per row, of [`Sketch::new`].
 pub(crate) const FULL_WIDTH: (usize, usize) = (16, 256);
 
@@ -22,7 +28,7 @@ impl Sketch {
     /// least `min_width` (fewer counters: more collisions, but a sketch that stays in the
     /// CPU cache).
     pub(crate) fn with_width(capacity: usize, per_entry: usize, min_width: usize) -> Self {
-        let width = (capacity * per_entry).next_power_of_two().max(min_width);
+        let width = width(capacity, per_entry, min_width);
         Sketch {
             rows: std::array::from_fn(|_| vec![0; width]),
             mask: width - 1,
@@ -33,8 +39,7 @@ impl Sketch {
     /// Ages over `10 × capacity` additions from now on; a capacity that wants at least
     /// twice the counters there are gets a new, empty sketch of the right width.
     pub(crate) fn resize(&mut self, capacity: usize, per_entry: usize, min_width: usize) {
-        let width = (capacity * per_entry).next_power_of_two().max(min_width);
-        if width >= 2 * (self.mask + 1) {
+        if width(capacity, per_entry, min_width) >= 2 * (self.mask + 1) {
             *self = Self::with_width(capacity, per_entry, min_width);
         } else {
             self.reset_at = capacity.max(16) * 10;

@@ -348,15 +348,18 @@ pub struct StrataPolicy {
 /// The light policy's sketch: two counters per entry and row (the sketch of a 16,384-entry
 /// shard is 128 KiB), but no fewer than 4,096: a small shard's sketch is small anyway.
 const LIGHT_SKETCH: (usize, usize) = (2, 4096);
-const FULL_SKETCH: (usize, usize) = crate::sketch::FULL_WIDTH;
+
+/// The sketch's counters per entry and row, and the fewest per row.
+fn sketch_width(light: bool) -> (usize, usize) {
+    match light {
+        true => LIGHT_SKETCH,
+        false => crate::sketch::FULL_WIDTH,
+    }
+}
 
 impl StrataPolicy {
     pub fn new(capacity: usize) -> Self {
-        StrataPolicy {
-            main: Gdsf::new(capacity, SETTINGS[0]),
-            tuner: Tuner::new(capacity.max(1), false),
-            light: false,
-        }
+        Self::sized(capacity, false)
     }
 
     /// As [`StrataPolicy::new`], with a tuner that samples fewer keys (at most 1 in 32 for
@@ -364,11 +367,16 @@ impl StrataPolicy {
     /// frequency sketch, for a cache on a request's path such as the DRAM tier; replays use
     /// the full version.
     pub fn light(capacity: usize) -> Self {
-        let sketch = Sketch::with_width(capacity, LIGHT_SKETCH.0, LIGHT_SKETCH.1);
+        Self::sized(capacity, true)
+    }
+
+    fn sized(capacity: usize, light: bool) -> Self {
+        let (per_entry, min_width) = sketch_width(light);
+        let sketch = Sketch::with_width(capacity, per_entry, min_width);
         StrataPolicy {
             main: Gdsf::with_sketch(capacity, SETTINGS[0], sketch),
-            tuner: Tuner::new(capacity.max(1), true),
-            light: true,
+            tuner: Tuner::new(capacity.max(1), light),
+            light,
         }
     }
 
@@ -387,11 +395,7 @@ impl StrataPolicy {
             return;
         }
         self.main.capacity = capacity;
-        let (per_entry, min_width) = if self.light {
-            LIGHT_SKETCH
-        } else {
-            FULL_SKETCH
-        };
+        let (per_entry, min_width) = sketch_width(self.light);
         self.main.sketch.resize(capacity, per_entry, min_width);
         let best = self.tuner.best;
         self.tuner = Tuner::new(capacity, self.light);
