@@ -616,13 +616,18 @@ const COLOCATED_VIEWS: usize = 5;
 const FILES_MAPPED: usize = 6;
 const VARIANT: usize = 7;
 
+/// Cached tokens/s of row `a` / row `b`.
+fn tokens_over(rows: &[Row], a: usize, b: usize) -> f64 {
+    rows[a].cached_tokens_per_sec / rows[b].cached_tokens_per_sec.max(1e-9)
+}
+
 /// Strata's read bandwidth / loopback, p95 / Redis p95, cached tokens/s / local files.
 fn ratios(rows: &[Row], loopback: f64) -> [f64; 3] {
     let s = &rows[0];
     [
         s.read_gib_per_sec / loopback,
         s.read_p95_ms / rows[1].read_p95_ms.max(1e-9),
-        s.cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
+        tokens_over(rows, 0, 2),
     ]
 }
 
@@ -721,17 +726,17 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     ] {
         md.push_str(&format!(
             "Strata co-located (KVC.LOCATE, reading the value log's files itself, {how}) cached tokens/s / local files: {:.2} (per run {}); read GiB/s / Strata over KVC.GET: {:.2}.\n",
-            rows[at].cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
-            per_run(&runs, |r| r[at].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)),
+            tokens_over(&rows, at, 2),
+            per_run(&runs, |r| tokens_over(r, at, 2)),
             rows[at].read_gib_per_sec / rows[0].read_gib_per_sec.max(1e-9),
         ));
     }
     md.push_str(&format!(
         "Local files mapped (each file mapped and read once, as the views are) cached tokens/s / local files: {:.2} (per run {}); Strata co-located views / local files mapped: {:.2} (per run {}).\n",
-        rows[FILES_MAPPED].cached_tokens_per_sec / rows[2].cached_tokens_per_sec.max(1e-9),
-        per_run(&runs, |r| r[FILES_MAPPED].cached_tokens_per_sec / r[2].cached_tokens_per_sec.max(1e-9)),
-        rows[COLOCATED_VIEWS].cached_tokens_per_sec / rows[FILES_MAPPED].cached_tokens_per_sec.max(1e-9),
-        per_run(&runs, |r| r[COLOCATED_VIEWS].cached_tokens_per_sec / r[FILES_MAPPED].cached_tokens_per_sec.max(1e-9)),
+        tokens_over(&rows, FILES_MAPPED, 2),
+        per_run(&runs, |r| tokens_over(r, FILES_MAPPED, 2)),
+        tokens_over(&rows, COLOCATED_VIEWS, FILES_MAPPED),
+        per_run(&runs, |r| tokens_over(r, COLOCATED_VIEWS, FILES_MAPPED)),
     ));
     if let Some(v) = rows.get(VARIANT) {
         md.push_str(&format!(
