@@ -5,23 +5,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use strata_engine::{Condition, Engine, Error, Expire, ManualClock, PutOptions, Tier};
 
-use crate::support::small_options;
+use crate::support::{fill, fill_and_demote, small_options};
 
 fn put_opts(condition: Condition, expire: Expire) -> PutOptions {
     PutOptions {
         expire,
         condition,
         return_old: false,
-    }
-}
-
-async fn fill(engine: &Engine, n: usize, value_bytes: usize) {
-    for i in 0..n {
-        let v = Bytes::from(vec![(i % 251) as u8; value_bytes]);
-        engine
-            .put(format!("key:{i:04}").as_bytes(), v, PutOptions::default())
-            .await
-            .unwrap();
     }
 }
 
@@ -65,8 +55,7 @@ async fn demoted_keys_read_back_from_the_cold_tier_and_promote_to_hot() {
 async fn get_many_spans_tiers_and_keeps_order() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
-    fill(&engine, 100, 200).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100, 200).await;
     engine.clear_hot();
     engine.get(b"key:0099").await.unwrap();
     let keys: Vec<Vec<u8>> = (0..100)
@@ -161,8 +150,7 @@ async fn conditional_puts_and_return_old() {
         .unwrap();
     assert_eq!(r.old.as_deref(), Some(&b"4"[..]));
     // A demoted key keeps its conditional semantics (its value comes from the cold tier).
-    fill(&engine, 100, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100, 300).await;
     engine.clear_hot();
     assert_eq!(engine.tier_of(b"a").await.unwrap(), Some(Tier::Cold));
     assert!(
@@ -299,8 +287,7 @@ async fn scan_merges_tiers_in_order_with_a_cursor() {
 async fn overwrite_and_delete_of_cold_keys_drop_index_entries_and_segments_get_collected() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
-    fill(&engine, 100, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100, 300).await;
     let cold_before = engine.stats().cold.entries;
     assert!(cold_before > 50);
     for i in 0..100 {
@@ -333,8 +320,7 @@ async fn sparse_segments_are_rewritten() {
     o.segment_bytes_max = 64 << 10;
     o.warm_bytes_max = 4 << 10;
     let engine = Engine::open(o).await.unwrap();
-    fill(&engine, 100, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100, 300).await;
     assert_eq!(engine.stats().segments_written, 1);
     for i in 0..70 {
         engine
@@ -360,8 +346,7 @@ async fn sparse_segments_are_rewritten() {
 async fn restart_keeps_every_tier_and_counters() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
-    fill(&engine, 120, 250).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 120, 250).await;
     let st = engine.stats();
     engine.close().await.unwrap();
     assert!(matches!(
@@ -410,8 +395,7 @@ async fn oversized_keys_and_values_are_refused() {
 async fn flush_all_empties_every_tier() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
-    fill(&engine, 100, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 100, 300).await;
     engine.flush_all().await.unwrap();
     let st = engine.stats();
     assert_eq!(
@@ -565,8 +549,7 @@ async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reop
 async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_miss() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(small_options(dir.path())).await.unwrap();
-    fill(&engine, 200, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 200, 300).await;
     engine.clear_hot();
     let mut cold = Vec::new();
     // Keys far apart, so that they sit in different blocks (one GET each).
@@ -626,8 +609,7 @@ async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_n
     let mut o = small_options(dir.path());
     o.cold_reads_return_to_warm = false;
     let engine = Engine::open(o).await.unwrap();
-    fill(&engine, 200, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 200, 300).await;
     engine.clear_hot();
     let cold = cold_keys(&engine, 6).await;
     let keys: Vec<&[u8]> = cold.iter().map(|k| k.as_bytes()).collect();
@@ -678,8 +660,7 @@ async fn a_value_read_from_the_object_store_returns_to_the_warm_tier_unless_turn
         let mut o = small_options(dir.path());
         o.cold_reads_return_to_warm = back;
         let engine = Engine::open(o).await.unwrap();
-        fill(&engine, 200, 300).await;
-        engine.run_background_once().await.unwrap();
+        fill_and_demote(&engine, 200, 300).await;
         engine.clear_hot();
         let cold = cold_keys(&engine, 3).await;
         let before = engine.stats();
@@ -737,8 +718,7 @@ async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
     // warm_bytes_max is 8 KiB: returns stop at 8 + (64 - 8) / 2 = 36 KiB.
     o.warm_bytes_hard_max = 64 << 10;
     let engine = Engine::open(o).await.unwrap();
-    fill(&engine, 40, 300).await;
-    engine.run_background_once().await.unwrap();
+    fill_and_demote(&engine, 40, 300).await;
     let mut i = 0;
     while engine.stats().warm.bytes < 40 << 10 {
         let k = format!("fill:{i:05}");

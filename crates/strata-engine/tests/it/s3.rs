@@ -1,9 +1,8 @@
 //! The cold tier on a real S3-compatible server (moto) on loopback.
 
-use bytes::Bytes;
 use strata_engine::{Engine, ErrorKind, PutOptions, Tier};
 
-use crate::support::{small_options, S3Server};
+use crate::support::{fill_and_demote, small_options, S3Server};
 
 /// Small-budget options whose cold tier is `url` on the moto server `s3`.
 fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> strata_engine::EngineOptions {
@@ -15,22 +14,6 @@ fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> strata_engine:
     o.s3.secret_access_key = Some("test".into());
     o.s3.allow_http = true;
     o
-}
-
-/// Writes `key:0000` .. `key:{n-1}` (400 bytes each, every byte the key's number mod 256)
-/// and runs a background round, which demotes most of them to the object store.
-async fn fill_and_demote(engine: &Engine, n: usize) {
-    for i in 0..n {
-        engine
-            .put(
-                format!("key:{i:04}").as_bytes(),
-                Bytes::from(vec![i as u8; 400]),
-                PutOptions::default(),
-            )
-            .await
-            .unwrap();
-    }
-    engine.run_background_once().await.unwrap();
 }
 
 /// `key:0000` .. `key:{n-1}`.
@@ -46,7 +29,7 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     let mut o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
     o.cold_reads_max = 2;
     let engine = Engine::open(o.clone()).await.unwrap();
-    fill_and_demote(&engine, 150).await;
+    fill_and_demote(&engine, 150, 400).await;
     let st = engine.stats();
     assert!(st.cold.entries > 100, "{st:?}");
     assert!(
@@ -95,7 +78,7 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     let mut o = s3_options(dir.path(), &s3, "s3://strata-outage");
     o.cold_request_timeout_ms = 1500;
     let engine = Engine::open(o).await.unwrap();
-    fill_and_demote(&engine, 100).await;
+    fill_and_demote(&engine, 100, 400).await;
     engine.clear_hot();
     drop(s3);
     let start = std::time::Instant::now();
@@ -126,7 +109,7 @@ async fn a_multi_get_against_a_silent_object_store_fails_in_about_one_timeout() 
     o.cold_request_timeout_ms = 1000;
     o.cold_reads_max = 2;
     let engine = Engine::open(o.clone()).await.unwrap();
-    fill_and_demote(&engine, 100).await;
+    fill_and_demote(&engine, 100, 400).await;
     engine.close().await.unwrap();
     drop(engine);
     // The same store reopened against a server that accepts connections and never answers.

@@ -6,7 +6,25 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use strata_engine::EngineOptions;
+use bytes::Bytes;
+use strata_engine::{Engine, EngineOptions, PutOptions};
+
+/// Writes `key:0000` .. `key:{n-1}`, `value_bytes` each, every byte the key's number mod 251.
+pub async fn fill(engine: &Engine, n: usize, value_bytes: usize) {
+    for i in 0..n {
+        let v = Bytes::from(vec![(i % 251) as u8; value_bytes]);
+        engine
+            .put(format!("key:{i:04}").as_bytes(), v, PutOptions::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// [`fill`], then one background round, which demotes what the warm budget does not hold.
+pub async fn fill_and_demote(engine: &Engine, n: usize, value_bytes: usize) {
+    fill(engine, n, value_bytes).await;
+    engine.run_background_once().await.unwrap();
+}
 
 /// Options with budgets small enough that demotion happens after a few KiB, and no
 /// background timer (tests run background rounds explicitly, so runs replay exactly).
