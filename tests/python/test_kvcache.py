@@ -252,3 +252,44 @@ def test_one_reply_carries_at_most_the_output_limit_and_the_clients_read_on(stra
     assert [(m, bytes(kv)) for m, kv in got] == [(b"m%d" % i, bytes([i]) * mib) for i in range(6)]
     assert r.config_set("client-output-buffer-limit", str(1 << 30))
     assert len(r.execute_command("KVC.GET", ns.id, *hashes)) == 8
+
+
+def test_clients_on_the_same_machine_can_use_the_unix_socket():
+    """With `unixsocket` set, redis-py, KVCacheClient and the LMCache connector reach the
+    same store through `unix://` URLs as through TCP."""
+    import asyncio
+    import tempfile
+    import time
+
+    from conftest import StrataProcess
+    from strata_client.lmcache import StrataConnector
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "strata.sock")
+        s = StrataProcess({"unixsocket": path})
+        try:
+            deadline = time.time() + 20
+            while not os.path.exists(path):
+                assert time.time() < deadline, "no Unix socket"
+                time.sleep(0.05)
+            r = redis.Redis(unix_socket_path=path)
+            assert r.set("via", "unix") and s.client().get("via") == b"unix"
+            ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=8)
+            c = KVCacheClient(f"unix://{path}", ns)
+            tokens = list(range(32))
+            chunks = [bytes([i]) * 200_000 for i in range(4)]
+            assert c.store(tokens, chunks) == 4
+            assert c.lookup(tokens) == 32 and c.retrieve(tokens) == chunks
+            assert [bytes(v) for v in c.retrieve_local(tokens, verify=True)] == chunks
+
+            async def lmcache():
+                conn = StrataConnector(f"unix://{path}", lease_ms=1000)
+                keys = [f"m@1@0@{i:x}@bfloat16" for i in range(3)]
+                await conn.batched_put(keys, [(b"meta", b"kv" * 1000)] * 3)
+                assert await conn.batched_contains(keys) == 3
+                await conn.close()
+
+            asyncio.run(lmcache())
+            assert any(b"/strata.sock:0" in line for line in r.execute_command("CLIENT", "LIST").splitlines())
+        finally:
+            s.stop()

@@ -1,7 +1,7 @@
 //! One client connection: read, parse, run, reply, with limits on everything buffered.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,10 +21,47 @@ const BATCH_COUNT_MAX: usize = 1024;
 /// Most SCAN cursors a connection keeps.
 const SCAN_CURSORS_MAX: usize = 64;
 
+/// Where a client is connected from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Peer {
+    Tcp(SocketAddr),
+    /// A client of the Unix socket at this path (on this machine).
+    Unix(Arc<str>),
+}
+
+impl Peer {
+    /// The address failed `AUTH` attempts are counted under; a Unix socket's clients count
+    /// as loopback clients.
+    pub(crate) fn ip(&self) -> IpAddr {
+        match self {
+            Peer::Tcp(a) => a.ip(),
+            Peer::Unix(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+
+    /// Whether the client is on this machine (protected mode admits only those).
+    pub(crate) fn is_local(&self) -> bool {
+        match self {
+            Peer::Tcp(a) => crate::auth::is_loopback_client(a),
+            Peer::Unix(_) => true,
+        }
+    }
+}
+
+/// As Redis shows it in `CLIENT LIST` (`127.0.0.1:50000`, `/run/strata.sock:0`).
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(a) => write!(f, "{a}"),
+            Peer::Unix(path) => write!(f, "{path}:0"),
+        }
+    }
+}
+
 /// Per-connection state the commands see.
 pub(crate) struct Conn {
     pub(crate) id: u64,
-    pub(crate) addr: SocketAddr,
+    pub(crate) peer: Peer,
     pub(crate) proto: u8,
     /// The authenticated user and role; `None` until `AUTH` when a password is required.
     pub(crate) user: Option<(String, Role)>,
@@ -41,12 +78,12 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(id: u64, addr: SocketAddr, shared: &Shared) -> Conn {
+    pub(crate) fn new(id: u64, peer: Peer, shared: &Shared) -> Conn {
         let cfg = shared.cfg.read();
         let open = cfg.requirepass.is_empty() && cfg.users.is_empty();
         Conn {
             id,
-            addr,
+            peer,
             proto: 2,
             user: open.then(|| ("default".to_string(), Role::Admin)),
             name: String::new(),
@@ -100,9 +137,9 @@ async fn write_out<W: AsyncWrite + Unpin>(
 /// The protected-mode refusal (Redis's wording, so operators recognise it).
 const DENIED: &[u8] = b"-DENIED Strata is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Strata you may set a password (requirepass or users) or disable protected mode with CONFIG SET protected-mode no from the loopback interface.\r\n";
 
-/// Serves one client on `sock` (plain TCP or TLS) until it leaves, is killed, idles out,
-/// or the server shuts down.
-pub(crate) async fn handle<S>(shared: Arc<Shared>, sock: S, addr: SocketAddr)
+/// Serves one client on `sock` (plain TCP, TLS or a Unix socket) until it leaves, is
+/// killed, idles out, or the server shuts down.
+pub(crate) async fn handle<S>(shared: Arc<Shared>, sock: S, peer: Peer)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -113,17 +150,14 @@ where
     let kill_wake = Arc::new(tokio::sync::Notify::new());
     let denied = {
         let cfg = shared.cfg.read();
-        cfg.protected_mode
-            && cfg.requirepass.is_empty()
-            && cfg.users.is_empty()
-            && !crate::auth::is_loopback_client(&addr)
+        cfg.protected_mode && cfg.requirepass.is_empty() && cfg.users.is_empty() && !peer.is_local()
     };
     if denied {
         shared
             .guard
             .protected_denied
             .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%addr, "protected mode: refused a client from outside the loopback interface");
+        tracing::warn!(%peer, "protected mode: refused a client from outside the loopback interface");
         let _ = wr.write_all(DENIED).await;
         let _ = wr.shutdown().await;
         return;
@@ -136,7 +170,7 @@ where
             clients.insert(
                 id,
                 ClientEntry {
-                    addr,
+                    peer: peer.clone(),
                     name: String::new(),
                     created: Instant::now(),
                     last_cmd: String::new(),
@@ -154,7 +188,7 @@ where
             .await;
         return;
     }
-    let mut conn = Conn::new(id, addr, &shared);
+    let mut conn = Conn::new(id, peer, &shared);
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut out = ReplyBuf::new(2);
@@ -203,7 +237,7 @@ where
         }
         if let Some(e) = protocol_error {
             shared.guard.protocol_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(client = id, %addr, error = %e, "protocol error; closing connection");
+            tracing::debug!(client = id, peer = %conn.peer, error = %e, "protocol error; closing connection");
             out.push(&Reply::Error(format!("ERR {e}")));
             let _ = write_out(&mut wr, &mut out, &shared).await;
             break 'conn;
@@ -234,7 +268,7 @@ where
             let waited = t.elapsed();
             if waited >= request_timeout {
                 shared.guard.slow_requests.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(client = id, %addr, "request not completed in {request_timeout:?}; closing connection");
+                tracing::warn!(client = id, peer = %conn.peer, "request not completed in {request_timeout:?}; closing connection");
                 out.push(&Reply::Error(format!(
                     "ERR request not completed within {} seconds; closing connection",
                     request_timeout.as_secs()

@@ -1,6 +1,6 @@
 //! Strata's Redis-protocol server: puts the engine on the wire for every Redis client.
 //!
-//! It accepts TCP connections (tokio), parses RESP2/RESP3 requests with `strata-resp`,
+//! It accepts TCP, TLS and Unix-socket connections (tokio), parses RESP2/RESP3 requests with `strata-resp`,
 //! runs commands against `strata-engine`, and serves `/metrics` and `/healthz` over HTTP.
 //! What it is not: a storage engine (no byte of user data is kept here beyond a request's
 //! life) or a RESP codec.
@@ -12,7 +12,7 @@
 //! let engine = Engine::open(EngineOptions::new("./strata-data")).await?;
 //! let server = Server::new(engine, ServerConfig::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:6380").await?;
-//! server.serve(listener, None, None).await?;
+//! server.serve(strata_server::Listeners::tcp(listener)).await?;
 //! # Ok(()) }
 //! ```
 
@@ -23,17 +23,40 @@ mod metrics;
 mod watch;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 use strata_engine::Engine;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
 pub use metrics::Metrics;
+
+/// Where the server accepts clients.
+pub struct Listeners {
+    /// Redis protocol over TCP.
+    pub tcp: TcpListener,
+    /// Redis protocol over TLS, with its configuration.
+    pub tls: Option<(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>)>,
+    /// Redis protocol on a Unix socket, for clients on this machine.
+    pub unix: Option<UnixListener>,
+    /// `/metrics` and `/healthz` over HTTP.
+    pub metrics: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Plain TCP only.
+    pub fn tcp(tcp: TcpListener) -> Listeners {
+        Listeners {
+            tcp,
+            tls: None,
+            unix: None,
+            metrics: None,
+        }
+    }
+}
 
 /// Settings of the server; the live ones can be changed with `CONFIG SET`.
 #[derive(Debug, Clone)]
@@ -80,7 +103,7 @@ impl Default for ServerConfig {
 
 /// What `CLIENT LIST` shows of a connection, and the switch `CLIENT KILL` flips.
 pub(crate) struct ClientEntry {
-    pub(crate) addr: SocketAddr,
+    pub(crate) peer: conn::Peer,
     pub(crate) name: String,
     pub(crate) created: Instant,
     pub(crate) last_cmd: String,
@@ -178,21 +201,30 @@ impl Server {
         self.shared.shutdown.subscribe()
     }
 
-    /// Accepts connections on `listener`, and TLS connections on `tls` if given (and serves
-    /// metrics on `metrics`, if given) until shutdown, then waits for open connections to
-    /// finish their current requests.
-    pub async fn serve(
-        &self,
-        listener: TcpListener,
-        tls: Option<(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>)>,
-        metrics: Option<TcpListener>,
-    ) -> std::io::Result<()> {
+    /// Accepts connections on each of `listeners` (and serves metrics, if given) until
+    /// shutdown, then waits for open connections to finish their current requests.
+    pub async fn serve(&self, listeners: Listeners) -> std::io::Result<()> {
+        let Listeners {
+            tcp: listener,
+            tls,
+            unix,
+            metrics,
+        } = listeners;
         if let Some(m) = metrics {
             tokio::spawn(metrics::serve_http(Arc::clone(&self.shared), m));
         }
         let (tls_listener, acceptor) = match tls {
             Some((l, cfg)) => (Some(l), Some(tokio_rustls::TlsAcceptor::from(cfg))),
             None => (None, None),
+        };
+        // What `CLIENT LIST` shows as the address of the Unix socket's clients.
+        let unix_path: Arc<str> = match &unix {
+            Some(l) => l
+                .local_addr()?
+                .as_pathname()
+                .map(|p| p.to_string_lossy().into())
+                .unwrap_or_else(|| "unix".into()),
+            None => "".into(),
         };
         let mut stop = self.shared.shutdown.subscribe();
         let mut tasks = tokio::task::JoinSet::new();
@@ -202,7 +234,12 @@ impl Server {
                 accepted = listener.accept() => {
                     let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
                     let _ = sock.set_nodelay(true);
-                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, addr));
+                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, conn::Peer::Tcp(addr)));
+                }
+                accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
+                    let Some((sock, _)) = accepted_or_pause(accepted).await else { continue };
+                    let peer = conn::Peer::Unix(Arc::clone(&unix_path));
+                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, peer));
                 }
                 accepted = async { tls_listener.as_ref().expect("guarded").accept().await }, if tls_listener.is_some() => {
                     let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
@@ -212,7 +249,7 @@ impl Server {
                     tasks.spawn(async move {
                         // The handshake gets ten seconds; a client that stalls it is dropped.
                         match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(sock)).await {
-                            Ok(Ok(tls)) => conn::handle(shared, tls, addr).await,
+                            Ok(Ok(tls)) => conn::handle(shared, tls, conn::Peer::Tcp(addr)).await,
                             Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
                             Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
                         }
@@ -222,6 +259,7 @@ impl Server {
             }
         }
         drop(listener);
+        drop(unix);
         drop(tls_listener);
         let deadline = tokio::time::sleep(std::time::Duration::from_secs(10));
         tokio::pin!(deadline);
@@ -248,9 +286,7 @@ impl Server {
 }
 
 /// Unwraps an accept result; on error (such as too many open files) logs and pauses briefly.
-async fn accepted_or_pause(
-    accepted: std::io::Result<(tokio::net::TcpStream, SocketAddr)>,
-) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+async fn accepted_or_pause<T>(accepted: std::io::Result<T>) -> Option<T> {
     match accepted {
         Ok(a) => Some(a),
         Err(e) => {

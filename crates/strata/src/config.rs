@@ -21,6 +21,11 @@ pub struct Config {
     pub metrics_port: u16,
     /// Port for Redis protocol over TLS (0 disables it); needs `tls_cert_file` and `tls_key_file`.
     pub tls_port: u16,
+    /// Path of a Unix socket that also serves the Redis protocol (empty disables it), for
+    /// clients on this machine (`redis-cli -s PATH`, `unix://PATH`).
+    pub unixsocket: String,
+    /// Permissions of the Unix socket, in octal (who may connect: `700` the owner only).
+    pub unixsocketperm: String,
     /// PEM certificate chain for TLS.
     pub tls_cert_file: String,
     /// PEM private key for TLS.
@@ -121,6 +126,8 @@ impl Default for Config {
             port: 6380,
             metrics_port: 9380,
             tls_port: 0,
+            unixsocket: String::new(),
+            unixsocketperm: "700".into(),
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             hot_bytes_max: e.hot_bytes_max,
@@ -264,7 +271,19 @@ impl Config {
         if cfg.tls_port != 0 && (cfg.tls_cert_file.is_empty() || cfg.tls_key_file.is_empty()) {
             bail!("bad configuration: tls_port needs tls_cert_file and tls_key_file");
         }
+        cfg.unixsocket_mode()?;
         Ok(cfg)
+    }
+
+    /// The Unix socket's permission bits, from `unixsocketperm`.
+    pub fn unixsocket_mode(&self) -> Result<u32> {
+        match u32::from_str_radix(self.unixsocketperm.trim(), 8) {
+            Ok(mode) if mode <= 0o777 => Ok(mode),
+            _ => bail!(
+                "bad configuration: unixsocketperm '{}' is not octal permissions such as 700 or 770",
+                self.unixsocketperm
+            ),
+        }
     }
 
     /// The server's settings for this configuration.

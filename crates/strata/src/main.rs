@@ -7,7 +7,7 @@ mod trace;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
@@ -168,6 +168,24 @@ fn raise_fd_limit(maxclients: u64) {
     }
 }
 
+/// Listens on a Unix socket at `path` with permissions `mode`. A socket left there by an
+/// earlier run is replaced; any other file is not touched.
+fn bind_unix(path: &str, mode: u32) -> Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            bail!("cannot listen on unixsocket {path}: a file that is not a socket is there");
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot replace the old socket {path}"))?;
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on unixsocket {path}"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the permissions of {path}"))?;
+    Ok(listener)
+}
+
 async fn serve(cfg: Config) -> Result<()> {
     raise_fd_limit(cfg.maxclients);
     let engine_opts = cfg.engine_options()?;
@@ -207,6 +225,10 @@ async fn serve(cfg: Config) -> Result<()> {
         }
         None => None,
     };
+    let unix = match cfg.unixsocket.as_str() {
+        "" => None,
+        path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
+    };
     let server = strata_server::Server::new(engine.clone(), server_cfg);
     let stopper = server.clone();
     tokio::spawn(async move {
@@ -230,11 +252,25 @@ async fn serve(cfg: Config) -> Result<()> {
         durability = %cfg.durability,
         "Strata ready"
     );
+    let on_unix = match cfg.unixsocket.as_str() {
+        "" => String::new(),
+        path => format!(" and unix://{path}"),
+    };
     eprintln!(
-        "Strata ready: redis://{addr} (metrics on port {})",
+        "Strata ready: redis://{addr}{on_unix} (metrics on port {})",
         cfg.metrics_port
     );
-    server.serve(listener, tls, metrics).await?;
+    let listeners = strata_server::Listeners {
+        tcp: listener,
+        tls,
+        unix,
+        metrics,
+    };
+    let served = server.serve(listeners).await;
+    if !cfg.unixsocket.is_empty() {
+        let _ = std::fs::remove_file(&cfg.unixsocket);
+    }
+    served?;
     engine.close().await.context("closing the store")?;
     tracing::info!("Strata stopped cleanly");
     Ok(())

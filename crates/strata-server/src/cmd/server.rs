@@ -8,6 +8,7 @@ use strata_resp::Reply;
 
 use super::{not_integer, parse_int, syntax_error, wrong_args, Ctx, COMMANDS};
 use crate::auth::{constant_time_eq, Role};
+use crate::conn::Peer;
 use strata_engine::glob::glob_match;
 
 /// The Redis version Strata answers to, for clients that check it.
@@ -97,7 +98,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
 
 fn auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
     let cfg = ctx.shared.cfg.read();
-    let ip = ctx.conn.addr.ip();
+    let ip = ctx.conn.peer.ip();
     if let Some(wait) = ctx
         .shared
         .auth_limiter
@@ -107,7 +108,7 @@ fn auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
             .guard
             .auth_refused
             .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(client = ctx.conn.id, addr = %ctx.conn.addr, "AUTH refused: too many failed attempts from this address");
+        tracing::warn!(client = ctx.conn.id, peer = %ctx.conn.peer, "AUTH refused: too many failed attempts from this address");
         return Reply::Error(format!(
             "ERR too many failed AUTH attempts from this address; try again in {wait} seconds"
         ));
@@ -141,7 +142,7 @@ fn auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
                 .guard
                 .auth_failures
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(client = ctx.conn.id, addr = %ctx.conn.addr, user, "authentication failed");
+            tracing::warn!(client = ctx.conn.id, peer = %ctx.conn.peer, user, "authentication failed");
             Reply::err("WRONGPASS invalid username-password pair or user is disabled.")
         }
     }
@@ -223,8 +224,12 @@ fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
         &c.last_cmd
     };
     Some(format!(
-        "id={id} addr={} laddr=127.0.0.1:0 fd=0 name={name} age={age} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",
-        c.addr
+        "id={id} addr={} laddr={} fd=0 name={name} age={age} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",
+        c.peer,
+        match &c.peer {
+            Peer::Tcp(_) => "127.0.0.1:0".to_string(),
+            unix => unix.to_string(),
+        }
     ))
 }
 
@@ -287,7 +292,7 @@ fn client(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             let mut killed = 0;
             for (id, c) in ctx.shared.clients.lock().iter() {
                 let hit = by_id.is_some_and(|b| b == *id)
-                    || by_addr.as_ref().is_some_and(|b| *b == c.addr.to_string());
+                    || by_addr.as_ref().is_some_and(|b| *b == c.peer.to_string());
                 if hit {
                     c.killed.store(true, Ordering::Release);
                     c.kill_wake.notify_one();

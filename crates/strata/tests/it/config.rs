@@ -57,6 +57,16 @@ fn bad_configuration_is_a_clear_error_and_nonzero_exit() {
             &[],
             "must be name:password:role",
         ),
+        (
+            &["config", "--set", "unixsocketperm=rw"],
+            &[],
+            "unixsocketperm 'rw' is not octal permissions",
+        ),
+        (
+            &["config", "--set", "unixsocketperm=1777"],
+            &[],
+            "is not octal permissions",
+        ),
     ];
     for (args, env, want) in cases {
         let out = strata(args, env);

@@ -224,3 +224,64 @@ fn tls_port_serves_redis_cli_with_a_generated_certificate() {
     assert!(!String::from_utf8_lossy(&plain.read_to_close()).contains("PONG"));
     assert_eq!(s.cli(&["GET", "secure"]), "yes\n");
 }
+
+/// Runs `redis-cli -s path args...` and returns its stdout.
+fn redis_cli_unix(path: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("redis-cli must be installed (Debian redis-tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_unix_socket_serves_redis_cli_with_its_permissions_and_is_removed_at_shutdown() {
+    use std::os::unix::fs::PermissionsExt;
+    let sockdir = tempfile::tempdir().unwrap();
+    let path = sockdir.path().join("strata.sock");
+    let p = path.to_str().unwrap();
+    // A socket left behind by an earlier run is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let mut s = Strata::start(&[
+        ("unixsocket", &format!("\"{p}\"")),
+        ("unixsocketperm", "770"),
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&path).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Unix socket at {p}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o770, "unixsocketperm sets who may connect");
+    assert_eq!(redis_cli_unix(p, &["SET", "local", "fast"]), "OK\n");
+    // The same store behind both listeners.
+    assert_eq!(s.cli(&["GET", "local"]), "fast\n");
+    let list = redis_cli_unix(p, &["CLIENT", "LIST"]);
+    assert!(list.contains(&format!("addr={p}:0")), "{list}");
+    assert!(s.terminate().success());
+    assert!(!path.exists(), "the socket file goes away with the server");
+}
+
+#[test]
+fn a_unixsocket_path_held_by_another_file_is_refused_and_left_alone() {
+    let sockdir = tempfile::tempdir().unwrap();
+    let path = sockdir.path().join("not-a-socket");
+    std::fs::write(&path, "precious").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--data-dir"])
+        .arg(sockdir.path().join("data"))
+        .args(["--port", &crate::support::free_port().to_string()])
+        .args(["--set", "metrics_port=0", "--set"])
+        .arg(format!("unixsocket={}", path.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
+}
