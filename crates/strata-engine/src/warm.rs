@@ -80,6 +80,9 @@ pub(crate) fn wal_bytes_dropped_at_open(dir: &Path) -> u64 {
     dropped
 }
 
+/// Size of a memtable's key bloom filter, as a fraction of the memtable's size.
+const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
+
 impl Warm {
     pub(crate) fn open(path: &Path, o: &EngineOptions) -> Result<Self> {
         let cache = Cache::new_lru_cache(o.rocksdb_block_cache_bytes)?;
@@ -112,6 +115,15 @@ impl Warm {
         data.set_write_buffer_size(64 << 20);
         let mut index = Options::default();
         index.set_block_based_table_factory(&table(true));
+        // Every read of a key that is not in DRAM, and every write (which reads the key's
+        // record first), looks the key up in both column families: a bloom filter over each
+        // memtable's keys turns the look-ups of absent keys (all misses, and every key not
+        // demoted in the index) into a few bit tests instead of a skiplist search. About
+        // 1.3 MiB per 64 MiB memtable.
+        for cf in [&mut data, &mut index] {
+            cf.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+            cf.set_memtable_whole_key_filtering(true);
+        }
         let mut ttl = Options::default();
         ttl.set_block_based_table_factory(&table(false));
         let mut meta = Options::default();
