@@ -82,6 +82,18 @@ struct Deltas {
     cold_entries: i64,
 }
 
+/// One key's write, staged into a batch by [`Inner::stage`] and finished once the batch
+/// is committed.
+struct Staged<'k> {
+    key: &'k [u8],
+    /// The new value, for DRAM; `None` when the key is deleted or only its expiry changed
+    /// (DRAM drops it).
+    hot_value: Option<Bytes>,
+    new_expire: u64,
+    /// A value bound for the value log: value, expiry, write sequence.
+    to_log: Option<(Bytes, u64, u64)>,
+}
+
 /// Strict Redis integer parsing: optional '-', no '+', no leading zeros, no spaces.
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(b).ok()?;
@@ -138,6 +150,25 @@ impl Inner {
         sync: bool,
     ) -> Result<Option<u64>> {
         self.check_writable()?;
+        let mut batch = WriteBatch::default();
+        let mut d = Deltas::default();
+        match self.stage(key, old, change, &mut batch, &mut d)? {
+            Some(staged) => self.commit_staged(vec![staged], batch, &d, sync),
+            None => Ok(None),
+        }
+    }
+
+    /// Adds what `change` does to `key` (whose stored state is `old`) to `batch` and `d`;
+    /// `None` when it does nothing. The caller holds the key's stripe lock; nothing is
+    /// written until [`Inner::commit_staged`].
+    fn stage<'k>(
+        &self,
+        key: &'k [u8],
+        old: Option<&Stored>,
+        change: Change,
+        batch: &mut WriteBatch,
+        d: &mut Deltas,
+    ) -> Result<Option<Staged<'k>>> {
         let now = self.now_ms();
         let change = match change {
             Change::Put { expire_ms, .. } | Change::SetExpire(expire_ms)
@@ -148,8 +179,6 @@ impl Inner {
             c => c,
         };
         let w = &self.warm;
-        let mut batch = WriteBatch::default();
-        let mut d = Deltas::default();
         let old_expire = old.map_or(0, |s| s.expire_ms);
         let mut new_expire = 0;
         let mut hot_value = None;
@@ -201,8 +230,8 @@ impl Inner {
             (Change::Put { value, expire_ms }, loc) => {
                 let seq = self.write_seq.fetch_add(1, Ordering::Relaxed);
                 if self.logs_value(value) {
-                    // Appended once the write is known to be allowed (below).
-                    to_log = Some((value, *expire_ms, seq));
+                    // Appended once the write is known to be allowed (in commit_staged).
+                    to_log = Some((value.clone(), *expire_ms, seq));
                 } else {
                     let rec = WarmRecord::encode(key, *expire_ms, seq, value);
                     batch.put_cf(w.cf(CF_DATA), key, rec);
@@ -211,9 +240,9 @@ impl Inner {
                 d.warm_entries += 1;
                 new_expire = *expire_ms;
                 hot_value = Some(value.clone());
-                self.remove_old(&mut batch, &mut d, key, loc, false);
+                self.remove_old(batch, d, key, loc, false);
             }
-            (Change::Delete, loc) => self.remove_old(&mut batch, &mut d, key, loc, true),
+            (Change::Delete, loc) => self.remove_old(batch, d, key, loc, true),
         }
         if old_expire != new_expire {
             if old_expire != 0 {
@@ -223,6 +252,25 @@ impl Inner {
                 batch.put_cf(w.cf(CF_TTL), ttl_key(new_expire, key), b"");
             }
         }
+        Ok(Some(Staged {
+            key,
+            hot_value,
+            new_expire,
+            to_log,
+        }))
+    }
+
+    /// Commits `batch`, holding the staged writes of `staged` (their keys' stripe locks
+    /// held): refused as a whole past the warm tier's hard limit or the disk's reserve;
+    /// otherwise values bound for the value log are appended, the batch is written, and
+    /// DRAM follows. Returns a group-commit ticket to wait for, if any.
+    fn commit_staged(
+        &self,
+        staged: Vec<Staged<'_>>,
+        mut batch: WriteBatch,
+        d: &Deltas,
+        sync: bool,
+    ) -> Result<Option<u64>> {
         if d.warm_bytes > 0 {
             let warm = self.counters.warm_bytes.load(Ordering::Relaxed).max(0) as u64;
             let hard = self.opts.warm_hard_limit();
@@ -234,38 +282,60 @@ impl Inner {
             }
             self.disk.claim(d.warm_bytes as u64)?;
         }
-        let mut appended = None;
-        if let Some((value, expire_ms, seq)) = to_log {
-            let at = self.vlog.append(key, value)?;
-            let crc = entry_checksum(key, expire_ms, value);
+        let mut appended = Vec::new();
+        let logged = staged
+            .iter()
+            .filter_map(|s| Some((s.key, s.to_log.as_ref()?)));
+        for (key, (value, expire_ms, seq)) in logged {
+            let at = match self.vlog.append(key, value) {
+                Ok(at) => at,
+                Err(e) => {
+                    self.count_unreferenced(&appended);
+                    return Err(e);
+                }
+            };
+            let crc = entry_checksum(key, *expire_ms, value);
             batch.put_cf(
-                w.cf(CF_DATA),
+                self.warm.cf(CF_DATA),
                 key,
-                WarmRecord::encode_logged(expire_ms, seq, crc, at),
+                WarmRecord::encode_logged(*expire_ms, *seq, crc, at),
             );
-            if sync {
-                self.vlog.sync()?;
-            }
-            appended = Some(at);
+            appended.push((key, at));
         }
-        if let Err(e) = self.commit_batch(batch, &d, sync) {
-            if let Some(at) = appended {
-                // Nothing points at the appended entry: count it as garbage if we can.
-                let mut b = WriteBatch::default();
-                w.add_vlog_garbage(&mut b, key, at);
-                let _ = w.write(b, false);
+        if sync && !appended.is_empty() {
+            if let Err(e) = self.vlog.sync() {
+                self.count_unreferenced(&appended);
+                return Err(e);
             }
+        }
+        if let Err(e) = self.commit_batch(batch, d, sync) {
+            self.count_unreferenced(&appended);
             return Err(e);
         }
-        add(&self.counters.writes);
-        self.bump_stripe(key);
-        match hot_value {
-            Some(v) => {
-                self.hot.insert(key, v, new_expire);
+        for s in staged {
+            add(&self.counters.writes);
+            self.bump_stripe(s.key);
+            match s.hot_value {
+                Some(v) => {
+                    self.hot.insert(s.key, v, s.new_expire);
+                }
+                None => self.hot.remove(s.key),
             }
-            None => self.hot.remove(key),
         }
         Ok(self.group.as_ref().map(|g| g.request()))
+    }
+
+    /// Counts value-log entries that no record points at (their write failed) as garbage,
+    /// if the count itself can be written.
+    fn count_unreferenced(&self, appended: &[(&[u8], strata_format::ValuePointer)]) {
+        if appended.is_empty() {
+            return;
+        }
+        let mut b = WriteBatch::default();
+        for &(key, at) in appended {
+            self.warm.add_vlog_garbage(&mut b, key, at);
+        }
+        let _ = self.warm.write(b, false);
     }
 
     /// Whether `value` goes to the value log rather than into its RocksDB record.
@@ -474,6 +544,43 @@ impl Engine {
             ))
         })
         .await
+    }
+
+    /// Stores every pair with no expiry, as Redis's `MSET` does (of a key given twice, the
+    /// last value wins), in one RocksDB batch: after a crash either all of them are there or
+    /// none, and the batch costs one write instead of one per key. Acknowledged once the
+    /// configured durability is met.
+    pub async fn put_many(&self, pairs: &[(&[u8], Bytes)]) -> Result<()> {
+        let inner = &self.inner;
+        for (k, v) in pairs {
+            inner.check_sizes(k, Some(v))?;
+        }
+        let last: std::collections::HashMap<&[u8], usize> = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (*k, i))
+            .collect();
+        let ticket = {
+            let _locks = inner.lock_many(pairs.iter().map(|(k, _)| *k));
+            inner.check_writable()?;
+            let mut batch = WriteBatch::default();
+            let mut d = Deltas::default();
+            let mut staged = Vec::with_capacity(last.len());
+            for (i, (k, v)) in pairs.iter().enumerate() {
+                if last[k] != i {
+                    continue;
+                }
+                let old = inner.read_stored(k, false)?;
+                let change = Change::Put {
+                    value: v.clone(),
+                    expire_ms: 0,
+                };
+                staged.extend(inner.stage(k, old.as_ref(), change, &mut batch, &mut d)?);
+            }
+            let sync = inner.opts.durability == Durability::Sync;
+            inner.commit_staged(staged, batch, &d, sync)?
+        };
+        inner.wait_durable(ticket).await
     }
 
     /// Deletes `key`; returns whether it held a live value.

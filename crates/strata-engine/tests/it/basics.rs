@@ -748,3 +748,98 @@ async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn put_many_writes_like_separate_puts_with_the_last_value_of_a_repeated_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.vlog_value_bytes_min = 1024;
+    let engine = Engine::open(o).await.unwrap();
+    // Cold keys, a key with a TTL, and a key whose value sits in the value log.
+    fill_and_demote(&engine, 200, 300).await;
+    let cold = cold_keys(&engine, 3).await;
+    assert_eq!(cold.len(), 3, "the fill demoted keys");
+    let far = engine.now_ms() + 3_600_000;
+    engine
+        .put(
+            b"ttl",
+            "t".into(),
+            put_opts(Condition::Always, Expire::AtMs(far)),
+        )
+        .await
+        .unwrap();
+    let big = Bytes::from(vec![5u8; 4000]);
+    engine
+        .put(b"logged", big.clone(), PutOptions::default())
+        .await
+        .unwrap();
+    let big2 = Bytes::from(vec![6u8; 5000]);
+    let mut pairs: Vec<(&[u8], Bytes)> = cold
+        .iter()
+        .map(|k| (k.as_bytes(), Bytes::from_static(b"was cold")))
+        .collect();
+    pairs.push((b"ttl", "no ttl now".into()));
+    pairs.push((b"logged", big2.clone()));
+    pairs.push((b"new", "first".into()));
+    pairs.push((b"new", "last".into()));
+    let before = engine.stats();
+    engine.put_many(&pairs).await.unwrap();
+    let st = engine.stats();
+    assert_eq!(
+        st.cold.entries,
+        before.cold.entries - 3,
+        "cold index entries dropped"
+    );
+    assert_eq!(
+        st.warm.entries,
+        before.warm.entries + 4,
+        "3 from cold, 1 new"
+    );
+    assert_eq!(st.writes, before.writes + 6, "one per distinct key");
+    for k in &cold {
+        assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap(), "was cold");
+        assert_eq!(engine.tier_of(k.as_bytes()).await.unwrap(), Some(Tier::Hot));
+    }
+    assert_eq!(engine.expire_time_ms(b"ttl").await.unwrap(), Some(0));
+    assert_eq!(engine.get(b"new").await.unwrap().unwrap(), "last");
+    // The same after a restart, read from RocksDB and the value log.
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let st2 = engine.stats();
+    assert_eq!(
+        (st2.warm.entries, st2.cold.entries, st2.warm.bytes),
+        (st.warm.entries, st.cold.entries, st.warm.bytes)
+    );
+    assert_eq!(engine.get(b"logged").await.unwrap().unwrap(), big2);
+    assert_eq!(engine.get(b"new").await.unwrap().unwrap(), "last");
+    assert_eq!(engine.get(b"ttl").await.unwrap().unwrap(), "no ttl now");
+    assert_eq!(engine.expire_time_ms(b"ttl").await.unwrap(), Some(0));
+}
+
+#[tokio::test]
+async fn put_many_is_refused_as_a_whole_at_the_warm_hard_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.warm_bytes_hard_max = 16 << 10;
+    let engine = Engine::open(o).await.unwrap();
+    // 10 KiB in, 6 KiB of headroom: 8 KiB more must go in whole or not at all.
+    fill(&engine, 10, 1000).await;
+    let keys: Vec<String> = (0..8).map(|i| format!("batch:{i}")).collect();
+    let pairs: Vec<(&[u8], Bytes)> = keys
+        .iter()
+        .map(|k| (k.as_bytes(), Bytes::from(vec![1u8; 1000])))
+        .collect();
+    let err = engine.put_many(&pairs).await.unwrap_err();
+    assert!(matches!(err, Error::WarmFull(_)), "{err:?}");
+    for k in &keys {
+        assert_eq!(
+            engine.get(k.as_bytes()).await.unwrap(),
+            None,
+            "{k} went in alone"
+        );
+    }
+    // A batch that fits goes in.
+    engine.put_many(&pairs[..4]).await.unwrap();
+    assert!(engine.get(b"batch:3").await.unwrap().is_some());
+}

@@ -123,13 +123,12 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                     }
                 }
             }
-            for pair in a[1..].chunks(2) {
-                if let Err(e) = engine
-                    .put(&pair[0], pair[1].clone(), PutOptions::default())
-                    .await
-                {
-                    return engine_error(&e);
-                }
+            let pairs: Vec<(&[u8], Bytes)> = a[1..]
+                .chunks(2)
+                .map(|p| (p[0].as_ref(), p[1].clone()))
+                .collect();
+            if let Err(e) = engine.put_many(&pairs).await {
+                return engine_error(&e);
             }
             if name == "mset" {
                 Reply::ok()
