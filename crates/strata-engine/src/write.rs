@@ -405,7 +405,19 @@ impl Inner {
         self.commit_batch(batch, &d, false)
     }
 
+    /// Waits for the group commit of a write that returned `ticket`, unless the caller runs
+    /// inside [`Engine::deferring_durability`]: then the ticket is left for it to wait for.
     pub(crate) async fn wait_durable(&self, ticket: Option<u64>) -> Result<()> {
+        if let (Some(_), Some(t)) = (&self.group, ticket) {
+            if DEFERRED.try_with(|d| d.set(d.get().max(t))).is_ok() {
+                return Ok(());
+            }
+        }
+        self.wait_synced(ticket).await
+    }
+
+    /// Waits until the group commit has synced `ticket`.
+    async fn wait_synced(&self, ticket: Option<u64>) -> Result<()> {
         match (&self.group, ticket) {
             (Some(g), Some(t)) => g.wait(t).await.inspect_err(|e| {
                 if let Error::Poisoned(m) = e {
@@ -438,7 +450,36 @@ impl Inner {
     }
 }
 
+tokio::task_local! {
+    /// Inside [`Engine::deferring_durability`]: the highest group-commit ticket a write
+    /// returned without waiting for.
+    static DEFERRED: std::cell::Cell<u64>;
+}
+
 impl Engine {
+    /// Runs `f` with writes that return once applied, without waiting for their group
+    /// commit (`durability = group`; with `sync` or `none` nothing waits anyway), and returns
+    /// `f`'s output with the ticket to pass to [`Engine::wait_durable_ticket`] before any of
+    /// those writes is acknowledged to anyone (0: nothing to wait for). A server runs each
+    /// command of a pipeline this way and waits once, before it sends the replies: the
+    /// pipeline's writes share one sync instead of queueing for one each.
+    pub async fn deferring_durability<F: std::future::Future>(&self, f: F) -> (F::Output, u64) {
+        let run = async {
+            let out = f.await;
+            (out, DEFERRED.with(std::cell::Cell::get))
+        };
+        DEFERRED.scope(std::cell::Cell::new(0), run).await
+    }
+
+    /// Waits until every write that returned `ticket` (or an earlier one) is durable. An
+    /// error means the sync failed: those writes must not be acknowledged.
+    pub async fn wait_durable_ticket(&self, ticket: u64) -> Result<()> {
+        match ticket {
+            0 => Ok(()),
+            t => self.inner.wait_synced(Some(t)).await,
+        }
+    }
+
     /// The general atomic read-modify-write. `f` sees the live entry (with its value when
     /// `want_value`; a cold value is fetched first) and returns the change to make, if any,
     /// and a result. `f` runs under the key's lock: keep it short.

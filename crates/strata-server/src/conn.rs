@@ -75,6 +75,8 @@ pub(crate) struct Conn {
     pub(crate) scan_cursors: HashMap<u64, Bytes>,
     pub(crate) next_cursor: u64,
     pub(crate) quit: bool,
+    /// Group-commit ticket of the newest write whose reply is not sent yet (0: none).
+    pub(crate) durable: u64,
 }
 
 impl Conn {
@@ -94,6 +96,7 @@ impl Conn {
             scan_cursors: HashMap::new(),
             next_cursor: 1,
             quit: false,
+            durable: 0,
         }
     }
 
@@ -113,11 +116,22 @@ impl Conn {
 
 /// Writes the pending replies. A client that leaves them unread for `stall` (when not zero)
 /// is cut off: its replies are the only memory it can pin, and only for that long.
+/// First, the writes whose replies are among them must be durable (`durable`: their group
+/// commit ticket, see `Engine::deferring_durability`); if that sync fails, nothing is sent
+/// and the connection closes, so none of them is acknowledged.
 async fn write_out<W: AsyncWrite + Unpin>(
     wr: &mut W,
     out: &mut ReplyBuf,
     shared: &Shared,
+    durable: &mut u64,
 ) -> std::io::Result<()> {
+    if *durable != 0 {
+        if let Err(e) = shared.engine.wait_durable_ticket(*durable).await {
+            tracing::error!(error = %e, "writes not made durable; closing the connection without acknowledging them");
+            return Err(std::io::Error::other(e.to_string()));
+        }
+        *durable = 0;
+    }
     let stall = Duration::from_secs(shared.cfg.read().client_write_timeout_secs);
     for chunk in out.take_chunks() {
         if stall.is_zero() {
@@ -239,10 +253,14 @@ where
             shared.guard.protocol_errors.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(client = id, peer = %conn.peer, error = %e, "protocol error; closing connection");
             out.push(&Reply::Error(format!("ERR {e}")));
-            let _ = write_out(&mut wr, &mut out, &shared).await;
+            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.durable).await;
             break 'conn;
         }
-        if !out.is_empty() && write_out(&mut wr, &mut out, &shared).await.is_err() {
+        if !out.is_empty()
+            && write_out(&mut wr, &mut out, &shared, &mut conn.durable)
+                .await
+                .is_err()
+        {
             break 'conn;
         }
         if conn.quit || killed.load(Ordering::Acquire) {
@@ -255,7 +273,7 @@ where
             out.push(&Reply::err(
                 "ERR query buffer limit exceeded; closing connection",
             ));
-            let _ = write_out(&mut wr, &mut out, &shared).await;
+            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.durable).await;
             break 'conn;
         }
         partial_since = if inbuf.is_empty() {
@@ -273,7 +291,7 @@ where
                     "ERR request not completed within {} seconds; closing connection",
                     request_timeout.as_secs()
                 )));
-                let _ = write_out(&mut wr, &mut out, &shared).await;
+                let _ = write_out(&mut wr, &mut out, &shared, &mut conn.durable).await;
                 break 'conn;
             }
             tick = tick.min(request_timeout - waited);
@@ -304,6 +322,17 @@ where
     shared.clients.lock().remove(&id);
 }
 
+/// Runs one command; a write's group commit is left for `write_out` to wait for, so the
+/// writes of a pipeline share one sync.
+async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Bytes>) -> Reply {
+    let (reply, ticket) = shared
+        .engine
+        .deferring_durability(crate::cmd::execute(shared, conn, args))
+        .await;
+    conn.durable = conn.durable.max(ticket);
+    reply
+}
+
 async fn run_batch<S: AsyncWrite>(
     shared: &Arc<Shared>,
     conn: &mut Conn,
@@ -317,7 +346,7 @@ async fn run_batch<S: AsyncWrite>(
         if crate::cmd::is_exclusive(&args, conn) {
             read_guard = None;
             let _w = shared.gate.write().await;
-            let reply = crate::cmd::execute(shared, conn, args).await;
+            let reply = execute(shared, conn, args).await;
             out.set_proto(conn.proto);
             out.push(&reply);
         } else {
@@ -327,14 +356,14 @@ async fn run_batch<S: AsyncWrite>(
             if let Some(a) = args.first() {
                 last_cmd = a.to_vec();
             }
-            let reply = crate::cmd::execute(shared, conn, args).await;
+            let reply = execute(shared, conn, args).await;
             out.set_proto(conn.proto);
             out.push(&reply);
         }
         if out.len() >= FLUSH_BYTES {
             // Never wait on a slow client while holding the gate.
             read_guard = None;
-            write_out(wr, out, shared).await?;
+            write_out(wr, out, shared, &mut conn.durable).await?;
         }
         if conn.quit {
             break;

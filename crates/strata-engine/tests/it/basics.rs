@@ -843,3 +843,43 @@ async fn put_many_is_refused_as_a_whole_at_the_warm_hard_limit() {
     engine.put_many(&pairs[..4]).await.unwrap();
     assert!(engine.get(b"batch:3").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn deferred_writes_are_applied_at_once_and_leave_one_ticket_to_wait_for() {
+    use strata_engine::Durability;
+    for (durability, deferred) in [
+        (Durability::Group, true),
+        (Durability::Sync, false),
+        (Durability::None, false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = small_options(dir.path());
+        o.durability = durability;
+        let engine = Engine::open(o).await.unwrap();
+        let (_, ticket) = engine
+            .deferring_durability(async {
+                for i in 0..10 {
+                    let k = format!("d:{i}");
+                    engine
+                        .put(k.as_bytes(), "v".into(), PutOptions::default())
+                        .await
+                        .unwrap();
+                }
+                engine.put_many(&[(b"m", "w".into())]).await.unwrap();
+            })
+            .await;
+        // Eleven writes asked for a group commit each; the scope hands back the newest.
+        assert_eq!(ticket, if deferred { 11 } else { 0 }, "{durability:?}");
+        assert_eq!(engine.get(b"d:9").await.unwrap().unwrap(), "v");
+        assert_eq!(engine.get(b"m").await.unwrap().unwrap(), "w");
+        engine.wait_durable_ticket(ticket).await.unwrap();
+        // Outside the scope a write waits for its own commit, as before.
+        let (_, none) = engine.deferring_durability(async {}).await;
+        assert_eq!(none, 0);
+        engine
+            .put(b"after", "x".into(), PutOptions::default())
+            .await
+            .unwrap();
+        engine.close().await.unwrap();
+    }
+}
