@@ -53,6 +53,11 @@ enum Command {
         /// The strata binary to benchmark.
         #[arg(long, default_value = "target/release/strata")]
         strata: std::path::PathBuf,
+        /// Durable writes instead: Strata with its default `durability=group` beside Redis
+        /// with `appendfsync always` (both acknowledge a write only once it is fsynced), SET,
+        /// INCR and MSET; report `redis-benchmark-durable`.
+        #[arg(long)]
+        durable: bool,
     },
 }
 
@@ -67,7 +72,11 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&cli.out)?;
     match cli.command {
         Command::Engine { ops } => runtime()?.block_on(engine::run(ops, &cli.out)),
-        Command::Redis { requests, strata } => redis::run(requests, &strata, &cli.out),
+        Command::Redis {
+            requests,
+            strata,
+            durable,
+        } => redis::run(requests, &strata, durable, &cli.out),
         Command::Prefetch(args) => runtime()?.block_on(prefetch::run(args, &cli.out)),
         Command::Kvcache(args) => runtime()?.block_on(kvcache::run(args, &cli.out)),
     }

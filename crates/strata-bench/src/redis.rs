@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::servers::{free_port, redis_server, wait_port, Proc};
+use crate::servers::{free_port, redis_server_with, wait_port, Proc};
 
 #[derive(Debug, Clone, Serialize)]
 struct Figures {
@@ -74,16 +74,66 @@ fn bench(port: u16, args: &[String]) -> anyhow::Result<Vec<(String, Figures)>> {
     Ok(rows)
 }
 
-pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
+/// What one run compares: the servers' settings, and the tests and shapes it runs.
+struct Mode {
+    report: &'static str,
+    redis: Vec<String>,
+    strata_durability: &'static str,
+    tests: &'static str,
+    /// MGET of 10 keys (`-t mget` reads one key ten times) or MSET of 10.
+    multi: &'static str,
+    sizes: &'static [usize],
+    /// (clients, pipeline, requests divisor).
+    shapes: &'static [(u32, u32, u64)],
+    about: &'static str,
+}
+
+impl Mode {
+    fn new(durable: bool, aof_dir: &Path) -> Mode {
+        match durable {
+            false => Mode {
+                report: "redis-benchmark",
+                redis: vec!["--appendonly".into(), "no".into()],
+                strata_durability: "none",
+                tests: "set,get,incr",
+                multi: "MGET",
+                sizes: &[3, 1024],
+                shapes: &[(50, 1, 1), (50, 16, 1), (1, 1, 10)],
+                about: "Redis 7 with persistence off (`--save '' --appendonly no`);\nStrata with `durability=none` (writes still go through RocksDB's WAL, unsynced)",
+            },
+            true => Mode {
+                report: "redis-benchmark-durable",
+                redis: vec![
+                    "--appendonly".into(),
+                    "yes".into(),
+                    "--appendfsync".into(),
+                    "always".into(),
+                    "--dir".into(),
+                    aof_dir.display().to_string(),
+                ],
+                strata_durability: "group",
+                tests: "set,incr",
+                multi: "MSET",
+                sizes: &[3],
+                shapes: &[(50, 1, 1), (50, 16, 1), (1, 1, 10), (1, 16, 10)],
+                about: "Durable writes: Redis 7 with `--appendonly yes --appendfsync always` (a reply is sent\nafter the AOF is fsynced) and Strata with its default `durability=group` (a reply is sent\nafter the group commit's fsync covers the write)",
+            },
+        }
+    }
+}
+
+pub fn run(requests: u64, strata_bin: &Path, durable: bool, out: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(
         strata_bin.exists(),
         "{} not found; run `cargo build --release -p strata` first",
         strata_bin.display()
     );
     let started = Instant::now();
-    let redis_port = free_port()?;
-    let _redis = redis_server(redis_port)?;
     let dir = tempfile::tempdir()?;
+    let mode = Mode::new(durable, dir.path());
+    let redis_port = free_port()?;
+    let redis_args: Vec<&str> = mode.redis.iter().map(String::as_str).collect();
+    let _redis = redis_server_with(redis_port, &redis_args)?;
     let strata_port = free_port()?;
     let _strata = Proc(
         Command::new(strata_bin)
@@ -95,7 +145,7 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
                 "--set",
                 "metrics_port=0",
                 "--set",
-                "durability=none",
+                &format!("durability={}", mode.strata_durability),
             ])
             .env("STRATA_LOG_LEVEL", "warn")
             .stdout(Stdio::null())
@@ -105,17 +155,17 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
     wait_port(redis_port)?;
     wait_port(strata_port)?;
 
-    // (clients, pipeline, requests): throughput at 50 clients, latency with one client.
-    let shapes = [
-        (50u32, 1u32, requests),
-        (50, 16, requests),
-        (1, 1, (requests / 10).max(1000)),
-    ];
-    let sizes = [3usize, 1024];
+    // Throughput at 50 clients, latency with one client (a tenth of the requests).
+    let shapes: Vec<(u32, u32, u64)> = mode
+        .shapes
+        .iter()
+        .map(|&(c, p, div)| (c, p, (requests / div).max(1000)))
+        .collect();
+    let sizes = mode.sizes;
     let total = shapes.len() * sizes.len() * 2;
     let mut step = 0;
     let mut rows = Vec::new();
-    for &size in &sizes {
+    for &size in sizes {
         for &(clients, pipeline, n) in &shapes {
             let mut per_server = Vec::new();
             for (name, port) in [("redis", redis_port), ("strata", strata_port)] {
@@ -136,14 +186,18 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
                     size.to_string(),
                 ];
                 let mut args = common.clone();
-                args.extend(["-t".into(), "set,get,incr".into()]);
+                args.extend(["-t".into(), mode.tests.into()]);
                 let mut figs = bench(port, &args)?;
                 let mut margs = common;
-                margs.extend(
-                    ["MGET".to_string()]
-                        .into_iter()
-                        .chain((0..10).map(|_| "key:__rand_int__".to_string())),
-                );
+                // Ten random keys (and, for MSET, a value of the row's size after each).
+                let value = "x".repeat(size);
+                margs.push(mode.multi.into());
+                for _ in 0..10 {
+                    margs.push("key:__rand_int__".into());
+                    if mode.multi == "MSET" {
+                        margs.push(value.clone());
+                    }
+                }
                 figs.extend(bench(port, &margs)?);
                 per_server.push(figs);
             }
@@ -171,7 +225,8 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
     }
     let mut md = String::from("# redis-benchmark: Strata beside Redis\n\n");
     md.push_str(&format!(
-        "Same machine, same run, loopback. Redis 7 with persistence off (`--save '' --appendonly no`);\nStrata with `durability=none` (writes still go through RocksDB's WAL). Keys drawn from\n100,000 (`-r 100000`); MGET reads 10 keys. {requests} requests per test at 50 clients; a tenth of that\nfor the one-client latency rows. Ratios are Strata/Redis: throughput above 1 and p50 below 1\nmean Strata is ahead.\n\n"
+        "Same machine, same run, loopback. {}. Keys drawn from\n100,000 (`-r 100000`); {} takes 10 keys. {requests} requests per test at 50 clients; a tenth of that\nfor the one-client rows. Ratios are Strata/Redis: throughput above 1 and p50 below 1\nmean Strata is ahead.\n\n",
+        mode.about, mode.multi
     ));
     md.push_str("| test | value | clients | pipeline | Redis ops/s | Strata ops/s | ops ratio | Redis p50 ms | Strata p50 ms | p50 ratio | Redis p99 ms | Strata p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &rows {
@@ -181,10 +236,12 @@ pub fn run(requests: u64, strata_bin: &Path, out: &Path) -> anyhow::Result<()> {
         ));
     }
     md.push_str(&format!(
-        "\nCommand: `cargo run --release -p strata-bench -- redis --requests {requests}` ({:.0} s). Chart: `redis-benchmark.png`.\n",
-        started.elapsed().as_secs_f64()
+        "\nCommand: `cargo run --release -p strata-bench -- redis --requests {requests}{}` ({:.0} s). Chart: `{}.png`.\n",
+        if durable { " --durable" } else { "" },
+        started.elapsed().as_secs_f64(),
+        mode.report
     ));
-    crate::report::write(out, "redis-benchmark", &md, &rows)?;
-    crate::report::plot(out, "scripts/plot_redis_bench.py", "redis-benchmark");
+    crate::report::write(out, mode.report, &md, &rows)?;
+    crate::report::plot(out, "scripts/plot_redis_bench.py", mode.report);
     Ok(())
 }

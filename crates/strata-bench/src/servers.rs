@@ -34,17 +34,14 @@ pub fn wait_port(port: u16) -> anyhow::Result<()> {
 /// The baseline: a real `redis-server` on `port` with persistence off, as every benchmark
 /// compares against it.
 pub fn redis_server(port: u16) -> anyhow::Result<Proc> {
+    redis_server_with(port, &["--appendonly", "no"])
+}
+
+/// A `redis-server` on loopback with snapshots off and `extra` settings on top.
+pub fn redis_server_with(port: u16, extra: &[&str]) -> anyhow::Result<Proc> {
     let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args(extra)
         .stdout(Stdio::null())
         .spawn()
         .context("redis-server must be installed (Debian redis-server)")?;
