@@ -40,7 +40,14 @@ pub fn redis_server(port: u16) -> anyhow::Result<Proc> {
 /// A `redis-server` on loopback with snapshots off and `extra` settings on top.
 pub fn redis_server_with(port: u16, extra: &[&str]) -> anyhow::Result<Proc> {
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
         .args(extra)
         .stdout(Stdio::null())
         .spawn()

@@ -587,11 +587,11 @@ impl Engine {
         .await
     }
 
-    /// Stores every pair with no expiry, as Redis's `MSET` does (of a key given twice, the
-    /// last value wins), in one RocksDB batch: after a crash either all of them are there or
-    /// none, and the batch costs one write instead of one per key. Acknowledged once the
-    /// configured durability is met.
-    pub async fn put_many(&self, pairs: &[(&[u8], Bytes)]) -> Result<()> {
+    /// Stores every pair, expiring at `expire_ms` (Unix ms; 0: never, what Redis's `MSET`
+    /// does), in one RocksDB batch: of a key given twice the last value wins; after a crash
+    /// either all of them are there or none; and the batch costs one write and one durability
+    /// wait instead of one per key. Acknowledged once the configured durability is met.
+    pub async fn put_many(&self, pairs: &[(&[u8], Bytes)], expire_ms: u64) -> Result<()> {
         let inner = &self.inner;
         for (k, v) in pairs {
             inner.check_sizes(k, Some(v))?;
@@ -614,7 +614,7 @@ impl Engine {
                 let old = inner.read_stored(k, false)?;
                 let change = Change::Put {
                     value: v.clone(),
-                    expire_ms: 0,
+                    expire_ms,
                 };
                 staged.extend(inner.stage(k, old.as_ref(), change, &mut batch, &mut d)?);
             }

@@ -783,7 +783,7 @@ async fn put_many_writes_like_separate_puts_with_the_last_value_of_a_repeated_ke
     pairs.push((b"new", "first".into()));
     pairs.push((b"new", "last".into()));
     let before = engine.stats();
-    engine.put_many(&pairs).await.unwrap();
+    engine.put_many(&pairs, 0).await.unwrap();
     let st = engine.stats();
     assert_eq!(
         st.cold.entries,
@@ -815,6 +815,10 @@ async fn put_many_writes_like_separate_puts_with_the_last_value_of_a_repeated_ke
     assert_eq!(engine.get(b"new").await.unwrap().unwrap(), "last");
     assert_eq!(engine.get(b"ttl").await.unwrap().unwrap(), "no ttl now");
     assert_eq!(engine.expire_time_ms(b"ttl").await.unwrap(), Some(0));
+    // With an expiry, every key gets it (KVC.PUT ... TTL).
+    let pairs: Vec<(&[u8], Bytes)> = vec![(b"e1", "1".into()), (b"e2", "2".into())];
+    engine.put_many(&pairs, far).await.unwrap();
+    assert_eq!(engine.expire_time_ms(b"e2").await.unwrap(), Some(far));
 }
 
 #[tokio::test]
@@ -830,7 +834,7 @@ async fn put_many_is_refused_as_a_whole_at_the_warm_hard_limit() {
         .iter()
         .map(|k| (k.as_bytes(), Bytes::from(vec![1u8; 1000])))
         .collect();
-    let err = engine.put_many(&pairs).await.unwrap_err();
+    let err = engine.put_many(&pairs, 0).await.unwrap_err();
     assert!(matches!(err, Error::WarmFull(_)), "{err:?}");
     for k in &keys {
         assert_eq!(
@@ -840,7 +844,7 @@ async fn put_many_is_refused_as_a_whole_at_the_warm_hard_limit() {
         );
     }
     // A batch that fits goes in.
-    engine.put_many(&pairs[..4]).await.unwrap();
+    engine.put_many(&pairs[..4], 0).await.unwrap();
     assert!(engine.get(b"batch:3").await.unwrap().is_some());
 }
 
@@ -865,7 +869,7 @@ async fn deferred_writes_are_applied_at_once_and_leave_one_ticket_to_wait_for() 
                         .await
                         .unwrap();
                 }
-                engine.put_many(&[(b"m", "w".into())]).await.unwrap();
+                engine.put_many(&[(b"m", "w".into())], 0).await.unwrap();
             })
             .await;
         // Eleven writes asked for a group commit each; the scope hands back the newest.

@@ -20,7 +20,6 @@
 //!   `KVC.GET`).
 
 use bytes::Bytes;
-use strata_engine::{Expire, PutOptions};
 use strata_resp::Reply;
 
 use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
@@ -41,7 +40,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
     match name {
         "kvc.put" => {
             let mut rest = &a[2..];
-            let mut expire = Expire::Persist;
+            let mut expire_ms = 0;
             if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case(b"ttl") {
                 let Some(secs) = parse_int(&rest[rest.len() - 1]) else {
                     return not_integer();
@@ -49,26 +48,30 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 if secs <= 0 {
                     return Reply::err("ERR invalid expire time in 'kvc.put' command");
                 }
-                expire = Expire::AtMs(engine.now_ms() + secs as u64 * 1000);
+                expire_ms = engine.now_ms() + secs as u64 * 1000;
                 rest = &rest[..rest.len() - 2];
             }
             if rest.is_empty() || !rest.len().is_multiple_of(2) || rest.len() / 2 > CHUNKS_MAX {
                 return syntax_error();
             }
-            let mut n = 0;
-            for pair in rest.chunks(2) {
-                let key = strata_kvcache::key_for(ns, &pair[0]);
-                let opts = PutOptions {
-                    expire,
-                    ..Default::default()
-                };
-                if let Err(e) = engine.put(&key, pair[1].clone(), opts).await {
-                    return engine_error(&e);
-                }
-                ctx.shared.watches.touch(&key);
-                n += 1;
+            // All the chunks in one batch: stored together or not at all.
+            let keys: Vec<Vec<u8>> = rest
+                .iter()
+                .step_by(2)
+                .map(|h| strata_kvcache::key_for(ns, h))
+                .collect();
+            let pairs: Vec<(&[u8], Bytes)> = keys
+                .iter()
+                .zip(rest.iter().skip(1).step_by(2))
+                .map(|(k, v)| (k.as_slice(), v.clone()))
+                .collect();
+            if let Err(e) = engine.put_many(&pairs, expire_ms).await {
+                return engine_error(&e);
             }
-            Reply::Integer(n)
+            for k in &keys {
+                ctx.shared.watches.touch(k);
+            }
+            Reply::Integer(pairs.len() as i64)
         }
         "kvc.get" => {
             if a.len() - 2 > CHUNKS_MAX {

@@ -127,7 +127,7 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
                 .chunks(2)
                 .map(|p| (p[0].as_ref(), p[1].clone()))
                 .collect();
-            if let Err(e) = engine.put_many(&pairs).await {
+            if let Err(e) = engine.put_many(&pairs, 0).await {
                 return engine_error(&e);
             }
             if name == "mset" {
