@@ -136,7 +136,12 @@ impl Inner {
         old: Option<&Stored>,
         change: Change,
     ) -> Result<Option<u64>> {
-        self.apply_locked_with(key, old, change, self.opts.durability == Durability::Sync)
+        self.apply_locked_with(key, old, change, self.syncs_client_writes())
+    }
+
+    /// Whether a client's write is synced before it returns (`durability = sync`).
+    fn syncs_client_writes(&self) -> bool {
+        self.opts.durability == Durability::Sync
     }
 
     /// As [`Inner::apply_locked`]; `sync`: whether the write is made durable before it
@@ -618,8 +623,7 @@ impl Engine {
                 };
                 staged.extend(inner.stage(k, old.as_ref(), change, &mut batch, &mut d)?);
             }
-            let sync = inner.opts.durability == Durability::Sync;
-            inner.commit_staged(staged, batch, &d, sync)?
+            inner.commit_staged(staged, batch, &d, inner.syncs_client_writes())?
         };
         inner.wait_durable(ticket).await
     }
