@@ -9,3 +9,4 @@ mod prefetch;
 mod s3;
 mod support;
 mod vlog;
+mod make_fixture;
