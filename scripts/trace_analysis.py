@@ -166,7 +166,7 @@ def replay_hit_density(reqs, density, cap, lifetime, samples=64, seed=1):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--trace", default="../shared/traces/conversation_trace.jsonl")
+    p.add_argument("--trace", default="traces/conversation_trace.jsonl")
     p.add_argument("--capacity", type=int, action="append")
     p.add_argument("--lifetime", type=int, default=3000,
                    help="LHD: requests after which an unused block counts as evicted")

@@ -8,8 +8,8 @@ use strata_policy::{load_trace, PolicyKind};
 
 #[derive(clap::Args)]
 pub struct ReplayArgs {
-    /// The trace file.
-    #[arg(long)]
+    /// The trace file: Mooncake JSON lines, or one key per line.
+    #[arg(long, default_value = "traces/conversation_trace.jsonl")]
     trace: PathBuf,
     /// lru, s3fifo, wtinylfu, strata, opt, or all.
     #[arg(long, default_value = "all")]

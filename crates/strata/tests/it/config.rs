@@ -125,10 +125,10 @@ fn a_port_in_use_is_a_clear_error() {
     );
 }
 
-/// The conversation trace in `shared/traces` beside the repository.
+/// The conversation trace the repository ships (`traces/`).
 const TRACE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/traces/conversation_trace.jsonl"
+    "/../../traces/conversation_trace.jsonl"
 );
 
 /// Runs `strata trace replay <args> --json`, checks that it succeeded, and parses each line
@@ -152,7 +152,7 @@ fn replay_json(args: &[&str]) -> Vec<serde_json::Value> {
 fn trace_replay_reproduces_the_reference_lru_figure_on_the_conversation_trace() {
     assert!(
         std::path::Path::new(TRACE).exists(),
-        "shared/traces must sit beside the repository"
+        "the repository ships traces/conversation_trace.jsonl"
     );
     let v = &replay_json(&[
         "--trace",
