@@ -4,9 +4,9 @@
 mod basics;
 mod corruption;
 mod crash;
+mod make_fixture;
 mod model;
 mod prefetch;
 mod s3;
 mod support;
 mod vlog;
-mod make_fixture;
