@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use serde::Serialize;
-use strata_engine::{Durability, Engine, EngineOptions, PutOptions, Tier};
+use strata_engine::{Durability, Engine, Key, PutOptions, Settings, Tier};
 
 use crate::report::{progress, summarize, Summary};
 
@@ -42,13 +42,18 @@ fn key(i: usize) -> String {
     format!("bench:{i:08}")
 }
 
-fn options(dir: &Path, hot_bytes_max: u64, warm_bytes_max: u64) -> EngineOptions {
-    let mut o = EngineOptions::new(dir);
-    o.hot_bytes_max = hot_bytes_max;
-    o.warm_bytes_max = warm_bytes_max;
-    o.durability = Durability::None;
-    o.background_interval_ms = 3_600_000;
-    o
+fn stored(i: usize) -> Key {
+    Key::new(0, 0, key(i).as_bytes())
+}
+
+/// Opens a store in `dir` with these budgets, writes acknowledged without waiting for disk.
+async fn open(dir: &Path, hot_bytes_max: u64, warm_bytes_max: u64) -> anyhow::Result<Engine> {
+    let mut s = Settings::default();
+    s.hot.hot_bytes_max = hot_bytes_max;
+    s.warm.warm_bytes_max = warm_bytes_max;
+    s.warm.durability = Durability::None;
+    s.warm.background_interval_ms = 3_600_000;
+    crate::open_engine(dir, s).await
 }
 
 async fn time_each<F, Fut>(n: usize, mut f: F) -> anyhow::Result<Summary>
@@ -68,7 +73,7 @@ where
 /// Times `engine.get` of keys `0..n`, each of which must be present.
 async fn time_gets(engine: &Engine, n: usize) -> anyhow::Result<Summary> {
     time_each(n, |i| async move {
-        std::hint::black_box(engine.get(key(i).as_bytes()).await?.expect("present"));
+        std::hint::black_box(engine.get(&stored(i)).await?.expect("present"));
         Ok(())
     })
     .await
@@ -111,11 +116,14 @@ async fn one_size(
 
     *step += 1;
     progress(*step, total, &format!("put {n} × {value_bytes} B"));
-    let engine = Engine::open(options(&dir.path().join("strata"), 8 << 30, 64 << 30)).await?;
+    let engine = open(&dir.path().join("strata"), 8 << 30, 64 << 30).await?;
     let s = time_each(n, |i| {
         let (e, v) = (&engine, values[i].clone());
         async move {
-            e.put(key(i).as_bytes(), v, PutOptions::default()).await?;
+            e.put(&stored(i), v, PutOptions::default())
+                .await?
+                .durable(e)
+                .await?;
             Ok(())
         }
     })
@@ -150,7 +158,7 @@ async fn one_size(
     *step += 1;
     progress(*step, total, &format!("get from RocksDB, {value_bytes} B"));
     // A DRAM budget too small to admit anything keeps every read on the warm tier.
-    let engine = Engine::open(options(&dir.path().join("strata"), 1024, 64 << 30)).await?;
+    let engine = open(&dir.path().join("strata"), 1024, 64 << 30).await?;
     let s = time_gets(&engine, n).await?;
     let b = time_each(n, |i| {
         let p = files.join(key(i));
@@ -170,10 +178,10 @@ async fn one_size(
         total,
         &format!("demote and get from the cold tier, {value_bytes} B"),
     );
-    let engine = Engine::open(options(&dir.path().join("strata"), 1024, 1)).await?;
+    let engine = open(&dir.path().join("strata"), 1024, 1).await?;
     engine.run_background_once().await?;
     anyhow::ensure!(
-        engine.tier_of(key(0).as_bytes()).await? == Some(Tier::Cold),
+        engine.tier_of(&stored(0)).await? == Some(Tier::Cold),
         "demotion did not happen"
     );
     let store = object_store::local::LocalFileSystem::new_with_prefix(&objects)?;

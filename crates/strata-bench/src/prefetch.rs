@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::Serialize;
-use strata_engine::{Engine, EngineOptions, PutOptions, Tier};
+use strata_engine::{Engine, Key, PutOptions, Settings, Tier};
 
 use crate::report::{self, Summary};
 use crate::servers::{free_port, wait_port, Proc};
@@ -83,15 +83,17 @@ fn create_bucket(port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn s3_options(dir: &Path, port: u16, prefix: &str) -> EngineOptions {
-    let mut o = EngineOptions::new(dir);
-    o.cold_url = Some(format!("s3://{BUCKET}/{prefix}"));
-    o.s3.endpoint = Some(format!("http://127.0.0.1:{port}"));
-    o.s3.region = Some("us-east-1".into());
-    o.s3.access_key_id = Some("test".into());
-    o.s3.secret_access_key = Some("test".into());
-    o.s3.allow_http = true;
-    o
+/// Settings whose cold tier is the moto server on `port`, under `prefix`.
+fn s3_settings(port: u16, prefix: &str) -> Settings {
+    let mut s = Settings::default();
+    let c = &mut s.cold;
+    c.cold_url = format!("s3://{BUCKET}/{prefix}");
+    c.s3_endpoint = format!("http://127.0.0.1:{port}");
+    c.s3_region = "us-east-1".into();
+    c.s3_access_key_id = "test".into();
+    c.s3_secret_access_key = "test".into();
+    c.s3_allow_http = true;
+    s
 }
 
 fn value(s: u32, i: u32, len: usize) -> Bytes {
@@ -106,8 +108,8 @@ fn value(s: u32, i: u32, len: usize) -> Bytes {
     Bytes::from(v)
 }
 
-fn key(s: u32, i: u32) -> Vec<u8> {
-    format!("sess:{s}:{i:04}").into_bytes()
+fn key(s: u32, i: u32) -> Key {
+    Key::new(0, 0, format!("sess:{s}:{i:04}").as_bytes())
 }
 
 /// Runs items `0..n` on `concurrency` tasks, each taking the next item when done with one;
@@ -172,22 +174,24 @@ async fn sessions(e: &Engine, a: &Args, label: &str) -> anyhow::Result<Vec<Durat
 
 async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> {
     let dir = tempfile::tempdir()?;
-    let mut o = s3_options(dir.path(), port, if prefetch { "on" } else { "off" });
-    o.prefetch = prefetch;
-    o.hot_bytes_max = 1 << 30;
-    o.warm_bytes_max = 1 << 20;
-    o.warm_bytes_hard_max = 1 << 40;
-    o.segment_bytes_max = a.segment_kib << 10;
-    o.background_interval_ms = 3_600_000;
-    let e = Engine::open(o).await?;
+    let mut o = s3_settings(port, if prefetch { "on" } else { "off" });
+    o.prefetch.prefetch = prefetch;
+    o.hot.hot_bytes_max = 1 << 30;
+    o.warm.warm_bytes_max = 1 << 20;
+    o.warm.warm_bytes_hard_max = 1 << 40;
+    o.cold.segment_bytes_max = a.segment_kib << 10;
+    o.warm.background_interval_ms = 3_600_000;
+    let e = crate::open_engine(dir.path(), o).await?;
     let len = a.value_kib << 10;
     for s in 0..a.sessions {
         for i in 0..a.keys {
             e.put(&key(s, i), value(s, i, len), PutOptions::default())
+                .await?
+                .durable(&e)
                 .await?;
         }
     }
-    while e.stats().warm.bytes > 1 << 20 {
+    while e.stats().warm_bytes > 1 << 20 {
         e.run_background_once().await?;
     }
     e.clear_hot();
@@ -202,7 +206,7 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
         if prefetch { "on" } else { "off" },
         a.sessions * a.keys
     );
-    let gets_before = e.stats().cold_requests.gets;
+    let gets_before = e.stats().object_store_gets;
     let lat = sessions(
         &e,
         a,
@@ -223,10 +227,10 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
         reads: report::summarize(lat),
         prefetch_issued: st.prefetch_issued,
         prefetch_used: st.prefetch_used,
-        cold_hits: st.cold.hits,
+        cold_hits: st.cold_hits,
         prefetch_precision: st.prefetch_precision(),
         prefetch_coverage: st.prefetch_coverage(),
-        object_store_gets: st.cold_requests.gets - gets_before,
+        object_store_gets: st.object_store_gets - gets_before,
     })
 }
 

@@ -1,5 +1,5 @@
-//! Backup and restore. A backup is a consistent snapshot of the warm tier (a RocksDB
-//! checkpoint, which also holds the cold index and the segment records) plus a copy of
+//! Backup and restore. A backup is a consistent snapshot of the warm tier (a checkpoint of
+//! the warm store, which also holds the cold index and the segment records) plus a copy of
 //! every segment that snapshot can reference, written under one directory or object-store
 //! prefix:
 //!
@@ -24,9 +24,10 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::cold::{build_store, segment_path, Cold};
-use crate::engine::Engine;
-use crate::{EngineOptions, Error, Result};
+use crate::cold::{open_store, segment_path, url_for, Cold};
+use crate::core::Core;
+use crate::settings::Settings;
+use crate::{Error, Result};
 
 const FORMAT: &str = "strata-backup-v1";
 const MANIFEST: &str = "MANIFEST.json";
@@ -116,122 +117,131 @@ async fn download_file(store: &dyn ObjectStore, from: &Path, to: &FsPath) -> Res
     Ok(n)
 }
 
-impl Engine {
-    /// Writes a consistent snapshot of the store to `to` (`file:///dir` or
-    /// `s3://bucket/prefix`, with this store's S3 settings). Runs while the store serves.
-    pub async fn backup(&self, to: &str, progress: Progress<'_>) -> Result<BackupSummary> {
-        let inner = &self.inner;
-        let dest = build_store(to, &inner.opts)?;
-        // No segment may be deleted between the checkpoint and the end of the copy.
-        let _no_gc = inner.gc_gate.read().await;
-        let staging = inner
-            .opts
-            .data_dir
-            .join(format!("backup-staging-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        let me = Arc::clone(inner);
-        let stage = staging.clone();
-        let (files, segments) = tokio::task::spawn_blocking(move || {
-            rocksdb::checkpoint::Checkpoint::new(&me.warm.db)?.create_checkpoint(&stage)?;
-            // Ids below the counter at checkpoint time with a record are what it references;
-            // later ones are demotions the snapshot does not know.
-            let next_id = *me.next_segment_id.lock();
-            let mut segments: Vec<u64> = crate::background::segment_metas(&me)?
-                .into_keys()
-                .filter(|&id| id < next_id)
-                .collect();
-            segments.sort_unstable();
-            let mut files = Vec::new();
-            for e in std::fs::read_dir(&stage).map_err(io_err("checkpoint".into()))? {
-                let e = e.map_err(io_err("checkpoint".into()))?;
-                let len = e.metadata().map_err(io_err("checkpoint".into()))?.len();
-                files.push((e.file_name().to_string_lossy().into_owned(), len));
-            }
-            files.sort();
-            Ok::<_, Error>((files, segments))
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("checkpoint: {e}")))??;
-        let vlog_dir = inner.opts.data_dir.join("vlog");
-        let vlog_files: Vec<(String, u64)> = crate::vlog::list(&vlog_dir)?
-            .into_iter()
-            .map(|(id, len)| (format!("{id:016x}.vlog"), len))
-            .collect();
-        let result = self
-            .copy_out(
-                dest.as_ref(),
-                &staging,
-                &files,
-                (&vlog_dir, &vlog_files),
-                &segments,
-                progress,
-            )
-            .await;
-        let _ = std::fs::remove_dir_all(&staging);
-        result
-    }
-
-    async fn copy_out(
-        &self,
-        dest: &dyn ObjectStore,
-        staging: &FsPath,
-        files: &[(String, u64)],
-        (vlog_dir, vlog_files): (&FsPath, &[(String, u64)]),
-        segments: &[u64],
-        progress: Progress<'_>,
-    ) -> Result<BackupSummary> {
-        let mut sum = BackupSummary::default();
-        let seg_estimate = self.stats().cold.bytes;
-        let total = files.iter().chain(vlog_files).map(|f| f.1).sum::<u64>() + seg_estimate;
-        for (name, _) in files {
-            let path = Path::from(format!("warm/{name}"));
-            sum.bytes += upload_file(dest, &staging.join(name), &path).await?;
-            sum.warm_files += 1;
-            progress(sum.bytes, total.max(sum.bytes));
-        }
-        let mut vlog_copied = Vec::new();
-        for (name, _) in vlog_files {
-            let path = Path::from(format!("vlog/{name}"));
-            let n = upload_file(dest, &vlog_dir.join(name), &path).await?;
-            vlog_copied.push((name.clone(), n));
-            sum.bytes += n;
-            sum.warm_files += 1;
-            progress(sum.bytes, total.max(sum.bytes));
-        }
-        for &id in segments {
-            let bytes = self.inner.cold.get_segment(id).await?;
-            sum.bytes += bytes.len() as u64;
-            dest.put(&segment_path(id), PutPayload::from(bytes))
-                .await
-                .map_err(store_err("backup of a segment"))?;
-            sum.segments += 1;
-            progress(sum.bytes, total.max(sum.bytes));
-        }
-        let manifest = Manifest {
-            format: FORMAT.into(),
-            created_unix_ms: self.now_ms(),
-            warm_files: files.to_vec(),
-            vlog_files: vlog_copied,
-            segments: segments.to_vec(),
-        };
-        let json = serde_json::to_vec_pretty(&manifest)
-            .map_err(|e| Error::Internal(format!("manifest: {e}")))?;
-        dest.put(&Path::from(MANIFEST), PutPayload::from(json))
-            .await
-            .map_err(store_err("backup manifest"))?;
-        progress(sum.bytes, sum.bytes);
-        Ok(sum)
-    }
-}
-
-/// Restores the backup at `from` into `opts.data_dir` (which must not hold a store yet) and
-/// `opts`'s cold tier. Open the engine afterwards as usual.
-pub async fn restore(
-    from: &str,
-    opts: &EngineOptions,
+/// Writes a consistent snapshot of the store to `to` (`file:///dir` or
+/// `s3://bucket/prefix`, with this store's S3 settings). Runs while the store serves.
+pub(crate) async fn backup(
+    core: &Arc<Core>,
+    to: &str,
     progress: Progress<'_>,
 ) -> Result<BackupSummary> {
-    let src = build_store(from, opts)?;
+    let dest = open_store(to, &core.settings.cold)?;
+    // No segment may be deleted between the checkpoint and the end of the copy.
+    let _no_gc = core.gc_gate.read().await;
+    let staging = core
+        .data_dir
+        .join(format!("backup-staging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let me = Arc::clone(core);
+    let stage = staging.clone();
+    let (files, segments) = tokio::task::spawn_blocking(move || checkpoint(&me, &stage))
+        .await
+        .map_err(|e| Error::Internal(format!("checkpoint: {e}")))??;
+    let vlog_dir = core.data_dir.join("vlog");
+    let vlog_files: Vec<(String, u64)> = crate::vlog::list(&vlog_dir)?
+        .into_iter()
+        .map(|(id, len)| (format!("{id:016x}.vlog"), len))
+        .collect();
+    let result = copy_out(
+        core,
+        dest.as_ref(),
+        &staging,
+        &files,
+        (&vlog_dir, &vlog_files),
+        &segments,
+        progress,
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+/// Files (name, length) of a checkpoint, and the segments it references.
+type Checkpoint = (Vec<(String, u64)>, Vec<u64>);
+
+/// A checkpoint of the warm store in `stage`: its files and the segments it references.
+fn checkpoint(core: &Core, stage: &FsPath) -> Result<Checkpoint> {
+    core.warm.store.checkpoint(stage)?;
+    // Ids below the counter at checkpoint time with a record are what it references; later
+    // ones are demotions the snapshot does not know.
+    let next_id = *core.next_segment_id.lock();
+    let mut segments: Vec<u64> = core
+        .warm
+        .segments()?
+        .into_keys()
+        .filter(|&id| id < next_id)
+        .collect();
+    segments.sort_unstable();
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(stage).map_err(io_err("checkpoint".into()))? {
+        let e = e.map_err(io_err("checkpoint".into()))?;
+        let len = e.metadata().map_err(io_err("checkpoint".into()))?.len();
+        files.push((e.file_name().to_string_lossy().into_owned(), len));
+    }
+    files.sort();
+    Ok((files, segments))
+}
+
+async fn copy_out(
+    core: &Core,
+    dest: &dyn ObjectStore,
+    staging: &FsPath,
+    files: &[(String, u64)],
+    (vlog_dir, vlog_files): (&FsPath, &[(String, u64)]),
+    segments: &[u64],
+    progress: Progress<'_>,
+) -> Result<BackupSummary> {
+    let mut sum = BackupSummary::default();
+    let seg_estimate = core.sizes.get().cold_bytes as u64;
+    let total = files.iter().chain(vlog_files).map(|f| f.1).sum::<u64>() + seg_estimate;
+    for (name, _) in files {
+        let path = Path::from(format!("warm/{name}"));
+        sum.bytes += upload_file(dest, &staging.join(name), &path).await?;
+        sum.warm_files += 1;
+        progress(sum.bytes, total.max(sum.bytes));
+    }
+    let mut vlog_copied = Vec::new();
+    for (name, _) in vlog_files {
+        let path = Path::from(format!("vlog/{name}"));
+        let n = upload_file(dest, &vlog_dir.join(name), &path).await?;
+        vlog_copied.push((name.clone(), n));
+        sum.bytes += n;
+        sum.warm_files += 1;
+        progress(sum.bytes, total.max(sum.bytes));
+    }
+    for &id in segments {
+        let bytes = core.cold.get_segment(id).await?;
+        sum.bytes += bytes.len() as u64;
+        dest.put(&segment_path(id), PutPayload::from(bytes))
+            .await
+            .map_err(store_err("backup of a segment"))?;
+        sum.segments += 1;
+        progress(sum.bytes, total.max(sum.bytes));
+    }
+    let manifest = Manifest {
+        format: FORMAT.into(),
+        created_unix_ms: core.now_ms(),
+        warm_files: files.to_vec(),
+        vlog_files: vlog_copied,
+        segments: segments.to_vec(),
+    };
+    let json = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| Error::Internal(format!("manifest: {e}")))?;
+    dest.put(&Path::from(MANIFEST), PutPayload::from(json))
+        .await
+        .map_err(store_err("backup manifest"))?;
+    progress(sum.bytes, sum.bytes);
+    Ok(sum)
+}
+
+/// Restores the backup at `from` into `data_dir` (which must not hold a store yet) and the
+/// cold tier `settings` names. Open the engine afterwards as usual.
+pub async fn restore(
+    from: &str,
+    data_dir: &FsPath,
+    settings: &Settings,
+    progress: Progress<'_>,
+) -> Result<BackupSummary> {
+    let src = open_store(from, &settings.cold)?;
     let raw = src
         .get(&Path::from(MANIFEST))
         .await
@@ -251,15 +261,15 @@ pub async fn restore(
             m.format
         )));
     }
-    let warm: PathBuf = opts.data_dir.join("warm");
+    let warm: PathBuf = crate::warm_dir(data_dir);
     if warm.join("CURRENT").exists() {
         return Err(Error::Invalid(format!(
             "{} already holds a store; restore into an empty data directory",
-            opts.data_dir.display()
+            data_dir.display()
         )));
     }
     std::fs::create_dir_all(&warm).map_err(io_err(format!("create {}", warm.display())))?;
-    let vlog = opts.data_dir.join("vlog");
+    let vlog = data_dir.join("vlog");
     std::fs::create_dir_all(&vlog).map_err(io_err(format!("create {}", vlog.display())))?;
     let total = m
         .warm_files
@@ -275,7 +285,14 @@ pub async fn restore(
         sum.warm_files += 1;
         progress(sum.bytes, total.max(sum.bytes));
     }
-    let cold = Cold::open(opts)?;
+    let url = url_for(&settings.cold, data_dir)?;
+    let counters = Default::default();
+    let cold = Cold::new(
+        open_store(&url, &settings.cold)?,
+        url,
+        &settings.cold,
+        counters,
+    );
     for &id in &m.segments {
         let bytes = src
             .get(&segment_path(id))

@@ -1,4 +1,5 @@
-//! The cold tier: immutable segment objects in an object store, read one block at a time.
+//! The cold tier: immutable segment objects in an object store (any [`ObjectStore`], handed
+//! in: a local directory, S3, or a test's failing store), read one block at a time.
 //!
 //! Nothing here waits on the object store without a timeout, and concurrent misses on the
 //! same block share one GET (a single-flight map keyed by segment and block).
@@ -11,32 +12,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
 use strata_format::BlockRef;
 
-use crate::{EngineOptions, Error, Result};
+use crate::settings::ColdSettings;
+use crate::stats::{add, Counters};
+use crate::{Error, Result};
 
 type BlockFuture = Shared<BoxFuture<'static, Result<Bytes>>>;
-
-/// Object-store request counters.
-#[derive(Debug, Default)]
-pub(crate) struct ColdCounters {
-    pub(crate) gets: AtomicU64,
-    pub(crate) puts: AtomicU64,
-    pub(crate) deletes: AtomicU64,
-    pub(crate) lists: AtomicU64,
-    pub(crate) errors: AtomicU64,
-    pub(crate) get_bytes: AtomicU64,
-    pub(crate) put_bytes: AtomicU64,
-    pub(crate) get_micros_total: AtomicU64,
-    pub(crate) shared_fetches: AtomicU64,
-    /// Reads that waited for a slot (`cold_reads_max` were in flight).
-    pub(crate) read_waits: AtomicU64,
-    /// Most reads ever in flight at once.
-    pub(crate) reads_in_flight_peak: AtomicU64,
-}
 
 pub(crate) struct Cold {
     store: Arc<dyn ObjectStore>,
@@ -45,7 +31,10 @@ pub(crate) struct Cold {
     /// One permit per object-store read in flight (`cold_reads_max`).
     read_slots: tokio::sync::Semaphore,
     read_slots_max: usize,
-    pub(crate) counters: ColdCounters,
+    /// Most reads ever in flight at once.
+    reads_in_flight_peak: AtomicU64,
+    counters: Arc<Counters>,
+    /// Where the objects are, as `INFO` shows it.
     pub(crate) url: String,
 }
 
@@ -60,35 +49,28 @@ fn parse_segment_path(p: &Path) -> Option<u64> {
 }
 
 impl Cold {
-    pub(crate) fn open(o: &EngineOptions) -> Result<Self> {
-        let default_url;
-        let url = match &o.cold_url {
-            Some(u) => u.as_str(),
-            None => {
-                let dir = o.data_dir.join("cold");
-                std::fs::create_dir_all(&dir).map_err(|e| {
-                    Error::Invalid(format!(
-                        "cannot create cold directory {}: {e}",
-                        dir.display()
-                    ))
-                })?;
-                let dir = dir
-                    .canonicalize()
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
-                default_url = format!("file://{}", dir.display());
-                default_url.as_str()
-            }
-        };
-        let store = build_store(url, o)?;
-        Ok(Cold {
+    /// The cold tier over `store` (described by `url` for `INFO`).
+    pub(crate) fn new(
+        store: Arc<dyn ObjectStore>,
+        url: String,
+        s: &ColdSettings,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Cold {
             store,
-            timeout: Duration::from_millis(o.cold_request_timeout_ms.max(1)),
+            timeout: Duration::from_millis(s.cold_request_timeout_ms.max(1)),
             inflight: Mutex::new(HashMap::new()),
-            read_slots: tokio::sync::Semaphore::new(o.cold_reads_max.max(1)),
-            read_slots_max: o.cold_reads_max.max(1),
-            counters: ColdCounters::default(),
-            url: url.to_string(),
-        })
+            read_slots: tokio::sync::Semaphore::new(s.cold_reads_max.max(1)),
+            read_slots_max: s.cold_reads_max.max(1),
+            reads_in_flight_peak: AtomicU64::new(0),
+            counters,
+            url,
+        }
+    }
+
+    /// Most object-store reads ever in flight at once.
+    pub(crate) fn reads_in_flight_peak(&self) -> u64 {
+        self.reads_in_flight_peak.load(Ordering::Relaxed)
     }
 
     async fn timed<T>(
@@ -99,17 +81,17 @@ impl Cold {
         match tokio::time::timeout(self.timeout, f).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(object_store::Error::NotFound { path, .. })) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                add(&self.counters.object_store_errors);
                 Err(Error::ColdUnavailable(format!(
                     "{what}: object {path} not found"
                 )))
             }
             Ok(Err(e)) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                add(&self.counters.object_store_errors);
                 Err(Error::ColdUnavailable(format!("{what}: {e}")))
             }
             Err(_) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                add(&self.counters.object_store_errors);
                 Err(Error::ColdUnavailable(format!(
                     "{what}: no answer within {} ms",
                     self.timeout.as_millis()
@@ -121,35 +103,37 @@ impl Cold {
     /// Uploads a whole segment. Idempotent: the same id always carries the same bytes.
     pub(crate) async fn put_segment(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
         let n = bytes.len() as u64;
-        self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        add(&self.counters.object_store_puts);
         let payload = PutPayload::from(bytes);
         self.timed("segment upload", self.store.put(&segment_path(id), payload))
             .await?;
-        self.counters.put_bytes.fetch_add(n, Ordering::Relaxed);
+        self.counters
+            .object_store_put_bytes
+            .fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
 
     /// Fetches a whole segment object (for rewriting it).
     pub(crate) async fn get_segment(&self, id: u64) -> Result<Bytes> {
-        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        add(&self.counters.object_store_gets);
         let path = segment_path(id);
         let _slot = self.read_slot().await?;
         let res = self.timed("segment read", self.store.get(&path)).await?;
         let bytes = self.timed("segment read", res.bytes()).await?;
         self.counters
-            .get_bytes
+            .object_store_get_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(bytes)
     }
 
     pub(crate) async fn delete_segment(&self, id: u64) -> Result<()> {
-        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+        add(&self.counters.object_store_deletes);
         self.timed("segment delete", self.store.delete(&segment_path(id)))
             .await
     }
 
     pub(crate) async fn list_segments(&self) -> Result<Vec<u64>> {
-        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        add(&self.counters.object_store_lists);
         let prefix = Path::from("segments");
         let metas: Vec<_> = self
             .timed("segment list", self.store.list(Some(&prefix)).try_collect())
@@ -167,7 +151,7 @@ impl Cold {
         let fut = {
             let mut map = self.inflight.lock();
             if let Some(f) = map.get(&key) {
-                self.counters.shared_fetches.fetch_add(1, Ordering::Relaxed);
+                add(&self.counters.object_store_shared_fetches);
                 f.clone()
             } else {
                 let this = Arc::clone(self);
@@ -190,13 +174,13 @@ impl Cold {
     /// read waits at most twice that in all).
     async fn read_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
         if self.read_slots.available_permits() == 0 {
-            self.counters.read_waits.fetch_add(1, Ordering::Relaxed);
+            add(&self.counters.object_store_read_waits);
         }
         let slot = match tokio::time::timeout(self.timeout, self.read_slots.acquire()).await {
             Ok(Ok(slot)) => slot,
             Ok(Err(_)) => return Err(Error::Internal("object-store read slots closed".into())),
             Err(_) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                add(&self.counters.object_store_errors);
                 return Err(Error::ColdUnavailable(format!(
                     "all {} object-store read slots stayed busy for {} ms",
                     self.read_slots_max,
@@ -205,8 +189,7 @@ impl Cold {
             }
         };
         let in_flight = (self.read_slots_max - self.read_slots.available_permits()) as u64;
-        self.counters
-            .reads_in_flight_peak
+        self.reads_in_flight_peak
             .fetch_max(in_flight, Ordering::Relaxed);
         Ok(slot)
     }
@@ -214,7 +197,7 @@ impl Cold {
     async fn fetch_block(&self, r: &BlockRef) -> Result<Bytes> {
         let _slot = self.read_slot().await?;
         let start = Instant::now();
-        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        add(&self.counters.object_store_gets);
         let stored = self
             .timed(
                 "block read",
@@ -222,10 +205,10 @@ impl Cold {
             )
             .await?;
         self.counters
-            .get_bytes
+            .object_store_get_bytes
             .fetch_add(stored.len() as u64, Ordering::Relaxed);
         self.counters
-            .get_micros_total
+            .object_store_get_micros
             .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
         let r = *r;
         let raw = if stored.len() > 1 << 20 {
@@ -239,7 +222,9 @@ impl Cold {
     }
 }
 
-pub(crate) fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn ObjectStore>> {
+/// The object store `url` names (`file:///path` or `s3://bucket/prefix`, with the S3
+/// settings of `s`), created if it is a directory that does not exist.
+pub fn open_store(url: &str, s: &ColdSettings) -> Result<Arc<dyn ObjectStore>> {
     let parsed = url::Url::parse(url).map_err(|e| {
         Error::Invalid(format!(
             "cold_url '{url}' is not a URL: {e}; use file:///path or s3://bucket/prefix"
@@ -262,32 +247,33 @@ pub(crate) fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn Object
             let bucket = parsed
                 .host_str()
                 .ok_or_else(|| Error::Invalid(format!("cold_url '{url}' names no bucket")))?;
-            let timeout = Duration::from_millis(o.cold_request_timeout_ms.max(1));
+            let timeout = Duration::from_millis(s.cold_request_timeout_ms.max(1));
             let client = object_store::ClientOptions::new()
                 .with_timeout(timeout)
                 .with_connect_timeout(timeout.min(Duration::from_secs(5)))
-                .with_allow_http(o.s3.allow_http);
+                .with_allow_http(s.s3_allow_http);
             let retry = object_store::RetryConfig {
                 backoff: object_store::BackoffConfig::default(),
                 max_retries: 2,
                 retry_timeout: timeout,
             };
-            let mut b = object_store::aws::AmazonS3Builder::from_env()
+            let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_client_options(client)
                 .with_retry(retry)
-                .with_allow_http(o.s3.allow_http);
-            if let Some(e) = &o.s3.endpoint {
-                b = b.with_endpoint(e);
+                .with_allow_http(s.s3_allow_http);
+            // Empty settings fall back to the AWS_* variables read by `from_env`.
+            if !s.s3_endpoint.is_empty() {
+                b = b.with_endpoint(&s.s3_endpoint);
             }
-            if let Some(r) = &o.s3.region {
-                b = b.with_region(r);
+            if !s.s3_region.is_empty() {
+                b = b.with_region(&s.s3_region);
             }
-            if let Some(k) = &o.s3.access_key_id {
-                b = b.with_access_key_id(k);
+            if !s.s3_access_key_id.is_empty() {
+                b = b.with_access_key_id(&s.s3_access_key_id);
             }
-            if let Some(k) = &o.s3.secret_access_key {
-                b = b.with_secret_access_key(k);
+            if !s.s3_secret_access_key.is_empty() {
+                b = b.with_secret_access_key(&s.s3_secret_access_key);
             }
             let s3 = b
                 .build()
@@ -303,4 +289,22 @@ pub(crate) fn build_store(url: &str, o: &EngineOptions) -> Result<Arc<dyn Object
             "cold_url scheme '{other}' is not supported; use file:///path or s3://bucket/prefix"
         ))),
     }
+}
+
+/// The URL of the cold tier: `cold_url`, or `file://<data_dir>/cold` (created) when unset.
+pub(crate) fn url_for(s: &ColdSettings, data_dir: &std::path::Path) -> Result<String> {
+    if !s.cold_url.is_empty() {
+        return Ok(s.cold_url.clone());
+    }
+    let dir = data_dir.join("cold");
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Error::Invalid(format!(
+            "cannot create cold directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| Error::Invalid(format!("cold directory {}: {e}", dir.display())))?;
+    Ok(format!("file://{}", dir.display()))
 }

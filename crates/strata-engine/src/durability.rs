@@ -1,14 +1,60 @@
-//! Group commit: writers append to the WAL without syncing, then wait for one shared fsync
-//! that covers their write. A failed fsync poisons the engine; it is never retried.
+//! Durability: every write hands back a [`Ticket`], and is acknowledged to anyone only once
+//! its ticket is waited for ([`crate::Engine::wait`]). With `durability = group`, writers
+//! append to the log without syncing and wait for one shared fsync that covers their
+//! write (group commit); with `sync` the write synced itself and with `none` nothing is
+//! waited for, so their tickets are empty. A failed fsync poisons the engine; it is never
+//! retried.
 
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
-use rocksdb::DB;
+use strata_warm::WarmStore;
 use tokio::sync::watch;
 
 use crate::vlog::ValueLog;
-use crate::{Error, Result};
+use crate::{Engine, Error, Result};
+
+/// What a write must wait for before it is acknowledged: the group commit that covers it.
+/// Tickets are ordered; waiting for one covers every earlier one, so a caller that made
+/// many writes keeps the largest (`Ord::max`) and waits once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub(crate) u64);
+
+impl Ticket {
+    /// Nothing to wait for.
+    pub const NONE: Ticket = Ticket(0);
+
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// A write's result and the ticket to wait for before acknowledging it.
+#[must_use = "a write may be acknowledged only once its ticket is waited for"]
+#[derive(Debug)]
+pub struct Written<T> {
+    pub value: T,
+    pub ticket: Ticket,
+}
+
+impl<T> Written<T> {
+    pub(crate) fn new(value: T, ticket: Ticket) -> Self {
+        Written { value, ticket }
+    }
+
+    /// Waits until the write is durable, then hands back its result.
+    pub async fn durable(self, engine: &Engine) -> Result<T> {
+        engine.wait(self.ticket).await?;
+        Ok(self.value)
+    }
+
+    /// Adds the ticket to `pending` (to be waited for once, later, with others) and hands
+    /// back the result.
+    pub fn defer(self, pending: &mut Ticket) -> T {
+        *pending = (*pending).max(self.ticket);
+        self.value
+    }
+}
 
 #[derive(Default)]
 struct Requests {
@@ -25,7 +71,7 @@ pub(crate) struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub(crate) fn start(db: Arc<DB>, vlog: Arc<ValueLog>) -> Arc<Self> {
+    pub(crate) fn start(warm: Arc<dyn WarmStore>, vlog: Arc<ValueLog>) -> Arc<Self> {
         let (tx, _rx) = watch::channel((0, None));
         let gc = Arc::new(GroupCommit {
             requests: Mutex::default(),
@@ -36,13 +82,13 @@ impl GroupCommit {
         let me = Arc::clone(&gc);
         let handle = std::thread::Builder::new()
             .name("strata-group-commit".into())
-            .spawn(move || me.run(&db, &vlog))
+            .spawn(move || me.run(warm.as_ref(), &vlog))
             .expect("spawn group commit thread");
         *gc.thread.lock() = Some(handle);
         gc
     }
 
-    fn run(&self, db: &DB, vlog: &ValueLog) {
+    fn run(&self, warm: &dyn WarmStore, vlog: &ValueLog) {
         let mut synced = 0;
         loop {
             let target = {
@@ -59,9 +105,9 @@ impl GroupCommit {
             if let Err(e) = vlog
                 .sync()
                 .map_err(|e| e.to_string())
-                .and_then(|()| db.flush_wal(true).map_err(|e| e.to_string()))
+                .and_then(|()| warm.sync_log().map_err(|e| e.to_string()))
             {
-                tracing::error!(error = %e, "WAL fsync failed; refusing further writes");
+                tracing::error!(error = %e, "log fsync failed; refusing further writes");
                 self.synced.send_replace((synced, Some(e)));
                 return;
             }
@@ -70,18 +116,18 @@ impl GroupCommit {
         }
     }
 
-    /// Registers a write already in the WAL; returns the ticket to wait for.
-    pub(crate) fn request(&self) -> u64 {
+    /// Registers a write already in the log; returns the ticket to wait for.
+    pub(crate) fn request(&self) -> Ticket {
         let mut r = self.requests.lock();
         r.requested += 1;
         self.wake.notify_one();
-        r.requested
+        Ticket(r.requested)
     }
 
-    pub(crate) async fn wait(&self, ticket: u64) -> Result<()> {
+    pub(crate) async fn wait(&self, ticket: Ticket) -> Result<()> {
         let mut rx = self.synced.subscribe();
         let state = rx
-            .wait_for(|(s, err)| *s >= ticket || err.is_some())
+            .wait_for(|(s, err)| *s >= ticket.0 || err.is_some())
             .await
             .map_err(|_| Error::Closed)?;
         match &state.1 {
@@ -90,7 +136,7 @@ impl GroupCommit {
         }
     }
 
-    /// Syncs what is pending, stops the thread and waits for it (it holds the database).
+    /// Syncs what is pending, stops the thread and waits for it (it holds the store).
     pub(crate) fn stop(&self) {
         self.requests.lock().stop = true;
         self.wake.notify_one();

@@ -60,15 +60,17 @@ impl Error {
     }
 }
 
-impl From<rocksdb::Error> for Error {
-    fn from(e: rocksdb::Error) -> Self {
-        match e.kind() {
-            rocksdb::ErrorKind::Corruption => Error::Data(format!("rocksdb: {e}")),
-            rocksdb::ErrorKind::InvalidArgument => Error::Invalid(format!("rocksdb: {e}")),
-            _ if e.to_string().contains("No space left on device") => Error::DiskFull(format!(
-                "disk full: writes are refused until space is freed, reads still work ({e})"
+impl From<strata_warm::StoreError> for Error {
+    fn from(e: strata_warm::StoreError) -> Self {
+        use strata_warm::StoreError as S;
+        match e {
+            S::Corruption(m) => Error::Data(format!("warm store: {m}")),
+            S::Invalid(m) => Error::Invalid(format!("warm store: {m}")),
+            S::NoSpace(m) => Error::DiskFull(format!(
+                "disk full: writes are refused until space is freed, reads still work ({m})"
             )),
-            _ => Error::Storage(format!("rocksdb: {e}")),
+            S::Gone(m) => Error::Invalid(m),
+            S::Unavailable(m) => Error::Storage(m),
         }
     }
 }

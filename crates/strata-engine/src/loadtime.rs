@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::Tier;
+use crate::tier::Tier;
 
 const SMALL_BYTES_MAX: u64 = 64 << 10;
 

@@ -1,16 +1,18 @@
-//! Ordered scans over the keyspace of all tiers, with a resumable cursor.
+//! Ordered scans over the keyspace of one database in the warm and cold tiers, with a
+//! resumable cursor.
 
 use bytes::Bytes;
-use rocksdb::ReadOptions;
-use strata_format::{BlockRef, WarmRecord};
+use strata_format::{keys, BlockRef, Key, WarmRecord};
+use strata_warm::{Bounds, Family};
 
-use crate::engine::Engine;
-use crate::warm::{CF_DATA, CF_INDEX};
-use crate::{Result, Tier};
+use crate::core::Core;
+use crate::tier::Tier;
+use crate::Result;
 
 /// One key found by a scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanItem {
+    /// The key as the client named it.
     pub key: Bytes,
     /// Warm or cold: where the durable copy lives.
     pub tier: Tier,
@@ -22,106 +24,89 @@ pub struct ScanItem {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanPage {
     pub items: Vec<ScanItem>,
-    /// The first key not yet returned, or `None` when the range is exhausted.
+    /// The first client key not yet returned, or `None` when the range is exhausted.
     pub next: Option<Bytes>,
 }
 
-/// The smallest key greater than every key starting with `prefix`, if any.
-pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
-
-impl Engine {
-    /// Up to `count_max` live keys in `[start, end)` in key order, merged from the warm and
-    /// cold tiers under one RocksDB snapshot (a key moving between tiers is seen once).
-    pub fn scan(&self, start: &[u8], end: Option<&[u8]>, count_max: usize) -> Result<ScanPage> {
-        let inner = &self.inner;
-        let db = &inner.warm.db;
-        let snap = db.snapshot();
-        let now = inner.now_ms();
-        let mk = |cf| {
-            let mut ro = ReadOptions::default();
-            ro.set_snapshot(&snap);
-            if let Some(e) = end {
-                ro.set_iterate_upper_bound(e.to_vec());
-            }
-            let mut it = db.raw_iterator_cf_opt(inner.warm.cf(cf), ro);
-            it.seek(start);
-            it
+/// Up to `count_max` live keys of database `db` in `[start, end)` (client keys) in key
+/// order, merged from the warm and cold tiers under one view of the warm store (a key
+/// moving between tiers is seen once).
+pub(crate) fn scan(
+    core: &Core,
+    db: u8,
+    start: &[u8],
+    end: Option<&[u8]>,
+    count_max: usize,
+) -> Result<ScanPage> {
+    let view = core.warm.store.view();
+    let now = core.now_ms();
+    let lo = Key::new(db, 0, start);
+    let prefix = keys::slot_prefix(db, 0);
+    let hi: Option<Vec<u8>> = match end {
+        Some(e) => Some(Key::new(db, 0, e).stored().to_vec()),
+        None => strata_warm::prefix_end(&prefix),
+    };
+    let mk = |family| {
+        let bounds = Bounds {
+            lower: Some(prefix.to_vec()),
+            upper: hi.clone(),
         };
-        let mut warm = mk(CF_DATA);
-        let mut cold = mk(CF_INDEX);
-        let mut page = ScanPage::default();
-        loop {
-            let take_warm = match (warm.valid(), cold.valid()) {
-                (false, false) => break,
-                (true, false) => true,
-                (false, true) => false,
-                (true, true) => warm.key() <= cold.key(),
-            };
-            let (key, item) = if take_warm {
-                let k = warm.key().expect("valid");
-                let rec = WarmRecord::decode_unverified(warm.value().expect("valid"))?;
-                let item = (rec.expire_ms, rec.value_len(), Tier::Warm);
-                (k, item)
-            } else {
-                let k = cold.key().expect("valid");
-                let r = BlockRef::decode(cold.value().expect("valid"))?;
-                (k, (r.expire_ms, r.value_len as u64, Tier::Cold))
-            };
-            if page.items.len() >= count_max {
-                page.next = Some(Bytes::copy_from_slice(key));
-                break;
-            }
-            let (expire_ms, value_len, tier) = item;
-            if expire_ms == 0 || expire_ms > now {
-                page.items.push(ScanItem {
-                    key: Bytes::copy_from_slice(key),
-                    tier,
-                    expire_ms,
-                    value_len,
-                });
-            }
-            if take_warm {
-                warm.next();
-            } else {
-                cold.next();
-            }
+        let mut c = core.warm.cursor(family, bounds, Some(view.as_ref()));
+        c.seek(lo.stored());
+        c
+    };
+    let mut warm = mk(Family::Records);
+    let mut cold = mk(Family::Cold);
+    let mut page = ScanPage::default();
+    loop {
+        let take_warm = match (warm.valid(), cold.valid()) {
+            (false, false) => break,
+            (true, false) => true,
+            (false, true) => false,
+            (true, true) => warm.key() <= cold.key(),
+        };
+        let (stored, item) = if take_warm {
+            let rec = WarmRecord::decode_unverified(warm.value())?;
+            (warm.key(), (rec.expire_ms, rec.value_len(), Tier::Warm))
+        } else {
+            let r = BlockRef::decode(cold.value())?;
+            (cold.key(), (r.expire_ms, r.value_len as u64, Tier::Cold))
+        };
+        let client = Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]);
+        if page.items.len() >= count_max {
+            page.next = Some(client);
+            break;
         }
-        warm.status()?;
-        cold.status()?;
-        Ok(page)
+        let (expire_ms, value_len, tier) = item;
+        if expire_ms == 0 || expire_ms > now {
+            page.items.push(ScanItem {
+                key: client,
+                tier,
+                expire_ms,
+                value_len,
+            });
+        }
+        if take_warm {
+            warm.next();
+        } else {
+            cold.next();
+        }
     }
-
-    /// A page of keys starting with `prefix`, resuming at `cursor` (a previous page's `next`).
-    pub fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        cursor: Option<&[u8]>,
-        count_max: usize,
-    ) -> Result<ScanPage> {
-        let end = prefix_end(prefix);
-        let start = cursor.filter(|c| *c > prefix).unwrap_or(prefix);
-        self.scan(start, end.as_deref(), count_max)
-    }
+    warm.status()?;
+    cold.status()?;
+    Ok(page)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::prefix_end;
-
-    #[test]
-    fn prefix_end_carries_over_ff() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(&[b'a', 0xff]), Some(vec![b'b']));
-        assert_eq!(prefix_end(&[0xff, 0xff]), None);
-        assert_eq!(prefix_end(b""), None);
-    }
+/// A page of keys of database `db` starting with `prefix`, resuming at `cursor` (a previous
+/// page's `next`).
+pub(crate) fn scan_prefix(
+    core: &Core,
+    db: u8,
+    prefix: &[u8],
+    cursor: Option<&[u8]>,
+    count_max: usize,
+) -> Result<ScanPage> {
+    let end = strata_warm::prefix_end(prefix);
+    let start = cursor.filter(|c| *c > prefix).unwrap_or(prefix);
+    scan(core, db, start, end.as_deref(), count_max)
 }

@@ -1,113 +1,167 @@
-//! Engine counters and the snapshot the server turns into `INFO` and `/metrics`.
+//! Every figure the engine reports, each defined once: [`STATS`] holds its name (as `INFO`,
+//! `STRATA.STATS` and the Rust API call it), its Prometheus family and labels, and its help
+//! text; the server renders all three outputs from that table, so they cannot disagree.
+//!
+//! Counters count events (`fetch_add` from anywhere in the engine, through [`Counters`]);
+//! gauges are read from the components when a snapshot is taken ([`crate::Engine::stats`]).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) warm_batches_split: AtomicU64,
-    pub(crate) warm_bytes: AtomicI64,
-    pub(crate) warm_entries: AtomicI64,
-    pub(crate) cold_bytes: AtomicI64,
-    pub(crate) cold_entries: AtomicI64,
-    pub(crate) hot_hits: AtomicU64,
-    pub(crate) warm_hits: AtomicU64,
-    pub(crate) cold_hits: AtomicU64,
-    pub(crate) misses: AtomicU64,
-    pub(crate) demotions: AtomicU64,
-    pub(crate) promotions: AtomicU64,
-    pub(crate) returns_to_warm: AtomicU64,
-    pub(crate) expired: AtomicU64,
-    pub(crate) checksum_errors: AtomicU64,
-    pub(crate) segments_written: AtomicU64,
-    pub(crate) segments_deleted: AtomicU64,
-    pub(crate) segments_rewritten: AtomicU64,
-    pub(crate) demotion_errors: AtomicU64,
-    pub(crate) writes: AtomicU64,
-    pub(crate) writes_refused_full: AtomicU64,
-    pub(crate) wal_bytes_dropped: AtomicU64,
-    pub(crate) vlog_files_collected: AtomicU64,
+/// Whether a figure only grows (a counter) or moves both ways (a gauge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
 }
 
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// One figure's definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// The name in `INFO`, `STRATA.STATS` and [`Stats`].
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The Prometheus metric family; several figures may share one with their own labels.
+    pub metric: &'static str,
+    /// Prometheus labels (`tier="hot"`), empty for none.
+    pub labels: &'static str,
+    pub help: &'static str,
+}
+
+/// Defines a set of figures once: the atomic counters, the snapshot struct with one field
+/// per figure, and the table of their definitions. Used for the engine's figures here and
+/// for the server's own.
+#[macro_export]
+macro_rules! define_stats {
+    (
+        $(#[$cmeta:meta])* counters $counters:ident;
+        $(#[$smeta:meta])* snapshot $snapshot:ident;
+        table $table:ident;
+        counters { $($c:ident: $cmetric:literal $clabels:literal $chelp:literal,)* }
+        gauges { $($g:ident: $gmetric:literal $glabels:literal $ghelp:literal,)* }
+    ) => {
+        $(#[$cmeta])*
+        #[derive(Debug, Default)]
+        pub struct $counters {
+            $(#[doc = $chelp] pub $c: ::std::sync::atomic::AtomicU64,)*
+        }
+
+        $(#[$smeta])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct $snapshot {
+            $(#[doc = $chelp] pub $c: u64,)*
+            $(#[doc = $ghelp] pub $g: u64,)*
+        }
+
+        /// Every figure's definition, in the order outputs show them.
+        pub const $table: &[$crate::stats::Stat] = &[
+            $($crate::stats::Stat {
+                name: stringify!($c),
+                kind: $crate::stats::Kind::Counter,
+                metric: $cmetric,
+                labels: $clabels,
+                help: $chelp,
+            },)*
+            $($crate::stats::Stat {
+                name: stringify!($g),
+                kind: $crate::stats::Kind::Gauge,
+                metric: $gmetric,
+                labels: $glabels,
+                help: $ghelp,
+            },)*
+        ];
+
+        impl $counters {
+            /// Copies every counter into `into` (gauges are left as they are).
+            pub fn load_into(&self, into: &mut $snapshot) {
+                $(into.$c = self.$c.load(::std::sync::atomic::Ordering::Relaxed);)*
+            }
+        }
+
+        impl $snapshot {
+            /// Every figure with its definition, in table order.
+            pub fn rows(&self) -> Vec<(&'static $crate::stats::Stat, u64)> {
+                $table
+                    .iter()
+                    .zip([$(self.$c,)* $(self.$g,)*])
+                    .collect()
+            }
+        }
+    };
+}
+
+/// Adds one to a counter.
 pub(crate) fn add(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Per-tier figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TierStats {
-    pub entries: u64,
-    pub bytes: u64,
-    pub bytes_max: u64,
-    pub hits: u64,
+define_stats! {
+    /// The engine's counters, shared by its components.
+    counters Counters;
+    /// A snapshot of every figure of the engine.
+    snapshot Stats;
+    table STATS;
+    counters {
+        hot_hits: "strata_tier_hits_total" "tier=\"hot\"" "Reads served from DRAM.",
+        warm_hits: "strata_tier_hits_total" "tier=\"warm\"" "Reads served from RocksDB.",
+        cold_hits: "strata_tier_hits_total" "tier=\"cold\"" "Reads served from the object store.",
+        misses: "strata_misses_total" "" "Reads that found no key.",
+        demotions: "strata_demotions_total" "" "Keys moved from warm to cold.",
+        promotions: "strata_promotions_total" "" "Keys copied into DRAM by reads.",
+        returns_to_warm: "strata_returns_to_warm_total" "" "Values read from the object store and written back to the warm tier.",
+        expired: "strata_expired_total" "" "Keys removed by expiry.",
+        checksum_errors: "strata_checksum_errors_total" "" "Stored bytes that failed verification (never returned).",
+        writes: "strata_writes_total" "" "Keys written or deleted.",
+        writes_refused_full: "strata_writes_refused_full_total" "" "Writes refused because the warm tier was at its hard limit.",
+        demotion_errors: "strata_demotion_errors_total" "" "Background rounds (demotion, expiry, collection) that failed and were retried.",
+        segments_written: "strata_segments_written_total" "" "Segments uploaded.",
+        segments_deleted: "strata_segments_deleted_total" "" "Segments deleted.",
+        segments_rewritten: "strata_segments_rewritten_total" "" "Sparse segments whose live entries were moved to a new segment.",
+        vlog_files_collected: "strata_vlog_files_collected_total" "" "Value-log files deleted after their live entries moved.",
+        warm_batches_split: "strata_warm_batches_split_total" "" "Multi-key warm reads split over two threads (large values).",
+        prefetch_issued: "strata_prefetches_total" "" "Values brought into DRAM by prefetch after cold reads.",
+        prefetch_used: "strata_prefetch_used_total" "" "Prefetched values read from DRAM before eviction (cold reads avoided).",
+        prefetch_dropped: "strata_prefetch_dropped_total" "" "Prefetch jobs dropped because the worker was behind.",
+        returns_dropped: "strata_returns_dropped_total" "" "Returns to the warm tier dropped because the queue of work after reads was full.",
+        object_store_gets: "strata_object_store_requests_total" "op=\"get\"" "Object-store GETs.",
+        object_store_puts: "strata_object_store_requests_total" "op=\"put\"" "Object-store PUTs.",
+        object_store_deletes: "strata_object_store_requests_total" "op=\"delete\"" "Object-store DELETEs.",
+        object_store_lists: "strata_object_store_requests_total" "op=\"list\"" "Object-store LISTs.",
+        object_store_errors: "strata_object_store_errors_total" "" "Failed object-store requests.",
+        object_store_get_bytes: "strata_object_store_bytes_total" "dir=\"get\"" "Bytes read from the object store.",
+        object_store_put_bytes: "strata_object_store_bytes_total" "dir=\"put\"" "Bytes written to the object store.",
+        object_store_get_micros: "strata_object_store_get_micros_total" "" "Microseconds spent in object-store GETs.",
+        object_store_shared_fetches: "strata_object_store_shared_fetches_total" "" "Reads that joined a fetch of the same block already in flight.",
+        object_store_read_waits: "strata_object_store_read_waits_total" "" "Reads that waited for one of the cold_reads_max slots.",
+    }
+    gauges {
+        hot_entries: "strata_tier_entries" "tier=\"hot\"" "Entries in DRAM.",
+        warm_entries: "strata_tier_entries" "tier=\"warm\"" "Entries in RocksDB.",
+        cold_entries: "strata_tier_entries" "tier=\"cold\"" "Entries in the object store.",
+        hot_bytes: "strata_tier_bytes" "tier=\"hot\"" "Bytes in DRAM (keys, values, per-entry overhead).",
+        warm_bytes: "strata_tier_bytes" "tier=\"warm\"" "Bytes in RocksDB and the value log (keys, records, values).",
+        cold_bytes: "strata_tier_bytes" "tier=\"cold\"" "Value bytes in the object store.",
+        hot_bytes_max: "strata_tier_bytes_max" "tier=\"hot\"" "DRAM budget.",
+        warm_bytes_max: "strata_tier_bytes_max" "tier=\"warm\"" "RocksDB budget; above it keys are demoted.",
+        warm_bytes_hard_max: "strata_warm_bytes_hard_max" "" "Warm bytes past which writes are refused.",
+        hot_evictions: "strata_hot_evictions_total" "" "Entries evicted from DRAM.",
+        vlog_files: "strata_vlog_files" "" "Value-log files on disk.",
+        vlog_bytes: "strata_vlog_bytes" "" "Bytes of the value-log files (live and garbage).",
+        wal_bytes_dropped: "strata_wal_bytes_dropped" "" "Write-ahead log bytes dropped at the last open (a torn or truncated tail).",
+        object_store_reads_in_flight_peak: "strata_object_store_reads_in_flight_peak" "" "Most object-store reads ever in flight at once.",
+        change_log_sequence: "strata_change_log_sequence" "" "Sequence number of the latest committed change.",
+    }
 }
 
-/// Object-store request figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ColdRequestStats {
-    pub gets: u64,
-    pub puts: u64,
-    pub deletes: u64,
-    pub lists: u64,
-    pub errors: u64,
-    pub get_bytes: u64,
-    pub put_bytes: u64,
-    /// Sum of GET latencies, for a mean.
-    pub get_micros_total: u64,
-    /// Reads that joined a fetch already in flight for the same block.
-    pub shared_fetches: u64,
-    /// Reads that waited for one of the `cold_reads_max` slots.
-    pub read_waits: u64,
-    /// Most object-store reads ever in flight at once.
-    pub reads_in_flight_peak: u64,
-}
-
-/// A consistent-enough snapshot of everything the engine counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EngineStats {
-    pub hot: TierStats,
-    pub warm: TierStats,
-    pub cold: TierStats,
-    /// Reads that found nothing in any tier.
-    pub misses: u64,
-    pub hot_evictions: u64,
-    /// Keys moved from warm to cold.
-    pub demotions: u64,
-    /// Keys copied from warm or cold into hot by a read.
-    pub promotions: u64,
-    /// Values read from the object store and written back to the warm tier.
-    pub returns_to_warm: u64,
-    pub expired: u64,
-    pub checksum_errors: u64,
-    pub segments_written: u64,
-    pub segments_deleted: u64,
-    pub segments_rewritten: u64,
-    pub demotion_errors: u64,
-    pub writes: u64,
-    /// Writes refused because the warm tier was at its hard limit.
-    pub writes_refused_full: u64,
-    /// Values brought into DRAM by prefetch.
-    pub prefetch_issued: u64,
-    /// Prefetched values read from DRAM before eviction (cold reads avoided).
-    pub prefetch_used: u64,
-    /// Prefetch jobs dropped because the worker was behind.
-    pub prefetch_dropped: u64,
-    /// Multi-key warm reads split over two threads (large values).
-    pub warm_batches_split: u64,
-    /// WAL bytes RocksDB dropped at open (a torn or truncated tail).
-    pub wal_bytes_dropped: u64,
-    /// Value-log files on disk and their bytes (live entries and garbage).
-    pub vlog_files: u64,
-    pub vlog_bytes: u64,
-    /// Sealed value-log files deleted after their live entries moved.
-    pub vlog_files_collected: u64,
-    /// The warm tier's hard limit in bytes.
-    pub warm_bytes_hard_max: u64,
-    pub cold_requests: ColdRequestStats,
-    pub cold_url: String,
-    pub durability: String,
-}
-
-impl EngineStats {
+impl Stats {
     /// Share of prefetched values read from DRAM before eviction.
     pub fn prefetch_precision(&self) -> f64 {
         self.prefetch_used as f64 / self.prefetch_issued.max(1) as f64
@@ -115,6 +169,41 @@ impl EngineStats {
 
     /// Share of would-be cold reads that prefetch served from DRAM instead.
     pub fn prefetch_coverage(&self) -> f64 {
-        self.prefetch_used as f64 / (self.prefetch_used + self.cold.hits).max(1) as f64
+        self.prefetch_used as f64 / (self.prefetch_used + self.cold_hits).max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_figure_is_named_once_and_rows_follow_the_table() {
+        let mut names: Vec<&str> = STATS.iter().map(|s| s.name).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a figure is defined twice");
+        let c = Counters::default();
+        add(&c.demotions);
+        add(&c.demotions);
+        let mut s = Stats {
+            hot_bytes: 7,
+            ..Stats::default()
+        };
+        c.load_into(&mut s);
+        let rows = s.rows();
+        assert_eq!(rows.len(), STATS.len());
+        let get = |name: &str| rows.iter().find(|r| r.0.name == name).unwrap().1;
+        assert_eq!(get("demotions"), 2);
+        assert_eq!(get("hot_bytes"), 7);
+        // Families shared by several figures have labels to tell them apart.
+        for s in STATS {
+            let same: Vec<_> = STATS.iter().filter(|t| t.metric == s.metric).collect();
+            if same.len() > 1 {
+                assert!(same.iter().all(|t| !t.labels.is_empty()), "{}", s.metric);
+                assert!(same.iter().all(|t| t.kind == s.kind), "{}", s.metric);
+            }
+        }
     }
 }

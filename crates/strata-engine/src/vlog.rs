@@ -32,7 +32,8 @@ use bytes::Bytes;
 use memmap2::Mmap;
 use parking_lot::{Mutex, RwLock};
 use strata_format::{
-    decode_log_header, encode_log_header, ValuePointer, WarmRecord, LOG_HEADER_BYTES,
+    decode_log_header, encode_log_header, Key, LogHeader, ValuePointer, WarmRecord,
+    LOG_HEADER_BYTES,
 };
 
 use crate::{Error, Result};
@@ -159,7 +160,8 @@ impl ValueLog {
 
     /// Appends an entry for `key` and returns where its value is. Not durable until
     /// [`ValueLog::sync`].
-    pub(crate) fn append(&self, key: &[u8], value: &[u8]) -> Result<ValuePointer> {
+    pub(crate) fn append(&self, key: &Key, value: &[u8]) -> Result<ValuePointer> {
+        let key = key.stored();
         let entry = (LOG_HEADER_BYTES + key.len() + value.len()) as u64;
         let mut a = self.active.lock();
         if a.len > 0 && a.len + entry > self.file_bytes_max {
@@ -325,7 +327,7 @@ impl ValueLog {
 
     /// The entries of file `id` in order, as (key, where its value is), up to the first
     /// entry that is torn or missing (the end of what a crashed writer got down).
-    pub(crate) fn entries(&self, id: u64) -> Result<Vec<(Vec<u8>, ValuePointer)>> {
+    pub(crate) fn entries(&self, id: u64) -> Result<Vec<(Key, ValuePointer)>> {
         let path = self.path_of(id);
         let file = File::open(&path).map_err(io(format!("open {}", path.display())))?;
         let len = file
@@ -338,7 +340,12 @@ impl ValueLog {
         while at + LOG_HEADER_BYTES as u64 <= len {
             file.read_exact_at(&mut header, at)
                 .map_err(io(format!("read {id:016x}")))?;
-            let Ok((key_len, value_len)) = decode_log_header(&header) else {
+            let Ok(LogHeader {
+                key_len,
+                value_len,
+                layout,
+            }) = decode_log_header(&header)
+            else {
                 break;
             };
             let key_at = at + LOG_HEADER_BYTES as u64;
@@ -349,6 +356,14 @@ impl ValueLog {
             let mut key = vec![0u8; key_len];
             file.read_exact_at(&mut key, key_at)
                 .map_err(io(format!("read {id:016x}")))?;
+            // Entries of layout 1 carry the client's key (database 0, slot 0).
+            let key = match layout {
+                1 => Key::from_layout_1(&key),
+                _ => match Key::from_stored(&key) {
+                    Ok(k) => k,
+                    Err(_) => break,
+                },
+            };
             out.push((
                 key,
                 ValuePointer {
@@ -434,8 +449,9 @@ mod tests {
     fn appends_read_back_without_a_copy_across_files() {
         let dir = tempfile::tempdir().unwrap();
         let log = ValueLog::open(dir.path(), 1000, 500).unwrap();
-        let a = log.append(b"a", &[1u8; 600]).unwrap();
-        let b = log.append(b"bb", &[2u8; 600]).unwrap();
+        let k = |s: &[u8]| Key::new(0, 0, s);
+        let a = log.append(&k(b"a"), &[1u8; 600]).unwrap();
+        let b = log.append(&k(b"bb"), &[2u8; 600]).unwrap();
         assert_eq!(
             a.file + 1,
             b.file,
@@ -444,17 +460,17 @@ mod tests {
         assert_eq!(log.read(a).unwrap(), vec![1u8; 600]);
         assert_eq!(log.read(b).unwrap(), vec![2u8; 600]);
         // A read after more appends to the same file maps it again, longer.
-        let c = log.append(b"c", &[3u8; 100]).unwrap();
+        let c = log.append(&k(b"c"), &[3u8; 100]).unwrap();
         assert_eq!(c.file, b.file);
         assert_eq!(log.read(c).unwrap(), vec![3u8; 100]);
         log.sync().unwrap();
-        let keys: Vec<Vec<u8>> = log
+        let keys: Vec<Key> = log
             .entries(b.file)
             .unwrap()
             .into_iter()
             .map(|e| e.0)
             .collect();
-        assert_eq!(keys, vec![b"bb".to_vec(), b"c".to_vec()]);
+        assert_eq!(keys, vec![k(b"bb"), k(b"c")]);
         assert!(log
             .read(ValuePointer {
                 file: c.file,
@@ -475,8 +491,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = {
             let log = ValueLog::open(dir.path(), 1 << 20, 0).unwrap();
-            log.append(b"k1", b"one").unwrap();
-            log.append(b"k2", b"two").unwrap();
+            log.append(&Key::new(0, 0, b"k1"), b"one").unwrap();
+            log.append(&Key::new(0, 0, b"k2"), b"two").unwrap();
             log.active_id()
         };
         // A crash mid-append: half a header at the end.

@@ -1,319 +1,106 @@
-//! The warm tier: RocksDB, and the only module in Strata that touches it.
+//! The warm tier as the engine sees it: the warm store (any [`WarmStore`], RocksDB in
+//! production) with the engine's key layout on top. This module is the one place that
+//! knows which family holds what (`docs/formats.md`):
 //!
-//! Column families:
-//! - `default`: key -> [`WarmRecord`](strata_format::WarmRecord) (large values in blob files);
-//! - `index`: key -> [`BlockRef`](strata_format::BlockRef) for keys demoted to the cold tier;
-//! - `ttl`: expire_ms (big-endian) || key -> empty, so expired keys are found without a scan;
-//! - `meta`: counters (merged atomically with every data change), segment records, pins.
+//! - `Records`: stored key → [`WarmRecord`] (the value inline, or where the value log has it);
+//! - `Cold`: stored key → [`BlockRef`] for keys demoted to the object store;
+//! - `Expiry`: expire_ms (big-endian) || stored key → empty, so due keys are found in order;
+//! - `Meta`: counters (moved by the add merge rule in the same batch as the data they
+//!   count), segment records, pins, per-file value-log garbage, the layout version.
 //!
-//! Invariant: a key is in at most one of `default` and `index`.
+//! Invariant: a key is in at most one of `Records` and `Cold`.
 
-use std::path::Path;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBPinnableSlice, MergeOperands,
-    Options, WriteBatch, WriteOptions, DB,
-};
+use strata_format::keys::{self, Key};
+use strata_format::{BlockRef, ValuePointer, WarmRecord, WarmValue};
+use strata_warm::{Bounds, Cursor, Family, View, WarmStore};
 
-use crate::{EngineOptions, Result};
+use crate::vlog::ValueLog;
+use crate::{Error, Result};
 
-pub(crate) const CF_DATA: &str = "default";
-pub(crate) const CF_INDEX: &str = "index";
-pub(crate) const CF_TTL: &str = "ttl";
-pub(crate) const CF_META: &str = "meta";
+/// Meta key of the persistent counters: warm bytes, warm entries, cold bytes, cold entries.
+const COUNTERS: &[u8] = b"counters";
+const NEXT_SEGMENT_ID: &[u8] = b"next_segment_id";
+const SEGMENT_PREFIX: &[u8] = b"segment/";
+const PIN_PREFIX: &[u8] = b"pin/";
+/// Meta key prefix of each value-log file's garbage bytes (file id big-endian).
+const VLOG_GARBAGE_PREFIX: &[u8] = b"vlog_garbage/";
+/// Meta key of the key layout the families follow (u32 LE; absent in layout 1).
+pub(crate) const LAYOUT: &[u8] = b"layout";
 
-/// Meta key of the persistent counters: warm bytes, warm entries, cold bytes, cold entries,
-/// four i64 kept by the add merge operator, moved by one merge operand per write batch.
-pub(crate) const COUNTERS: &[u8] = b"counters";
-pub(crate) const NEXT_SEGMENT_ID: &[u8] = b"next_segment_id";
-pub(crate) const SEGMENT_PREFIX: &[u8] = b"segment/";
-/// Meta key prefix of each value-log file's garbage bytes (id big-endian; the first of four
-/// counters kept by the add merge operator).
-pub(crate) const VLOG_GARBAGE_PREFIX: &[u8] = b"vlog_garbage/";
+/// The persistent counters, in the order they are stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) warm_bytes: i64,
+    pub(crate) warm_entries: i64,
+    pub(crate) cold_bytes: i64,
+    pub(crate) cold_entries: i64,
+}
 
-/// Four i64 counters, little-endian.
-pub(crate) type Counts = [i64; 4];
-
-fn decode_counts(b: &[u8]) -> Counts {
-    let mut out = [0i64; 4];
-    for (i, c) in b.chunks_exact(8).take(4).enumerate() {
-        out[i] = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+impl Counts {
+    fn encode(&self) -> Vec<u8> {
+        [
+            self.warm_bytes,
+            self.warm_entries,
+            self.cold_bytes,
+            self.cold_entries,
+        ]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
     }
-    out
-}
-
-fn encode_counts(c: &Counts) -> Vec<u8> {
-    c.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn add_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
-    let mut sum = existing.map(decode_counts).unwrap_or_default();
-    for op in ops {
-        for (s, d) in sum.iter_mut().zip(decode_counts(op)) {
-            *s = s.wrapping_add(d);
+    fn decode(b: &[u8]) -> Counts {
+        let v: Vec<i64> = b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .chain(std::iter::repeat(0))
+            .take(4)
+            .collect();
+        Counts {
+            warm_bytes: v[0],
+            warm_entries: v[1],
+            cold_bytes: v[2],
+            cold_entries: v[3],
         }
     }
-    Some(encode_counts(&sum))
-}
-
-pub(crate) struct Warm {
-    pub(crate) db: Arc<DB>,
-}
-
-/// Bytes of WAL that RocksDB dropped while recovering at open (a torn or truncated tail),
-/// read from the info log it wrote during this open: RocksDB reports them nowhere else.
-pub(crate) fn wal_bytes_dropped_at_open(dir: &Path) -> u64 {
-    let Ok(log) = std::fs::read_to_string(dir.join("LOG")) else {
-        return 0;
-    };
-    let mut dropped = 0;
-    for line in log.lines().filter(|l| l.contains("Corruption")) {
-        // "...000004.log: dropping 493 bytes; Corruption: truncated record body"
-        if let Some(rest) = line.split(": dropping ").nth(1) {
-            let n = rest.split(' ').next().and_then(|n| n.parse::<u64>().ok());
-            dropped += n.unwrap_or(0);
-            tracing::warn!(line, "WAL recovery dropped a torn or corrupt tail");
-        }
-    }
-    dropped
-}
-
-/// Size of a memtable's key bloom filter, as a fraction of the memtable's size.
-const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
-
-impl Warm {
-    pub(crate) fn open(path: &Path, o: &EngineOptions) -> Result<Self> {
-        let cache = Cache::new_lru_cache(o.rocksdb_block_cache_bytes)?;
-        let table = |bloom: bool| {
-            let mut t = BlockBasedOptions::default();
-            t.set_block_cache(&cache);
-            if bloom {
-                t.set_bloom_filter(10.0, false);
-            }
-            t
-        };
-        let mut db_opts = Options::default();
-        db_opts.create_if_missing(true);
-        db_opts.create_missing_column_families(true);
-        db_opts.set_max_background_jobs(2);
-        db_opts.set_ratelimiter(o.compaction_bytes_per_sec, 100_000, 10);
-        db_opts.set_bytes_per_sync(1 << 20);
-        // RocksDB's files share the process's descriptors with client connections.
-        db_opts.set_max_open_files(512);
-        db_opts.set_allow_mmap_reads(true);
-        // A torn record at the WAL's tail (a crash mid-append, a truncated file) ends
-        // recovery there: everything before it is replayed, nothing after it is guessed at.
-        db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
-
-        let mut data = Options::default();
-        data.set_block_based_table_factory(&table(true));
-        data.set_enable_blob_files(true);
-        data.set_min_blob_size(o.blob_bytes_min);
-        data.set_enable_blob_gc(true);
-        data.set_write_buffer_size(64 << 20);
-        let mut index = Options::default();
-        index.set_block_based_table_factory(&table(true));
-        // Every read of a key that is not in DRAM, and every write (which reads the key's
-        // record first), looks the key up in both column families: a bloom filter over each
-        // memtable's keys turns the look-ups of absent keys (all misses, and every key not
-        // demoted in the index) into a few bit tests instead of a skiplist search. About
-        // 1.3 MiB per 64 MiB memtable.
-        for cf in [&mut data, &mut index] {
-            cf.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
-            cf.set_memtable_whole_key_filtering(true);
-        }
-        let mut ttl = Options::default();
-        ttl.set_block_based_table_factory(&table(false));
-        let mut meta = Options::default();
-        meta.set_merge_operator_associative("strata_add_i64", add_merge);
-
-        let cfs = vec![
-            ColumnFamilyDescriptor::new(CF_DATA, data),
-            ColumnFamilyDescriptor::new(CF_INDEX, index),
-            ColumnFamilyDescriptor::new(CF_TTL, ttl),
-            ColumnFamilyDescriptor::new(CF_META, meta),
-        ];
-        let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
-        Ok(Warm { db: Arc::new(db) })
-    }
-
-    pub(crate) fn cf(&self, name: &str) -> &ColumnFamily {
-        self.db
-            .cf_handle(name)
-            .expect("column family created at open")
-    }
-
-    pub(crate) fn counter(&self, key: &[u8]) -> Result<i64> {
-        Ok(self
-            .db
-            .get_cf(self.cf(CF_META), key)?
-            .and_then(|b| b.as_slice().try_into().ok().map(i64::from_le_bytes))
-            .unwrap_or(0))
-    }
-
-    /// The persistent counters ([`COUNTERS`]).
-    pub(crate) fn counts(&self) -> Result<Counts> {
-        Ok(self
-            .db
-            .get_cf(self.cf(CF_META), COUNTERS)?
-            .map(|b| decode_counts(&b))
-            .unwrap_or_default())
-    }
-
-    /// Adds `delta` to the persistent counters within `batch`.
-    pub(crate) fn merge_counts(&self, batch: &mut WriteBatch, delta: &Counts) {
-        if delta.iter().any(|&d| d != 0) {
-            batch.merge_cf(self.cf(CF_META), COUNTERS, encode_counts(delta));
-        }
-    }
-
-    /// Sets the persistent counters to zero within `batch`.
-    pub(crate) fn reset_counts(&self, batch: &mut WriteBatch) {
-        batch.put_cf(self.cf(CF_META), COUNTERS, encode_counts(&[0; 4]));
-    }
-
-    fn garbage_key(file: u64) -> Vec<u8> {
-        let mut k = VLOG_GARBAGE_PREFIX.to_vec();
-        k.extend_from_slice(&file.to_be_bytes());
-        k
-    }
-
-    /// Counts the value-log entry of `key` at `at` (no record points at it any more) as
-    /// garbage of its file within `batch`.
-    pub(crate) fn add_vlog_garbage(
-        &self,
-        batch: &mut WriteBatch,
-        key: &[u8],
-        at: strata_format::ValuePointer,
-    ) {
-        let delta = [crate::vlog::entry_bytes(key.len(), at.len) as i64, 0, 0, 0];
-        batch.merge_cf(
-            self.cf(CF_META),
-            Self::garbage_key(at.file),
-            encode_counts(&delta),
-        );
-    }
-
-    /// Sets file `file`'s garbage to `bytes` within `batch` (all of it, after `FLUSHALL`).
-    pub(crate) fn set_vlog_garbage(&self, batch: &mut WriteBatch, file: u64, bytes: u64) {
-        let counts = [bytes as i64, 0, 0, 0];
-        batch.put_cf(
-            self.cf(CF_META),
-            Self::garbage_key(file),
-            encode_counts(&counts),
-        );
-    }
-
-    /// Forgets file `file`'s garbage count (the file is gone) within `batch`.
-    pub(crate) fn drop_vlog_garbage(&self, batch: &mut WriteBatch, file: u64) {
-        batch.delete_cf(self.cf(CF_META), Self::garbage_key(file));
-    }
-
-    /// Garbage bytes per value-log file.
-    pub(crate) fn vlog_garbage(&self) -> Result<std::collections::HashMap<u64, u64>> {
-        let mut out = std::collections::HashMap::new();
-        let mut it = self.db.raw_iterator_cf(self.cf(CF_META));
-        it.seek(VLOG_GARBAGE_PREFIX);
-        while it.valid() {
-            let k = it.key().expect("valid iterator");
-            if !k.starts_with(VLOG_GARBAGE_PREFIX) {
-                break;
-            }
-            if let Ok(id) = k[VLOG_GARBAGE_PREFIX.len()..]
-                .try_into()
-                .map(u64::from_be_bytes)
-            {
-                let bytes = decode_counts(it.value().expect("valid iterator"))[0];
-                out.insert(id, bytes.max(0) as u64);
-            }
-            it.next();
-        }
-        it.status()?;
-        Ok(out)
-    }
-
-    pub(crate) fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
-        let mut wo = WriteOptions::default();
-        wo.set_sync(sync);
-        self.db.write_opt(batch, &wo)?;
-        Ok(())
+    pub(crate) fn is_zero(&self) -> bool {
+        *self == Counts::default()
     }
 }
 
-/// Values at least this long are handed out without a copy (see [`Warm::value_bytes`]).
-const PIN_BYTES_MIN: usize = 64 * 1024;
-
-/// A value RocksDB returned in a pinnable slice, kept with the database it came from so that
-/// the slice can outlive the call that produced it.
-struct Pinned {
-    // Declared first, so dropped before the database handle.
-    slice: DBPinnableSlice<'static>,
-    _db: Arc<DB>,
+/// What a warm entry counts against the warm budget: key, record header and value, wherever
+/// the value is kept.
+pub(crate) fn warm_charge(key: &Key, value_len: u64) -> u64 {
+    (key.stored().len() + strata_format::WARM_HEADER_BYTES) as u64 + value_len
 }
 
-impl AsRef<[u8]> for Pinned {
-    fn as_ref(&self) -> &[u8] {
-        &self.slice
+/// Where a stored entry lives, as read under its stripe lock.
+pub(crate) enum Loc {
+    /// `charge` is what the entry counts against the warm budget; `logged` is where the
+    /// value log holds the value, if it does; `checksum` is the record's.
+    Warm {
+        charge: u64,
+        value: Option<Bytes>,
+        logged: Option<ValuePointer>,
+        checksum: u32,
+    },
+    Cold(BlockRef),
+}
+
+/// A stored entry: where it is, its expiry and its value's length.
+pub(crate) struct Stored {
+    pub(crate) loc: Loc,
+    pub(crate) expire_ms: u64,
+    pub(crate) value_len: u64,
+}
+
+impl Stored {
+    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
+        self.expire_ms == 0 || self.expire_ms > now_ms
     }
-}
-
-impl Warm {
-    /// The bytes at `range` of `slice` (a record's value) as `Bytes`. A large value is not
-    /// copied: the `Bytes` owns the slice and a handle on the database. In RocksDB 7.8 a blob
-    /// or memtable value sits in the slice's own buffer, so holding it (in DRAM, for example)
-    /// pins nothing else; smaller values may pin a whole table block, so they are copied.
-    pub(crate) fn value_bytes(
-        &self,
-        slice: DBPinnableSlice<'_>,
-        range: std::ops::Range<usize>,
-    ) -> Bytes {
-        if range.len() < PIN_BYTES_MIN {
-            return Bytes::copy_from_slice(&slice[range]);
-        }
-        assert!(range.end <= slice.len(), "value lies inside its slice");
-        // SAFETY: the lifetime ties the slice to the database it came from; `Pinned` keeps
-        // that database open (an `Arc`) for as long as the slice lives, and drops the slice
-        // first. The slice itself is `Send` and `Sync`.
-        let slice: DBPinnableSlice<'static> = unsafe { std::mem::transmute(slice) };
-        let owner = Pinned {
-            slice,
-            _db: self.db.clone(),
-        };
-        Bytes::from_owner(owner).slice(range)
-    }
-}
-
-/// Where `inner` (borrowed from `outer`) lies in `outer`.
-pub(crate) fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
-    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
-    debug_assert!(start + inner.len() <= outer.len());
-    start..start + inner.len()
-}
-
-/// Options for point reads of warm records. Every record carries its own crc32c over key
-/// and value, which the engine verifies; RocksDB's block and blob checksums would check the
-/// same bytes a second time (with a slower checksum in Debian's portable build), so point
-/// reads skip them. Scans and compactions still verify.
-pub(crate) fn read_options() -> rocksdb::ReadOptions {
-    let mut ro = rocksdb::ReadOptions::default();
-    ro.set_verify_checksums(false);
-    ro
-}
-
-/// The `ttl` column family key for a key expiring at `expire_ms`.
-pub(crate) fn ttl_key(expire_ms: u64, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + key.len());
-    k.extend_from_slice(&expire_ms.to_be_bytes());
-    k.extend_from_slice(key);
-    k
-}
-
-pub(crate) fn segment_meta_key(id: u64) -> Vec<u8> {
-    let mut k = SEGMENT_PREFIX.to_vec();
-    k.extend_from_slice(&id.to_be_bytes());
-    k
 }
 
 /// What the meta family records of a committed segment.
@@ -324,12 +111,12 @@ pub(crate) struct SegmentMeta {
 }
 
 impl SegmentMeta {
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    fn encode(&self) -> Vec<u8> {
         let mut v = self.entries.to_le_bytes().to_vec();
         v.extend_from_slice(&self.value_bytes.to_le_bytes());
         v
     }
-    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+    fn decode(b: &[u8]) -> Option<Self> {
         if b.len() != 16 {
             return None;
         }
@@ -337,5 +124,334 @@ impl SegmentMeta {
             entries: u64::from_le_bytes(b[..8].try_into().ok()?),
             value_bytes: u64::from_le_bytes(b[8..].try_into().ok()?),
         })
+    }
+}
+
+fn prefixed(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + rest.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
+fn segment_meta_key(id: u64) -> Vec<u8> {
+    prefixed(SEGMENT_PREFIX, &id.to_be_bytes())
+}
+
+fn garbage_key(file: u64) -> Vec<u8> {
+    prefixed(VLOG_GARBAGE_PREFIX, &file.to_be_bytes())
+}
+
+/// The warm tier: the store and the layout of its families.
+pub(crate) struct Warm {
+    pub(crate) store: Arc<dyn WarmStore>,
+}
+
+/// A batch of changes to the warm tier, in the engine's terms.
+pub(crate) struct Batch(Box<dyn strata_warm::Batch>);
+
+impl Batch {
+    pub(crate) fn put_record(&mut self, key: &Key, record: &[u8]) {
+        self.0.put(Family::Records, key.stored(), record);
+    }
+    pub(crate) fn delete_record(&mut self, key: &Key) {
+        self.0.delete(Family::Records, key.stored());
+    }
+    pub(crate) fn put_cold(&mut self, key: &Key, r: &BlockRef) {
+        self.0.put(Family::Cold, key.stored(), &r.encode());
+    }
+    pub(crate) fn delete_cold(&mut self, key: &Key) {
+        self.0.delete(Family::Cold, key.stored());
+    }
+    pub(crate) fn add_expiry(&mut self, expire_ms: u64, key: &Key) {
+        self.0.put(
+            Family::Expiry,
+            &keys::expiry_key(expire_ms, key.stored()),
+            b"",
+        );
+    }
+    pub(crate) fn remove_expiry(&mut self, expire_ms: u64, key: &Key) {
+        self.0
+            .delete(Family::Expiry, &keys::expiry_key(expire_ms, key.stored()));
+    }
+    /// Moves the persistent counters by `d`.
+    pub(crate) fn add_counts(&mut self, d: &Counts) {
+        if !d.is_zero() {
+            self.0.merge(Family::Meta, COUNTERS, &d.encode());
+        }
+    }
+    pub(crate) fn reset_counts(&mut self) {
+        self.0
+            .put(Family::Meta, COUNTERS, &Counts::default().encode());
+    }
+    /// Counts the value-log entry of `key` at `at` (no record points at it any more) as
+    /// garbage of its file.
+    pub(crate) fn add_vlog_garbage(&mut self, key: &Key, at: ValuePointer) {
+        let bytes = crate::vlog::entry_bytes(key.stored().len(), at.len) as i64;
+        self.0
+            .merge(Family::Meta, &garbage_key(at.file), &bytes.to_le_bytes());
+    }
+    /// Sets file `file`'s garbage to `bytes` (all of it, after `FLUSHALL`).
+    pub(crate) fn set_vlog_garbage(&mut self, file: u64, bytes: u64) {
+        self.0.put(
+            Family::Meta,
+            &garbage_key(file),
+            &(bytes as i64).to_le_bytes(),
+        );
+    }
+    /// Forgets file `file`'s garbage count (the file is gone).
+    pub(crate) fn drop_vlog_garbage(&mut self, file: u64) {
+        self.0.delete(Family::Meta, &garbage_key(file));
+    }
+    pub(crate) fn put_segment(&mut self, id: u64, meta: SegmentMeta) {
+        self.0
+            .put(Family::Meta, &segment_meta_key(id), &meta.encode());
+    }
+    pub(crate) fn delete_segment(&mut self, id: u64) {
+        self.0.delete(Family::Meta, &segment_meta_key(id));
+    }
+    pub(crate) fn set_next_segment_id(&mut self, next: u64) {
+        self.0
+            .put(Family::Meta, NEXT_SEGMENT_ID, &(next as i64).to_le_bytes());
+    }
+    pub(crate) fn put_pin(&mut self, pattern: &[u8]) {
+        self.0
+            .put(Family::Meta, &prefixed(PIN_PREFIX, pattern), b"");
+    }
+    pub(crate) fn delete_pin(&mut self, pattern: &[u8]) {
+        self.0.delete(Family::Meta, &prefixed(PIN_PREFIX, pattern));
+    }
+    pub(crate) fn set_layout(&mut self, version: u32) {
+        self.0.put(Family::Meta, LAYOUT, &version.to_le_bytes());
+    }
+    /// Deletes every key of `family`: every key of every family is shorter than three
+    /// stored keys, so all sort below that many 0xff bytes.
+    pub(crate) fn clear(&mut self, family: Family) {
+        let hi = vec![0xffu8; 3 * strata_format::STORED_KEY_BYTES_MAX];
+        self.0.delete_range(family, b"", &hi);
+    }
+    /// Copies a raw entry (the layout migration).
+    pub(crate) fn put_raw(&mut self, family: Family, key: &[u8], value: &[u8]) {
+        self.0.put(family, key, value);
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.count() == 0
+    }
+}
+
+impl Warm {
+    pub(crate) fn new(store: Arc<dyn WarmStore>) -> Warm {
+        Warm { store }
+    }
+
+    pub(crate) fn batch(&self) -> Batch {
+        Batch(self.store.batch())
+    }
+
+    pub(crate) fn write(&self, b: Batch, sync: bool) -> Result<()> {
+        Ok(self.store.write(b.0, sync)?)
+    }
+
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        Ok(self.store.sync_log()?)
+    }
+
+    /// The record of `key`, as stored.
+    pub(crate) fn record(&self, key: &Key) -> Result<Option<Bytes>> {
+        Ok(self.store.get(Family::Records, key.stored())?)
+    }
+
+    /// The cold index entry of `key`.
+    pub(crate) fn cold_ref(&self, key: &Key) -> Result<Option<BlockRef>> {
+        match self.store.get(Family::Cold, key.stored())? {
+            Some(b) => Ok(Some(BlockRef::decode(&b)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The records of many keys, in their order.
+    pub(crate) fn records(&self, keys: &[&Key]) -> Vec<Result<Option<Bytes>>> {
+        let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
+        self.store
+            .multi_get(Family::Records, &stored)
+            .into_iter()
+            .map(|r| r.map_err(Error::from))
+            .collect()
+    }
+
+    /// The cold index entries of many keys, in their order.
+    pub(crate) fn cold_refs(&self, keys: &[&Key]) -> Vec<Result<Option<BlockRef>>> {
+        let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
+        self.store
+            .multi_get(Family::Cold, &stored)
+            .into_iter()
+            .map(|r| match r? {
+                Some(b) => Ok(Some(BlockRef::decode(&b)?)),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    /// Reads the stored entry of `key` (expired or not): its record, else its cold index
+    /// entry. With `want_value`, a warm entry's value is read and verified.
+    pub(crate) fn lookup(
+        &self,
+        key: &Key,
+        want_value: bool,
+        vlog: &ValueLog,
+    ) -> Result<Option<Stored>> {
+        if let Some(rec) = self.record(key)? {
+            return Ok(Some(stored_warm(key, rec, want_value, vlog)?));
+        }
+        Ok(self.cold_ref(key)?.map(|r| Stored {
+            loc: Loc::Cold(r),
+            expire_ms: r.expire_ms,
+            value_len: r.value_len as u64,
+        }))
+    }
+
+    /// A cursor over `family` within `bounds`, as of `view` (now if none).
+    pub(crate) fn cursor<'a>(
+        &'a self,
+        family: Family,
+        bounds: Bounds,
+        view: Option<&'a dyn View>,
+    ) -> Box<dyn Cursor + 'a> {
+        self.store.cursor(family, bounds, view)
+    }
+
+    fn meta(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self.store.get(Family::Meta, key)?)
+    }
+
+    pub(crate) fn counts(&self) -> Result<Counts> {
+        Ok(self
+            .meta(COUNTERS)?
+            .map(|b| Counts::decode(&b))
+            .unwrap_or_default())
+    }
+
+    pub(crate) fn next_segment_id(&self) -> Result<u64> {
+        let v = self
+            .meta(NEXT_SEGMENT_ID)?
+            .and_then(|b| b.as_ref().try_into().ok().map(i64::from_le_bytes))
+            .unwrap_or(0);
+        Ok(v.max(1) as u64)
+    }
+
+    /// The key layout the families follow (`None`: a store of layout 1, or a new one).
+    pub(crate) fn layout(&self) -> Result<Option<u32>> {
+        Ok(self
+            .meta(LAYOUT)?
+            .and_then(|b| b.as_ref().try_into().ok().map(u32::from_le_bytes)))
+    }
+
+    /// Each key under `prefix` in the meta family, without the prefix, with its value.
+    fn meta_prefixed(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut c = self.cursor(Family::Meta, Bounds::prefix(prefix), None);
+        c.seek_to_first();
+        while c.valid() {
+            out.push((c.key()[prefix.len()..].to_vec(), c.value().to_vec()));
+            c.next();
+        }
+        c.status()?;
+        Ok(out)
+    }
+
+    /// Committed segments and what they held when written.
+    pub(crate) fn segments(&self) -> Result<HashMap<u64, SegmentMeta>> {
+        Ok(self
+            .meta_prefixed(SEGMENT_PREFIX)?
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let id = u64::from_be_bytes(k.as_slice().try_into().ok()?);
+                Some((id, SegmentMeta::decode(&v)?))
+            })
+            .collect())
+    }
+
+    /// The pins, in key order.
+    pub(crate) fn pins(&self) -> Result<Vec<Bytes>> {
+        Ok(self
+            .meta_prefixed(PIN_PREFIX)?
+            .into_iter()
+            .map(|(k, _)| Bytes::from(k))
+            .collect())
+    }
+
+    /// Garbage bytes per value-log file.
+    pub(crate) fn vlog_garbage(&self) -> Result<HashMap<u64, u64>> {
+        Ok(self
+            .meta_prefixed(VLOG_GARBAGE_PREFIX)?
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let id = u64::from_be_bytes(k.as_slice().try_into().ok()?);
+                let bytes = i64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+                Some((id, bytes.max(0) as u64))
+            })
+            .collect())
+    }
+
+    /// Live entries and value bytes per segment, counted from the cold index.
+    pub(crate) fn live_per_segment(&self) -> Result<HashMap<u64, (u64, u64)>> {
+        let mut live: HashMap<u64, (u64, u64)> = HashMap::new();
+        let mut c = self.cursor(Family::Cold, Bounds::all(), None);
+        c.seek_to_first();
+        while c.valid() {
+            let r = BlockRef::decode(c.value())?;
+            let e = live.entry(r.segment_id).or_default();
+            e.0 += 1;
+            e.1 += r.value_len as u64;
+            c.next();
+        }
+        c.status()?;
+        Ok(live)
+    }
+}
+
+/// The stored entry of a warm `record` read for `key`; with `want_value`, its verified value.
+pub(crate) fn stored_warm(
+    key: &Key,
+    record: Bytes,
+    want_value: bool,
+    vlog: &ValueLog,
+) -> Result<Stored> {
+    let rec = WarmRecord::decode_unverified(&record)?;
+    let value_len = rec.value_len();
+    let expire_ms = rec.expire_ms;
+    let checksum = rec.checksum;
+    let logged = match rec.value {
+        WarmValue::Logged(at) => Some(at),
+        WarmValue::Inline(_) => None,
+    };
+    let charge = warm_charge(key, value_len);
+    let value = match want_value {
+        true => Some(record_value(key, &record, vlog)?),
+        false => None,
+    };
+    Ok(Stored {
+        loc: Loc::Warm {
+            charge,
+            value,
+            logged,
+            checksum,
+        },
+        expire_ms,
+        value_len,
+    })
+}
+
+/// The verified value of `record` (read for `key`): a slice of the record's own bytes for an
+/// inline value, the mapped value-log bytes for a logged one. Checksums cover the client's
+/// key, so a record read under another key fails.
+pub(crate) fn record_value(key: &Key, record: &Bytes, vlog: &ValueLog) -> Result<Bytes> {
+    let rec = WarmRecord::decode(key.client(), record)?;
+    match rec.value {
+        WarmValue::Inline(v) => {
+            let start = v.as_ptr() as usize - record.as_ptr() as usize;
+            Ok(record.slice(start..start + v.len()))
+        }
+        WarmValue::Logged(at) => vlog.read_checked(key.client(), &rec, at),
     }
 }

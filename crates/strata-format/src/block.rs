@@ -7,23 +7,26 @@
 //!   (crc32c covers key || expire_ms || value)
 //! block (stored): zstd(entries); its checksum crc32c(segment_id || block_no || stored bytes)
 //!   lives in the footer and in every index entry, so a misdirected read is detected.
-//! footer: magic "STRSEGv1" | segment_id u64 | block_count u32 | per block:
-//!   offset u64 | len u32 | raw_len u32 | crc u32 | entry_count u32 | first_key_len u16 | first_key
-//! trailer: footer_len u32 | crc32c(footer) u32 | magic "STRSEGv1"
+//! footer: magic "STRSEGv2" | segment_id u64 | block_count u32 | per block:
+//!   offset u64 | len u32 | raw_len u32 | crc u32 | entry_count u32 | first_key_len u32 | first_key
+//! trailer: footer_len u32 | crc32c(footer) u32 | magic "STRSEGv2"
 //! ```
 //!
-//! The cold index entry ([`BlockRef`]) carries everything needed to fetch one block with one
-//! ranged GET and check it, without reading the footer.
+//! Segments of layout 2 (magic `STRSEGv2`) hold stored keys (database, slot, client key:
+//! [`crate::Key`]); those of layout 1 (`STRSEGv1`, still read) held the client's key, and
+//! their footers give the first key's length in a u16. The cold index entry ([`BlockRef`])
+//! carries everything needed to fetch one block with one ranged GET and check it, without
+//! reading the footer, including which layout the segment's keys follow.
 
-use crate::{entry_checksum, FormatError, Reader, Result, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use crate::{entry_checksum, FormatError, Reader, Result, STORED_KEY_BYTES_MAX, VALUE_BYTES_MAX};
 
-const MAGIC: &[u8; 8] = b"STRSEGv1";
-const REF_VERSION: u8 = 1;
+const MAGIC: &[u8; 8] = b"STRSEGv2";
+const MAGIC_LAYOUT_1: &[u8; 8] = b"STRSEGv1";
 const ENTRY_HEADER_BYTES: usize = 4 + 4 + 8 + 4;
 /// Bytes of the fixed trailer at the end of every segment.
 pub const FOOTER_TRAILER_BYTES: usize = 4 + 4 + 8;
 /// Largest decompressed block accepted: one maximal entry.
-const BLOCK_RAW_BYTES_MAX: usize = ENTRY_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX;
+const BLOCK_RAW_BYTES_MAX: usize = ENTRY_HEADER_BYTES + STORED_KEY_BYTES_MAX + VALUE_BYTES_MAX;
 
 /// Where a cold key lives: the cold index entry stored in RocksDB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,6 +40,9 @@ pub struct BlockRef {
     /// Authoritative expiry of the key (0 = none); `EXPIRE` on a cold key updates only this.
     pub expire_ms: u64,
     pub value_len: u32,
+    /// The key layout of the segment's entries: 2 (stored keys), or 1 (client keys, in
+    /// segments written before databases and slots). Encoded as the entry's version byte.
+    pub layout: u8,
 }
 
 impl BlockRef {
@@ -44,7 +50,7 @@ impl BlockRef {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(Self::ENCODED_BYTES);
-        out.push(REF_VERSION);
+        out.push(self.layout);
         out.extend_from_slice(&self.segment_id.to_le_bytes());
         out.extend_from_slice(&self.block.to_le_bytes());
         out.extend_from_slice(&self.offset.to_le_bytes());
@@ -58,11 +64,11 @@ impl BlockRef {
 
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         let mut r = Reader::new(bytes, "index entry");
-        let ver = r.u8()?;
-        if ver != REF_VERSION {
+        let layout = r.u8()?;
+        if layout != 1 && layout != 2 {
             return Err(FormatError::Bad {
                 what: "index entry",
-                detail: format!("version {ver}"),
+                detail: format!("version {layout}"),
             });
         }
         let out = BlockRef {
@@ -74,6 +80,7 @@ impl BlockRef {
             block_crc: r.u32()?,
             expire_ms: r.u64()?,
             value_len: r.u32()?,
+            layout,
         };
         if r.remaining() != 0 {
             return Err(FormatError::Bad {
@@ -112,6 +119,8 @@ pub struct FooterBlock {
 pub struct Footer {
     pub segment_id: u64,
     pub blocks: Vec<FooterBlock>,
+    /// The key layout of the segment's entries (see [`BlockRef::layout`]).
+    pub layout: u8,
 }
 
 impl Footer {
@@ -127,6 +136,7 @@ impl Footer {
             block_crc: b.crc,
             expire_ms,
             value_len,
+            layout: self.layout,
         }
     }
 }
@@ -175,13 +185,14 @@ impl SegmentBuilder {
         self.refs.is_empty() && self.raw_entries.is_empty()
     }
 
-    /// Appends one entry. Keys must arrive in strictly increasing order.
+    /// Appends one entry under its stored key ([`crate::Key::stored`]). Keys must arrive
+    /// in strictly increasing order.
     pub fn push(&mut self, key: &[u8], value: &[u8], expire_ms: u64) -> Result<()> {
-        if key.len() > KEY_BYTES_MAX {
+        if key.len() > STORED_KEY_BYTES_MAX {
             return Err(FormatError::TooLarge {
                 what: "key",
                 len: key.len(),
-                max: KEY_BYTES_MAX,
+                max: STORED_KEY_BYTES_MAX,
             });
         }
         if value.len() > VALUE_BYTES_MAX {
@@ -246,6 +257,7 @@ impl SegmentBuilder {
                 block_crc: fb.crc,
                 expire_ms,
                 value_len,
+                layout: crate::keys::LAYOUT_VERSION as u8,
             };
             self.refs.push((key, r));
         }
@@ -267,7 +279,7 @@ impl SegmentBuilder {
             footer.extend_from_slice(&b.raw_len.to_le_bytes());
             footer.extend_from_slice(&b.crc.to_le_bytes());
             footer.extend_from_slice(&b.entry_count.to_le_bytes());
-            footer.extend_from_slice(&(b.first_key.len() as u16).to_le_bytes());
+            footer.extend_from_slice(&(b.first_key.len() as u32).to_le_bytes());
             footer.extend_from_slice(&b.first_key);
         }
         let crc = crc32c::crc32c(&footer);
@@ -297,12 +309,17 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
     let mut t = Reader::new(trailer, "segment trailer");
     let footer_len = t.u32()? as usize;
     let crc = t.u32()?;
-    if t.bytes(8)? != MAGIC {
-        return Err(FormatError::Bad {
-            what: "segment trailer",
-            detail: "bad magic".into(),
-        });
-    }
+    let magic = t.bytes(8)?;
+    let layout = match magic {
+        m if m == MAGIC => 2,
+        m if m == MAGIC_LAYOUT_1 => 1,
+        _ => {
+            return Err(FormatError::Bad {
+                what: "segment trailer",
+                detail: "bad magic".into(),
+            })
+        }
+    };
     let body_end = segment.len() - FOOTER_TRAILER_BYTES;
     if footer_len > body_end {
         return Err(FormatError::Truncated {
@@ -318,7 +335,7 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
         });
     }
     let mut r = Reader::new(footer, "segment footer");
-    if r.bytes(8)? != MAGIC {
+    if r.bytes(8)? != magic {
         return Err(FormatError::Bad {
             what: "segment footer",
             detail: "bad magic".into(),
@@ -340,7 +357,10 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
         let raw_len = r.u32()?;
         let crc = r.u32()?;
         let entry_count = r.u32()?;
-        let klen = r.u16()? as usize;
+        let klen = match layout {
+            1 => r.u16()? as usize,
+            _ => r.u32()? as usize,
+        };
         let first_key = r.bytes(klen)?.to_vec();
         if offset + len as u64 > (body_end - footer_len) as u64 {
             return Err(FormatError::Bad {
@@ -357,7 +377,11 @@ pub fn decode_footer(segment: &[u8]) -> Result<Footer> {
             first_key,
         });
     }
-    Ok(Footer { segment_id, blocks })
+    Ok(Footer {
+        segment_id,
+        blocks,
+        layout,
+    })
 }
 
 /// Checks a stored block against its reference and decompresses it.
@@ -508,6 +532,48 @@ mod tests {
         b.push(b"b", b"1", 0).unwrap();
         assert!(b.push(b"a", b"1", 0).is_err());
         assert!(b.push(b"b", b"1", 0).is_err());
+    }
+
+    #[test]
+    fn segments_of_layout_1_still_read_and_say_so() {
+        // Written by Strata before databases and slots (the engine's test fixture).
+        let seg: &[u8] = include_bytes!(
+            "../../strata-engine/tests/fixtures/layout-1/cold/segments/0000000000000001.seg"
+        );
+        let footer = decode_footer(seg).unwrap();
+        assert_eq!(footer.layout, 1);
+        // Layout 1 stored the client's key as it came: no database or slot in front.
+        let last = &footer.blocks.last().unwrap().first_key;
+        assert!(
+            last.starts_with(b"str:"),
+            "{}",
+            String::from_utf8_lossy(last)
+        );
+        let r = footer.block_ref(0, 0, 0);
+        assert_eq!(r.layout, 1);
+        assert_eq!(BlockRef::decode(&r.encode()).unwrap(), r);
+        let b = &footer.blocks[0];
+        let raw = decode_block(&r, &seg[b.offset as usize..][..b.len as usize]).unwrap();
+        let first = iter_block(&raw).next().unwrap().unwrap();
+        assert_eq!(first.key, b.first_key.as_slice());
+        // New segments are layout 2.
+        let seg = build(3, 1024);
+        assert_eq!(decode_footer(&seg.bytes).unwrap().layout, 2);
+        assert!(seg.refs.iter().all(|r| r.1.layout == 2));
+    }
+
+    #[test]
+    fn a_first_key_of_the_largest_size_fits_the_footer() {
+        let mut b = SegmentBuilder::new(4, 1024, 1);
+        let key = vec![b'k'; STORED_KEY_BYTES_MAX];
+        b.push(&key, b"v", 0).unwrap();
+        let seg = b.finish().unwrap();
+        let footer = decode_footer(&seg.bytes).unwrap();
+        assert_eq!(footer.blocks[0].first_key, key);
+        let mut b = SegmentBuilder::new(4, 1024, 1);
+        assert!(b
+            .push(&vec![b'k'; STORED_KEY_BYTES_MAX + 1], b"v", 0)
+            .is_err());
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Byte formats of everything Strata stores, and nothing else.
 //!
 //! This crate encodes and decodes:
+//! - the key layout ([`keys`], [`Key`]): database, slot and client key as the warm store
+//!   holds them, the keys of a value's parts, sortable scores, expiry keys, cluster slots;
 //! - [`WarmRecord`]: the value stored in RocksDB for a key in the warm tier;
 //! - [`BlockRef`]: the cold-tier index entry (`key -> segment, block`) kept in RocksDB;
 //! - segments: immutable objects of zstd-compressed blocks with a footer
-//!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]).
+//!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]);
+//! - value-log entry headers ([`encode_log_header`]).
 //!
 //! It does no I/O and knows nothing about RocksDB or object stores. Every checksum covers
 //! the key, so a record read back under the wrong key, or a block fetched from the wrong
@@ -23,19 +26,23 @@
 //! ```
 
 mod block;
+pub mod keys;
 mod record;
 
 pub use block::{
     decode_block, decode_footer, find_in_block, iter_block, BlockEntry, BlockRef, Footer,
     FooterBlock, Segment, SegmentBuilder, FOOTER_TRAILER_BYTES,
 };
+pub use keys::Key;
 pub use record::{
-    decode_log_header, encode_log_header, entry_checksum, ValuePointer, WarmRecord, WarmValue,
-    LOG_HEADER_BYTES, WARM_HEADER_BYTES,
+    decode_log_header, encode_log_header, entry_checksum, LogHeader, ValuePointer, WarmRecord,
+    WarmValue, LOG_HEADER_BYTES, WARM_HEADER_BYTES,
 };
 
-/// Largest key Strata stores (Redis allows 512 MiB keys; nothing real needs more than this).
+/// Largest key a client may use (Redis allows 512 MiB keys; nothing real needs more).
 pub const KEY_BYTES_MAX: usize = 64 * 1024;
+/// Largest stored key: a client key with its database and slot.
+pub const STORED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX + keys::STORED_KEY_PREFIX_BYTES;
 /// Largest value Strata stores; matches Redis's default `proto-max-bulk-len`.
 pub const VALUE_BYTES_MAX: usize = 512 * 1024 * 1024;
 

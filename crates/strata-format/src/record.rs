@@ -155,12 +155,16 @@ impl<'a> WarmRecord<'a> {
 
 /// Bytes of the header in front of each value-log entry.
 pub const LOG_HEADER_BYTES: usize = 4 + 4 + 8 + 4;
-const LOG_MAGIC: u32 = 0x5354_564c; // "STVL"
+/// Entries whose key is a stored key (layout 2).
+const LOG_MAGIC: u32 = 0x5354_5632; // "STV2"
+/// Entries whose key is the client's key (layout 1).
+const LOG_MAGIC_LAYOUT_1: u32 = 0x5354_564c; // "STVL"
 
 /// The header of a value-log entry: `magic | key_len: u32 | value_len: u64 | crc32c of the
-/// first 16 bytes`, followed by the key and the value. The value's own checksum lives in the
-/// warm record that points at it; this one lets a reader walking the file find where the
-/// entries end (a torn tail after a crash fails it).
+/// first 16 bytes`, followed by the key (a stored key, [`crate::Key::stored`]) and the
+/// value. The value's own checksum lives in the warm record that points at it; this one
+/// lets a reader walking the file find where the entries end (a torn tail after a crash
+/// fails it).
 pub fn encode_log_header(key_len: usize, value_len: usize) -> [u8; LOG_HEADER_BYTES] {
     let mut h = [0u8; LOG_HEADER_BYTES];
     h[..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
@@ -171,19 +175,38 @@ pub fn encode_log_header(key_len: usize, value_len: usize) -> [u8; LOG_HEADER_BY
     h
 }
 
-/// Decodes a value-log entry header into (key length, value length).
-pub fn decode_log_header(b: &[u8]) -> Result<(usize, u64)> {
+/// A decoded value-log entry header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogHeader {
+    pub key_len: usize,
+    pub value_len: u64,
+    /// 2 when the key is a stored key; 1 for entries written before databases and slots,
+    /// whose key is the client's.
+    pub layout: u8,
+}
+
+/// Decodes a value-log entry header.
+pub fn decode_log_header(b: &[u8]) -> Result<LogHeader> {
     let mut r = Reader::new(b, "value log entry");
     let magic = r.u32()?;
     let key_len = r.u32()? as usize;
     let value_len = r.u64()?;
     let crc = r.u32()?;
-    if magic != LOG_MAGIC || crc != crc32c::crc32c(&b[..16]) {
+    let layout = match magic {
+        LOG_MAGIC => 2,
+        LOG_MAGIC_LAYOUT_1 => 1,
+        _ => 0,
+    };
+    if layout == 0 || crc != crc32c::crc32c(&b[..16]) {
         return Err(FormatError::Checksum {
             what: "value log entry header",
         });
     }
-    Ok((key_len, value_len))
+    Ok(LogHeader {
+        key_len,
+        value_len,
+        layout,
+    })
 }
 
 #[cfg(test)]
@@ -238,7 +261,14 @@ mod tests {
     #[test]
     fn log_header_round_trips_and_rejects_zeros_and_flips() {
         let h = encode_log_header(12, 3 << 20);
-        assert_eq!(decode_log_header(&h).unwrap(), (12, 3 << 20));
+        let d = decode_log_header(&h).unwrap();
+        assert_eq!((d.key_len, d.value_len, d.layout), (12, 3 << 20, 2));
+        // An entry of layout 1 (magic "STVL") still reads.
+        let mut old = h;
+        old[..4].copy_from_slice(&0x5354_564cu32.to_le_bytes());
+        let crc = crc32c::crc32c(&old[..16]);
+        old[16..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_log_header(&old).unwrap().layout, 1);
         assert!(decode_log_header(&[0u8; LOG_HEADER_BYTES]).is_err());
         let mut bad = h;
         bad[9] ^= 1;

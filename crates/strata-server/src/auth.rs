@@ -31,11 +31,36 @@ impl std::str::FromStr for Role {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A named user, written `name:password:role` in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct AclUser {
     pub name: String,
     pub password: String,
     pub role: Role,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::ReadOnly => "readonly",
+            Role::ReadWrite => "readwrite",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl TryFrom<String> for AclUser {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<AclUser> for String {
+    fn from(u: AclUser) -> String {
+        format!("{}:{}:{}", u.name, u.password, u.role.as_str())
+    }
 }
 
 impl std::str::FromStr for AclUser {

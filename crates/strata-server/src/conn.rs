@@ -1,136 +1,39 @@
 //! One client connection: read, parse, run, reply, with limits on everything buffered.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use strata_engine::Ticket;
 use strata_resp::{parse_request, Limits, Reply, ReplyBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
 
-use crate::auth::Role;
-use crate::watch::Watched;
-use crate::{ClientEntry, Shared};
+use crate::session::{Conn, Peer};
+use crate::shared::{ClientEntry, Shared};
 
 /// Replies are written once this many bytes are pending, even mid-pipeline.
 const FLUSH_BYTES: usize = 1 << 20;
 /// Most requests parsed before running them.
 const BATCH_COUNT_MAX: usize = 1024;
-/// Most SCAN cursors a connection keeps.
-const SCAN_CURSORS_MAX: usize = 64;
-
-/// Where a client is connected from.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Peer {
-    Tcp(SocketAddr),
-    /// A client of the Unix socket at this path (on this machine).
-    Unix(Arc<str>),
-}
-
-impl Peer {
-    /// The address failed `AUTH` attempts are counted under; a Unix socket's clients count
-    /// as loopback clients.
-    pub(crate) fn ip(&self) -> IpAddr {
-        match self {
-            Peer::Tcp(a) => a.ip(),
-            Peer::Unix(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        }
-    }
-
-    /// Whether the client is on this machine (protected mode admits only those).
-    pub(crate) fn is_local(&self) -> bool {
-        match self {
-            Peer::Tcp(a) => crate::auth::is_loopback_client(a),
-            Peer::Unix(_) => true,
-        }
-    }
-}
-
-/// As Redis shows it in `CLIENT LIST` (`127.0.0.1:50000`, `/run/strata.sock:0`).
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Peer::Tcp(a) => write!(f, "{a}"),
-            Peer::Unix(path) => write!(f, "{path}:0"),
-        }
-    }
-}
-
-/// Per-connection state the commands see.
-pub(crate) struct Conn {
-    pub(crate) id: u64,
-    pub(crate) peer: Peer,
-    pub(crate) proto: u8,
-    /// The authenticated user and role; `None` until `AUTH` when a password is required.
-    pub(crate) user: Option<(String, Role)>,
-    pub(crate) name: String,
-    pub(crate) multi: Option<Vec<Vec<Bytes>>>,
-    /// Bytes of the commands in `multi`.
-    pub(crate) multi_bytes: usize,
-    /// A command queued in `MULTI` was refused: `EXEC` must fail with `EXECABORT`.
-    pub(crate) multi_failed: bool,
-    pub(crate) watched: Watched,
-    pub(crate) scan_cursors: HashMap<u64, Bytes>,
-    pub(crate) next_cursor: u64,
-    pub(crate) quit: bool,
-    /// Group-commit ticket of the newest write whose reply is not sent yet (0: none).
-    pub(crate) durable: u64,
-}
-
-impl Conn {
-    pub(crate) fn new(id: u64, peer: Peer, shared: &Shared) -> Conn {
-        let cfg = shared.cfg.read();
-        let open = cfg.requirepass.is_empty() && cfg.users.is_empty();
-        Conn {
-            id,
-            peer,
-            proto: 2,
-            user: open.then(|| ("default".to_string(), Role::Admin)),
-            name: String::new(),
-            multi: None,
-            multi_bytes: 0,
-            multi_failed: false,
-            watched: Watched::default(),
-            scan_cursors: HashMap::new(),
-            next_cursor: 1,
-            quit: false,
-            durable: 0,
-        }
-    }
-
-    /// Remembers where a scan stopped and returns the cursor number for it.
-    pub(crate) fn save_cursor(&mut self, next: Bytes) -> u64 {
-        if self.scan_cursors.len() >= SCAN_CURSORS_MAX {
-            if let Some(&oldest) = self.scan_cursors.keys().min() {
-                self.scan_cursors.remove(&oldest);
-            }
-        }
-        let c = self.next_cursor;
-        self.next_cursor += 1;
-        self.scan_cursors.insert(c, next);
-        c
-    }
-}
 
 /// Writes the pending replies. A client that leaves them unread for `stall` (when not zero)
 /// is cut off: its replies are the only memory it can pin, and only for that long.
-/// First, the writes whose replies are among them must be durable (`durable`: their group
-/// commit ticket, see `Engine::deferring_durability`); if that sync fails, nothing is sent
-/// and the connection closes, so none of them is acknowledged.
+/// First, the writes whose replies are among them must be durable (`pending`: the ticket
+/// that covers them all); if that sync fails, nothing is sent and the connection closes,
+/// so none of them is acknowledged.
 async fn write_out<W: AsyncWrite + Unpin>(
     wr: &mut W,
     out: &mut ReplyBuf,
     shared: &Shared,
-    durable: &mut u64,
+    pending: &mut Ticket,
 ) -> std::io::Result<()> {
-    if *durable != 0 {
-        if let Err(e) = shared.engine.wait_durable_ticket(*durable).await {
+    if !pending.is_none() {
+        if let Err(e) = shared.engine.wait(*pending).await {
             tracing::error!(error = %e, "writes not made durable; closing the connection without acknowledging them");
             return Err(std::io::Error::other(e.to_string()));
         }
-        *durable = 0;
+        *pending = Ticket::NONE;
     }
     let stall = Duration::from_secs(shared.cfg.read().client_write_timeout_secs);
     for chunk in out.take_chunks() {
@@ -140,7 +43,10 @@ async fn write_out<W: AsyncWrite + Unpin>(
             .await
             .is_err()
         {
-            shared.guard.stalled_writes.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .clients_cut_off_not_reading
+                .fetch_add(1, Ordering::Relaxed);
             tracing::warn!("client left its replies unread for {stall:?}; closing connection");
             return Err(std::io::ErrorKind::TimedOut.into());
         }
@@ -157,19 +63,22 @@ pub(crate) async fn handle<S>(shared: Arc<Shared>, sock: S, peer: Peer)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    shared.total_connections.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .total_connections_received
+        .fetch_add(1, Ordering::Relaxed);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let (mut rd, mut wr) = tokio::io::split(sock);
     let killed = Arc::new(AtomicBool::new(false));
     let kill_wake = Arc::new(tokio::sync::Notify::new());
     let denied = {
         let cfg = shared.cfg.read();
-        cfg.protected_mode && cfg.requirepass.is_empty() && cfg.users.is_empty() && !peer.is_local()
+        cfg.protected_mode && cfg.is_open() && !peer.is_local()
     };
     if denied {
         shared
-            .guard
-            .protected_denied
+            .counters
+            .protected_mode_denied
             .fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%peer, "protected mode: refused a client from outside the loopback interface");
         let _ = wr.write_all(DENIED).await;
@@ -196,13 +105,20 @@ where
         ok
     };
     if !admitted {
-        shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        shared
+            .counters
+            .rejected_connections
+            .fetch_add(1, Ordering::Relaxed);
         let _ = wr
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
         return;
     }
-    let mut conn = Conn::new(id, peer, &shared);
+    let open = {
+        let cfg = shared.cfg.read();
+        cfg.is_open()
+    };
+    let mut conn = Conn::new(id, peer, open);
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut out = ReplyBuf::new(2);
@@ -250,14 +166,17 @@ where
             break 'conn;
         }
         if let Some(e) = protocol_error {
-            shared.guard.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .clients_cut_off_protocol_error
+                .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(client = id, peer = %conn.peer, error = %e, "protocol error; closing connection");
             out.push(&Reply::Error(format!("ERR {e}")));
-            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.durable).await;
+            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
             break 'conn;
         }
         if !out.is_empty()
-            && write_out(&mut wr, &mut out, &shared, &mut conn.durable)
+            && write_out(&mut wr, &mut out, &shared, &mut conn.pending)
                 .await
                 .is_err()
         {
@@ -273,7 +192,7 @@ where
             out.push(&Reply::err(
                 "ERR query buffer limit exceeded; closing connection",
             ));
-            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.durable).await;
+            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
             break 'conn;
         }
         partial_since = if inbuf.is_empty() {
@@ -285,13 +204,16 @@ where
         if let (Some(t), false) = (partial_since, request_timeout.is_zero()) {
             let waited = t.elapsed();
             if waited >= request_timeout {
-                shared.guard.slow_requests.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .counters
+                    .clients_cut_off_slow_request
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(client = id, peer = %conn.peer, "request not completed in {request_timeout:?}; closing connection");
                 out.push(&Reply::Error(format!(
                     "ERR request not completed within {} seconds; closing connection",
                     request_timeout.as_secs()
                 )));
-                let _ = write_out(&mut wr, &mut out, &shared, &mut conn.durable).await;
+                let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
                 break 'conn;
             }
             tick = tick.min(request_timeout - waited);
@@ -322,17 +244,6 @@ where
     shared.clients.lock().remove(&id);
 }
 
-/// Runs one command; a write's group commit is left for `write_out` to wait for, so the
-/// writes of a pipeline share one sync.
-async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Bytes>) -> Reply {
-    let (reply, ticket) = shared
-        .engine
-        .deferring_durability(crate::cmd::execute(shared, conn, args))
-        .await;
-    conn.durable = conn.durable.max(ticket);
-    reply
-}
-
 async fn run_batch<S: AsyncWrite>(
     shared: &Arc<Shared>,
     conn: &mut Conn,
@@ -346,7 +257,7 @@ async fn run_batch<S: AsyncWrite>(
         if crate::cmd::is_exclusive(&args, conn) {
             read_guard = None;
             let _w = shared.gate.write().await;
-            let reply = execute(shared, conn, args).await;
+            let reply = crate::cmd::execute(shared, conn, args).await;
             out.set_proto(conn.proto);
             out.push(&reply);
         } else {
@@ -356,14 +267,14 @@ async fn run_batch<S: AsyncWrite>(
             if let Some(a) = args.first() {
                 last_cmd = a.to_vec();
             }
-            let reply = execute(shared, conn, args).await;
+            let reply = crate::cmd::execute(shared, conn, args).await;
             out.set_proto(conn.proto);
             out.push(&reply);
         }
         if out.len() >= FLUSH_BYTES {
             // Never wait on a slow client while holding the gate.
             read_guard = None;
-            write_out(wr, out, shared, &mut conn.durable).await?;
+            write_out(wr, out, shared, &mut conn.pending).await?;
         }
         if conn.quit {
             break;

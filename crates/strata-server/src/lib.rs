@@ -6,10 +6,9 @@
 //! life) or a RESP codec.
 //!
 //! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
-//! use strata_engine::{Engine, EngineOptions};
+//! # async fn demo(engine: strata_engine::Engine) -> std::io::Result<()> {
 //! use strata_server::{Server, ServerConfig};
-//! let engine = Engine::open(EngineOptions::new("./strata-data")).await?;
+//! // `engine`: an open store (the `strata` binary opens one on RocksDB).
 //! let server = Server::new(engine, ServerConfig::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:6380").await?;
 //! server.serve(strata_server::Listeners::tcp(listener)).await?;
@@ -19,20 +18,26 @@
 mod auth;
 mod cmd;
 mod conn;
+mod http;
 mod metrics;
+mod session;
+mod shared;
 mod watch;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
 use strata_engine::Engine;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
-pub use metrics::Metrics;
+pub use shared::{ServerStats, SERVER_STATS};
+
+use shared::Shared;
 
 /// Where the server accepts clients.
 pub struct Listeners {
@@ -58,23 +63,34 @@ impl Listeners {
     }
 }
 
-/// Settings of the server; the live ones can be changed with `CONFIG SET`.
-#[derive(Debug, Clone)]
+/// Settings of the server, as the configuration file names them; the live ones can be
+/// changed with `CONFIG SET`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ServerConfig {
     /// Password of the `default` user; empty means none.
     pub requirepass: String,
-    /// Named users with their role (`ACL`-style, from the configuration file).
+    /// Named users, each `name:password:role` with role `readonly`, `readwrite` or `admin`.
     pub users: Vec<AclUser>,
     pub maxclients: u64,
     /// Idle seconds before a client is disconnected (0 = never).
+    #[serde(rename = "timeout")]
     pub timeout_secs: u64,
+    /// Largest bulk string accepted on the wire, and so the largest value (Redis's name).
+    #[serde(with = "strata_settings::size")]
     pub proto_max_bulk_len: u64,
+    /// Bytes a client may have buffered in unparsed requests, and in its `MULTI` queue.
+    #[serde(with = "strata_settings::size")]
     pub client_query_buffer_limit: u64,
+    /// Bytes of values one reply may carry.
+    #[serde(with = "strata_settings::size")]
     pub client_output_buffer_limit: u64,
     /// Seconds a request may take to arrive once its first byte is in (slowloris guard);
     /// 0 = no limit.
+    #[serde(rename = "client_request_timeout")]
     pub client_request_timeout_secs: u64,
     /// Seconds a reply may wait for a client that does not read; 0 = no limit.
+    #[serde(rename = "client_write_timeout")]
     pub client_write_timeout_secs: u64,
     /// Refuse clients from other than 127.0.0.1 / ::1 while no password is set.
     pub protected_mode: bool,
@@ -90,7 +106,7 @@ impl Default for ServerConfig {
             users: Vec::new(),
             maxclients: 10_000,
             timeout_secs: 0,
-            proto_max_bulk_len: 512 << 20,
+            proto_max_bulk_len: strata_format::VALUE_BYTES_MAX as u64,
             client_query_buffer_limit: 1 << 30,
             client_output_buffer_limit: 1 << 30,
             client_request_timeout_secs: 60,
@@ -101,63 +117,26 @@ impl Default for ServerConfig {
     }
 }
 
-/// What `CLIENT LIST` shows of a connection, and the switch `CLIENT KILL` flips.
-pub(crate) struct ClientEntry {
-    pub(crate) peer: conn::Peer,
-    pub(crate) name: String,
-    pub(crate) created: Instant,
-    pub(crate) last_cmd: String,
-    pub(crate) killed: Arc<AtomicBool>,
-    pub(crate) kill_wake: Arc<tokio::sync::Notify>,
-}
+impl ServerConfig {
+    /// Whether no password is set (neither `requirepass` nor any user): clients start
+    /// authenticated, and protected mode admits only local ones.
+    pub fn is_open(&self) -> bool {
+        self.requirepass.is_empty() && self.users.is_empty()
+    }
 
-/// State shared by all connections.
-pub(crate) struct Shared {
-    pub(crate) engine: Engine,
-    pub(crate) cfg: RwLock<ServerConfig>,
-    pub(crate) clients: Mutex<HashMap<u64, ClientEntry>>,
-    pub(crate) next_client_id: AtomicU64,
-    /// Every command runs holding this for reading; `EXEC` and other commands that must
-    /// appear atomic hold it for writing.
-    pub(crate) gate: tokio::sync::RwLock<()>,
-    pub(crate) watches: watch::WatchRegistry,
-    pub(crate) metrics: Metrics,
-    pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
-    pub(crate) started: Instant,
-    pub(crate) total_connections: AtomicU64,
-    pub(crate) rejected_connections: AtomicU64,
-    pub(crate) total_commands: AtomicU64,
-    pub(crate) auth_limiter: auth::AuthLimiter,
-    pub(crate) guard: GuardCounters,
-    pub(crate) backup: Mutex<BackupState>,
-}
-
-/// The last `STRATA.BACKUP`: running or not, progress, outcome.
-#[derive(Default)]
-pub(crate) struct BackupState {
-    pub(crate) running: bool,
-    pub(crate) url: String,
-    pub(crate) done_bytes: u64,
-    pub(crate) total_bytes: u64,
-    /// "" before the first backup, "ok", or "err: <reason>".
-    pub(crate) status: String,
-}
-
-/// What the server's defences did, for `INFO` and `/metrics`.
-#[derive(Default)]
-pub(crate) struct GuardCounters {
-    /// `AUTH` attempts with a wrong password.
-    pub(crate) auth_failures: AtomicU64,
-    /// `AUTH` attempts refused unchecked because the address hit its limit.
-    pub(crate) auth_refused: AtomicU64,
-    /// Connections refused by protected mode.
-    pub(crate) protected_denied: AtomicU64,
-    /// Clients cut off for a request that did not arrive in time.
-    pub(crate) slow_requests: AtomicU64,
-    /// Clients cut off for not reading their replies.
-    pub(crate) stalled_writes: AtomicU64,
-    /// Clients cut off for a malformed or oversized request.
-    pub(crate) protocol_errors: AtomicU64,
+    /// Checks for values that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.proto_max_bulk_len > strata_format::VALUE_BYTES_MAX as u64 {
+            return Err(format!(
+                "proto_max_bulk_len may not exceed {} (the largest value Strata stores)",
+                strata_format::VALUE_BYTES_MAX
+            ));
+        }
+        if self.maxclients == 0 {
+            return Err("maxclients must be at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 /// The server: cheap to clone, all clones share one state.
@@ -177,15 +156,12 @@ impl Server {
                 next_client_id: AtomicU64::new(1),
                 gate: tokio::sync::RwLock::new(()),
                 watches: watch::WatchRegistry::default(),
-                metrics: Metrics::new(),
+                metrics: metrics::Metrics::new(cmd::names()),
                 shutdown: tx,
                 started: Instant::now(),
-                total_connections: AtomicU64::new(0),
-                rejected_connections: AtomicU64::new(0),
-                total_commands: AtomicU64::new(0),
+                counters: Default::default(),
                 auth_limiter: auth::AuthLimiter::default(),
-                guard: GuardCounters::default(),
-                backup: Mutex::new(BackupState::default()),
+                backup: Mutex::new(Default::default()),
             }),
         }
     }
@@ -211,7 +187,7 @@ impl Server {
             metrics,
         } = listeners;
         if let Some(m) = metrics {
-            tokio::spawn(metrics::serve_http(Arc::clone(&self.shared), m));
+            tokio::spawn(http::serve_http(Arc::clone(&self.shared), m));
         }
         let (tls_listener, acceptor) = match tls {
             Some((l, cfg)) => (Some(l), Some(tokio_rustls::TlsAcceptor::from(cfg))),
@@ -234,11 +210,11 @@ impl Server {
                 accepted = listener.accept() => {
                     let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
                     let _ = sock.set_nodelay(true);
-                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, conn::Peer::Tcp(addr)));
+                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, session::Peer::Tcp(addr)));
                 }
                 accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                     let Some((sock, _)) = accepted_or_pause(accepted).await else { continue };
-                    let peer = conn::Peer::Unix(Arc::clone(&unix_path));
+                    let peer = session::Peer::Unix(Arc::clone(&unix_path));
                     tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, peer));
                 }
                 accepted = async { tls_listener.as_ref().expect("guarded").accept().await }, if tls_listener.is_some() => {
@@ -249,7 +225,7 @@ impl Server {
                     tasks.spawn(async move {
                         // The handshake gets ten seconds; a client that stalls it is dropped.
                         match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(sock)).await {
-                            Ok(Ok(tls)) => conn::handle(shared, tls, conn::Peer::Tcp(addr)).await,
+                            Ok(Ok(tls)) => conn::handle(shared, tls, session::Peer::Tcp(addr)).await,
                             Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
                             Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
                         }
@@ -281,7 +257,10 @@ impl Server {
     }
 
     pub fn total_commands(&self) -> u64 {
-        self.shared.total_commands.load(Ordering::Relaxed)
+        self.shared
+            .counters
+            .total_commands_processed
+            .load(Ordering::Relaxed)
     }
 }
 

@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use strata_engine::Key;
 
 #[derive(Default)]
 pub(crate) struct WatchRegistry {
-    /// key -> (version, number of clients watching it).
+    /// stored key -> (version, number of clients watching it).
     keys: Mutex<HashMap<Bytes, (u64, usize)>>,
     watched: AtomicUsize,
     /// Bumped by FLUSHALL/FLUSHDB: every watch taken before it fails.
@@ -28,8 +29,11 @@ pub(crate) struct Watched {
 impl WatchRegistry {
     /// Watches `keys` for `w`, unless that would take it past [`WATCHED_KEYS_MAX`] keys
     /// (then nothing changes and the answer is false).
-    pub(crate) fn watch(&self, w: &mut Watched, keys: &[Bytes]) -> bool {
-        let new = keys.iter().filter(|k| !w.keys.contains_key(*k)).count();
+    pub(crate) fn watch(&self, w: &mut Watched, keys: &[Key]) -> bool {
+        let new = keys
+            .iter()
+            .filter(|k| !w.keys.contains_key(k.stored()))
+            .count();
         if w.keys.len() + new > WATCHED_KEYS_MAX {
             return false;
         }
@@ -38,12 +42,13 @@ impl WatchRegistry {
         }
         let mut m = self.keys.lock();
         for key in keys {
-            if w.keys.contains_key(key) {
+            let key = Bytes::copy_from_slice(key.stored());
+            if w.keys.contains_key(&key) {
                 continue;
             }
             let e = m.entry(key.clone()).or_insert((0, 0));
             e.1 += 1;
-            w.keys.insert(key.clone(), e.0);
+            w.keys.insert(key, e.0);
             self.watched.fetch_add(1, Ordering::Release);
         }
         true
@@ -79,12 +84,17 @@ impl WatchRegistry {
         }
     }
 
+    /// Whether no client watches anything (then writes need not say what they touch).
+    pub(crate) fn idle(&self) -> bool {
+        self.watched.load(Ordering::Acquire) == 0
+    }
+
     /// Records a write to `key`. Free when no client watches anything.
-    pub(crate) fn touch(&self, key: &[u8]) {
-        if self.watched.load(Ordering::Acquire) == 0 {
+    pub(crate) fn touch(&self, key: &Key) {
+        if self.idle() {
             return;
         }
-        if let Some(e) = self.keys.lock().get_mut(key) {
+        if let Some(e) = self.keys.lock().get_mut(key.stored()) {
             e.0 += 1;
         }
     }

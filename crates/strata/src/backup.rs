@@ -26,13 +26,13 @@ fn progress_printer(verb: &'static str) -> impl Fn(u64, u64) + Send + Sync {
 /// Snapshots the store of `cfg` (which must not be open in a running server: there, use the
 /// `STRATA.BACKUP url` command) to `to`.
 pub fn backup(cfg: &Config, to: &str) -> Result<()> {
-    let opts = cfg.engine_options()?;
+    let (dir, port) = (cfg.node.data_dir.display(), cfg.node.port);
     crate::runtime()?.block_on(async {
-        let engine = strata_engine::Engine::open(opts).await.map_err(|e| {
+        let engine = cfg.open_engine().await.map_err(|e| {
             if e.to_string().contains("lock") {
-                anyhow::anyhow!("the store in {} is in use by a running server; back it up through the server instead: redis-cli -p {} STRATA.BACKUP {to}", cfg.data_dir.display(), cfg.port)
+                anyhow::anyhow!("the store in {dir} is in use by a running server; back it up through the server instead: redis-cli -p {port} STRATA.BACKUP {to}")
             } else {
-                anyhow::anyhow!("cannot open the store in {}: {e}", cfg.data_dir.display())
+                anyhow::anyhow!("cannot open the store in {dir}: {e}")
             }
         })?;
         let started = Instant::now();
@@ -54,15 +54,15 @@ pub fn backup(cfg: &Config, to: &str) -> Result<()> {
 
 /// Restores the backup at `from` into `cfg`'s (empty) data directory and cold tier.
 pub fn restore(cfg: &Config, from: &str) -> Result<()> {
-    let opts = cfg.engine_options()?;
     crate::runtime()?.block_on(async {
         let started = Instant::now();
-        let sum = strata_engine::restore(from, &opts, &progress_printer("restore"))
+        let progress = progress_printer("restore");
+        let sum = strata_engine::restore(from, &cfg.node.data_dir, &cfg.engine, &progress)
             .await
             .context("restore failed")?;
         println!(
             "restored {from} into {}: {} warm files, {} segments, {} bytes in {:.1} s",
-            cfg.data_dir.display(),
+            cfg.node.data_dir.display(),
             sum.warm_files,
             sum.segments,
             sum.bytes,

@@ -121,8 +121,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Backup { to } => backup::backup(&cfg, &to),
         Command::Restore { from } => backup::restore(&cfg, &from),
         Command::Serve => {
-            let filter =
-                tracing_subscriber::EnvFilter::try_new(&cfg.log_level).context("bad log_level")?;
+            let filter = tracing_subscriber::EnvFilter::try_new(&cfg.node.log_level)
+                .context("bad log_level")?;
             use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
@@ -187,22 +187,22 @@ fn bind_unix(path: &str, mode: u32) -> Result<tokio::net::UnixListener> {
 }
 
 async fn serve(cfg: Config) -> Result<()> {
-    raise_fd_limit(cfg.maxclients);
-    let engine_opts = cfg.engine_options()?;
-    let server_cfg = cfg.server_config()?;
+    raise_fd_limit(cfg.server.maxclients);
+    let server_cfg = cfg.server.clone();
     // Read the TLS files before opening the store, so a bad path fails fast.
     cfg.tls_config()?;
-    let engine = strata_engine::Engine::open(engine_opts)
+    let engine = cfg
+        .open_engine()
         .await
-        .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
-    let addr = format!("{}:{}", cfg.bind, cfg.port);
+        .with_context(|| format!("cannot open the store in {}", cfg.node.data_dir.display()))?;
+    let addr = format!("{}:{}", cfg.node.bind, cfg.node.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (is another server using the port? set port or STRATA_PORT)"))?;
-    let metrics = if cfg.metrics_port == 0 {
+    let metrics = if cfg.node.metrics_port == 0 {
         None
     } else {
-        let maddr = format!("{}:{}", cfg.bind, cfg.metrics_port);
+        let maddr = format!("{}:{}", cfg.node.bind, cfg.node.metrics_port);
         Some(
             tokio::net::TcpListener::bind(&maddr)
                 .await
@@ -215,7 +215,7 @@ async fn serve(cfg: Config) -> Result<()> {
     };
     let tls = match cfg.tls_config()? {
         Some(tls_cfg) => {
-            let taddr = format!("{}:{}", cfg.bind, cfg.tls_port);
+            let taddr = format!("{}:{}", cfg.node.bind, cfg.node.tls_port);
             let l = tokio::net::TcpListener::bind(&taddr)
                 .await
                 .with_context(|| {
@@ -225,7 +225,7 @@ async fn serve(cfg: Config) -> Result<()> {
         }
         None => None,
     };
-    let unix = match cfg.unixsocket.as_str() {
+    let unix = match cfg.node.unixsocket.as_str() {
         "" => None,
         path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
     };
@@ -247,18 +247,18 @@ async fn serve(cfg: Config) -> Result<()> {
     });
     tracing::info!(
         addr = %addr,
-        metrics_port = cfg.metrics_port,
-        data_dir = %cfg.data_dir.display(),
-        durability = %cfg.durability,
+        metrics_port = cfg.node.metrics_port,
+        data_dir = %cfg.node.data_dir.display(),
+        durability = cfg.engine.warm.durability.as_str(),
         "Strata ready"
     );
-    let on_unix = match cfg.unixsocket.as_str() {
+    let on_unix = match cfg.node.unixsocket.as_str() {
         "" => String::new(),
         path => format!(" and unix://{path}"),
     };
     eprintln!(
         "Strata ready: redis://{addr}{on_unix} (metrics on port {})",
-        cfg.metrics_port
+        cfg.node.metrics_port
     );
     let listeners = strata_server::Listeners {
         tcp: listener,
@@ -267,8 +267,8 @@ async fn serve(cfg: Config) -> Result<()> {
         metrics,
     };
     let served = server.serve(listeners).await;
-    if !cfg.unixsocket.is_empty() {
-        let _ = std::fs::remove_file(&cfg.unixsocket);
+    if !cfg.node.unixsocket.is_empty() {
+        let _ = std::fs::remove_file(&cfg.node.unixsocket);
     }
     served?;
     engine.close().await.context("closing the store")?;

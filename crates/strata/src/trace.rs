@@ -176,24 +176,26 @@ async fn replay_engine(
     sets: &[String],
     trace: &[strata_policy::Request],
 ) -> Result<()> {
-    use strata_engine::{Engine, PutOptions, Tier};
+    use strata_engine::{PutOptions, Tier};
     let dir = tempfile::tempdir()?;
-    let key_bytes = 20u64;
-    let mut base = cfg.clone();
-    base.data_dir = dir.path().to_path_buf();
-    base.cold_url = String::new();
-    let mut o = base.engine_options()?;
-    o.hot_policy = args
+    // A stored key: 3 bytes of database and slot, then "blk:" and 16 hex digits.
+    let key_bytes = 23u64;
+    let mut o = cfg.clone();
+    o.node.data_dir = dir.path().to_path_buf();
+    let e = &mut o.engine;
+    e.cold.cold_url = String::new();
+    e.hot.hot_policy = args
         .hot_policy
         .parse()
         .map_err(|e: strata_engine::Error| anyhow::anyhow!("{e}"))?;
-    o.hot_shard_count = 4;
-    o.hot_bytes_max = args.hot_blocks
+    e.hot.hot_shard_count = 4;
+    e.hot.hot_bytes_max = args.hot_blocks
         * (key_bytes + args.value_bytes as u64 + strata_engine::HOT_ENTRY_OVERHEAD_BYTES as u64);
-    o.warm_bytes_max = args.warm_blocks * (key_bytes * 2 + args.value_bytes as u64 + 21);
-    o.durability = strata_engine::Durability::None;
-    o.background_interval_ms = 3_600_000;
-    let engine = Engine::open(o).await?;
+    e.warm.warm_bytes_max = args.warm_blocks
+        * (key_bytes * 2 + args.value_bytes as u64 + strata_format::WARM_HEADER_BYTES as u64);
+    e.warm.durability = strata_engine::Durability::None;
+    e.warm.background_interval_ms = 3_600_000;
+    let engine = o.open_engine().await?;
     let value = bytes::Bytes::from(vec![0x5au8; args.value_bytes]);
     let mut c = TierCounts {
         hot_policy: args.hot_policy.clone(),
@@ -205,9 +207,16 @@ async fn replay_engine(
     let started = Instant::now();
     let step = (trace.len() / 20).max(1);
     for (n, req) in trace.iter().enumerate() {
-        let keys: Vec<String> = req.blocks.iter().map(|b| format!("blk:{b:016x}")).collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let keys: Vec<strata_engine::Key> = req
+            .blocks
+            .iter()
+            .map(|b| engine.key(0, format!("blk:{b:016x}").as_bytes()))
+            .collect();
+        let refs: Vec<&strata_engine::Key> = keys.iter().collect();
         let got = engine.get_many_tiered(&refs).await?;
+        // What the reads left to do (returns to the warm tier, prefetches) is done before the
+        // request's writes, as if the next request came a moment later.
+        engine.settle().await;
         let mut prefix = true;
         for g in &got {
             c.blocks += 1;
@@ -225,9 +234,8 @@ async fn replay_engine(
         }
         for (k, g) in keys.iter().zip(&got) {
             if g.is_none() {
-                engine
-                    .put(k.as_bytes(), value.clone(), PutOptions::default())
-                    .await?;
+                // Nothing waits for durability: the replay runs with durability none.
+                let _ = engine.put(k, value.clone(), PutOptions::default()).await?;
             }
         }
         if n % 16 == 15 {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Condition, Engine, Error, Expire, ManualClock, PutOptions, Tier};
+use strata_engine::{Condition, Engine, Error, Expire, Key, ManualClock, PutOptions, Tier};
 
-use crate::support::{fill, fill_and_demote, small_options};
+use crate::support::{fill, fill_and_demote, key, open, open_with_clock, small_options, Acked};
 
 fn put_opts(condition: Condition, expire: Expire) -> PutOptions {
     PutOptions {
@@ -18,33 +18,36 @@ fn put_opts(condition: Condition, expire: Expire) -> PutOptions {
 #[tokio::test]
 async fn demoted_keys_read_back_from_the_cold_tier_and_promote_to_hot() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill(&engine, 200, 300).await;
     let demoted = engine.run_background_once().await.unwrap();
     let st = engine.stats();
     assert!(demoted > 100, "demoted only {demoted}");
     assert!(
-        st.warm.bytes <= 8 << 10,
+        st.warm_bytes <= 8 << 10,
         "warm over budget: {}",
-        st.warm.bytes
+        st.warm_bytes
     );
-    assert_eq!(st.cold.entries + st.warm.entries, 200);
+    assert_eq!(st.cold_entries + st.warm_entries, 200);
     assert!(st.segments_written >= 1);
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"key:0000").await.unwrap(), Some(Tier::Cold));
+    assert_eq!(
+        engine.tier_of(&key(b"key:0000")).await.unwrap(),
+        Some(Tier::Cold)
+    );
     for i in 0..200 {
         let got = engine
-            .get(format!("key:{i:04}").as_bytes())
+            .get(&key(format!("key:{i:04}").as_bytes()))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(got, vec![(i % 251) as u8; 300]);
     }
     let st2 = engine.stats();
-    assert!(st2.cold.hits > 100, "cold hits {}", st2.cold.hits);
-    assert!(st2.cold_requests.gets > 0);
+    assert!(st2.cold_hits > 100, "cold hits {}", st2.cold_hits);
+    assert!(st2.object_store_gets > 0);
     assert_eq!(
-        engine.tier_of(b"key:0199").await.unwrap(),
+        engine.tier_of(&key(b"key:0199")).await.unwrap(),
         Some(Tier::Hot),
         "the last read is promoted"
     );
@@ -54,16 +57,17 @@ async fn demoted_keys_read_back_from_the_cold_tier_and_promote_to_hot() {
 #[tokio::test]
 async fn get_many_spans_tiers_and_keeps_order() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill_and_demote(&engine, 100, 200).await;
     engine.clear_hot();
-    engine.get(b"key:0099").await.unwrap();
+    engine.get(&key(b"key:0099")).await.unwrap();
     let keys: Vec<Vec<u8>> = (0..100)
         .rev()
         .map(|i| format!("key:{i:04}").into_bytes())
         .chain([b"absent".to_vec()])
         .collect();
-    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let refs_stored: Vec<Key> = keys.iter().map(key).collect();
+    let refs: Vec<&Key> = refs_stored.iter().collect();
     let got = engine.get_many(&refs).await.unwrap();
     for (j, i) in (0..100).rev().enumerate() {
         assert_eq!(
@@ -74,45 +78,59 @@ async fn get_many_spans_tiers_and_keeps_order() {
     }
     assert_eq!(got[100], None);
     let st = engine.stats();
-    assert!(st.cold.hits > 0 && st.hot.hits > 0, "{st:?}");
+    assert!(st.cold_hits > 0 && st.hot_hits > 0, "{st:?}");
     assert!(
-        st.cold_requests.gets < 100,
+        st.object_store_gets < 100,
         "keys in one block share a fetch: {} gets",
-        st.cold_requests.gets
+        st.object_store_gets
     );
 }
 
 #[tokio::test]
 async fn conditional_puts_and_return_old() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     let nx = put_opts(Condition::IfAbsent, Expire::Persist);
     assert!(
         engine
-            .put(b"a", "1".into(), nx.clone())
+            .put(&key(b"a"), "1".into(), nx.clone())
+            .await
+            .acked(&engine)
             .await
             .unwrap()
             .written
     );
-    assert!(!engine.put(b"a", "2".into(), nx).await.unwrap().written);
+    assert!(
+        !engine
+            .put(&key(b"a"), "2".into(), nx)
+            .await
+            .acked(&engine)
+            .await
+            .unwrap()
+            .written
+    );
     assert!(
         !engine
             .put(
-                b"b",
+                &key(b"b"),
                 "1".into(),
                 put_opts(Condition::IfPresent, Expire::Persist)
             )
             .await
+            .acked(&engine)
+            .await
             .unwrap()
             .written
     );
     assert!(
         engine
             .put(
-                b"a",
+                &key(b"a"),
                 "3".into(),
                 put_opts(Condition::IfPresent, Expire::Persist)
             )
+            .await
+            .acked(&engine)
             .await
             .unwrap()
             .written
@@ -125,21 +143,25 @@ async fn conditional_puts_and_return_old() {
     };
     assert!(
         !engine
-            .put(b"a", "4".into(), ifeq("1"))
+            .put(&key(b"a"), "4".into(), ifeq("1"))
+            .await
+            .acked(&engine)
             .await
             .unwrap()
             .written
     );
     assert!(
         engine
-            .put(b"a", "4".into(), ifeq("3"))
+            .put(&key(b"a"), "4".into(), ifeq("3"))
+            .await
+            .acked(&engine)
             .await
             .unwrap()
             .written
     );
     let r = engine
         .put(
-            b"a",
+            &key(b"a"),
             "5".into(),
             PutOptions {
                 return_old: true,
@@ -147,47 +169,81 @@ async fn conditional_puts_and_return_old() {
             },
         )
         .await
+        .acked(&engine)
+        .await
         .unwrap();
     assert_eq!(r.old.as_deref(), Some(&b"4"[..]));
     // A demoted key keeps its conditional semantics (its value comes from the cold tier).
     fill_and_demote(&engine, 100, 300).await;
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"a").await.unwrap(), Some(Tier::Cold));
+    assert_eq!(engine.tier_of(&key(b"a")).await.unwrap(), Some(Tier::Cold));
     assert!(
         engine
-            .put(b"a", "6".into(), ifeq("5"))
+            .put(&key(b"a"), "6".into(), ifeq("5"))
+            .await
+            .acked(&engine)
             .await
             .unwrap()
             .written
     );
-    assert_eq!(engine.tier_of(b"a").await.unwrap(), Some(Tier::Hot));
+    assert_eq!(engine.tier_of(&key(b"a")).await.unwrap(), Some(Tier::Hot));
     engine.clear_hot();
     assert_eq!(
-        engine.tier_of(b"a").await.unwrap(),
+        engine.tier_of(&key(b"a")).await.unwrap(),
         Some(Tier::Warm),
         "an overwrite brings a key back to warm"
     );
-    assert_eq!(engine.get(b"a").await.unwrap().unwrap(), "6");
+    assert_eq!(engine.get(&key(b"a")).await.unwrap().unwrap(), "6");
 }
 
 #[tokio::test]
 async fn incr_parses_strictly_and_detects_overflow() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
-    assert_eq!(engine.incr_by(b"n", 5).await.unwrap(), 5);
-    assert_eq!(engine.incr_by(b"n", -7).await.unwrap(), -2);
-    engine
-        .put(b"s", "abc".into(), PutOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(engine.incr_by(b"s", 1).await, Err(Error::NotInteger));
-    engine
-        .put(b"m", i64::MAX.to_string().into(), PutOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(engine.incr_by(b"m", 1).await, Err(Error::Overflow));
+    let engine = open(small_options(dir.path())).await.unwrap();
     assert_eq!(
-        engine.get(b"m").await.unwrap().unwrap(),
+        engine
+            .incr_by(&key(b"n"), 5)
+            .await
+            .acked(&engine)
+            .await
+            .unwrap(),
+        5
+    );
+    assert_eq!(
+        engine
+            .incr_by(&key(b"n"), -7)
+            .await
+            .acked(&engine)
+            .await
+            .unwrap(),
+        -2
+    );
+    engine
+        .put(&key(b"s"), "abc".into(), PutOptions::default())
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.incr_by(&key(b"s"), 1).await.acked(&engine).await,
+        Err(Error::NotInteger)
+    );
+    engine
+        .put(
+            &key(b"m"),
+            i64::MAX.to_string().into(),
+            PutOptions::default(),
+        )
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.incr_by(&key(b"m"), 1).await.acked(&engine).await,
+        Err(Error::Overflow)
+    );
+    assert_eq!(
+        engine.get(&key(b"m")).await.unwrap().unwrap(),
         i64::MAX.to_string()
     );
 }
@@ -196,17 +252,26 @@ async fn incr_parses_strictly_and_detects_overflow() {
 async fn ttl_holds_in_every_tier_and_expired_keys_are_never_demoted() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let engine = Engine::open_with_clock(small_options(dir.path()), clock.clone())
+    let engine = open_with_clock(small_options(dir.path()), clock.clone())
         .await
         .unwrap();
     let at = |ms: u64| put_opts(Condition::Always, Expire::AtMs(1_000_000 + ms));
-    engine.put(b"warm-ttl", "v".into(), at(100)).await.unwrap();
     engine
-        .put(b"cold-ttl", Bytes::from(vec![1u8; 300]), at(200))
+        .put(&key(b"warm-ttl"), "v".into(), at(100))
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     engine
-        .put(b"short", Bytes::from(vec![1u8; 300]), at(50))
+        .put(&key(b"cold-ttl"), Bytes::from(vec![1u8; 300]), at(200))
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    engine
+        .put(&key(b"short"), Bytes::from(vec![1u8; 300]), at(50))
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     fill(&engine, 60, 300).await;
@@ -219,43 +284,61 @@ async fn ttl_holds_in_every_tier_and_expired_keys_are_never_demoted() {
         "the sweeper removes 'short'"
     );
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"cold-ttl").await.unwrap(), Some(Tier::Cold));
     assert_eq!(
-        engine.expire_time_ms(b"cold-ttl").await.unwrap(),
+        engine.tier_of(&key(b"cold-ttl")).await.unwrap(),
+        Some(Tier::Cold)
+    );
+    assert_eq!(
+        engine.expire_time_ms(&key(b"cold-ttl")).await.unwrap(),
         Some(1_000_200)
     );
-    assert!(engine.get(b"cold-ttl").await.unwrap().is_some());
+    assert!(engine.get(&key(b"cold-ttl")).await.unwrap().is_some());
     clock.advance_ms(100);
-    assert_eq!(engine.get(b"warm-ttl").await.unwrap(), None);
+    assert_eq!(engine.get(&key(b"warm-ttl")).await.unwrap(), None);
     clock.advance_ms(100);
     assert_eq!(
-        engine.get(b"cold-ttl").await.unwrap(),
+        engine.get(&key(b"cold-ttl")).await.unwrap(),
         None,
         "expired in hot and cold"
     );
     engine.clear_hot();
-    assert_eq!(engine.get(b"cold-ttl").await.unwrap(), None);
-    assert!(!engine.exists(b"cold-ttl").await.unwrap());
+    assert_eq!(engine.get(&key(b"cold-ttl")).await.unwrap(), None);
+    assert!(!engine.exists(&key(b"cold-ttl")).await.unwrap());
     // Expiry can be set and removed on a cold key without fetching it.
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"key:0000").await.unwrap(), Some(Tier::Cold));
-    assert!(engine.set_expire(b"key:0000", 1_000_500).await.unwrap());
     assert_eq!(
-        engine.expire_time_ms(b"key:0000").await.unwrap(),
+        engine.tier_of(&key(b"key:0000")).await.unwrap(),
+        Some(Tier::Cold)
+    );
+    assert!(engine
+        .set_expire(&key(b"key:0000"), 1_000_500)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap());
+    assert_eq!(
+        engine.expire_time_ms(&key(b"key:0000")).await.unwrap(),
         Some(1_000_500)
     );
-    assert!(engine.set_expire(b"key:0000", 0).await.unwrap());
+    assert!(engine
+        .set_expire(&key(b"key:0000"), 0)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap());
     clock.advance_ms(1000);
-    assert!(engine.exists(b"key:0000").await.unwrap());
+    assert!(engine.exists(&key(b"key:0000")).await.unwrap());
 }
 
 #[tokio::test]
 async fn scan_merges_tiers_in_order_with_a_cursor() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill(&engine, 150, 200).await;
     engine
-        .put(b"other", "x".into(), PutOptions::default())
+        .put(&key(b"other"), "x".into(), PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     engine.run_background_once().await.unwrap();
@@ -263,7 +346,9 @@ async fn scan_merges_tiers_in_order_with_a_cursor() {
     let mut cursor: Option<Bytes> = None;
     let mut tiers = std::collections::HashSet::new();
     loop {
-        let page = engine.scan_prefix(b"key:", cursor.as_deref(), 7).unwrap();
+        let page = engine
+            .scan_prefix(0, b"key:", cursor.as_deref(), 7)
+            .unwrap();
         for it in &page.items {
             seen.push(it.key.clone());
             tiers.insert(it.tier);
@@ -286,25 +371,32 @@ async fn scan_merges_tiers_in_order_with_a_cursor() {
 #[tokio::test]
 async fn overwrite_and_delete_of_cold_keys_drop_index_entries_and_segments_get_collected() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill_and_demote(&engine, 100, 300).await;
-    let cold_before = engine.stats().cold.entries;
+    let cold_before = engine.stats().cold_entries;
     assert!(cold_before > 50);
     for i in 0..100 {
         let k = format!("key:{i:04}");
         if i % 2 == 0 {
-            engine.delete(k.as_bytes()).await.unwrap();
+            engine
+                .delete(&key(k.as_bytes()))
+                .await
+                .acked(&engine)
+                .await
+                .unwrap();
         } else {
             engine
-                .put(k.as_bytes(), "new".into(), PutOptions::default())
+                .put(&key(k.as_bytes()), "new".into(), PutOptions::default())
+                .await
+                .acked(&engine)
                 .await
                 .unwrap();
         }
     }
     let st = engine.stats();
-    assert_eq!(st.cold.entries, 0);
-    assert_eq!(st.cold.bytes, 0);
-    assert_eq!(st.warm.entries, 50);
+    assert_eq!(st.cold_entries, 0);
+    assert_eq!(st.cold_bytes, 0);
+    assert_eq!(st.warm_entries, 50);
     engine.run_background_once().await.unwrap();
     let segs = std::fs::read_dir(dir.path().join("cold/segments"))
         .map(|d| d.count())
@@ -317,14 +409,16 @@ async fn overwrite_and_delete_of_cold_keys_drop_index_entries_and_segments_get_c
 async fn sparse_segments_are_rewritten() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
-    o.segment_bytes_max = 64 << 10;
-    o.warm_bytes_max = 4 << 10;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.cold.segment_bytes_max = 64 << 10;
+    o.s.warm.warm_bytes_max = 4 << 10;
+    let engine = open(o).await.unwrap();
     fill_and_demote(&engine, 100, 300).await;
     assert_eq!(engine.stats().segments_written, 1);
     for i in 0..70 {
         engine
-            .delete(format!("key:{i:04}").as_bytes())
+            .delete(&key(format!("key:{i:04}").as_bytes()))
+            .await
+            .acked(&engine)
             .await
             .unwrap();
     }
@@ -333,7 +427,10 @@ async fn sparse_segments_are_rewritten() {
     assert_eq!(st.segments_rewritten, 1, "{st:?}");
     engine.clear_hot();
     for i in 70..100 {
-        let v = engine.get(format!("key:{i:04}").as_bytes()).await.unwrap();
+        let v = engine
+            .get(&key(format!("key:{i:04}").as_bytes()))
+            .await
+            .unwrap();
         assert_eq!(
             v.as_deref(),
             Some(&vec![(i % 251) as u8; 300][..]),
@@ -345,26 +442,30 @@ async fn sparse_segments_are_rewritten() {
 #[tokio::test]
 async fn restart_keeps_every_tier_and_counters() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill_and_demote(&engine, 120, 250).await;
     let st = engine.stats();
     engine.close().await.unwrap();
     assert!(matches!(
-        engine.put(b"x", "y".into(), PutOptions::default()).await,
+        engine
+            .put(&key(b"x"), "y".into(), PutOptions::default())
+            .await
+            .acked(&engine)
+            .await,
         Err(Error::Closed)
     ));
     drop(engine);
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     let st2 = engine.stats();
     assert_eq!(
-        (st2.warm.entries, st2.cold.entries, st2.warm.bytes),
-        (st.warm.entries, st.cold.entries, st.warm.bytes)
+        (st2.warm_entries, st2.cold_entries, st2.warm_bytes),
+        (st.warm_entries, st.cold_entries, st.warm_bytes)
     );
-    assert_eq!(st2.hot.entries, 0, "the hot tier starts empty");
+    assert_eq!(st2.hot_entries, 0, "the hot tier starts empty");
     for i in 0..120 {
         assert!(
             engine
-                .get(format!("key:{i:04}").as_bytes())
+                .get(&key(format!("key:{i:04}").as_bytes()))
                 .await
                 .unwrap()
                 .is_some(),
@@ -376,16 +477,24 @@ async fn restart_keeps_every_tier_and_counters() {
 #[tokio::test]
 async fn oversized_keys_and_values_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut o = small_options(dir.path());
-    o.value_bytes_max = 1000;
-    let engine = Engine::open(o).await.unwrap();
+    let o = small_options(dir.path());
+    let engine = open(o).await.unwrap();
+    // Zeroed memory the kernel hands out lazily: no 512 MiB are touched.
     let e = engine
-        .put(b"k", Bytes::from(vec![0u8; 1001]), PutOptions::default())
+        .put(
+            &key(b"k"),
+            Bytes::from(vec![0u8; strata_format::VALUE_BYTES_MAX + 1]),
+            PutOptions::default(),
+        )
+        .await
+        .acked(&engine)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
     let e = engine
-        .put(&vec![b'k'; 70_000], "v".into(), PutOptions::default())
+        .put(&key(vec![b'k'; 70_000]), "v".into(), PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
@@ -394,26 +503,28 @@ async fn oversized_keys_and_values_are_refused() {
 #[tokio::test]
 async fn flush_all_empties_every_tier() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill_and_demote(&engine, 100, 300).await;
-    engine.flush_all().await.unwrap();
+    engine.flush_all().await.acked(&engine).await.unwrap();
     let st = engine.stats();
     assert_eq!(
         (
-            st.warm.entries,
-            st.cold.entries,
-            st.hot.entries,
-            st.warm.bytes
+            st.warm_entries,
+            st.cold_entries,
+            st.hot_entries,
+            st.warm_bytes
         ),
         (0, 0, 0, 0)
     );
-    assert_eq!(engine.get(b"key:0001").await.unwrap(), None);
-    assert!(engine.scan(b"", None, 10).unwrap().items.is_empty());
+    assert_eq!(engine.get(&key(b"key:0001")).await.unwrap(), None);
+    assert!(engine.scan(0, b"", None, 10).unwrap().items.is_empty());
     engine
-        .put(b"after", "1".into(), PutOptions::default())
+        .put(&key(b"after"), "1".into(), PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap();
-    assert_eq!(engine.stats().warm.entries, 1);
+    assert_eq!(engine.stats().warm_entries, 1);
 }
 
 /// Warm → cold follows frequency-weighted aging: a key read often survives more passes of
@@ -421,9 +532,9 @@ async fn flush_all_empties_every_tier() {
 #[tokio::test]
 async fn often_read_keys_outlive_once_read_keys_in_the_warm_tier() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill(&engine, 16, 400).await;
-    let key = |i: usize| format!("key:{i:04}").into_bytes();
+    let key = |i: usize| crate::support::key(format!("key:{i:04}"));
     for _ in 0..6 {
         for i in 0..4 {
             engine.get(&key(i)).await.unwrap();
@@ -441,10 +552,12 @@ async fn often_read_keys_outlive_once_read_keys_in_the_warm_tier() {
         for j in 0..20 {
             engine
                 .put(
-                    format!("new:{round}:{j:02}").as_bytes(),
+                    &crate::support::key(format!("new:{round}:{j:02}")),
                     Bytes::from(vec![1u8; 400]),
                     PutOptions::default(),
                 )
+                .await
+                .acked(&engine)
                 .await
                 .unwrap();
         }
@@ -468,7 +581,7 @@ async fn cold_count(engine: &Engine, range: std::ops::Range<usize>) -> usize {
     let mut n = 0;
     for i in range {
         if engine
-            .tier_of(format!("key:{i:04}").as_bytes())
+            .tier_of(&key(format!("key:{i:04}").as_bytes()))
             .await
             .unwrap()
             == Some(Tier::Cold)
@@ -483,7 +596,7 @@ async fn cold_count(engine: &Engine, range: std::ops::Range<usize>) -> usize {
 async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let mut opts = small_options(dir.path());
-    opts.warm_bytes_max = 1 << 30;
+    opts.s.warm.warm_bytes_max = 1 << 30;
     let value = |i: usize| {
         Bytes::from(
             (0..300 << 10)
@@ -495,15 +608,19 @@ async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reop
         .map(|i| format!("big:{i:02}").into_bytes())
         .collect();
     {
-        let engine = Engine::open(opts.clone()).await.unwrap();
+        let engine = open(opts.clone()).await.unwrap();
         for (i, k) in keys.iter().enumerate() {
             engine
-                .put(k, value(i), PutOptions::default())
+                .put(&key(k), value(i), PutOptions::default())
+                .await
+                .acked(&engine)
                 .await
                 .unwrap();
         }
         engine
-            .put(b"small", "s".into(), PutOptions::default())
+            .put(&key(b"small"), "s".into(), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
         // Values of 300 KiB are too large for this DRAM budget: every read is warm. The first
@@ -512,8 +629,10 @@ async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reop
         let mut ask: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         ask.insert(5, b"absent");
         ask.insert(9, b"small");
+        let ask_keys: Vec<Key> = ask.iter().map(key).collect();
+        let ask_refs: Vec<&Key> = ask_keys.iter().collect();
         for _ in 0..3 {
-            let got = engine.get_many_tiered(&ask).await.unwrap();
+            let got = engine.get_many_tiered(&ask_refs).await.unwrap();
             assert_eq!(got.len(), ask.len());
             for (k, g) in ask.iter().zip(&got) {
                 match *k {
@@ -534,28 +653,28 @@ async fn large_warm_values_read_back_intact_through_a_split_batch_and_after_reop
             "the last two batches split"
         );
         // A value handed out shares RocksDB's buffer; it stays valid after close.
-        let kept = engine.get(&keys[3]).await.unwrap().unwrap();
+        let kept = engine.get(&key(&keys[3])).await.unwrap().unwrap();
         engine.close().await.unwrap();
         drop(engine);
         assert!(kept == value(3));
     }
-    let engine = Engine::open(opts).await.unwrap();
+    let engine = open(opts).await.unwrap();
     for (i, k) in keys.iter().enumerate() {
-        assert!(engine.get(k).await.unwrap().unwrap() == value(i));
+        assert!(engine.get(&key(k)).await.unwrap().unwrap() == value(i));
     }
 }
 
 #[tokio::test]
 async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_miss() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     fill_and_demote(&engine, 200, 300).await;
     engine.clear_hot();
     let mut cold = Vec::new();
     // Keys far apart, so that they sit in different blocks (one GET each).
     for i in (0..200).step_by(40) {
         let k = format!("key:{i:04}");
-        if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
+        if engine.tier_of(&key(k.as_bytes())).await.unwrap() == Some(Tier::Cold) {
             cold.push(k);
         }
         if cold.len() == 3 {
@@ -564,17 +683,21 @@ async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_mis
     }
     assert_eq!(cold.len(), 3, "not enough cold keys");
     let warm_or_cold = cold[0].as_bytes();
-    let keys: Vec<&[u8]> = vec![
+    let keys: Vec<Key> = [
         warm_or_cold,
         b"absent",
         cold[1].as_bytes(),
         cold[2].as_bytes(),
-    ];
-    let gets = engine.stats().cold_requests.gets;
+    ]
+    .iter()
+    .map(key)
+    .collect();
+    let keys: Vec<&Key> = keys.iter().collect();
+    let gets = engine.stats().object_store_gets;
     let got = engine.get_prefix(&keys, u64::MAX).await.unwrap();
     assert_eq!(got.len(), 1, "stops at the first miss");
     assert_eq!(got[0], Bytes::from(vec![got[0][0]; 300]));
-    let after_prefix = engine.stats().cold_requests.gets;
+    let after_prefix = engine.stats().object_store_gets;
     assert!(
         after_prefix - gets <= 1,
         "{} object-store GETs for one leading cold key",
@@ -584,7 +707,7 @@ async fn a_prefix_read_fetches_nothing_from_the_object_store_after_its_first_mis
     engine.clear_hot();
     let all = engine.get_many(&keys).await.unwrap();
     assert!(all[1].is_none() && all[2].is_some() && all[3].is_some());
-    assert!(engine.stats().cold_requests.gets > after_prefix);
+    assert!(engine.stats().object_store_gets > after_prefix);
 }
 
 /// Cold keys of `fill`ed 300-byte values, far apart so that each sits in a block of its own.
@@ -592,7 +715,7 @@ async fn cold_keys(engine: &Engine, n: usize) -> Vec<String> {
     let mut cold = Vec::new();
     for i in (0..200).step_by(20) {
         let k = format!("key:{i:04}");
-        if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
+        if engine.tier_of(&key(k.as_bytes())).await.unwrap() == Some(Tier::Cold) {
             cold.push(k);
         }
         if cold.len() == n {
@@ -607,19 +730,20 @@ async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_n
     let dir = tempfile::tempdir().unwrap();
     // The values stay in the object store when read, so each read below asks it again.
     let mut o = small_options(dir.path());
-    o.cold_reads_return_to_warm = false;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.warm.cold_reads_return_to_warm = false;
+    let engine = open(o).await.unwrap();
     fill_and_demote(&engine, 200, 300).await;
     engine.clear_hot();
     let cold = cold_keys(&engine, 6).await;
-    let keys: Vec<&[u8]> = cold.iter().map(|k| k.as_bytes()).collect();
+    let keys: Vec<Key> = cold.iter().map(key).collect();
+    let keys: Vec<&Key> = keys.iter().collect();
 
     // A prefix read stops before the value that would pass the limit: 3 × 300 ≤ 1000.
-    let gets = engine.stats().cold_requests.gets;
+    let gets = engine.stats().object_store_gets;
     let got = engine.get_prefix(&keys, 1000).await.unwrap();
     assert_eq!(got.len(), 3);
     assert_eq!(
-        engine.stats().cold_requests.gets - gets,
+        engine.stats().object_store_gets - gets,
         3,
         "values after the cut are not fetched"
     );
@@ -631,13 +755,13 @@ async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_n
 
     // A multi-get over the limit is refused before the object store is asked.
     engine.clear_hot();
-    let gets = engine.stats().cold_requests.gets;
+    let gets = engine.stats().object_store_gets;
     let err = engine.get_many_limited(&keys, 1000).await.unwrap_err();
     assert!(
         matches!(err, Error::Invalid(ref m) if m.contains("1000 bytes")),
         "{err}"
     );
-    assert_eq!(engine.stats().cold_requests.gets, gets);
+    assert_eq!(engine.stats().object_store_gets, gets);
     assert_eq!(
         engine.get_many_limited(&keys[..1], 10).await.unwrap().len(),
         1
@@ -645,12 +769,12 @@ async fn one_read_carries_at_most_its_byte_limit_and_asks_the_object_store_for_n
 
     // Within the limit, all six.
     engine.clear_hot();
-    let gets = engine.stats().cold_requests.gets;
+    let gets = engine.stats().object_store_gets;
     let got = engine.get_many_limited(&keys, 1800).await.unwrap();
     assert!(got
         .iter()
         .all(|v| v.as_ref().is_some_and(|v| v.len() == 300)));
-    assert_eq!(engine.stats().cold_requests.gets - gets, 6);
+    assert_eq!(engine.stats().object_store_gets - gets, 6);
 }
 
 #[tokio::test]
@@ -658,41 +782,52 @@ async fn a_value_read_from_the_object_store_returns_to_the_warm_tier_unless_turn
     for back in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let mut o = small_options(dir.path());
-        o.cold_reads_return_to_warm = back;
-        let engine = Engine::open(o).await.unwrap();
+        o.s.warm.cold_reads_return_to_warm = back;
+        let engine = open(o).await.unwrap();
         fill_and_demote(&engine, 200, 300).await;
         engine.clear_hot();
         let cold = cold_keys(&engine, 3).await;
         let before = engine.stats();
         // One read through `get`, two through a multi-key read.
         assert_eq!(
-            engine.get(cold[0].as_bytes()).await.unwrap().unwrap().len(),
+            engine
+                .get(&key(cold[0].as_bytes()))
+                .await
+                .unwrap()
+                .unwrap()
+                .len(),
             300
         );
-        let many: Vec<&[u8]> = cold[1..].iter().map(|k| k.as_bytes()).collect();
+        let many: Vec<Key> = cold[1..].iter().map(key).collect();
+        let many: Vec<&Key> = many.iter().collect();
         assert!(engine
             .get_many(&many)
             .await
             .unwrap()
             .iter()
             .all(Option::is_some));
+        // Returns happen after the reads, off their path.
+        engine.settle().await;
         engine.clear_hot();
         let after = engine.stats();
         for k in &cold {
-            let tier = engine.tier_of(k.as_bytes()).await.unwrap();
+            let tier = engine.tier_of(&key(k.as_bytes())).await.unwrap();
             let want = if back { Tier::Warm } else { Tier::Cold };
             assert_eq!(tier, Some(want), "{k}, return to warm {back}");
         }
         let returned = if back { 3 } else { 0 };
         assert_eq!(after.returns_to_warm - before.returns_to_warm, returned);
-        assert_eq!(before.cold.entries - after.cold.entries, returned);
-        assert_eq!(after.warm.entries - before.warm.entries, returned);
+        assert_eq!(before.cold_entries - after.cold_entries, returned);
+        assert_eq!(after.warm_entries - before.warm_entries, returned);
         // Read again: no object-store request when the values came back.
-        let gets = engine.stats().cold_requests.gets;
+        let gets = engine.stats().object_store_gets;
         for k in &cold {
-            assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
+            assert_eq!(
+                engine.get(&key(k.as_bytes())).await.unwrap().unwrap().len(),
+                300
+            );
         }
-        let asked = engine.stats().cold_requests.gets - gets;
+        let asked = engine.stats().object_store_gets - gets;
         assert_eq!(
             asked == 0,
             back,
@@ -703,9 +838,12 @@ async fn a_value_read_from_the_object_store_returns_to_the_warm_tier_unless_turn
         engine.run_background_once().await.unwrap();
         engine.close().await.unwrap();
         drop(engine);
-        let engine = Engine::open(small_options(dir.path())).await.unwrap();
+        let engine = open(small_options(dir.path())).await.unwrap();
         for k in &cold {
-            assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
+            assert_eq!(
+                engine.get(&key(k.as_bytes())).await.unwrap().unwrap().len(),
+                300
+            );
         }
         engine.close().await.unwrap();
     }
@@ -716,15 +854,17 @@ async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
     // warm_bytes_max is 8 KiB: returns stop at 8 + (64 - 8) / 2 = 36 KiB.
-    o.warm_bytes_hard_max = 64 << 10;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.warm.warm_bytes_hard_max = 64 << 10;
+    let engine = open(o).await.unwrap();
     fill_and_demote(&engine, 40, 300).await;
     let mut i = 0;
-    while engine.stats().warm.bytes < 40 << 10 {
+    while engine.stats().warm_bytes < 40 << 10 {
         let k = format!("fill:{i:05}");
         let v = Bytes::from(vec![7u8; 300]);
         engine
-            .put(k.as_bytes(), v, PutOptions::default())
+            .put(&key(k.as_bytes()), v, PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
         i += 1;
@@ -733,9 +873,15 @@ async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
     let mut read = 0;
     for i in 0..40 {
         let k = format!("key:{i:04}");
-        if engine.tier_of(k.as_bytes()).await.unwrap() == Some(Tier::Cold) {
-            assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap().len(), 300);
-            assert_eq!(engine.tier_of(k.as_bytes()).await.unwrap(), Some(Tier::Hot));
+        if engine.tier_of(&key(k.as_bytes())).await.unwrap() == Some(Tier::Cold) {
+            assert_eq!(
+                engine.get(&key(k.as_bytes())).await.unwrap().unwrap().len(),
+                300
+            );
+            assert_eq!(
+                engine.tier_of(&key(k.as_bytes())).await.unwrap(),
+                Some(Tier::Hot)
+            );
             read += 1;
         }
     }
@@ -744,7 +890,9 @@ async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
     // The headroom left is the clients': their writes still go in.
     let v = Bytes::from(vec![1u8; 300]);
     engine
-        .put(b"client", v, PutOptions::default())
+        .put(&key(b"client"), v, PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap();
 }
@@ -753,8 +901,8 @@ async fn a_cold_value_stays_cold_once_warm_is_halfway_to_its_hard_limit() {
 async fn put_many_writes_like_separate_puts_with_the_last_value_of_a_repeated_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
-    o.vlog_value_bytes_min = 1024;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.vlog.vlog_value_bytes_min = 1024;
+    let engine = open(o).await.unwrap();
     // Cold keys, a key with a TTL, and a key whose value sits in the value log.
     fill_and_demote(&engine, 200, 300).await;
     let cold = cold_keys(&engine, 3).await;
@@ -762,126 +910,168 @@ async fn put_many_writes_like_separate_puts_with_the_last_value_of_a_repeated_ke
     let far = engine.now_ms() + 3_600_000;
     engine
         .put(
-            b"ttl",
+            &key(b"ttl"),
             "t".into(),
             put_opts(Condition::Always, Expire::AtMs(far)),
         )
         .await
+        .acked(&engine)
+        .await
         .unwrap();
     let big = Bytes::from(vec![5u8; 4000]);
     engine
-        .put(b"logged", big.clone(), PutOptions::default())
+        .put(&key(b"logged"), big.clone(), PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     let big2 = Bytes::from(vec![6u8; 5000]);
-    let mut pairs: Vec<(&[u8], Bytes)> = cold
+    let mut named: Vec<(Key, Bytes)> = cold
         .iter()
-        .map(|k| (k.as_bytes(), Bytes::from_static(b"was cold")))
+        .map(|k| (key(k), Bytes::from_static(b"was cold")))
         .collect();
-    pairs.push((b"ttl", "no ttl now".into()));
-    pairs.push((b"logged", big2.clone()));
-    pairs.push((b"new", "first".into()));
-    pairs.push((b"new", "last".into()));
+    named.push((key(b"ttl"), "no ttl now".into()));
+    named.push((key(b"logged"), big2.clone()));
+    named.push((key(b"new"), "first".into()));
+    named.push((key(b"new"), "last".into()));
+    let pairs: Vec<(&Key, Bytes)> = named.iter().map(|(k, v)| (k, v.clone())).collect();
     let before = engine.stats();
-    engine.put_many(&pairs, 0).await.unwrap();
+    engine
+        .put_many(&pairs, 0)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
     let st = engine.stats();
     assert_eq!(
-        st.cold.entries,
-        before.cold.entries - 3,
+        st.cold_entries,
+        before.cold_entries - 3,
         "cold index entries dropped"
     );
     assert_eq!(
-        st.warm.entries,
-        before.warm.entries + 4,
+        st.warm_entries,
+        before.warm_entries + 4,
         "3 from cold, 1 new"
     );
     assert_eq!(st.writes, before.writes + 6, "one per distinct key");
     for k in &cold {
-        assert_eq!(engine.get(k.as_bytes()).await.unwrap().unwrap(), "was cold");
-        assert_eq!(engine.tier_of(k.as_bytes()).await.unwrap(), Some(Tier::Hot));
+        assert_eq!(
+            engine.get(&key(k.as_bytes())).await.unwrap().unwrap(),
+            "was cold"
+        );
+        assert_eq!(
+            engine.tier_of(&key(k.as_bytes())).await.unwrap(),
+            Some(Tier::Hot)
+        );
     }
-    assert_eq!(engine.expire_time_ms(b"ttl").await.unwrap(), Some(0));
-    assert_eq!(engine.get(b"new").await.unwrap().unwrap(), "last");
+    assert_eq!(engine.expire_time_ms(&key(b"ttl")).await.unwrap(), Some(0));
+    assert_eq!(engine.get(&key(b"new")).await.unwrap().unwrap(), "last");
     // The same after a restart, read from RocksDB and the value log.
     engine.close().await.unwrap();
     drop(engine);
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     let st2 = engine.stats();
     assert_eq!(
-        (st2.warm.entries, st2.cold.entries, st2.warm.bytes),
-        (st.warm.entries, st.cold.entries, st.warm.bytes)
+        (st2.warm_entries, st2.cold_entries, st2.warm_bytes),
+        (st.warm_entries, st.cold_entries, st.warm_bytes)
     );
-    assert_eq!(engine.get(b"logged").await.unwrap().unwrap(), big2);
-    assert_eq!(engine.get(b"new").await.unwrap().unwrap(), "last");
-    assert_eq!(engine.get(b"ttl").await.unwrap().unwrap(), "no ttl now");
-    assert_eq!(engine.expire_time_ms(b"ttl").await.unwrap(), Some(0));
+    assert_eq!(engine.get(&key(b"logged")).await.unwrap().unwrap(), big2);
+    assert_eq!(engine.get(&key(b"new")).await.unwrap().unwrap(), "last");
+    assert_eq!(
+        engine.get(&key(b"ttl")).await.unwrap().unwrap(),
+        "no ttl now"
+    );
+    assert_eq!(engine.expire_time_ms(&key(b"ttl")).await.unwrap(), Some(0));
     // With an expiry, every key gets it (KVC.PUT ... TTL).
-    let pairs: Vec<(&[u8], Bytes)> = vec![(b"e1", "1".into()), (b"e2", "2".into())];
-    engine.put_many(&pairs, far).await.unwrap();
-    assert_eq!(engine.expire_time_ms(b"e2").await.unwrap(), Some(far));
+    let (e1, e2) = (key(b"e1"), key(b"e2"));
+    let pairs: Vec<(&Key, Bytes)> = vec![(&e1, "1".into()), (&e2, "2".into())];
+    engine
+        .put_many(&pairs, far)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert_eq!(engine.expire_time_ms(&key(b"e2")).await.unwrap(), Some(far));
 }
 
 #[tokio::test]
 async fn put_many_is_refused_as_a_whole_at_the_warm_hard_limit() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
-    o.warm_bytes_hard_max = 16 << 10;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.warm.warm_bytes_hard_max = 16 << 10;
+    let engine = open(o).await.unwrap();
     // 10 KiB in, 6 KiB of headroom: 8 KiB more must go in whole or not at all.
     fill(&engine, 10, 1000).await;
     let keys: Vec<String> = (0..8).map(|i| format!("batch:{i}")).collect();
-    let pairs: Vec<(&[u8], Bytes)> = keys
+    let stored: Vec<Key> = keys.iter().map(key).collect();
+    let pairs: Vec<(&Key, Bytes)> = stored
         .iter()
-        .map(|k| (k.as_bytes(), Bytes::from(vec![1u8; 1000])))
+        .map(|k| (k, Bytes::from(vec![1u8; 1000])))
         .collect();
-    let err = engine.put_many(&pairs, 0).await.unwrap_err();
+    let err = engine
+        .put_many(&pairs, 0)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::WarmFull(_)), "{err:?}");
     for k in &keys {
         assert_eq!(
-            engine.get(k.as_bytes()).await.unwrap(),
+            engine.get(&key(k.as_bytes())).await.unwrap(),
             None,
             "{k} went in alone"
         );
     }
     // A batch that fits goes in.
-    engine.put_many(&pairs[..4], 0).await.unwrap();
-    assert!(engine.get(b"batch:3").await.unwrap().is_some());
+    engine
+        .put_many(&pairs[..4], 0)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert!(engine.get(&key(b"batch:3")).await.unwrap().is_some());
 }
 
 #[tokio::test]
-async fn deferred_writes_are_applied_at_once_and_leave_one_ticket_to_wait_for() {
-    use strata_engine::Durability;
-    for (durability, deferred) in [
+async fn writes_are_applied_at_once_and_hand_back_the_ticket_to_wait_for() {
+    use strata_engine::{Durability, Ticket};
+    for (durability, tickets) in [
         (Durability::Group, true),
         (Durability::Sync, false),
         (Durability::None, false),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut o = small_options(dir.path());
-        o.durability = durability;
-        let engine = Engine::open(o).await.unwrap();
-        let (_, ticket) = engine
-            .deferring_durability(async {
-                for i in 0..10 {
-                    let k = format!("d:{i}");
-                    engine
-                        .put(k.as_bytes(), "v".into(), PutOptions::default())
-                        .await
-                        .unwrap();
-                }
-                engine.put_many(&[(b"m", "w".into())], 0).await.unwrap();
-            })
-            .await;
-        // Eleven writes asked for a group commit each; the scope hands back the newest.
-        assert_eq!(ticket, if deferred { 11 } else { 0 }, "{durability:?}");
-        assert_eq!(engine.get(b"d:9").await.unwrap().unwrap(), "v");
-        assert_eq!(engine.get(b"m").await.unwrap().unwrap(), "w");
-        engine.wait_durable_ticket(ticket).await.unwrap();
-        // Outside the scope a write waits for its own commit, as before.
-        let (_, none) = engine.deferring_durability(async {}).await;
-        assert_eq!(none, 0);
+        o.s.warm.durability = durability;
+        let engine = open(o).await.unwrap();
+        let mut pending = Ticket::NONE;
+        let mut last = Ticket::NONE;
+        for i in 0..10 {
+            let k = format!("d:{i}");
+            let w = engine
+                .put(&key(k), "v".into(), PutOptions::default())
+                .await
+                .unwrap();
+            assert!(w.ticket > last || !tickets, "tickets grow");
+            last = w.ticket;
+            w.defer(&mut pending);
+        }
+        let m = key(b"m");
         engine
-            .put(b"after", "x".into(), PutOptions::default())
+            .put_many(&[(&m, "w".into())], 0)
+            .await
+            .unwrap()
+            .defer(&mut pending);
+        // Eleven writes, each with its group commit's ticket (none under sync and none):
+        // applied at once, and acknowledged once the newest ticket is waited for.
+        assert_eq!(pending.is_none(), !tickets, "{durability:?}");
+        assert_eq!(engine.get(&key(b"d:9")).await.unwrap().unwrap(), "v");
+        assert_eq!(engine.get(&m).await.unwrap().unwrap(), "w");
+        engine.wait(pending).await.unwrap();
+        engine
+            .put(&key(b"after"), "x".into(), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
         engine.close().await.unwrap();

@@ -1,27 +1,32 @@
 //! Flipped bits are detected by checksums that cover the key, reported, and never returned.
 
 use bytes::Bytes;
-use strata_engine::{Engine, ErrorKind, PutOptions, Tier};
+use strata_engine::{ErrorKind, PutOptions, Tier};
 
-use crate::support::small_options;
+use crate::support::{key, open, small_options, Acked};
 
 #[tokio::test]
 async fn flipped_byte_in_a_segment_is_a_data_error_not_wrong_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(small_options(dir.path())).await.unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
     for i in 0..100 {
         engine
             .put(
-                format!("key:{i:04}").as_bytes(),
+                &key(format!("key:{i:04}").as_bytes()),
                 Bytes::from(vec![7u8; 300]),
                 PutOptions::default(),
             )
+            .await
+            .acked(&engine)
             .await
             .unwrap();
     }
     engine.run_background_once().await.unwrap();
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"key:0000").await.unwrap(), Some(Tier::Cold));
+    assert_eq!(
+        engine.tier_of(&key(b"key:0000")).await.unwrap(),
+        Some(Tier::Cold)
+    );
     let seg_dir = dir.path().join("cold/segments");
     let mut segs: Vec<_> = std::fs::read_dir(&seg_dir)
         .unwrap()
@@ -31,13 +36,17 @@ async fn flipped_byte_in_a_segment_is_a_data_error_not_wrong_bytes() {
     let mut bytes = std::fs::read(&segs[0]).unwrap();
     bytes[10] ^= 0x01;
     std::fs::write(&segs[0], bytes).unwrap();
-    let err = engine.get(b"key:0000").await.unwrap_err();
+    let err = engine.get(&key(b"key:0000")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
     assert!(engine.stats().checksum_errors >= 1);
     // Keys in other blocks or tiers are still served.
     let mut served = 0;
     for i in 0..100 {
-        if engine.get(format!("key:{i:04}").as_bytes()).await.is_ok() {
+        if engine
+            .get(&key(format!("key:{i:04}").as_bytes()))
+            .await
+            .is_ok()
+        {
             served += 1;
         }
     }
@@ -52,13 +61,19 @@ async fn flipped_byte_in_a_segment_is_a_data_error_not_wrong_bytes() {
 async fn flipped_byte_in_a_stored_value_is_a_data_error(len: u32, subdir: &str, ext: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
-    o.warm_bytes_max = 1 << 30;
-    let engine = Engine::open(o.clone()).await.unwrap();
+    o.s.warm.warm_bytes_max = 1 << 30;
+    let engine = open(o.clone()).await.unwrap();
     let value: Vec<u8> = (0..len)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     engine
-        .put(b"victim", Bytes::from(value.clone()), PutOptions::default())
+        .put(
+            &key(b"victim"),
+            Bytes::from(value.clone()),
+            PutOptions::default(),
+        )
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     engine.close().await.unwrap();
@@ -76,12 +91,12 @@ async fn flipped_byte_in_a_stored_value_is_a_data_error(len: u32, subdir: &str, 
         }
     }
     assert!(hit, "value not found in any .{ext} file under {subdir}");
-    let engine = Engine::open(o).await.unwrap();
-    let err = engine.get(b"victim").await.unwrap_err();
+    let engine = open(o).await.unwrap();
+    let err = engine.get(&key(b"victim")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
     // The multi-key path (MGET, KVC.GET) checks the same.
-    let keys: [&[u8]; 2] = [b"victim", b"victim"];
-    let err = engine.get_many(&keys).await.unwrap_err();
+    let victim = key(b"victim");
+    let err = engine.get_many(&[&victim, &victim]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
     assert!(engine.stats().checksum_errors >= 2);
 }

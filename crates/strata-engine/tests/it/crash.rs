@@ -12,9 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_engine::{Durability, Engine, PutOptions};
+use strata_engine::{Durability, PutOptions};
 
-use crate::support::{small_options, Rng};
+use crate::support::{key, open, small_options, Acked, Rng};
 
 const KEY_COUNT: u64 = 300;
 
@@ -30,15 +30,15 @@ fn op(i: u64) -> (Vec<u8>, Option<Vec<u8>>) {
     (key, Some(v))
 }
 
-fn options(dir: &std::path::Path) -> strata_engine::EngineOptions {
+fn options(dir: &std::path::Path) -> crate::support::Opts {
     let mut o = small_options(dir);
-    o.durability = Durability::Sync;
-    o.warm_bytes_max = 64 << 10;
-    o.background_interval_ms = 20;
+    o.s.warm.durability = Durability::Sync;
+    o.s.warm.warm_bytes_max = 64 << 10;
+    o.s.warm.background_interval_ms = 20;
     // Values of 1 KiB and more go to the value log (about two thirds of them), in files
     // small enough to roll and be collected while the writer runs.
-    o.vlog_value_bytes_min = 1024;
-    o.vlog_file_bytes = 1 << 20;
+    o.s.vlog.vlog_value_bytes_min = 1024;
+    o.s.vlog.vlog_file_bytes = 1 << 20;
     o
 }
 
@@ -51,21 +51,21 @@ async fn crash_child_writer() {
         .unwrap()
         .parse()
         .unwrap();
-    let engine = Engine::open(options(std::path::Path::new(&dir)))
-        .await
-        .unwrap();
+    let engine = open(options(std::path::Path::new(&dir))).await.unwrap();
     let mut out = std::io::stdout().lock();
     for i in start.. {
-        let (key, value) = op(i);
+        let (k, value) = op(i);
         match value {
             Some(v) => {
                 engine
-                    .put(&key, Bytes::from(v), PutOptions::default())
+                    .put(&key(&k), Bytes::from(v), PutOptions::default())
+                    .await
+                    .acked(&engine)
                     .await
                     .unwrap();
             }
             None => {
-                engine.delete(&key).await.unwrap();
+                engine.delete(&key(&k)).await.acked(&engine).await.unwrap();
             }
         }
         writeln!(out, "ack {i}").unwrap();
@@ -135,11 +135,11 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
             let (k, v) = op(i);
             state.insert(k, v);
         }
-        let engine = Engine::open(options(dir.path())).await.unwrap();
+        let engine = open(options(dir.path())).await.unwrap();
         // The operation after the last ack was in flight: it may or may not have landed.
         let (inflight_key, inflight_value) = op(last_ack + 1);
         for (k, want) in &state {
-            let got = engine.get(k).await.unwrap().map(|b| b.to_vec());
+            let got = engine.get(&key(k)).await.unwrap().map(|b| b.to_vec());
             if *k == inflight_key && got == inflight_value {
                 continue;
             }
@@ -151,11 +151,15 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
             );
             checked += 1;
         }
-        let got = engine.get(&inflight_key).await.unwrap().map(|b| b.to_vec());
+        let got = engine
+            .get(&key(&inflight_key))
+            .await
+            .unwrap()
+            .map(|b| b.to_vec());
         if got == inflight_value {
             state.insert(inflight_key, inflight_value);
         }
-        demoted_seen |= engine.stats().cold.entries > 0;
+        demoted_seen |= engine.stats().cold_entries > 0;
         engine.close().await.unwrap();
         next_op = last_ack + 2;
     }

@@ -1,10 +1,12 @@
-//! Integration tests of the engine against real RocksDB, a real local object-store
-//! directory and a real S3-compatible server (moto) on loopback.
+//! Integration tests of the engine against real RocksDB (`strata-rocks`), a real local
+//! object-store directory and a real S3-compatible server (moto) on loopback; faults are
+//! injected through the engine's seams (the warm store and the object store it is handed).
 
 mod basics;
+mod changes;
 mod corruption;
 mod crash;
-mod make_fixture;
+mod layout;
 mod model;
 mod prefetch;
 mod s3;

@@ -1,13 +1,17 @@
 //! Model test: random operations against a `BTreeMap`, with budgets so small that demotion
-//! and promotion happen all the time, a manual clock for TTLs, and restarts.
+//! and promotion happen all the time, a manual clock for TTLs, and restarts; and the same
+//! with failures injected into the warm store's writes and the object store's requests
+//! (each fails with a fixed chance while a fault phase lasts, as redb's fuzzer fails I/O).
+//! Under faults an operation may fail, but then it changed nothing; it never returns wrong
+//! bytes, and nothing acknowledged is lost.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Condition, Engine, Error, Expire, ManualClock, PutOptions};
+use strata_engine::{Condition, Error, Expire, ManualClock, PutOptions};
 
-use crate::support::{small_options, Rng};
+use crate::support::{key as skey, open_failing, small_options, Acked, Faults, Rng};
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -34,14 +38,36 @@ impl Model {
     }
 }
 
-async fn run_model(steps: usize, test: &str) {
+/// Whether `e` is a failure an injected fault explains (the write or read did nothing).
+fn injected(e: &Error) -> bool {
+    matches!(e, Error::Storage(_) | Error::ColdUnavailable(_))
+}
+
+/// The result of an operation, or `None` when a fault phase explains its failure.
+fn unless_injected<T: std::fmt::Debug>(
+    got: Result<T, Error>,
+    faulty: bool,
+    ctx: &str,
+) -> Option<Result<T, Error>> {
+    match got {
+        Err(e) if faulty && injected(&e) => None,
+        Err(e) if injected(&e) => panic!("{ctx}: {e} with no fault injected"),
+        other => Some(other),
+    }
+}
+
+async fn run_model(steps: usize, test: &str, with_faults: bool) {
     let mut rng = Rng::from_env(test);
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let warm_faults = Faults::new(rng.below(u64::MAX), 12);
+    let cold_faults = Faults::new(rng.below(u64::MAX), 4);
     let open = |clock: Arc<ManualClock>| {
         let o = small_options(dir.path());
-        async move { Engine::open_with_clock(o, clock).await.unwrap() }
+        let (w, c) = (Arc::clone(&warm_faults), Arc::clone(&cold_faults));
+        async move { open_failing(o, clock, w, c).await.unwrap() }
     };
+    let mut faulty = false;
     let mut engine = open(clock.clone()).await;
     let mut model = Model {
         map: BTreeMap::new(),
@@ -51,7 +77,14 @@ async fn run_model(steps: usize, test: &str) {
     for step in 0..steps {
         let now = clock.now_ms_pub();
         let key = format!("k:{:03}", rng.below(80)).into_bytes();
+        let sk = skey(&key);
         let ctx = format!("step {step} key {}", String::from_utf8_lossy(&key));
+        if with_faults && rng.below(25) == 0 {
+            // A fault phase starts or ends.
+            faulty = !faulty;
+            warm_faults.set(faulty);
+            cold_faults.set(faulty);
+        }
         match rng.below(100) {
             0..=29 => {
                 let len = match rng.below(10) {
@@ -86,7 +119,7 @@ async fn run_model(steps: usize, test: &str) {
                 };
                 let r = engine
                     .put(
-                        &key,
+                        &sk,
                         Bytes::from(value.clone()),
                         PutOptions {
                             expire,
@@ -95,7 +128,12 @@ async fn run_model(steps: usize, test: &str) {
                         },
                     )
                     .await
-                    .unwrap();
+                    .acked(&engine)
+                    .await;
+                let Some(r) = unless_injected(r, faulty, &ctx) else {
+                    continue;
+                };
+                let r = r.unwrap();
                 assert_eq!(r.written, ok, "{ctx}");
                 if return_old {
                     assert_eq!(
@@ -114,7 +152,10 @@ async fn run_model(steps: usize, test: &str) {
                 }
             }
             30..=54 => {
-                let got = engine.get(&key).await.unwrap();
+                let Some(got) = unless_injected(engine.get(&sk).await, faulty, &ctx) else {
+                    continue;
+                };
+                let got = got.unwrap();
                 assert_eq!(
                     got.as_deref(),
                     model.live(&key, now).map(|e| e.value.as_slice()),
@@ -125,8 +166,12 @@ async fn run_model(steps: usize, test: &str) {
                 let keys: Vec<Vec<u8>> = (0..1 + rng.below(20))
                     .map(|_| format!("k:{:03}", rng.below(80)).into_bytes())
                     .collect();
-                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-                let got = engine.get_many(&refs).await.unwrap();
+                let stored: Vec<_> = keys.iter().map(skey).collect();
+                let refs: Vec<_> = stored.iter().collect();
+                let Some(got) = unless_injected(engine.get_many(&refs).await, faulty, &ctx) else {
+                    continue;
+                };
+                let got = got.unwrap();
                 for (k, g) in keys.iter().zip(got) {
                     assert_eq!(
                         g.as_deref(),
@@ -137,7 +182,11 @@ async fn run_model(steps: usize, test: &str) {
             }
             60..=67 => {
                 let existed = model.live(&key, now).is_some();
-                assert_eq!(engine.delete(&key).await.unwrap(), existed, "{ctx}");
+                let got = engine.delete(&sk).await.acked(&engine).await;
+                let Some(got) = unless_injected(got, faulty, &ctx) else {
+                    continue;
+                };
+                assert_eq!(got.unwrap(), existed, "{ctx}");
                 model.map.remove(&key);
             }
             68..=73 => {
@@ -150,7 +199,10 @@ async fn run_model(steps: usize, test: &str) {
                         Some(v) => v.checked_add(delta).ok_or(Error::Overflow),
                     },
                 };
-                let got = engine.incr_by(&key, delta).await;
+                let got = engine.incr_by(&sk, delta).await.acked(&engine).await;
+                let Some(got) = unless_injected(got, faulty, &ctx) else {
+                    continue;
+                };
                 assert_eq!(got, want, "{ctx}");
                 if let Ok(n) = got {
                     let expire_ms = cur.map_or(0, |c| c.expire_ms);
@@ -170,12 +222,16 @@ async fn run_model(steps: usize, test: &str) {
                     now + 1 + rng.below(3_000)
                 };
                 let exists = model.live(&key, now).is_some();
-                assert_eq!(engine.set_expire(&key, at).await.unwrap(), exists, "{ctx}");
+                let got = engine.set_expire(&sk, at).await.acked(&engine).await;
+                let Some(got) = unless_injected(got, faulty, &ctx) else {
+                    continue;
+                };
+                assert_eq!(got.unwrap(), exists, "{ctx}");
                 if exists {
                     model.map.get_mut(&key).unwrap().expire_ms = at;
                 }
                 let want = model.live(&key, now).map(|e| e.expire_ms);
-                assert_eq!(engine.expire_time_ms(&key).await.unwrap(), want, "{ctx}");
+                assert_eq!(engine.expire_time_ms(&sk).await.unwrap(), want, "{ctx}");
             }
             78..=80 => {
                 let prefix = format!("k:0{}", rng.below(8)).into_bytes();
@@ -183,7 +239,7 @@ async fn run_model(steps: usize, test: &str) {
                 let mut cursor: Option<Bytes> = None;
                 loop {
                     let page = engine
-                        .scan_prefix(&prefix, cursor.as_deref(), 1 + rng.below(6) as usize)
+                        .scan_prefix(0, &prefix, cursor.as_deref(), 1 + rng.below(6) as usize)
                         .unwrap();
                     got.extend(page.items.iter().map(|i| i.key.to_vec()));
                     match page.next {
@@ -195,7 +251,9 @@ async fn run_model(steps: usize, test: &str) {
             }
             81..=85 => clock.advance_ms(rng.below(700)),
             86..=92 => {
-                engine.run_background_once().await.unwrap();
+                // A background round stops at its first failure and is retried later.
+                let r = engine.run_background_once().await;
+                assert!(r.is_ok() || faulty, "{ctx}: {r:?}");
             }
             93..=96 => engine.clear_hot(),
             _ => {
@@ -208,20 +266,29 @@ async fn run_model(steps: usize, test: &str) {
         }
     }
     // Everything the model holds is readable after a final restart, from whichever tier.
+    warm_faults.set(false);
+    cold_faults.set(false);
     demotions += engine.stats().demotions;
     engine.close().await.unwrap();
     drop(engine);
     let engine = open(clock.clone()).await;
     let now = clock.now_ms_pub();
     for (k, e) in &model.map {
-        let got = engine.get(k).await.unwrap();
+        let got = engine.get(&skey(k)).await.unwrap();
         let want = (e.expire_ms == 0 || e.expire_ms > now).then_some(e.value.as_slice());
         assert_eq!(got.as_deref(), want, "final check of {k:?}");
     }
     let st = engine.stats();
-    eprintln!("{test}: restarts={restarts} stats={st:?}");
+    let injected = warm_faults
+        .injected
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + cold_faults
+            .injected
+            .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{test}: restarts={restarts} injected={injected} stats={st:?}");
+    assert_eq!(injected > 0, with_faults, "faults injected: {injected}");
     assert!(
-        demotions > 0 && st.cold.hits > 0,
+        demotions > 0 && st.cold_hits > 0,
         "the model never exercised demotion: {demotions} {st:?}"
     );
     assert!(restarts > 0);
@@ -239,10 +306,20 @@ impl NowPub for ManualClock {
 
 #[tokio::test]
 async fn model_random_operations_match_a_btreemap() {
-    run_model(4000, "model_random_operations_match_a_btreemap").await;
+    run_model(4000, "model_random_operations_match_a_btreemap", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_on_a_multithreaded_runtime() {
-    run_model(2000, "model_on_a_multithreaded_runtime").await;
+    run_model(2000, "model_on_a_multithreaded_runtime", false).await;
+}
+
+#[tokio::test]
+async fn model_with_failing_warm_writes_and_object_store_requests() {
+    run_model(
+        5000,
+        "model_with_failing_warm_writes_and_object_store_requests",
+        true,
+    )
+    .await;
 }

@@ -4,27 +4,31 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_engine::{Engine, EngineOptions, PutOptions, Tier};
+use strata_engine::{Engine, Key, PutOptions, Tier};
 
-use crate::support::small_options;
+use crate::support::{open, small_options, Acked};
 
-fn key(session: u32, i: u32) -> Vec<u8> {
-    format!("sess:{session}:{i:03}").into_bytes()
+fn key(session: u32, i: u32) -> Key {
+    Key::new(0, 0, format!("sess:{session}:{i:03}").as_bytes())
 }
 
 /// Sessions of keys demoted to the cold tier; values of `value_bytes` each.
 async fn cold_sessions(dir: &std::path::Path, prefetch: bool, value_bytes: usize) -> Engine {
-    let mut o: EngineOptions = small_options(dir);
-    o.prefetch = prefetch;
+    let mut o = small_options(dir);
+    o.s.prefetch.prefetch = prefetch;
     // Room for the prefetch window (an eighth of DRAM per cold read).
-    o.hot_bytes_max = 1 << 20;
-    o.warm_bytes_max = 2 << 10;
-    o.segment_bytes_max = 1 << 20;
-    let e = Engine::open(o).await.unwrap();
+    o.s.hot.hot_bytes_max = 1 << 20;
+    o.s.warm.warm_bytes_max = 2 << 10;
+    o.s.cold.segment_bytes_max = 1 << 20;
+    let e = open(o).await.unwrap();
     for s in 0..6 {
         for i in 0..8 {
             let v = Bytes::from(vec![(s * 8 + i) as u8; value_bytes]);
-            e.put(&key(s, i), v, PutOptions::default()).await.unwrap();
+            e.put(&key(s, i), v, PutOptions::default())
+                .await
+                .acked(&e)
+                .await
+                .unwrap();
         }
     }
     e.run_background_once().await.unwrap();
@@ -32,7 +36,7 @@ async fn cold_sessions(dir: &std::path::Path, prefetch: bool, value_bytes: usize
     e
 }
 
-async fn wait_for_tier(e: &Engine, k: &[u8], want: Tier, within: Duration) -> bool {
+async fn wait_for_tier(e: &Engine, k: &Key, want: Tier, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if e.tier_of(k).await.unwrap() == Some(want) {
@@ -54,7 +58,7 @@ async fn predicted_next_keys_reach_dram_before_they_are_read() {
     // Four sessions read their keys in order, each on its own stream.
     for s in 0..4 {
         for i in 0..8 {
-            e.note_access(100 + s as u64, &key(s, i));
+            e.note_access(100 + s as u64, &(key(s, i)));
             e.get(&key(s, i)).await.unwrap().unwrap();
         }
     }
@@ -66,7 +70,7 @@ async fn predicted_next_keys_reach_dram_before_they_are_read() {
     }
     e.clear_hot();
     // A new session's first read is a cold miss; its next keys are predicted and fetched.
-    e.note_access(7, &key(5, 0));
+    e.note_access(7, &(key(5, 0)));
     assert_eq!(e.get(&key(5, 0)).await.unwrap().unwrap()[0], 40);
     assert!(
         wait_for_tier(&e, &key(5, 1), Tier::Hot, Duration::from_secs(5)).await,
@@ -77,12 +81,12 @@ async fn predicted_next_keys_reach_dram_before_they_are_read() {
     }
     let before = e.stats();
     for i in 1..4 {
-        e.note_access(7, &key(5, i));
+        e.note_access(7, &(key(5, i)));
         assert_eq!(e.get(&key(5, i)).await.unwrap().unwrap()[0], 40 + i as u8);
     }
     let after = e.stats();
     assert_eq!(
-        after.cold.hits, before.cold.hits,
+        after.cold_hits, before.cold_hits,
         "prefetched keys were read from cold"
     );
     assert!(after.prefetch_used >= 3, "{after:?}");
@@ -139,6 +143,8 @@ async fn a_write_after_a_prefetch_wins() {
         Bytes::from_static(b"new"),
         PutOptions::default(),
     )
+    .await
+    .acked(&e)
     .await
     .unwrap();
     assert_eq!(e.get(&key(1, 1)).await.unwrap().unwrap(), "new");

@@ -1,18 +1,19 @@
 //! The cold tier on a real S3-compatible server (moto) on loopback.
 
-use strata_engine::{Engine, ErrorKind, PutOptions, Tier};
+use strata_engine::{ErrorKind, Key, PutOptions, Tier};
 
-use crate::support::{fill_and_demote, small_options, S3Server};
+use crate::support::{fill_and_demote, key, open, small_options, Acked, S3Server};
 
 /// Small-budget options whose cold tier is `url` on the moto server `s3`.
-fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> strata_engine::EngineOptions {
+fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> crate::support::Opts {
     let mut o = small_options(dir);
-    o.cold_url = Some(url.into());
-    o.s3.endpoint = Some(s3.endpoint());
-    o.s3.region = Some("us-east-1".into());
-    o.s3.access_key_id = Some("test".into());
-    o.s3.secret_access_key = Some("test".into());
-    o.s3.allow_http = true;
+    let c = &mut o.s.cold;
+    c.cold_url = url.into();
+    c.s3_endpoint = s3.endpoint();
+    c.s3_region = "us-east-1".into();
+    c.s3_access_key_id = "test".into();
+    c.s3_secret_access_key = "test".into();
+    c.s3_allow_http = true;
     o
 }
 
@@ -27,37 +28,46 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
     s3.create_bucket("strata-test");
     let dir = tempfile::tempdir().unwrap();
     let mut o = s3_options(dir.path(), &s3, "s3://strata-test/node-a");
-    o.cold_reads_max = 2;
-    let engine = Engine::open(o.clone()).await.unwrap();
+    o.s.cold.cold_reads_max = 2;
+    let engine = open(o.clone()).await.unwrap();
     fill_and_demote(&engine, 150, 400).await;
     let st = engine.stats();
-    assert!(st.cold.entries > 100, "{st:?}");
+    assert!(st.cold_entries > 100, "{st:?}");
     assert!(
         s3.object_count("strata-test", "node-a/segments/") >= 1,
         "no segment object in the bucket"
     );
     engine.clear_hot();
-    assert_eq!(engine.tier_of(b"key:0003").await.unwrap(), Some(Tier::Cold));
+    assert_eq!(
+        engine.tier_of(&key(b"key:0003")).await.unwrap(),
+        Some(Tier::Cold)
+    );
     let keys = key_names(150);
-    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let refs_stored: Vec<Key> = keys.iter().map(key).collect();
+    let refs: Vec<&Key> = refs_stored.iter().collect();
     let got = engine.get_many(&refs).await.unwrap();
     for (i, v) in got.iter().enumerate() {
         assert_eq!(v.as_deref(), Some(&vec![i as u8; 400][..]), "key {i}");
     }
     // The multi-get wanted one GET per block at once; two at a time went out.
-    let c = engine.stats().cold_requests;
-    assert!(c.read_waits > 0 && c.reads_in_flight_peak == 2, "{c:?}");
+    let c = engine.stats();
+    assert!(
+        c.object_store_read_waits > 0 && c.object_store_reads_in_flight_peak == 2,
+        "{c:?}"
+    );
     engine.close().await.unwrap();
     drop(engine);
 
-    let engine = Engine::open(o.clone()).await.unwrap();
+    let engine = open(o.clone()).await.unwrap();
     assert_eq!(
-        engine.get(b"key:0007").await.unwrap().unwrap(),
+        engine.get(&key(b"key:0007")).await.unwrap().unwrap(),
         vec![7u8; 400]
     );
     for i in 0..150 {
         engine
-            .delete(format!("key:{i:04}").as_bytes())
+            .delete(&key(format!("key:{i:04}").as_bytes()))
+            .await
+            .acked(&engine)
             .await
             .unwrap();
     }
@@ -76,13 +86,13 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
     s3.create_bucket("strata-outage");
     let dir = tempfile::tempdir().unwrap();
     let mut o = s3_options(dir.path(), &s3, "s3://strata-outage");
-    o.cold_request_timeout_ms = 1500;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.cold.cold_request_timeout_ms = 1500;
+    let engine = open(o).await.unwrap();
     fill_and_demote(&engine, 100, 400).await;
     engine.clear_hot();
     drop(s3);
     let start = std::time::Instant::now();
-    let err = engine.get(b"key:0000").await.unwrap_err();
+    let err = engine.get(&key(b"key:0000")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(
         start.elapsed() < std::time::Duration::from_secs(10),
@@ -90,14 +100,20 @@ async fn unreachable_object_store_fails_cold_reads_fast_and_keeps_warm_serving()
         start.elapsed()
     );
     engine
-        .put(b"fresh", "still writable".into(), PutOptions::default())
+        .put(
+            &key(b"fresh"),
+            "still writable".into(),
+            PutOptions::default(),
+        )
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     assert_eq!(
-        engine.get(b"fresh").await.unwrap().unwrap(),
+        engine.get(&key(b"fresh")).await.unwrap().unwrap(),
         "still writable"
     );
-    assert!(engine.stats().cold_requests.errors > 0);
+    assert!(engine.stats().object_store_errors > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,25 +122,26 @@ async fn a_multi_get_against_a_silent_object_store_fails_in_about_one_timeout() 
     s3.create_bucket("strata-silent");
     let dir = tempfile::tempdir().unwrap();
     let mut o = s3_options(dir.path(), &s3, "s3://strata-silent");
-    o.cold_request_timeout_ms = 1000;
-    o.cold_reads_max = 2;
-    let engine = Engine::open(o.clone()).await.unwrap();
+    o.s.cold.cold_request_timeout_ms = 1000;
+    o.s.cold.cold_reads_max = 2;
+    let engine = open(o.clone()).await.unwrap();
     fill_and_demote(&engine, 100, 400).await;
     engine.close().await.unwrap();
     drop(engine);
     // The same store reopened against a server that accepts connections and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    o.s3.endpoint = Some(format!("http://{}", silent.local_addr().unwrap()));
+    o.s.cold.s3_endpoint = format!("http://{}", silent.local_addr().unwrap());
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for c in silent.incoming() {
             held.push(c);
         }
     });
-    let engine = Engine::open(o).await.unwrap();
+    let engine = open(o).await.unwrap();
     let keys = key_names(100);
-    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-    assert!(engine.stats().cold.entries > 50);
+    let refs_stored: Vec<Key> = keys.iter().map(key).collect();
+    let refs: Vec<&Key> = refs_stored.iter().collect();
+    assert!(engine.stats().cold_entries > 50);
     let start = std::time::Instant::now();
     let err = engine.get_many(&refs).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");

@@ -1,4 +1,5 @@
-//! Shared helpers: small-budget options, a seeded RNG, and an S3 server on loopback.
+//! Shared helpers: keys of database 0, small-budget options, the real warm store, a seeded
+//! RNG, and an S3 server on loopback.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -6,15 +7,26 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use bytes::Bytes;
-use strata_engine::{Engine, EngineOptions, PutOptions};
+use strata_engine::{Clock, Engine, Key, Parts, PutOptions, Settings};
+
+/// The key `client` of database 0.
+pub fn key(client: impl AsRef<[u8]>) -> Key {
+    Key::new(0, 0, client.as_ref())
+}
 
 /// Writes `key:0000` .. `key:{n-1}`, `value_bytes` each, every byte the key's number mod 251.
 pub async fn fill(engine: &Engine, n: usize, value_bytes: usize) {
     for i in 0..n {
         let v = Bytes::from(vec![(i % 251) as u8; value_bytes]);
         engine
-            .put(format!("key:{i:04}").as_bytes(), v, PutOptions::default())
+            .put(&key(format!("key:{i:04}")), v, PutOptions::default())
+            .await
+            .unwrap()
+            .durable(engine)
             .await
             .unwrap();
     }
@@ -26,24 +38,63 @@ pub async fn fill_and_demote(engine: &Engine, n: usize, value_bytes: usize) {
     engine.run_background_once().await.unwrap();
 }
 
+/// A store's directory and settings.
+#[derive(Clone)]
+pub struct Opts {
+    pub dir: PathBuf,
+    pub s: Settings,
+}
+
+/// Opens the store of `o` on the real warm store (RocksDB).
+pub async fn open(o: Opts) -> strata_engine::Result<Engine> {
+    Engine::open_with(parts(o)).await
+}
+
+/// As [`open`], with time from `clock`.
+pub async fn open_with_clock(o: Opts, clock: Arc<dyn Clock>) -> strata_engine::Result<Engine> {
+    let mut p = parts(o);
+    p.clock = clock;
+    Engine::open_with(p).await
+}
+
+/// The real warm store (RocksDB) of the store in `dir`.
+pub fn rocks(dir: &Path) -> strata_rocks::RocksWarm {
+    strata_rocks::RocksWarm::open(
+        &strata_engine::warm_dir(dir),
+        &strata_rocks::RocksSettings {
+            rocksdb_block_cache_bytes: 1 << 20,
+            ..Default::default()
+        },
+    )
+    .expect("open RocksDB")
+}
+
+/// The parts of the store of `o`, with RocksDB as its warm store.
+pub fn parts(o: Opts) -> Parts {
+    let warm = rocks(&o.dir);
+    Parts::new(o.dir, o.s, Arc::new(warm))
+}
+
 /// Options with budgets small enough that demotion happens after a few KiB, and no
 /// background timer (tests run background rounds explicitly, so runs replay exactly).
-pub fn small_options(dir: &Path) -> EngineOptions {
-    let mut o = EngineOptions::new(dir);
-    o.hot_bytes_max = 16 << 10;
-    o.hot_shard_count = 2;
-    o.warm_bytes_max = 8 << 10;
+pub fn small_options(dir: &Path) -> Opts {
+    let mut s = Settings::default();
+    s.hot.hot_bytes_max = 16 << 10;
+    s.hot.hot_shard_count = 2;
+    s.warm.warm_bytes_max = 8 << 10;
     // Tests write far past the budget between explicit demotion rounds; the hard limit has
     // its own test against the binary (tests/python/test_faults.py).
-    o.warm_bytes_hard_max = 1 << 30;
+    s.warm.warm_bytes_hard_max = 1 << 30;
     // Prefetch fills DRAM in the background; these tests check tiers exactly, so it is off
     // here and tested on its own (prefetch.rs).
-    o.prefetch = false;
-    o.block_bytes = 1024;
-    o.segment_bytes_max = 4 << 10;
-    o.background_interval_ms = 3_600_000;
-    o.rocksdb_block_cache_bytes = 1 << 20;
-    o
+    s.prefetch.prefetch = false;
+    s.cold.block_bytes = 1024;
+    s.cold.segment_bytes_max = 4 << 10;
+    s.warm.background_interval_ms = 3_600_000;
+    Opts {
+        dir: dir.to_path_buf(),
+        s,
+    }
 }
 
 pub use strata_testkit::{free_port, Rng};
@@ -105,4 +156,249 @@ impl Drop for S3Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits for a write's ticket, as a client's acknowledgement would: turns the result of a
+/// write into what it returned once durable.
+pub trait Acked<T> {
+    fn acked(self, engine: &Engine) -> impl std::future::Future<Output = strata_engine::Result<T>>;
+}
+
+impl<T> Acked<T> for strata_engine::Result<strata_engine::Written<T>> {
+    async fn acked(self, engine: &Engine) -> strata_engine::Result<T> {
+        self?.durable(engine).await
+    }
+}
+
+/// Injected failures: while on, each operation fails with probability 1 / `one_in`, drawn
+/// from a seeded generator (so a failing run replays from its seed).
+#[derive(Debug)]
+pub struct Faults {
+    on: std::sync::atomic::AtomicBool,
+    one_in: u64,
+    state: std::sync::Mutex<u64>,
+    pub injected: std::sync::atomic::AtomicU64,
+}
+
+impl Faults {
+    pub fn new(seed: u64, one_in: u64) -> Arc<Faults> {
+        Arc::new(Faults {
+            on: false.into(),
+            one_in: one_in.max(1),
+            state: std::sync::Mutex::new(seed | 1),
+            injected: 0.into(),
+        })
+    }
+
+    pub fn set(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the operation about to run fails.
+    pub fn fail(&self) -> bool {
+        if !self.on.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
+        let mut x = self.state.lock().unwrap();
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        let fail = (*x).is_multiple_of(self.one_in);
+        if fail {
+            self.injected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fail
+    }
+}
+
+/// The real warm store (RocksDB) whose batch writes fail when `faults` says so, before
+/// anything is written (as a full or failing disk refuses a write).
+pub struct FailingWarm {
+    pub inner: strata_rocks::RocksWarm,
+    pub faults: Arc<Faults>,
+}
+
+impl strata_warm::WarmStore for FailingWarm {
+    fn get(&self, f: strata_warm::Family, key: &[u8]) -> strata_warm::Result<Option<Bytes>> {
+        self.inner.get(f, key)
+    }
+    fn multi_get(
+        &self,
+        f: strata_warm::Family,
+        keys: &[&[u8]],
+    ) -> Vec<strata_warm::Result<Option<Bytes>>> {
+        self.inner.multi_get(f, keys)
+    }
+    fn batch(&self) -> Box<dyn strata_warm::Batch> {
+        self.inner.batch()
+    }
+    fn write(&self, batch: Box<dyn strata_warm::Batch>, sync: bool) -> strata_warm::Result<()> {
+        if self.faults.fail() {
+            return Err(strata_warm::StoreError::Unavailable(
+                "injected write failure".into(),
+            ));
+        }
+        self.inner.write(batch, sync)
+    }
+    fn cursor<'a>(
+        &'a self,
+        f: strata_warm::Family,
+        bounds: strata_warm::Bounds,
+        view: Option<&'a dyn strata_warm::View>,
+    ) -> Box<dyn strata_warm::Cursor + 'a> {
+        self.inner.cursor(f, bounds, view)
+    }
+    fn view(&self) -> Arc<dyn strata_warm::View> {
+        self.inner.view()
+    }
+    fn sync_log(&self) -> strata_warm::Result<()> {
+        self.inner.sync_log()
+    }
+    fn flush(&self) -> strata_warm::Result<()> {
+        self.inner.flush()
+    }
+    fn checkpoint(&self, dir: &Path) -> strata_warm::Result<()> {
+        self.inner.checkpoint(dir)
+    }
+    fn last_sequence(&self) -> u64 {
+        self.inner.last_sequence()
+    }
+    fn changes_after(
+        &self,
+        after: u64,
+    ) -> strata_warm::Result<Box<dyn Iterator<Item = strata_warm::Result<strata_warm::Changes>> + '_>>
+    {
+        self.inner.changes_after(after)
+    }
+    fn log_bytes_dropped_at_open(&self) -> u64 {
+        self.inner.log_bytes_dropped_at_open()
+    }
+}
+
+/// An object store whose requests fail when `faults` says so, before they reach `inner`
+/// (as an unreachable or erroring S3 endpoint does).
+#[derive(Debug)]
+pub struct FailingStore {
+    pub inner: Arc<dyn object_store::ObjectStore>,
+    pub faults: Arc<Faults>,
+}
+
+impl std::fmt::Display for FailingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FailingStore({})", self.inner)
+    }
+}
+
+fn injected() -> object_store::Error {
+    object_store::Error::Generic {
+        store: "FailingStore",
+        source: "injected request failure".into(),
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for FailingStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        if self.faults.fail() {
+            return Err(injected());
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        if self.faults.fail() {
+            return Err(injected());
+        }
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        if self.faults.fail() {
+            return Err(injected());
+        }
+        self.inner.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        use futures::StreamExt;
+        if self.faults.fail() {
+            return locations.map(|_| Err(injected())).boxed();
+        }
+        self.inner.delete_stream(locations)
+    }
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        use futures::StreamExt;
+        if self.faults.fail() {
+            return futures::stream::once(async { Err(injected()) }).boxed();
+        }
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        if self.faults.fail() {
+            return Err(injected());
+        }
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        if self.faults.fail() {
+            return Err(injected());
+        }
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// Opens the store of `o` with `faults` injected into its warm writes and its object store
+/// (a local directory under the store's own).
+pub async fn open_failing(
+    o: Opts,
+    clock: Arc<dyn Clock>,
+    warm_faults: Arc<Faults>,
+    cold_faults: Arc<Faults>,
+) -> strata_engine::Result<Engine> {
+    let inner = rocks(&o.dir);
+    let cold_dir = o.dir.join("cold");
+    let mut p = Parts::new(
+        o.dir,
+        o.s,
+        Arc::new(FailingWarm {
+            inner,
+            faults: warm_faults,
+        }),
+    );
+    std::fs::create_dir_all(&cold_dir).unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(&cold_dir).unwrap();
+    p.cold = Some(Arc::new(FailingStore {
+        inner: Arc::new(local),
+        faults: cold_faults,
+    }));
+    p.clock = clock;
+    Engine::open_with(p).await
 }

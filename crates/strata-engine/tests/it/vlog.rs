@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use strata_engine::{Engine, PutOptions, Tier};
+use strata_engine::{Engine, Key, PutOptions, Tier};
 
-use crate::support::{small_options, Rng};
+use crate::support::{key, open, small_options, Acked, Rng};
 
-fn options(dir: &std::path::Path) -> strata_engine::EngineOptions {
+fn options(dir: &std::path::Path) -> crate::support::Opts {
     let mut o = small_options(dir);
-    o.vlog_value_bytes_min = 16 << 10;
-    o.vlog_file_bytes = 1 << 20;
-    o.warm_bytes_max = 1 << 30;
+    o.s.vlog.vlog_value_bytes_min = 16 << 10;
+    o.s.vlog.vlog_file_bytes = 1 << 20;
+    o.s.warm.warm_bytes_max = 1 << 30;
     o
 }
 
@@ -25,7 +25,7 @@ fn value(seed: u64, len: usize) -> Bytes {
 async fn check_all(engine: &Engine, model: &BTreeMap<Vec<u8>, Bytes>, what: &str) {
     engine.clear_hot();
     for (k, v) in model {
-        let got = engine.get(k).await.unwrap();
+        let got = engine.get(&key(k)).await.unwrap();
         assert_eq!(
             got.as_ref(),
             Some(v),
@@ -34,7 +34,8 @@ async fn check_all(engine: &Engine, model: &BTreeMap<Vec<u8>, Bytes>, what: &str
         );
     }
     engine.clear_hot();
-    let keys: Vec<&[u8]> = model.keys().map(|k| k.as_slice()).collect();
+    let keys_stored: Vec<Key> = model.keys().map(key).collect();
+    let keys: Vec<&Key> = keys_stored.iter().collect();
     let got = engine.get_many(&keys).await.unwrap();
     for ((k, v), g) in model.iter().zip(got) {
         assert_eq!(
@@ -50,21 +51,25 @@ async fn check_all(engine: &Engine, model: &BTreeMap<Vec<u8>, Bytes>, what: &str
 async fn large_values_live_in_the_value_log_and_survive_overwrite_collection_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let o = options(dir.path());
-    let engine = Engine::open(o.clone()).await.unwrap();
+    let engine = open(o.clone()).await.unwrap();
     let mut model = BTreeMap::new();
     // 40 values of 100 KiB: about four files of 1 MiB; plus small values kept inline.
     for i in 0..40u64 {
         let k = format!("big:{i:02}").into_bytes();
         let v = value(i, 100 << 10);
         engine
-            .put(&k, v.clone(), PutOptions::default())
+            .put(&key(&k), v.clone(), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
         model.insert(k, v);
         let k = format!("small:{i:02}").into_bytes();
         let v = value(1000 + i, 100);
         engine
-            .put(&k, v.clone(), PutOptions::default())
+            .put(&key(&k), v.clone(), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
         model.insert(k, v);
@@ -76,19 +81,21 @@ async fn large_values_live_in_the_value_log_and_survive_overwrite_collection_and
         "{} value-log bytes",
         s.vlog_bytes
     );
-    assert_eq!(s.warm.entries, 80);
+    assert_eq!(s.warm_entries, 80);
     check_all(&engine, &model, "after writes").await;
 
     // Overwrite most big values and delete some: their old entries become garbage.
     for i in 0..30u64 {
         let k = format!("big:{i:02}").into_bytes();
         if i % 5 == 0 {
-            assert!(engine.delete(&k).await.unwrap());
+            assert!(engine.delete(&key(&k)).await.acked(&engine).await.unwrap());
             model.remove(&k);
         } else {
             let v = value(100 + i, 100 << 10);
             engine
-                .put(&k, v.clone(), PutOptions::default())
+                .put(&key(&k), v.clone(), PutOptions::default())
+                .await
+                .acked(&engine)
                 .await
                 .unwrap();
             model.insert(k, v);
@@ -96,8 +103,16 @@ async fn large_values_live_in_the_value_log_and_survive_overwrite_collection_and
     }
     // An expiry changes the record's checksum (it covers the expiry), not the value's place.
     let far = engine.now_ms() + 3_600_000;
-    assert!(engine.set_expire(b"big:35", far).await.unwrap());
-    assert_eq!(engine.expire_time_ms(b"big:35").await.unwrap(), Some(far));
+    assert!(engine
+        .set_expire(&key(b"big:35"), far)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap());
+    assert_eq!(
+        engine.expire_time_ms(&key(b"big:35")).await.unwrap(),
+        Some(far)
+    );
     check_all(&engine, &model, "after overwrites").await;
 
     let before = engine.stats().vlog_bytes;
@@ -125,39 +140,46 @@ async fn large_values_live_in_the_value_log_and_survive_overwrite_collection_and
 
     engine.close().await.unwrap();
     drop(engine);
-    let engine = Engine::open(o).await.unwrap();
+    let engine = open(o).await.unwrap();
     check_all(&engine, &model, "after restart").await;
-    assert_eq!(engine.expire_time_ms(b"big:35").await.unwrap(), Some(far));
+    assert_eq!(
+        engine.expire_time_ms(&key(b"big:35")).await.unwrap(),
+        Some(far)
+    );
     // New writes after a restart go to a new file and read back too.
     let v = value(7, 300 << 10);
     engine
-        .put(b"big:new", v.clone(), PutOptions::default())
+        .put(&key(b"big:new"), v.clone(), PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     model.insert(b"big:new".to_vec(), v);
     check_all(&engine, &model, "after a write past restart").await;
 
     // FLUSHALL makes every entry garbage; the next collection deletes every sealed file.
-    engine.flush_all().await.unwrap();
+    engine.flush_all().await.acked(&engine).await.unwrap();
     engine.run_background_once().await.unwrap();
     let s = engine.stats();
     assert_eq!(s.vlog_bytes, 0, "{} files left", s.vlog_files);
-    assert_eq!(engine.get(b"big:new").await.unwrap(), None);
+    assert_eq!(engine.get(&key(b"big:new")).await.unwrap(), None);
 }
 
 #[tokio::test]
 async fn logged_values_demote_to_the_cold_tier_and_their_files_are_collected() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = options(dir.path());
-    o.warm_bytes_max = 512 << 10;
-    o.segment_bytes_max = 1 << 20;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.warm.warm_bytes_max = 512 << 10;
+    o.s.cold.segment_bytes_max = 1 << 20;
+    let engine = open(o).await.unwrap();
     let mut model = BTreeMap::new();
     for i in 0..30u64 {
         let k = format!("chunk:{i:02}").into_bytes();
         let v = value(i, 64 << 10);
         engine
-            .put(&k, v.clone(), PutOptions::default())
+            .put(&key(&k), v.clone(), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
         model.insert(k, v);
@@ -166,7 +188,7 @@ async fn logged_values_demote_to_the_cold_tier_and_their_files_are_collected() {
     assert!(demoted >= 20, "{demoted} keys demoted");
     let mut cold = 0;
     for k in model.keys() {
-        if engine.tier_of(k).await.unwrap() == Some(Tier::Cold) {
+        if engine.tier_of(&key(k)).await.unwrap() == Some(Tier::Cold) {
             cold += 1;
         }
     }
@@ -201,12 +223,18 @@ fn versioned(key: u64, version: u64) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(options(dir.path())).await.unwrap();
+    let engine = open(options(dir.path())).await.unwrap();
     const KEYS: u64 = 20;
     for k in 0..KEYS {
-        let key = format!("race:{k}");
+        let name = format!("race:{k}");
         engine
-            .put(key.as_bytes(), versioned(k, 0), PutOptions::default())
+            .put(
+                &key(name.as_bytes()),
+                versioned(k, 0),
+                PutOptions::default(),
+            )
+            .await
+            .acked(&engine)
             .await
             .unwrap();
     }
@@ -217,10 +245,12 @@ async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value
             let mut version = 1;
             while std::time::Instant::now() < deadline {
                 for k in 0..KEYS {
-                    let key = format!("race:{k}");
+                    let name = format!("race:{k}");
                     let v = versioned(k, version);
                     engine
-                        .put(key.as_bytes(), v, PutOptions::default())
+                        .put(&key(name.as_bytes()), v, PutOptions::default())
+                        .await
+                        .acked(&engine)
                         .await
                         .unwrap();
                 }
@@ -245,9 +275,9 @@ async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value
     while std::time::Instant::now() < deadline {
         engine.clear_hot();
         for k in 0..KEYS {
-            let key = format!("race:{k}");
+            let name = format!("race:{k}");
             let v = engine
-                .get(key.as_bytes())
+                .get(&key(name.as_bytes()))
                 .await
                 .unwrap()
                 .expect("never deleted");
@@ -274,26 +304,31 @@ async fn reads_racing_overwrites_and_collection_always_get_a_whole_current_value
 async fn locate_local_names_where_logged_values_lie_and_stops_at_the_first_absent_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = options(dir.path());
-    o.warm_bytes_max = 512 << 10;
-    o.segment_bytes_max = 1 << 20;
-    let engine = Engine::open(o).await.unwrap();
+    o.s.warm.warm_bytes_max = 512 << 10;
+    o.s.cold.segment_bytes_max = 1 << 20;
+    let engine = open(o).await.unwrap();
     let keys: Vec<Vec<u8>> = (0..4u64).map(|i| format!("c:{i}").into_bytes()).collect();
     let values: Vec<Bytes> = (0..4u64).map(|i| value(100 + i, 40 << 10)).collect();
     for (k, v) in keys.iter().zip(&values) {
         engine
-            .put(k, v.clone(), PutOptions::default())
+            .put(&key(k), v.clone(), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
     }
     engine
         .put(
-            b"small",
+            &key(b"small"),
             Bytes::from_static(b"inline"),
             PutOptions::default(),
         )
         .await
+        .acked(&engine)
+        .await
         .unwrap();
-    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let refs_stored: Vec<Key> = keys.iter().map(key).collect();
+    let refs: Vec<&Key> = refs_stored.iter().collect();
     let found = engine.locate_local(&refs).unwrap();
     assert_eq!(found.len(), 4);
     for ((l, k), v) in found.iter().zip(&keys).zip(&values) {
@@ -309,16 +344,19 @@ async fn locate_local_names_where_logged_values_lie_and_stops_at_the_first_absen
     }
     // The prefix ends at an absent key; a value that lives in its record is present but not
     // located.
-    let with_gap: Vec<&[u8]> = vec![refs[0], b"absent", refs[1]];
+    let (absent, small) = (key(b"absent"), key(b"small"));
+    let with_gap: Vec<&Key> = vec![refs[0], &absent, refs[1]];
     assert_eq!(engine.locate_local(&with_gap).unwrap().len(), 1);
-    let with_small: Vec<&[u8]> = vec![refs[0], refs[1], b"small", refs[2]];
+    let with_small: Vec<&Key> = vec![refs[0], refs[1], &small, refs[2]];
     let got = engine.locate_local(&with_small).unwrap();
     let located: Vec<bool> = got.iter().map(|l| l.is_some()).collect();
     assert_eq!(located, [true, true, false, true]);
     // After an overwrite, the new value's place.
     let newer = value(7, 40 << 10);
     engine
-        .put(&keys[0], newer.clone(), PutOptions::default())
+        .put(&key(&keys[0]), newer.clone(), PutOptions::default())
+        .await
+        .acked(&engine)
         .await
         .unwrap();
     let l = engine.locate_local(&refs[..1]).unwrap()[0].clone().unwrap();
@@ -333,7 +371,9 @@ async fn locate_local_names_where_logged_values_lie_and_stops_at_the_first_absen
         .collect();
     for (i, k) in chunks.iter().enumerate() {
         engine
-            .put(k, value(i as u64, 40 << 10), PutOptions::default())
+            .put(&key(k), value(i as u64, 40 << 10), PutOptions::default())
+            .await
+            .acked(&engine)
             .await
             .unwrap();
     }
@@ -341,24 +381,25 @@ async fn locate_local_names_where_logged_values_lie_and_stops_at_the_first_absen
     // recently read keys); later ones go.
     for _ in 0..3 {
         for k in &chunks[..5] {
-            engine.get(k).await.unwrap();
+            engine.get(&key(k)).await.unwrap();
         }
     }
     assert!(engine.run_background_once().await.unwrap() > 0);
     let mut first_cold = None;
     for (i, k) in chunks.iter().enumerate() {
-        if engine.tier_of(k).await.unwrap() == Some(Tier::Cold) {
+        if engine.tier_of(&key(k)).await.unwrap() == Some(Tier::Cold) {
             first_cold = Some(i);
             break;
         }
     }
     let first_cold = first_cold.expect("demotion moved some chunks");
-    let refs: Vec<&[u8]> = chunks.iter().map(|k| k.as_slice()).collect();
+    let refs_stored: Vec<Key> = chunks.iter().map(key).collect();
+    let refs: Vec<&Key> = refs_stored.iter().collect();
     assert!(first_cold >= 1, "the read chunks stayed warm");
     let got = engine.locate_local(&refs).unwrap();
     assert_eq!(got.len(), chunks.len(), "every chunk is present somewhere");
     for (i, (l, k)) in got.iter().zip(&chunks).enumerate() {
-        let cold = engine.tier_of(k).await.unwrap() == Some(Tier::Cold);
+        let cold = engine.tier_of(&key(k)).await.unwrap() == Some(Tier::Cold);
         assert_eq!(
             l.is_none(),
             cold,

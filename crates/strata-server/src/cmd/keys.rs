@@ -1,137 +1,202 @@
 //! Keyspace commands: deletion, expiry, renames, scans.
 
 use bytes::Bytes;
+use strata_engine::glob::{glob_match, literal_prefix};
 use strata_engine::{Change, Expire, PutOptions};
 use strata_resp::Reply;
 
 use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
-use strata_engine::glob::{glob_match, literal_prefix};
 
-pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+/// Keys read per page while `KEYS` walks the keyspace.
+const KEYS_PAGE: usize = 10_000;
+/// Most keys one `SCAN` page may ask for.
+const SCAN_COUNT_MAX: usize = 100_000;
+
+pub(crate) async fn del(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let mut n = 0;
+    for k in &a[1..] {
+        let key = ctx.key(k);
+        match ctx.shared.engine.delete(&key).await {
+            Ok(w) => n += ctx.defer(w) as i64,
+            Err(e) => return engine_error(&e),
+        }
+    }
+    Reply::Integer(n)
+}
+
+pub(crate) async fn exists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let mut n = 0;
+    for k in &a[1..] {
+        match ctx.shared.engine.exists(&ctx.key(k)).await {
+            Ok(true) => n += 1,
+            Ok(false) => {}
+            Err(e) => return engine_error(&e),
+        }
+    }
+    Reply::Integer(n)
+}
+
+/// The unit and base of an expiry command's time.
+#[derive(Clone, Copy, PartialEq)]
+enum When {
+    Seconds,
+    Millis,
+    UnixSeconds,
+    UnixMillis,
+}
+
+pub(crate) async fn expire(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_expiry(ctx, a, When::Seconds, "expire").await
+}
+
+pub(crate) async fn pexpire(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_expiry(ctx, a, When::Millis, "pexpire").await
+}
+
+pub(crate) async fn expireat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_expiry(ctx, a, When::UnixSeconds, "expireat").await
+}
+
+pub(crate) async fn pexpireat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_expiry(ctx, a, When::UnixMillis, "pexpireat").await
+}
+
+pub(crate) async fn ttl(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    time_left(ctx, a, When::Seconds).await
+}
+
+pub(crate) async fn pttl(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    time_left(ctx, a, When::Millis).await
+}
+
+pub(crate) async fn expiretime(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    time_left(ctx, a, When::UnixSeconds).await
+}
+
+pub(crate) async fn pexpiretime(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    time_left(ctx, a, When::UnixMillis).await
+}
+
+/// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`: -2 absent, -1 no expiry.
+async fn time_left(ctx: &mut Ctx<'_>, a: &[Bytes], as_: When) -> Reply {
     let engine = &ctx.shared.engine;
-    match name {
-        "del" | "unlink" => {
-            let mut n = 0;
-            for k in &a[1..] {
-                match engine.delete(k).await {
-                    Ok(true) => n += 1,
-                    Ok(false) => {}
-                    Err(e) => return engine_error(&e),
-                }
-            }
-            Reply::Integer(n)
+    match engine.expire_time_ms(&ctx.key(&a[1])).await {
+        Ok(None) => Reply::Integer(-2),
+        Ok(Some(0)) => Reply::Integer(-1),
+        Ok(Some(at)) => {
+            let left = at.saturating_sub(engine.now_ms()) as i64;
+            Reply::Integer(match as_ {
+                When::Seconds => (left + 500) / 1000,
+                When::Millis => left,
+                When::UnixSeconds => (at / 1000) as i64,
+                When::UnixMillis => at as i64,
+            })
         }
-        "exists" => {
-            let mut n = 0;
-            for k in &a[1..] {
-                match engine.exists(k).await {
-                    Ok(true) => n += 1,
-                    Ok(false) => {}
-                    Err(e) => return engine_error(&e),
-                }
-            }
-            Reply::Integer(n)
-        }
-        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(ctx, name, a).await,
-        "ttl" | "pttl" | "expiretime" | "pexpiretime" => match engine.expire_time_ms(&a[1]).await {
-            Ok(None) => Reply::Integer(-2),
-            Ok(Some(0)) => Reply::Integer(-1),
-            Ok(Some(at)) => {
-                let left = at.saturating_sub(engine.now_ms()) as i64;
-                Reply::Integer(match name {
-                    "ttl" => (left + 500) / 1000,
-                    "pttl" => left,
-                    "expiretime" => (at / 1000) as i64,
-                    _ => at as i64,
-                })
-            }
-            Err(e) => engine_error(&e),
-        },
-        "persist" => {
-            let r = engine
-                .update(&a[1], false, |cur| match cur {
-                    Some(c) if c.expire_ms != 0 => Ok((Some(Change::SetExpire(0)), 1)),
-                    _ => Ok((None, 0)),
-                })
-                .await;
-            r.map_or_else(|e| engine_error(&e), Reply::Integer)
-        }
-        "type" => match engine.exists(&a[1]).await {
-            Ok(true) => Reply::Simple("string".into()),
-            Ok(false) => Reply::Simple("none".into()),
-            Err(e) => engine_error(&e),
-        },
-        "rename" | "renamenx" => rename(ctx, name == "renamenx", a).await,
-        "scan" => scan(ctx, a).await,
-        "keys" => {
-            let pattern = &a[1];
-            let prefix = literal_prefix(pattern);
-            let mut out = Vec::new();
-            let mut cursor: Option<Bytes> = None;
-            let bytes_max = ctx.reply_bytes_max();
-            let mut bytes = 0u64;
-            loop {
-                let page = match engine.scan_prefix(&prefix, cursor.as_deref(), 10_000) {
-                    Ok(p) => p,
-                    Err(e) => return engine_error(&e),
-                };
-                for i in page.items {
-                    if glob_match(pattern, &i.key) {
-                        bytes += i.key.len() as u64;
-                        out.push(Reply::Bulk(i.key));
-                    }
-                }
-                if bytes > bytes_max {
-                    return Reply::err(format!(
-                        "ERR KEYS would reply with more than {bytes_max} bytes \
-                         (client-output-buffer-limit); use SCAN"
-                    ));
-                }
-                match page.next {
-                    Some(n) => cursor = Some(n),
-                    None => break,
-                }
-            }
-            Reply::Array(out)
-        }
-        "dbsize" => {
-            let st = engine.stats();
-            Reply::Integer((st.warm.entries + st.cold.entries) as i64)
-        }
-        "randomkey" => {
-            let seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let start = [(seed % 256) as u8];
-            for (from, to) in [(&start[..], None), (&b""[..], Some(&start[..]))] {
-                match engine.scan(from, to, 1) {
-                    Ok(p) if !p.items.is_empty() => return Reply::Bulk(p.items[0].key.clone()),
-                    Ok(_) => {}
-                    Err(e) => return engine_error(&e),
-                }
-            }
-            Reply::Null
-        }
-        "flushdb" | "flushall" => {
-            if a.len() > 2
-                || (a.len() == 2
-                    && !matches!(a[1].to_ascii_lowercase().as_slice(), b"async" | b"sync"))
-            {
-                return syntax_error();
-            }
-            ctx.shared.watches.touch_all();
-            match engine.flush_all().await {
-                Ok(()) => Reply::ok(),
-                Err(e) => engine_error(&e),
-            }
-        }
-        _ => Reply::err(format!("ERR unknown command '{name}'")),
+        Err(e) => engine_error(&e),
     }
 }
 
-async fn expire(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+pub(crate) async fn persist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    let r = ctx
+        .shared
+        .engine
+        .update(&key, false, |cur| match cur {
+            Some(c) if c.expire_ms != 0 => Ok((Some(Change::SetExpire(0)), 1)),
+            _ => Ok((None, 0)),
+        })
+        .await;
+    match r {
+        Ok(w) => Reply::Integer(ctx.defer(w)),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn type_of(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match ctx.shared.engine.exists(&ctx.key(&a[1])).await {
+        Ok(true) => Reply::Simple("string".into()),
+        Ok(false) => Reply::Simple("none".into()),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let pattern = &a[1];
+    let prefix = literal_prefix(pattern);
+    let mut out = Vec::new();
+    let mut cursor: Option<Bytes> = None;
+    let bytes_max = ctx.reply_bytes_max();
+    let mut bytes = 0u64;
+    loop {
+        let page =
+            match ctx
+                .shared
+                .engine
+                .scan_prefix(ctx.conn.db, &prefix, cursor.as_deref(), KEYS_PAGE)
+            {
+                Ok(p) => p,
+                Err(e) => return engine_error(&e),
+            };
+        for i in page.items {
+            if glob_match(pattern, &i.key) {
+                bytes += i.key.len() as u64;
+                out.push(Reply::Bulk(i.key));
+            }
+        }
+        if bytes > bytes_max {
+            return Reply::err(format!(
+                "ERR KEYS would reply with more than {bytes_max} bytes \
+                 (client-output-buffer-limit); use SCAN"
+            ));
+        }
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    Reply::Array(out)
+}
+
+pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    let st = ctx.shared.engine.stats();
+    Reply::Integer((st.warm_entries + st.cold_entries) as i64)
+}
+
+pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let start = [(seed % 256) as u8];
     let engine = &ctx.shared.engine;
+    for (from, to) in [(&start[..], None), (&b""[..], Some(&start[..]))] {
+        match engine.scan(ctx.conn.db, from, to, 1) {
+            Ok(p) if !p.items.is_empty() => return Reply::Bulk(p.items[0].key.clone()),
+            Ok(_) => {}
+            Err(e) => return engine_error(&e),
+        }
+    }
+    Reply::Null
+}
+
+/// `FLUSHDB` and `FLUSHALL` (one database: the same), with `ASYNC` or `SYNC` accepted.
+pub(crate) async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if a.len() > 2
+        || (a.len() == 2 && !matches!(a[1].to_ascii_lowercase().as_slice(), b"async" | b"sync"))
+    {
+        return syntax_error();
+    }
+    ctx.shared.watches.touch_all();
+    match ctx.shared.engine.flush_all().await {
+        Ok(w) => {
+            ctx.defer(w);
+            Reply::ok()
+        }
+        Err(e) => engine_error(&e),
+    }
+}
+
+async fn set_expiry(ctx: &mut Ctx<'_>, a: &[Bytes], when: When, name: &str) -> Reply {
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &a[3..] {
         match opt.to_ascii_lowercase().as_slice() {
@@ -156,20 +221,23 @@ async fn expire(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
     let Some(n) = parse_int(&a[2]) else {
         return not_integer();
     };
-    let now = engine.now_ms() as i64;
-    let at = match name {
-        "expire" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now)),
-        "pexpire" => n.checked_add(now),
-        "expireat" => n.checked_mul(1000),
-        _ => Some(n),
+    let now = ctx.shared.engine.now_ms() as i64;
+    let at = match when {
+        When::Seconds => n.checked_mul(1000).and_then(|ms| ms.checked_add(now)),
+        When::Millis => n.checked_add(now),
+        When::UnixSeconds => n.checked_mul(1000),
+        When::UnixMillis => Some(n),
     };
     let Some(at) = at else {
         return Reply::err(format!("ERR invalid expire time in '{name}' command"));
     };
     // A time in the past deletes the key; 0 means "no expiry" to the engine, so use 1.
     let at = at.max(1) as u64;
-    let r = engine
-        .update(&a[1], false, move |cur| {
+    let key = ctx.key(&a[1]);
+    let r = ctx
+        .shared
+        .engine
+        .update(&key, false, move |cur| {
             let Some(c) = cur else { return Ok((None, 0)) };
             let current = if c.expire_ms == 0 {
                 u64::MAX
@@ -186,26 +254,43 @@ async fn expire(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
             Ok((Some(Change::SetExpire(at)), 1))
         })
         .await;
-    r.map_or_else(|e| engine_error(&e), Reply::Integer)
+    match r {
+        Ok(w) => Reply::Integer(ctx.defer(w)),
+        Err(e) => engine_error(&e),
+    }
 }
 
-async fn rename(ctx: &mut Ctx<'_>, nx: bool, a: &[Bytes]) -> Reply {
-    let engine = &ctx.shared.engine;
+pub(crate) async fn rename(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    move_key(ctx, a, false).await
+}
+
+pub(crate) async fn renamenx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    move_key(ctx, a, true).await
+}
+
+/// `RENAME` (and with `nx`, `RENAMENX`): the value and its expiry under the new name, then
+/// the old name deleted; atomic to other clients (the command holds the gate).
+async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
+    let (from, to) = (ctx.key(&a[1]), ctx.key(&a[2]));
+    let shared = ctx.shared;
+    let engine = &shared.engine;
     let src = match engine
-        .update(&a[1], true, |cur| {
+        .update(&from, true, |cur| {
             Ok((None, cur.map(|c| (c.value.cloned(), c.expire_ms))))
         })
         .await
     {
-        Ok(Some((Some(v), e))) => (v, e),
-        Ok(_) => return Reply::err("ERR no such key"),
+        Ok(w) => match ctx.defer(w) {
+            Some((Some(v), e)) => (v, e),
+            _ => return Reply::err("ERR no such key"),
+        },
         Err(e) => return engine_error(&e),
     };
-    if a[1] == a[2] {
+    if from == to {
         return if nx { Reply::Integer(0) } else { Reply::ok() };
     }
     if nx {
-        match engine.exists(&a[2]).await {
+        match engine.exists(&to).await {
             Ok(true) => return Reply::Integer(0),
             Ok(false) => {}
             Err(e) => return engine_error(&e),
@@ -216,23 +301,19 @@ async fn rename(ctx: &mut Ctx<'_>, nx: bool, a: &[Bytes]) -> Reply {
     } else {
         Expire::AtMs(src.1)
     };
-    if let Err(e) = engine
-        .put(
-            &a[2],
-            src.0,
-            PutOptions {
-                expire,
-                ..Default::default()
-            },
-        )
-        .await
-    {
-        return engine_error(&e);
-    }
-    ctx.shared.watches.touch(&a[2]);
-    if let Err(e) = engine.delete(&a[1]).await {
-        return engine_error(&e);
-    }
+    let opts = PutOptions {
+        expire,
+        ..Default::default()
+    };
+    match engine.put(&to, src.0, opts).await {
+        Ok(w) => ctx.defer(w),
+        Err(e) => return engine_error(&e),
+    };
+    shared.watches.touch(&to);
+    match engine.delete(&from).await {
+        Ok(w) => ctx.defer(w),
+        Err(e) => return engine_error(&e),
+    };
     if nx {
         Reply::Integer(1)
     } else {
@@ -240,7 +321,7 @@ async fn rename(ctx: &mut Ctx<'_>, nx: bool, a: &[Bytes]) -> Reply {
     }
 }
 
-async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let cursor: u64 = match std::str::from_utf8(&a[1]).ok().and_then(|s| s.parse().ok()) {
         Some(c) => c,
         None => return Reply::err("ERR invalid cursor"),
@@ -256,7 +337,7 @@ async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         match a[i].to_ascii_lowercase().as_slice() {
             b"match" => pattern = Some(a[i + 1].clone()),
             b"count" => match parse_int(&a[i + 1]) {
-                Some(n) if n >= 1 => count = (n as usize).min(100_000),
+                Some(n) if n >= 1 => count = (n as usize).min(SCAN_COUNT_MAX),
                 Some(_) => return syntax_error(),
                 None => return not_integer(),
             },
@@ -277,7 +358,7 @@ async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let page = match ctx
         .shared
         .engine
-        .scan_prefix(&prefix, start.as_deref(), count)
+        .scan_prefix(ctx.conn.db, &prefix, start.as_deref(), count)
     {
         Ok(p) => p,
         Err(e) => return engine_error(&e),

@@ -20,6 +20,7 @@
 //!   `KVC.GET`).
 
 use bytes::Bytes;
+use strata_engine::Key;
 use strata_resp::Reply;
 
 use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
@@ -27,134 +28,132 @@ use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
 /// Most chunks one command may name.
 const CHUNKS_MAX: usize = 65_536;
 
-fn keys(ns: &[u8], hashes: &[Bytes]) -> Vec<Vec<u8>> {
+/// The stored keys of the chunks `hashes` of namespace `ns`.
+fn keys(ctx: &Ctx<'_>, ns: &[u8], hashes: &[Bytes]) -> Vec<Key> {
     hashes
         .iter()
-        .map(|h| strata_kvcache::key_for(ns, h))
+        .map(|h| ctx.key(&strata_kvcache::key_for(ns, h)))
         .collect()
 }
 
-pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
-    let engine = &ctx.shared.engine;
+pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let shared = ctx.shared;
+    let engine = &shared.engine;
     let ns = &a[1];
-    match name {
-        "kvc.put" => {
-            let mut rest = &a[2..];
-            let mut expire_ms = 0;
-            if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case(b"ttl") {
-                let Some(secs) = parse_int(&rest[rest.len() - 1]) else {
-                    return not_integer();
-                };
-                if secs <= 0 {
-                    return Reply::err("ERR invalid expire time in 'kvc.put' command");
-                }
-                expire_ms = engine.now_ms() + secs as u64 * 1000;
-                rest = &rest[..rest.len() - 2];
-            }
-            if rest.is_empty() || !rest.len().is_multiple_of(2) || rest.len() / 2 > CHUNKS_MAX {
-                return syntax_error();
-            }
-            // All the chunks in one batch: stored together or not at all.
-            let keys: Vec<Vec<u8>> = rest
-                .iter()
-                .step_by(2)
-                .map(|h| strata_kvcache::key_for(ns, h))
-                .collect();
-            let pairs: Vec<(&[u8], Bytes)> = keys
-                .iter()
-                .zip(rest.iter().skip(1).step_by(2))
-                .map(|(k, v)| (k.as_slice(), v.clone()))
-                .collect();
-            if let Err(e) = engine.put_many(&pairs, expire_ms).await {
-                return engine_error(&e);
-            }
-            for k in &keys {
-                ctx.shared.watches.touch(k);
-            }
-            Reply::Integer(pairs.len() as i64)
+    let mut rest = &a[2..];
+    let mut expire_ms = 0;
+    if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case(b"ttl") {
+        let Some(secs) = parse_int(&rest[rest.len() - 1]) else {
+            return not_integer();
+        };
+        if secs <= 0 {
+            return Reply::err("ERR invalid expire time in 'kvc.put' command");
         }
-        "kvc.get" => {
-            if a.len() - 2 > CHUNKS_MAX {
-                return syntax_error();
-            }
-            let ks = keys(ns, &a[2..]);
-            let refs: Vec<&[u8]> = ks.iter().map(|k| k.as_slice()).collect();
-            for k in &refs {
-                engine.note_access(ctx.conn.id, k);
-            }
-            match engine.get_prefix(&refs, ctx.reply_bytes_max()).await {
-                Ok(vals) => Reply::Array(vals.into_iter().map(Reply::Bulk).collect()),
-                Err(e) => engine_error(&e),
-            }
+        expire_ms = engine.now_ms() + secs as u64 * 1000;
+        rest = &rest[..rest.len() - 2];
+    }
+    if rest.is_empty() || !rest.len().is_multiple_of(2) || rest.len() / 2 > CHUNKS_MAX {
+        return syntax_error();
+    }
+    // All the chunks in one batch: stored together or not at all.
+    let hashes: Vec<Bytes> = rest.iter().step_by(2).cloned().collect();
+    let keys = keys(ctx, ns, &hashes);
+    let pairs: Vec<(&Key, Bytes)> = keys
+        .iter()
+        .zip(rest.iter().skip(1).step_by(2))
+        .map(|(k, v)| (k, v.clone()))
+        .collect();
+    match engine.put_many(&pairs, expire_ms).await {
+        Ok(w) => ctx.defer(w),
+        Err(e) => return engine_error(&e),
+    }
+    for k in &keys {
+        shared.watches.touch(k);
+    }
+    Reply::Integer(pairs.len() as i64)
+}
+
+pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if a.len() - 2 > CHUNKS_MAX {
+        return syntax_error();
+    }
+    let ks = keys(ctx, &a[1], &a[2..]);
+    let engine = &ctx.shared.engine;
+    for k in &ks {
+        engine.note_access(ctx.conn.id, k);
+    }
+    let refs: Vec<&Key> = ks.iter().collect();
+    match engine.get_prefix(&refs, ctx.reply_bytes_max()).await {
+        Ok(vals) => Reply::Array(vals.into_iter().map(Reply::Bulk).collect()),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let engine = &ctx.shared.engine;
+    let mut hashes = &a[2..];
+    let mut lease_ms = None;
+    let load_time = hashes
+        .last()
+        .is_some_and(|h| h.eq_ignore_ascii_case(b"loadtime"));
+    if load_time {
+        hashes = &hashes[..hashes.len() - 1];
+    }
+    if hashes.len() >= 2 && hashes[hashes.len() - 2].eq_ignore_ascii_case(b"lease") {
+        match parse_int(&hashes[hashes.len() - 1]) {
+            Some(ms) if ms > 0 => lease_ms = Some(ms as u64),
+            _ => return Reply::err("ERR LEASE takes a positive number of milliseconds"),
         }
-        "kvc.match" => {
-            let mut hashes = &a[2..];
-            let mut lease_ms = None;
-            let load_time = hashes
-                .last()
-                .is_some_and(|h| h.eq_ignore_ascii_case(b"loadtime"));
-            if load_time {
-                hashes = &hashes[..hashes.len() - 1];
-            }
-            if hashes.len() >= 2 && hashes[hashes.len() - 2].eq_ignore_ascii_case(b"lease") {
-                match parse_int(&hashes[hashes.len() - 1]) {
-                    Some(ms) if ms > 0 => lease_ms = Some(ms as u64),
-                    _ => return Reply::err("ERR LEASE takes a positive number of milliseconds"),
-                }
-                hashes = &hashes[..hashes.len() - 2];
-            }
-            if hashes.is_empty() || hashes.len() > CHUNKS_MAX {
-                return syntax_error();
-            }
-            let ks = keys(ns, hashes);
-            let mut found = Vec::new();
-            for k in &ks {
-                match engine.locate(k).await {
-                    Ok(Some(loc)) => found.push(loc),
-                    Ok(None) => break,
-                    Err(e) => return engine_error(&e),
-                }
-            }
-            let tiers: Vec<Reply> = found.iter().map(|(t, _)| Reply::bulk(t.as_str())).collect();
-            if let Some(ms) = lease_ms {
-                let matched: Vec<&[u8]> = ks[..tiers.len()].iter().map(|k| k.as_slice()).collect();
-                engine.lease(&matched, engine.now_ms() + ms);
-            }
-            let mut reply = vec![Reply::Integer(tiers.len() as i64), Reply::Array(tiers)];
-            if load_time {
-                reply.push(Reply::Integer(engine.expected_load_us(&found) as i64));
-            }
-            Reply::Array(reply)
+        hashes = &hashes[..hashes.len() - 2];
+    }
+    if hashes.is_empty() || hashes.len() > CHUNKS_MAX {
+        return syntax_error();
+    }
+    let ks = keys(ctx, &a[1], hashes);
+    let mut found = Vec::new();
+    for k in &ks {
+        match engine.locate(k).await {
+            Ok(Some(loc)) => found.push(loc),
+            Ok(None) => break,
+            Err(e) => return engine_error(&e),
         }
-        "kvc.locate" => {
-            if a.len() - 2 > CHUNKS_MAX {
-                return syntax_error();
-            }
-            let ks = keys(ns, &a[2..]);
-            let refs: Vec<&[u8]> = ks.iter().map(|k| k.as_slice()).collect();
-            match engine.locate_local(&refs) {
-                Ok(found) => Reply::Array(
-                    found
-                        .into_iter()
-                        .map(|l| {
-                            let Some(l) = l else {
-                                return Reply::Null;
-                            };
-                            Reply::Array(vec![
-                                Reply::Bulk(Bytes::from(
-                                    l.path.into_os_string().into_encoded_bytes(),
-                                )),
-                                Reply::Integer(l.offset as i64),
-                                Reply::Integer(l.len as i64),
-                                Reply::Integer(l.expire_ms as i64),
-                                Reply::Integer(l.checksum as i64),
-                            ])
-                        })
-                        .collect(),
-                ),
-                Err(e) => engine_error(&e),
-            }
-        }
-        _ => Reply::err(format!("ERR unknown command '{name}'")),
+    }
+    let tiers: Vec<Reply> = found.iter().map(|(t, _)| Reply::bulk(t.as_str())).collect();
+    if let Some(ms) = lease_ms {
+        let matched: Vec<&Key> = ks[..tiers.len()].iter().collect();
+        engine.lease(&matched, engine.now_ms() + ms);
+    }
+    let mut reply = vec![Reply::Integer(tiers.len() as i64), Reply::Array(tiers)];
+    if load_time {
+        reply.push(Reply::Integer(engine.expected_load_us(&found) as i64));
+    }
+    Reply::Array(reply)
+}
+
+pub(crate) async fn locate(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if a.len() - 2 > CHUNKS_MAX {
+        return syntax_error();
+    }
+    let ks = keys(ctx, &a[1], &a[2..]);
+    let refs: Vec<&Key> = ks.iter().collect();
+    match ctx.shared.engine.locate_local(&refs) {
+        Ok(found) => Reply::Array(
+            found
+                .into_iter()
+                .map(|l| {
+                    let Some(l) = l else {
+                        return Reply::Null;
+                    };
+                    Reply::Array(vec![
+                        Reply::Bulk(Bytes::from(l.path.into_os_string().into_encoded_bytes())),
+                        Reply::Integer(l.offset as i64),
+                        Reply::Integer(l.len as i64),
+                        Reply::Integer(l.expire_ms as i64),
+                        Reply::Integer(l.checksum as i64),
+                    ])
+                })
+                .collect(),
+        ),
+        Err(e) => engine_error(&e),
     }
 }

@@ -1,6 +1,9 @@
-//! The command table and dispatch: arity, authentication, roles, `MULTI` queueing and
-//! metrics happen here, once, for every command.
+//! The command table, and what happens once for every command: lookup, arity,
+//! authentication and roles, `MULTI` queueing, `WATCH` versions, metrics. Each entry holds
+//! its command's handler; there is no second dispatch by name.
 
+mod connection;
+mod info;
 mod keys;
 mod kvc;
 mod server;
@@ -14,12 +17,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
-use strata_engine::Error;
+use futures::future::BoxFuture;
+use strata_engine::{Error, Key, Written};
 use strata_resp::Reply;
 
 use crate::auth::Role;
-use crate::conn::Conn;
-use crate::Shared;
+use crate::session::Conn;
+use crate::shared::Shared;
 
 pub(crate) const WRITE: u32 = 1;
 pub(crate) const READ: u32 = 2;
@@ -34,7 +38,11 @@ pub(crate) const FAST: u32 = 64;
 /// Connection commands: allowed to every role.
 pub(crate) const CONN: u32 = 128;
 
-/// One command: Redis's arity convention (negative = at least), flags and key positions.
+/// A command's handler: the checked arguments in, the reply out.
+pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<'a, Reply>;
+
+/// One command: Redis's arity convention (negative = at least), flags, key positions and
+/// the handler.
 pub(crate) struct Spec {
     pub(crate) name: &'static str,
     pub(crate) arity: i32,
@@ -42,108 +50,149 @@ pub(crate) struct Spec {
     pub(crate) first_key: i32,
     pub(crate) last_key: i32,
     pub(crate) step: i32,
+    pub(crate) run: Run,
 }
 
-const fn c(
-    name: &'static str,
-    arity: i32,
-    flags: u32,
-    first_key: i32,
-    last_key: i32,
-    step: i32,
-) -> Spec {
-    Spec {
-        name,
-        arity,
-        flags,
-        first_key,
-        last_key,
-        step,
-    }
+/// A table entry: name, arity, flags, first key, last key, step, handler (an async fn of
+/// `(&mut Ctx, &[Bytes]) -> Reply`).
+macro_rules! c {
+    ($name:literal, $arity:expr, $flags:expr, $first:expr, $last:expr, $step:expr, $run:path) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            run: |ctx, a| Box::pin($run(ctx, a)),
+        }
+    };
 }
+
+use connection as cn;
+use server as sv;
+use strata as st;
+use strings as s;
 
 pub(crate) static COMMANDS: &[Spec] = &[
     // Connection.
-    c("ping", -1, CONN | FAST, 0, 0, 0),
-    c("echo", 2, CONN | FAST, 0, 0, 0),
-    c("hello", -1, CONN | NOAUTH | FAST, 0, 0, 0),
-    c("auth", -2, CONN | NOAUTH | FAST, 0, 0, 0),
-    c("select", 2, CONN | FAST, 0, 0, 0),
-    c("quit", -1, CONN | NOAUTH | FAST | NOQUEUE, 0, 0, 0),
-    c("reset", 1, CONN | NOAUTH | FAST | NOQUEUE, 0, 0, 0),
-    c("client", -2, CONN, 0, 0, 0),
-    c("command", -1, CONN, 0, 0, 0),
+    c!("ping", -1, CONN | FAST, 0, 0, 0, cn::ping),
+    c!("echo", 2, CONN | FAST, 0, 0, 0, cn::echo),
+    c!("hello", -1, CONN | NOAUTH | FAST, 0, 0, 0, cn::hello),
+    c!("auth", -2, CONN | NOAUTH | FAST, 0, 0, 0, cn::auth),
+    c!("select", 2, CONN | FAST, 0, 0, 0, cn::select),
+    c!(
+        "quit",
+        -1,
+        CONN | NOAUTH | FAST | NOQUEUE,
+        0,
+        0,
+        0,
+        cn::quit
+    ),
+    c!(
+        "reset",
+        1,
+        CONN | NOAUTH | FAST | NOQUEUE,
+        0,
+        0,
+        0,
+        cn::reset
+    ),
+    c!("client", -2, CONN, 0, 0, 0, cn::client),
+    c!("command", -1, CONN, 0, 0, 0, sv::command),
     // Strings.
-    c("get", 2, READ | FAST, 1, 1, 1),
-    c("set", -3, WRITE, 1, 1, 1),
-    c("setnx", 3, WRITE | FAST, 1, 1, 1),
-    c("setex", 4, WRITE, 1, 1, 1),
-    c("psetex", 4, WRITE, 1, 1, 1),
-    c("getex", -2, WRITE | FAST, 1, 1, 1),
-    c("getdel", 2, WRITE | FAST, 1, 1, 1),
-    c("getset", 3, WRITE | FAST, 1, 1, 1),
-    c("mget", -2, READ | FAST, 1, -1, 1),
-    c("mset", -3, WRITE | EXCLUSIVE, 1, -1, 2),
-    c("msetnx", -3, WRITE | EXCLUSIVE, 1, -1, 2),
-    c("strlen", 2, READ | FAST, 1, 1, 1),
-    c("append", 3, WRITE, 1, 1, 1),
-    c("getrange", 4, READ, 1, 1, 1),
-    c("substr", 4, READ, 1, 1, 1),
-    c("setrange", 4, WRITE, 1, 1, 1),
-    c("incr", 2, WRITE | FAST, 1, 1, 1),
-    c("decr", 2, WRITE | FAST, 1, 1, 1),
-    c("incrby", 3, WRITE | FAST, 1, 1, 1),
-    c("decrby", 3, WRITE | FAST, 1, 1, 1),
-    c("incrbyfloat", 3, WRITE | FAST, 1, 1, 1),
+    c!("get", 2, READ | FAST, 1, 1, 1, s::get),
+    c!("set", -3, WRITE, 1, 1, 1, s::set),
+    c!("setnx", 3, WRITE | FAST, 1, 1, 1, s::setnx),
+    c!("setex", 4, WRITE, 1, 1, 1, s::setex),
+    c!("psetex", 4, WRITE, 1, 1, 1, s::psetex),
+    c!("getex", -2, WRITE | FAST, 1, 1, 1, s::getex),
+    c!("getdel", 2, WRITE | FAST, 1, 1, 1, s::getdel),
+    c!("getset", 3, WRITE | FAST, 1, 1, 1, s::getset),
+    c!("mget", -2, READ | FAST, 1, -1, 1, s::mget),
+    c!("mset", -3, WRITE | EXCLUSIVE, 1, -1, 2, s::mset),
+    c!("msetnx", -3, WRITE | EXCLUSIVE, 1, -1, 2, s::msetnx),
+    c!("strlen", 2, READ | FAST, 1, 1, 1, s::strlen),
+    c!("append", 3, WRITE, 1, 1, 1, s::append),
+    c!("getrange", 4, READ, 1, 1, 1, s::getrange),
+    c!("substr", 4, READ, 1, 1, 1, s::getrange),
+    c!("setrange", 4, WRITE, 1, 1, 1, s::setrange),
+    c!("incr", 2, WRITE | FAST, 1, 1, 1, s::incr),
+    c!("decr", 2, WRITE | FAST, 1, 1, 1, s::decr),
+    c!("incrby", 3, WRITE | FAST, 1, 1, 1, s::incrby),
+    c!("decrby", 3, WRITE | FAST, 1, 1, 1, s::decrby),
+    c!("incrbyfloat", 3, WRITE | FAST, 1, 1, 1, s::incrbyfloat),
     // Keys.
-    c("del", -2, WRITE, 1, -1, 1),
-    c("unlink", -2, WRITE | FAST, 1, -1, 1),
-    c("exists", -2, READ | FAST, 1, -1, 1),
-    c("expire", -3, WRITE | FAST, 1, 1, 1),
-    c("pexpire", -3, WRITE | FAST, 1, 1, 1),
-    c("expireat", -3, WRITE | FAST, 1, 1, 1),
-    c("pexpireat", -3, WRITE | FAST, 1, 1, 1),
-    c("expiretime", 2, READ | FAST, 1, 1, 1),
-    c("pexpiretime", 2, READ | FAST, 1, 1, 1),
-    c("ttl", 2, READ | FAST, 1, 1, 1),
-    c("pttl", 2, READ | FAST, 1, 1, 1),
-    c("persist", 2, WRITE | FAST, 1, 1, 1),
-    c("type", 2, READ | FAST, 1, 1, 1),
-    c("rename", 3, WRITE | EXCLUSIVE, 1, 2, 1),
-    c("renamenx", 3, WRITE | EXCLUSIVE, 1, 2, 1),
-    c("scan", -2, READ, 0, 0, 0),
-    c("keys", 2, READ, 0, 0, 0),
-    c("dbsize", 1, READ | FAST, 0, 0, 0),
-    c("randomkey", 1, READ, 0, 0, 0),
-    c("flushdb", -1, WRITE | ADMIN | EXCLUSIVE, 0, 0, 0),
-    c("flushall", -1, WRITE | ADMIN | EXCLUSIVE, 0, 0, 0),
+    c!("del", -2, WRITE, 1, -1, 1, keys::del),
+    c!("unlink", -2, WRITE | FAST, 1, -1, 1, keys::del),
+    c!("exists", -2, READ | FAST, 1, -1, 1, keys::exists),
+    c!("expire", -3, WRITE | FAST, 1, 1, 1, keys::expire),
+    c!("pexpire", -3, WRITE | FAST, 1, 1, 1, keys::pexpire),
+    c!("expireat", -3, WRITE | FAST, 1, 1, 1, keys::expireat),
+    c!("pexpireat", -3, WRITE | FAST, 1, 1, 1, keys::pexpireat),
+    c!("expiretime", 2, READ | FAST, 1, 1, 1, keys::expiretime),
+    c!("pexpiretime", 2, READ | FAST, 1, 1, 1, keys::pexpiretime),
+    c!("ttl", 2, READ | FAST, 1, 1, 1, keys::ttl),
+    c!("pttl", 2, READ | FAST, 1, 1, 1, keys::pttl),
+    c!("persist", 2, WRITE | FAST, 1, 1, 1, keys::persist),
+    c!("type", 2, READ | FAST, 1, 1, 1, keys::type_of),
+    c!("rename", 3, WRITE | EXCLUSIVE, 1, 2, 1, keys::rename),
+    c!("renamenx", 3, WRITE | EXCLUSIVE, 1, 2, 1, keys::renamenx),
+    c!("scan", -2, READ, 0, 0, 0, keys::scan),
+    c!("keys", 2, READ, 0, 0, 0, keys::keys),
+    c!("dbsize", 1, READ | FAST, 0, 0, 0, keys::dbsize),
+    c!("randomkey", 1, READ, 0, 0, 0, keys::randomkey),
+    c!(
+        "flushdb",
+        -1,
+        WRITE | ADMIN | EXCLUSIVE,
+        0,
+        0,
+        0,
+        keys::flush
+    ),
+    c!(
+        "flushall",
+        -1,
+        WRITE | ADMIN | EXCLUSIVE,
+        0,
+        0,
+        0,
+        keys::flush
+    ),
     // Transactions.
-    c("multi", 1, CONN | FAST | NOQUEUE, 0, 0, 0),
-    c("exec", 1, CONN | NOQUEUE | EXCLUSIVE, 0, 0, 0),
-    c("discard", 1, CONN | FAST | NOQUEUE, 0, 0, 0),
-    c("watch", -2, CONN | FAST | NOQUEUE, 1, -1, 1),
-    c("unwatch", 1, CONN | FAST | NOQUEUE, 0, 0, 0),
+    c!("multi", 1, CONN | FAST | NOQUEUE, 0, 0, 0, txn::multi),
+    c!("exec", 1, CONN | NOQUEUE | EXCLUSIVE, 0, 0, 0, txn::exec),
+    c!("discard", 1, CONN | FAST | NOQUEUE, 0, 0, 0, txn::discard),
+    c!("watch", -2, CONN | FAST | NOQUEUE, 1, -1, 1, txn::watch),
+    c!("unwatch", 1, CONN | FAST | NOQUEUE, 0, 0, 0, txn::unwatch),
     // Server.
-    c("info", -1, READ, 0, 0, 0),
-    c("config", -2, ADMIN, 0, 0, 0),
-    c("debug", -2, ADMIN, 0, 0, 0),
-    c("shutdown", -1, ADMIN | NOQUEUE, 0, 0, 0),
-    c("time", 1, CONN | FAST, 0, 0, 0),
-    c("wait", 3, CONN, 0, 0, 0),
-    c("lastsave", 1, CONN | FAST, 0, 0, 0),
+    c!("info", -1, READ, 0, 0, 0, info::info),
+    c!("config", -2, ADMIN, 0, 0, 0, sv::config),
+    c!("debug", -2, ADMIN, 0, 0, 0, sv::debug),
+    c!("shutdown", -1, ADMIN | NOQUEUE, 0, 0, 0, sv::shutdown),
+    c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),
+    c!("wait", 3, CONN, 0, 0, 0, sv::wait),
+    c!("lastsave", 1, CONN | FAST, 0, 0, 0, sv::lastsave),
     // Strata's own.
-    c("tier", 2, READ | FAST, 1, 1, 1),
-    c("strata.stats", 1, READ, 0, 0, 0),
-    c("pin", 2, WRITE | ADMIN, 0, 0, 0),
-    c("unpin", 2, WRITE | ADMIN, 0, 0, 0),
-    c("pins", 1, READ, 0, 0, 0),
-    c("strata.backup", 2, ADMIN, 0, 0, 0),
+    c!("tier", 2, READ | FAST, 1, 1, 1, st::tier),
+    c!("strata.stats", 1, READ, 0, 0, 0, st::stats),
+    c!("pin", 2, WRITE | ADMIN, 0, 0, 0, st::pin),
+    c!("unpin", 2, WRITE | ADMIN, 0, 0, 0, st::unpin),
+    c!("pins", 1, READ, 0, 0, 0, st::pins),
+    c!("strata.backup", 2, ADMIN, 0, 0, 0, st::backup),
     // The KV-cache pool (one round trip each).
-    c("kvc.put", -4, WRITE, 0, 0, 0),
-    c("kvc.get", -3, READ, 0, 0, 0),
-    c("kvc.match", -3, READ, 0, 0, 0),
-    c("kvc.locate", -3, READ, 0, 0, 0),
+    c!("kvc.put", -4, WRITE, 0, 0, 0, kvc::put),
+    c!("kvc.get", -3, READ, 0, 0, 0, kvc::get),
+    c!("kvc.match", -3, READ, 0, 0, 0, kvc::match_prefix),
+    c!("kvc.locate", -3, READ, 0, 0, 0, kvc::locate),
 ];
+
+/// Every command's name, in table order.
+pub(crate) fn names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|s| s.name).collect()
+}
 
 fn table() -> &'static HashMap<&'static str, usize> {
     static T: OnceLock<HashMap<&'static str, usize>> = OnceLock::new();
@@ -156,12 +205,15 @@ fn table() -> &'static HashMap<&'static str, usize> {
     })
 }
 
+/// Longest command name looked up.
+const NAME_BYTES_MAX: usize = 32;
+
 /// Finds a command by name, in any letter case.
 pub(crate) fn lookup(name: &[u8]) -> Option<usize> {
-    if name.len() > 32 {
+    if name.len() > NAME_BYTES_MAX {
         return None;
     }
-    let mut lower = [0u8; 32];
+    let mut lower = [0u8; NAME_BYTES_MAX];
     for (d, s) in lower.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();
     }
@@ -220,6 +272,10 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
     strata_engine::parse_i64(b)
 }
 
+pub(crate) fn lower(a: &[u8]) -> String {
+    String::from_utf8_lossy(a).to_ascii_lowercase()
+}
+
 /// Most commands one `MULTI` may queue.
 const MULTI_QUEUED_MAX: usize = 100_000;
 
@@ -233,6 +289,16 @@ impl Ctx<'_> {
     /// The most bytes of values one reply may carry (`client-output-buffer-limit`).
     pub(crate) fn reply_bytes_max(&self) -> u64 {
         self.shared.cfg.read().client_output_buffer_limit
+    }
+
+    /// The stored key of `client` in the selected database.
+    pub(crate) fn key(&self, client: &[u8]) -> Key {
+        self.shared.engine.key(self.conn.db, client)
+    }
+
+    /// A write's result; its ticket joins those the replies wait for.
+    pub(crate) fn defer<T>(&mut self, w: Written<T>) -> T {
+        w.defer(&mut self.conn.pending)
     }
 }
 
@@ -259,7 +325,32 @@ fn role_allows(role: Role, flags: u32) -> bool {
     }
 }
 
-/// Runs one request and returns its reply.
+/// Checks arity and permissions; the refusal, if any.
+fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
+    let n = n as i32;
+    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        if conn.multi.is_some() {
+            conn.multi_failed = true;
+        }
+        return Some(wrong_args(spec.name));
+    }
+    match &conn.user {
+        None if spec.flags & NOAUTH == 0 => Some(Reply::err("NOAUTH Authentication required.")),
+        Some((user, role)) if !role_allows(*role, spec.flags) => {
+            if conn.multi.is_some() {
+                conn.multi_failed = true;
+            }
+            Some(Reply::err(format!(
+                "NOPERM User {user} has no permissions to run the '{}' command",
+                spec.name
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Runs one request and returns its reply; the tickets of its writes join
+/// `conn.pending`.
 pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Bytes>) -> Reply {
     if args.is_empty() {
         return Reply::Array(vec![]);
@@ -271,25 +362,8 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
         return unknown_command(&args);
     };
     let spec = &COMMANDS[idx];
-    let n = args.len() as i32;
-    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
-        if conn.multi.is_some() {
-            conn.multi_failed = true;
-        }
-        return wrong_args(spec.name);
-    }
-    match &conn.user {
-        None if spec.flags & NOAUTH == 0 => return Reply::err("NOAUTH Authentication required."),
-        Some((user, role)) if !role_allows(*role, spec.flags) => {
-            if conn.multi.is_some() {
-                conn.multi_failed = true;
-            }
-            return Reply::err(format!(
-                "NOPERM User {user} has no permissions to run the '{}' command",
-                spec.name
-            ));
-        }
-        _ => {}
+    if let Some(r) = refusal(conn, spec, args.len()) {
+        return r;
     }
     if let Some(queue) = conn.multi.as_mut().filter(|_| spec.flags & NOQUEUE == 0) {
         // The queue lives until EXEC: it gets the query buffer's limit.
@@ -311,39 +385,25 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
     shared
         .metrics
         .record(idx, start.elapsed(), reply.is_error());
-    shared.total_commands.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .total_commands_processed
+        .fetch_add(1, Ordering::Relaxed);
     reply
 }
 
 /// Runs a command already checked for arity, auth and queueing.
 pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
-    let name = COMMANDS[idx].name;
-    if COMMANDS[idx].flags & WRITE != 0 {
-        touch_keys(ctx, idx, a);
+    let spec = &COMMANDS[idx];
+    if spec.flags & WRITE != 0 {
+        touch_keys(ctx, spec, a);
     }
-    match name {
-        "ping" | "echo" | "hello" | "auth" | "select" | "quit" | "reset" | "client" | "command"
-        | "info" | "config" | "debug" | "shutdown" | "time" | "wait" | "lastsave" => {
-            server::run(ctx, name, a).await
-        }
-        "multi" | "exec" | "discard" | "watch" | "unwatch" => txn::run(ctx, name, a).await,
-        "tier" | "strata.stats" | "pin" | "unpin" | "pins" | "strata.backup" => {
-            strata::run(ctx, name, a).await
-        }
-        "kvc.put" | "kvc.get" | "kvc.match" | "kvc.locate" => kvc::run(ctx, name, a).await,
-        "del" | "unlink" | "exists" | "expire" | "pexpire" | "expireat" | "pexpireat"
-        | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "type" | "rename"
-        | "renamenx" | "scan" | "keys" | "dbsize" | "randomkey" | "flushdb" | "flushall" => {
-            keys::run(ctx, name, a).await
-        }
-        _ => strings::run(ctx, name, a).await,
-    }
+    (spec.run)(ctx, a).await
 }
 
 /// Bumps the `WATCH` version of every key a write command names.
-fn touch_keys(ctx: &Ctx<'_>, idx: usize, a: &[Bytes]) {
-    let s = &COMMANDS[idx];
-    if s.first_key <= 0 {
+fn touch_keys(ctx: &Ctx<'_>, s: &Spec, a: &[Bytes]) {
+    if s.first_key <= 0 || ctx.shared.watches.idle() {
         return;
     }
     let last = if s.last_key < 0 {
@@ -353,7 +413,7 @@ fn touch_keys(ctx: &Ctx<'_>, idx: usize, a: &[Bytes]) {
     };
     let mut i = s.first_key;
     while i <= last && (i as usize) < a.len() {
-        ctx.shared.watches.touch(&a[i as usize]);
+        ctx.shared.watches.touch(&ctx.key(&a[i as usize]));
         i += s.step.max(1);
     }
 }

@@ -5,73 +5,52 @@ use strata_resp::Reply;
 
 use super::{engine_error, Ctx};
 
-pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
-    let engine = &ctx.shared.engine;
-    match name {
-        "tier" => match engine.tier_of(&a[1]).await {
-            Ok(Some(t)) => Reply::bulk(t.as_str()),
-            Ok(None) => Reply::Null,
-            Err(e) => engine_error(&e),
-        },
-        "strata.stats" => {
-            let st = engine.stats();
-            let n = |k: &str, v: u64| (Reply::bulk(k.to_string()), Reply::Integer(v as i64));
-            let c = &st.cold_requests;
-            Reply::Map(vec![
-                n("hot_entries", st.hot.entries),
-                n("hot_bytes", st.hot.bytes),
-                n("hot_bytes_max", st.hot.bytes_max),
-                n("hot_hits", st.hot.hits),
-                n("warm_entries", st.warm.entries),
-                n("warm_bytes", st.warm.bytes),
-                n("warm_bytes_max", st.warm.bytes_max),
-                n("warm_hits", st.warm.hits),
-                n("cold_entries", st.cold.entries),
-                n("cold_bytes", st.cold.bytes),
-                n("cold_hits", st.cold.hits),
-                n("misses", st.misses),
-                n("demotions", st.demotions),
-                n("promotions", st.promotions),
-                n("returns_to_warm", st.returns_to_warm),
-                n("expired", st.expired),
-                n("checksum_errors", st.checksum_errors),
-                n("segments_written", st.segments_written),
-                n("segments_deleted", st.segments_deleted),
-                n("object_store_gets", c.gets),
-                n("object_store_puts", c.puts),
-                n("object_store_errors", c.errors),
-                n("demotion_errors", st.demotion_errors),
-                n("warm_bytes_hard_max", st.warm_bytes_hard_max),
-                n("writes_refused_full", st.writes_refused_full),
-                n("wal_bytes_dropped", st.wal_bytes_dropped),
-                n("prefetch_issued", st.prefetch_issued),
-                n("prefetch_used", st.prefetch_used),
-                n("prefetch_dropped", st.prefetch_dropped),
-                n("warm_batches_split", st.warm_batches_split),
-                n("vlog_files", st.vlog_files),
-                n("vlog_bytes", st.vlog_bytes),
-                n("vlog_files_collected", st.vlog_files_collected),
-            ])
-        }
-        "pin" | "unpin" | "pins" => pins(ctx, name, a).await,
-        "strata.backup" => start_backup(ctx, &a[1]),
-        _ => Reply::err(format!("ERR unknown command '{name}'")),
+pub(crate) async fn tier(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match ctx.shared.engine.tier_of(&ctx.key(&a[1])).await {
+        Ok(Some(t)) => Reply::bulk(t.as_str()),
+        Ok(None) => Reply::Null,
+        Err(e) => engine_error(&e),
     }
 }
 
-async fn pins(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
-    let engine = &ctx.shared.engine;
-    match name {
-        "pin" => match engine.pin(&a[1]).await {
-            Ok(bytes) => Reply::Integer(bytes as i64),
-            Err(e) => engine_error(&e),
-        },
-        "unpin" => match engine.unpin(&a[1]) {
-            Ok(existed) => Reply::Integer(existed as i64),
-            Err(e) => engine_error(&e),
-        },
-        _ => Reply::Array(engine.pins().into_iter().map(Reply::Bulk).collect()),
+/// `STRATA.STATS`: every figure of the engine, by name.
+pub(crate) async fn stats(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    let st = ctx.shared.engine.stats();
+    Reply::Map(
+        st.rows()
+            .into_iter()
+            .map(|(s, v)| (Reply::bulk(s.name), Reply::Integer(v as i64)))
+            .collect(),
+    )
+}
+
+pub(crate) async fn pin(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match ctx.shared.engine.pin(&a[1]).await {
+        Ok(bytes) => Reply::Integer(bytes as i64),
+        Err(e) => engine_error(&e),
     }
+}
+
+pub(crate) async fn unpin(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match ctx.shared.engine.unpin(&a[1]) {
+        Ok(existed) => Reply::Integer(existed as i64),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn pins(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    Reply::Array(
+        ctx.shared
+            .engine
+            .pins()
+            .into_iter()
+            .map(Reply::Bulk)
+            .collect(),
+    )
+}
+
+pub(crate) async fn backup(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    start_backup(ctx, &a[1])
 }
 
 /// `STRATA.BACKUP url`: starts a backup in the background, like `BGSAVE`; `INFO persistence`
@@ -83,7 +62,7 @@ fn start_backup(ctx: &mut Ctx<'_>, url: &Bytes) -> Reply {
         if st.running {
             return Reply::err("ERR a backup is already in progress");
         }
-        *st = crate::BackupState {
+        *st = crate::shared::BackupState {
             running: true,
             url: url.clone(),
             ..Default::default()

@@ -1,10 +1,10 @@
 //! String commands.
 
 use bytes::{Bytes, BytesMut};
-use strata_engine::{Change, Condition, Expire, PutOptions};
+use strata_engine::{Change, Condition, Expire, Key, PutOptions, PutResult};
 use strata_resp::Reply;
 
-use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
+use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
 /// Parses an expiry argument (`EX`/`PX`/`EXAT`/`PXAT`) into absolute Unix ms.
 pub(crate) fn expire_at(kind: &str, arg: &[u8], now_ms: u64, cmd: &str) -> Result<u64, Reply> {
@@ -23,209 +23,39 @@ pub(crate) fn expire_at(kind: &str, arg: &[u8], now_ms: u64, cmd: &str) -> Resul
     at.filter(|&t| t < i64::MAX as u64).ok_or_else(invalid)
 }
 
-fn lower(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_lowercase()
+fn too_long() -> Reply {
+    Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 }
 
-pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
+pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
     let engine = &ctx.shared.engine;
-    match name {
-        "get" => {
-            engine.note_access(ctx.conn.id, &a[1]);
-            match engine.get(&a[1]).await {
-                Ok(Some(v)) => Reply::Bulk(v),
-                Ok(None) => Reply::Null,
-                Err(e) => engine_error(&e),
-            }
-        }
-        "mget" => {
-            let keys: Vec<&[u8]> = a[1..].iter().map(|k| k.as_ref()).collect();
-            for k in &keys {
-                engine.note_access(ctx.conn.id, k);
-            }
-            match engine.get_many_limited(&keys, ctx.reply_bytes_max()).await {
-                Ok(vals) => Reply::Array(
-                    vals.into_iter()
-                        .map(|v| v.map_or(Reply::Null, Reply::Bulk))
-                        .collect(),
-                ),
-                Err(e) => engine_error(&e),
-            }
-        }
-        "set" => set(ctx, a).await,
-        "setnx" => {
-            put(
-                ctx,
-                &a[1],
-                a[2].clone(),
-                PutOptions {
-                    condition: Condition::IfAbsent,
-                    ..Default::default()
-                },
-                |r| Reply::Integer(r.written as i64),
-            )
-            .await
-        }
-        "setex" | "psetex" => {
-            let kind = if name == "setex" { "ex" } else { "px" };
-            let at = match expire_at(kind, &a[2], engine.now_ms(), name) {
-                Ok(t) => t,
-                Err(r) => return r,
-            };
-            put(
-                ctx,
-                &a[1],
-                a[3].clone(),
-                PutOptions {
-                    expire: Expire::AtMs(at),
-                    ..Default::default()
-                },
-                |_| Reply::ok(),
-            )
-            .await
-        }
-        "getset" => {
-            put(
-                ctx,
-                &a[1],
-                a[2].clone(),
-                PutOptions {
-                    return_old: true,
-                    ..Default::default()
-                },
-                |r| r.old.map_or(Reply::Null, Reply::Bulk),
-            )
-            .await
-        }
-        "getdel" => {
-            let r = engine
-                .update(&a[1], true, |cur| match cur {
-                    None => Ok((None, None)),
-                    Some(c) => Ok((Some(Change::Delete), c.value.cloned())),
-                })
-                .await;
-            match r {
-                Ok(v) => v.map_or(Reply::Null, Reply::Bulk),
-                Err(e) => engine_error(&e),
-            }
-        }
-        "getex" => getex(ctx, a).await,
-        "mset" | "msetnx" => {
-            if a.len().is_multiple_of(2) {
-                return super::wrong_args(name);
-            }
-            if name == "msetnx" {
-                for pair in a[1..].chunks(2) {
-                    match engine.exists(&pair[0]).await {
-                        Ok(true) => return Reply::Integer(0),
-                        Ok(false) => {}
-                        Err(e) => return engine_error(&e),
-                    }
-                }
-            }
-            let pairs: Vec<(&[u8], Bytes)> = a[1..]
-                .chunks(2)
-                .map(|p| (p[0].as_ref(), p[1].clone()))
-                .collect();
-            if let Err(e) = engine.put_many(&pairs, 0).await {
-                return engine_error(&e);
-            }
-            if name == "mset" {
-                Reply::ok()
-            } else {
-                Reply::Integer(1)
-            }
-        }
-        "strlen" => match engine
-            .update(&a[1], false, |cur| {
-                Ok((None, cur.map_or(0, |c| c.value_len)))
-            })
-            .await
-        {
-            Ok(n) => Reply::Integer(n as i64),
-            Err(e) => engine_error(&e),
-        },
-        "append" => {
-            let add = a[2].clone();
-            let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
-            edit_value(ctx, &a[1], move |old| {
-                let mut v = BytesMut::from(old.map_or(&b""[..], |o| o.as_ref()));
-                if v.len() + add.len() > limit {
-                    return Err(too_big());
-                }
-                v.extend_from_slice(&add);
-                Ok(Some(v))
-            })
-            .await
-        }
-        "getrange" | "substr" => {
-            let (Some(start), Some(end)) = (parse_int(&a[2]), parse_int(&a[3])) else {
-                return not_integer();
-            };
-            match engine.get(&a[1]).await {
-                Ok(Some(v)) => Reply::Bulk(range_of(&v, start, end)),
-                Ok(None) => Reply::bulk(""),
-                Err(e) => engine_error(&e),
-            }
-        }
-        "setrange" => setrange(ctx, a).await,
-        "incr" | "decr" | "incrby" | "decrby" => {
-            let delta = match name {
-                "incr" => 1,
-                "decr" => -1,
-                _ => match parse_int(&a[2]) {
-                    Some(d) if name == "incrby" => d,
-                    Some(d) => match d.checked_neg() {
-                        Some(n) => n,
-                        None => return Reply::err("ERR decrement would overflow"),
-                    },
-                    None => return not_integer(),
-                },
-            };
-            engine
-                .incr_by(&a[1], delta)
-                .await
-                .map_or_else(|e| engine_error(&e), Reply::Integer)
-        }
-        "incrbyfloat" => incrbyfloat(ctx, a).await,
-        _ => Reply::err(format!("ERR unknown command '{name}'")),
-    }
-}
-
-async fn put(
-    ctx: &Ctx<'_>,
-    key: &Bytes,
-    value: Bytes,
-    opts: PutOptions,
-    f: impl FnOnce(strata_engine::PutResult) -> Reply,
-) -> Reply {
-    let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
-    if value.len() > limit {
-        return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
-    }
-    match ctx.shared.engine.put(key, value, opts).await {
-        Ok(r) => f(r),
+    engine.note_access(ctx.conn.id, &key);
+    match engine.get(&key).await {
+        Ok(Some(v)) => Reply::Bulk(v),
+        Ok(None) => Reply::Null,
         Err(e) => engine_error(&e),
     }
 }
 
-/// The bytes of `v` between `start` and `end` inclusive, with Redis's negative indexes.
-pub(crate) fn range_of(v: &Bytes, start: i64, end: i64) -> Bytes {
-    let len = v.len() as i64;
-    if len == 0 || (start < 0 && end < 0 && start > end) {
-        return Bytes::new();
+pub(crate) async fn mget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let keys: Vec<Key> = a[1..].iter().map(|k| ctx.key(k)).collect();
+    let engine = &ctx.shared.engine;
+    for k in &keys {
+        engine.note_access(ctx.conn.id, k);
     }
-    let mut s = if start < 0 { len + start } else { start };
-    let mut e = if end < 0 { len + end } else { end };
-    s = s.max(0);
-    e = e.max(0).min(len - 1);
-    if s > e {
-        return Bytes::new();
+    let refs: Vec<&Key> = keys.iter().collect();
+    match engine.get_many_limited(&refs, ctx.reply_bytes_max()).await {
+        Ok(vals) => Reply::Array(
+            vals.into_iter()
+                .map(|v| v.map_or(Reply::Null, Reply::Bulk))
+                .collect(),
+        ),
+        Err(e) => engine_error(&e),
     }
-    v.slice(s as usize..=e as usize)
 }
 
-async fn set(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+pub(crate) async fn set(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let now = ctx.shared.engine.now_ms();
     let mut opts = PutOptions::default();
     let mut expire_set = false;
@@ -278,9 +108,68 @@ async fn set(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     .await
 }
 
-async fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let engine = &ctx.shared.engine;
-    let now = engine.now_ms();
+pub(crate) async fn setnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let opts = PutOptions {
+        condition: Condition::IfAbsent,
+        ..Default::default()
+    };
+    put(ctx, &a[1], a[2].clone(), opts, |r| {
+        Reply::Integer(r.written as i64)
+    })
+    .await
+}
+
+pub(crate) async fn setex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_expiring(ctx, a, "ex", "setex").await
+}
+
+pub(crate) async fn psetex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_expiring(ctx, a, "px", "psetex").await
+}
+
+/// `SETEX`/`PSETEX key time value`: `kind` says the time's unit.
+async fn set_expiring(ctx: &mut Ctx<'_>, a: &[Bytes], kind: &str, cmd: &str) -> Reply {
+    let at = match expire_at(kind, &a[2], ctx.shared.engine.now_ms(), cmd) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let opts = PutOptions {
+        expire: Expire::AtMs(at),
+        ..Default::default()
+    };
+    put(ctx, &a[1], a[3].clone(), opts, |_| Reply::ok()).await
+}
+
+pub(crate) async fn getset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let opts = PutOptions {
+        return_old: true,
+        ..Default::default()
+    };
+    put(ctx, &a[1], a[2].clone(), opts, |r| {
+        r.old.map_or(Reply::Null, Reply::Bulk)
+    })
+    .await
+}
+
+pub(crate) async fn getdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    let shared = ctx.shared;
+    let r = shared
+        .engine
+        .update(&key, true, |cur| match cur {
+            None => Ok((None, None)),
+            Some(c) => Ok((Some(Change::Delete), c.value.cloned())),
+        })
+        .await;
+    match r {
+        Ok(w) => ctx.defer(w).map_or(Reply::Null, Reply::Bulk),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let shared = ctx.shared;
+    let now = shared.engine.now_ms();
     // None: leave the expiry alone; Some(0): persist; Some(t): expire at t.
     let mut new_expire: Option<u64> = None;
     let mut i = 2;
@@ -299,8 +188,10 @@ async fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         }
         i += 1;
     }
-    let r = engine
-        .update(&a[1], true, move |cur| match cur {
+    let key = ctx.key(&a[1]);
+    let r = shared
+        .engine
+        .update(&key, true, move |cur| match cur {
             None => Ok((None, None)),
             Some(c) => {
                 let change = match new_expire {
@@ -312,12 +203,159 @@ async fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         })
         .await;
     match r {
-        Ok(v) => v.map_or(Reply::Null, Reply::Bulk),
+        Ok(w) => ctx.defer(w).map_or(Reply::Null, Reply::Bulk),
         Err(e) => engine_error(&e),
     }
 }
 
-async fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+pub(crate) async fn mset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_many(ctx, a, false).await
+}
+
+pub(crate) async fn msetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    set_many(ctx, a, true).await
+}
+
+/// `MSET` (and with `only_new`, `MSETNX`): every pair in one batch.
+async fn set_many(ctx: &mut Ctx<'_>, a: &[Bytes], only_new: bool) -> Reply {
+    if a.len().is_multiple_of(2) {
+        return super::wrong_args(if only_new { "msetnx" } else { "mset" });
+    }
+    let shared = ctx.shared;
+    let keys: Vec<Key> = a[1..].iter().step_by(2).map(|k| ctx.key(k)).collect();
+    if only_new {
+        for k in &keys {
+            match shared.engine.exists(k).await {
+                Ok(true) => return Reply::Integer(0),
+                Ok(false) => {}
+                Err(e) => return engine_error(&e),
+            }
+        }
+    }
+    let pairs: Vec<(&Key, Bytes)> = keys
+        .iter()
+        .zip(a[2..].iter().step_by(2))
+        .map(|(k, v)| (k, v.clone()))
+        .collect();
+    match shared.engine.put_many(&pairs, 0).await {
+        Ok(w) => ctx.defer(w),
+        Err(e) => return engine_error(&e),
+    }
+    if only_new {
+        Reply::Integer(1)
+    } else {
+        Reply::ok()
+    }
+}
+
+pub(crate) async fn strlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    let r = ctx
+        .shared
+        .engine
+        .update(&key, false, |cur| {
+            Ok((None, cur.map_or(0, |c| c.value_len)))
+        })
+        .await;
+    match r {
+        // Nothing changed: no ticket to wait for.
+        Ok(w) => Reply::Integer(ctx.defer(w) as i64),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn append(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let add = a[2].clone();
+    let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
+    edit_value(ctx, &a[1], move |old| {
+        let mut v = BytesMut::from(old.map_or(&b""[..], |o| o.as_ref()));
+        if v.len() + add.len() > limit {
+            return Err(too_big());
+        }
+        v.extend_from_slice(&add);
+        Ok(Some(v))
+    })
+    .await
+}
+
+pub(crate) async fn getrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (Some(start), Some(end)) = (parse_int(&a[2]), parse_int(&a[3])) else {
+        return not_integer();
+    };
+    match ctx.shared.engine.get(&ctx.key(&a[1])).await {
+        Ok(Some(v)) => Reply::Bulk(range_of(&v, start, end)),
+        Ok(None) => Reply::bulk(""),
+        Err(e) => engine_error(&e),
+    }
+}
+
+pub(crate) async fn incr(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    incr_by(ctx, &a[1], 1).await
+}
+
+pub(crate) async fn decr(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    incr_by(ctx, &a[1], -1).await
+}
+
+pub(crate) async fn incrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match parse_int(&a[2]) {
+        Some(d) => incr_by(ctx, &a[1], d).await,
+        None => not_integer(),
+    }
+}
+
+pub(crate) async fn decrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match parse_int(&a[2]).map(i64::checked_neg) {
+        Some(Some(d)) => incr_by(ctx, &a[1], d).await,
+        Some(None) => Reply::err("ERR decrement would overflow"),
+        None => not_integer(),
+    }
+}
+
+async fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
+    let key = ctx.key(key);
+    match ctx.shared.engine.incr_by(&key, delta).await {
+        Ok(w) => Reply::Integer(ctx.defer(w)),
+        Err(e) => engine_error(&e),
+    }
+}
+
+/// Stores `value` under the client key `key` as `opts` says; `f` makes the reply.
+async fn put(
+    ctx: &mut Ctx<'_>,
+    key: &Bytes,
+    value: Bytes,
+    opts: PutOptions,
+    f: impl FnOnce(PutResult) -> Reply,
+) -> Reply {
+    let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
+    if value.len() > limit {
+        return too_long();
+    }
+    let key = ctx.key(key);
+    match ctx.shared.engine.put(&key, value, opts).await {
+        Ok(w) => f(ctx.defer(w)),
+        Err(e) => engine_error(&e),
+    }
+}
+
+/// The bytes of `v` between `start` and `end` inclusive, with Redis's negative indexes.
+pub(crate) fn range_of(v: &Bytes, start: i64, end: i64) -> Bytes {
+    let len = v.len() as i64;
+    if len == 0 || (start < 0 && end < 0 && start > end) {
+        return Bytes::new();
+    }
+    let mut s = if start < 0 { len + start } else { start };
+    let mut e = if end < 0 { len + end } else { end };
+    s = s.max(0);
+    e = e.max(0).min(len - 1);
+    if s > e {
+        return Bytes::new();
+    }
+    v.slice(s as usize..=e as usize)
+}
+
+pub(crate) async fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let Some(offset) = parse_int(&a[2]) else {
         return not_integer();
     };
@@ -327,7 +365,7 @@ async fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
     let offset = offset as usize;
     if offset.saturating_add(a[3].len()) > limit {
-        return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+        return too_long();
     }
     let patch = a[3].clone();
     edit_value(ctx, &a[1], move |old| {
@@ -352,33 +390,32 @@ fn too_big() -> strata_engine::Error {
 /// absent) and returns the new one, or `None` to leave the key alone. Replies with the
 /// resulting length, as APPEND and SETRANGE do.
 async fn edit_value(
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     key: &[u8],
     f: impl FnOnce(Option<&Bytes>) -> Result<Option<BytesMut>, strata_engine::Error>,
 ) -> Reply {
+    let key = ctx.key(key);
     let r = ctx
         .shared
         .engine
-        .update(key, true, move |cur| {
+        .update(&key, true, move |cur| {
             let expire_ms = cur.as_ref().map_or(0, |c| c.expire_ms);
             let old = cur.as_ref().and_then(|c| c.value);
             let old_len = old.map_or(0, |v| v.len()) as i64;
             match f(old)? {
                 Some(v) => {
                     let n = v.len() as i64;
-                    Ok((
-                        Some(Change::Put {
-                            value: v.freeze(),
-                            expire_ms,
-                        }),
-                        n,
-                    ))
+                    let value = v.freeze();
+                    Ok((Some(Change::Put { value, expire_ms }), n))
                 }
                 None => Ok((None, old_len)),
             }
         })
         .await;
-    r.map_or_else(|e| engine_error(&e), Reply::Integer)
+    match r {
+        Ok(w) => Reply::Integer(ctx.defer(w)),
+        Err(e) => engine_error(&e),
+    }
 }
 
 /// Parses a float the way Redis accepts it: no spaces, finite, not empty.
@@ -390,14 +427,15 @@ fn parse_float(b: &[u8]) -> Option<f64> {
     s.parse::<f64>().ok().filter(|f| !f.is_nan())
 }
 
-async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let Some(delta) = parse_float(&a[2]) else {
         return Reply::err("ERR value is not a valid float");
     };
+    let key = ctx.key(&a[1]);
     let r = ctx
         .shared
         .engine
-        .update(&a[1], true, move |cur| {
+        .update(&key, true, move |cur| {
             let (old, expire_ms) = match &cur {
                 Some(c) => match parse_float(c.value.expect("value")) {
                     Some(f) => (f, c.expire_ms),
@@ -416,14 +454,12 @@ async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 ));
             }
             let text = Bytes::from(strata_resp::format_double(new));
-            Ok((
-                Some(Change::Put {
-                    value: text.clone(),
-                    expire_ms,
-                }),
-                text,
-            ))
+            let value = text.clone();
+            Ok((Some(Change::Put { value, expire_ms }), text))
         })
         .await;
-    r.map_or_else(|e| engine_error(&e), Reply::Bulk)
+    match r {
+        Ok(w) => Reply::Bulk(ctx.defer(w)),
+        Err(e) => engine_error(&e),
+    }
 }

@@ -2,50 +2,49 @@
 //! holds the server's gate for writing, so the queued commands run with nothing between.
 
 use bytes::Bytes;
+use strata_engine::Key;
 use strata_resp::Reply;
 
 use super::{lookup, Ctx};
 
-pub(crate) async fn run(ctx: &mut Ctx<'_>, name: &str, a: &[Bytes]) -> Reply {
-    match name {
-        "multi" => {
-            if ctx.conn.multi.is_some() {
-                return Reply::err("ERR MULTI calls can not be nested");
-            }
-            ctx.conn.multi = Some(Vec::new());
-            ctx.conn.multi_bytes = 0;
-            ctx.conn.multi_failed = false;
-            Reply::ok()
-        }
-        "discard" => {
-            if ctx.conn.multi.take().is_none() {
-                return Reply::err("ERR DISCARD without MULTI");
-            }
-            ctx.shared.watches.unwatch(&mut ctx.conn.watched);
-            Reply::ok()
-        }
-        "watch" => {
-            if ctx.conn.multi.is_some() {
-                return Reply::err("ERR WATCH inside MULTI is not allowed");
-            }
-            if !ctx.shared.watches.watch(&mut ctx.conn.watched, &a[1..]) {
-                return Reply::err(format!(
-                    "ERR a client may watch at most {} keys",
-                    crate::watch::WATCHED_KEYS_MAX
-                ));
-            }
-            Reply::ok()
-        }
-        "unwatch" => {
-            ctx.shared.watches.unwatch(&mut ctx.conn.watched);
-            Reply::ok()
-        }
-        "exec" => exec(ctx).await,
-        _ => Reply::err(format!("ERR unknown command '{name}'")),
+pub(crate) async fn multi(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    if ctx.conn.multi.is_some() {
+        return Reply::err("ERR MULTI calls can not be nested");
     }
+    ctx.conn.multi = Some(Vec::new());
+    ctx.conn.multi_bytes = 0;
+    ctx.conn.multi_failed = false;
+    Reply::ok()
 }
 
-async fn exec(ctx: &mut Ctx<'_>) -> Reply {
+pub(crate) async fn discard(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    if ctx.conn.multi.take().is_none() {
+        return Reply::err("ERR DISCARD without MULTI");
+    }
+    ctx.shared.watches.unwatch(&mut ctx.conn.watched);
+    Reply::ok()
+}
+
+pub(crate) async fn watch(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if ctx.conn.multi.is_some() {
+        return Reply::err("ERR WATCH inside MULTI is not allowed");
+    }
+    let keys: Vec<Key> = a[1..].iter().map(|k| ctx.key(k)).collect();
+    if !ctx.shared.watches.watch(&mut ctx.conn.watched, &keys) {
+        return Reply::err(format!(
+            "ERR a client may watch at most {} keys",
+            crate::watch::WATCHED_KEYS_MAX
+        ));
+    }
+    Reply::ok()
+}
+
+pub(crate) async fn unwatch(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    ctx.shared.watches.unwatch(&mut ctx.conn.watched);
+    Reply::ok()
+}
+
+pub(crate) async fn exec(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let Some(queued) = ctx.conn.multi.take() else {
         return Reply::err("ERR EXEC without MULTI");
     };

@@ -1,0 +1,70 @@
+//! Background work, one task per engine: expire due keys (`expire`), demote warm entries to
+//! the cold tier when warm is over budget (`demote`), and collect or rewrite segments and
+//! value-log files (`collect`).
+
+mod collect;
+mod demote;
+mod expire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::core::Core;
+use crate::stats::add;
+use crate::Result;
+
+/// Collection runs on every this many rounds.
+const COLLECT_EVERY_ROUNDS: u64 = 30;
+/// A failing round is retried after twice the last wait, up to this long.
+const BACKOFF_MS_MAX: u64 = 30_000;
+
+pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
+    let interval_ms = core.settings.warm.background_interval_ms;
+    let mut rounds = 0u64;
+    let mut backoff_ms = interval_ms;
+    loop {
+        let wait = Duration::from_millis(backoff_ms.max(1));
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(wait) => {}
+            _ = core.background_wake.notified() => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        rounds += 1;
+        match round(&core, rounds % COLLECT_EVERY_ROUNDS == 1).await {
+            Ok(_) => backoff_ms = interval_ms,
+            Err(e) => {
+                add(&core.counters.demotion_errors);
+                // Exponential, capped at 30 s or 100 rounds' worth of interval.
+                let cap = interval_ms.saturating_mul(100).min(BACKOFF_MS_MAX);
+                backoff_ms = (backoff_ms * 2).min(cap.max(1));
+                tracing::warn!(error = %e, retry_ms = backoff_ms, "background round failed; will retry");
+            }
+        }
+    }
+}
+
+/// One round: expire, demote until under budget, optionally collect. Returns the number of
+/// keys demoted.
+pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
+    expire::sweep(core)?;
+    let now = core.now_ms();
+    core.leases.lock().retain(|_, &mut until| until > now);
+    let mut demoted = 0;
+    loop {
+        let n = demote::once(core).await?;
+        demoted += n;
+        if n == 0 {
+            break;
+        }
+    }
+    if collect {
+        collect::segments(core).await?;
+        collect::value_log(core).await?;
+    }
+    Ok(demoted)
+}

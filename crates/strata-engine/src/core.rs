@@ -1,0 +1,228 @@
+//! The coordinator's state: the tiers, each a component with one job, and the little they
+//! share (stripe locks, counters, settings, time). What the engine does with them lives in
+//! its own modules as functions of `&Core`: `read`, `write`, `hook` (what a read leaves
+//! behind), `returns`, `prefetch`, `background`, `pins`, `scan`, `backup`, `changes`; none
+//! of them is imported here, so the modules form layers, not a circle.
+//!
+//! The one direction between tiers: values move down only through demotion (warm → cold,
+//! `background::demote`) and up only through reads (cold → warm → DRAM, `hook`); DRAM holds
+//! only copies of what the warm store holds or indexes.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strata_format::{BlockRef, Key};
+use strata_hot::HotCache;
+use tokio::sync::Notify;
+
+use crate::access::AccessCounts;
+use crate::cold::Cold;
+use crate::disk::DiskGuard;
+use crate::durability::{GroupCommit, Ticket};
+use crate::loadtime::LoadModel;
+use crate::locks::Stripes;
+use crate::settings::{Durability, Settings};
+use crate::stats::{add, Counters};
+use crate::vlog::ValueLog;
+use crate::warm::{Counts, Stored, Warm};
+use crate::{Clock, Error, Result};
+
+/// The sizes of the warm and cold tiers, kept in memory beside their persistent copy (the
+/// `Meta` counters, moved in the same batch as the data they count).
+#[derive(Default)]
+pub(crate) struct TierSizes {
+    pub(crate) warm_bytes: AtomicI64,
+    pub(crate) warm_entries: AtomicI64,
+    pub(crate) cold_bytes: AtomicI64,
+    pub(crate) cold_entries: AtomicI64,
+}
+
+impl TierSizes {
+    pub(crate) fn set(&self, c: Counts) {
+        self.warm_bytes.store(c.warm_bytes, Ordering::Relaxed);
+        self.warm_entries.store(c.warm_entries, Ordering::Relaxed);
+        self.cold_bytes.store(c.cold_bytes, Ordering::Relaxed);
+        self.cold_entries.store(c.cold_entries, Ordering::Relaxed);
+    }
+    pub(crate) fn add(&self, d: &Counts) {
+        self.warm_bytes.fetch_add(d.warm_bytes, Ordering::Relaxed);
+        self.warm_entries
+            .fetch_add(d.warm_entries, Ordering::Relaxed);
+        self.cold_bytes.fetch_add(d.cold_bytes, Ordering::Relaxed);
+        self.cold_entries
+            .fetch_add(d.cold_entries, Ordering::Relaxed);
+    }
+    pub(crate) fn warm_bytes(&self) -> u64 {
+        self.warm_bytes.load(Ordering::Relaxed).max(0) as u64
+    }
+    pub(crate) fn get(&self) -> Counts {
+        let ld = |a: &AtomicI64| a.load(Ordering::Relaxed).max(0);
+        Counts {
+            warm_bytes: ld(&self.warm_bytes),
+            warm_entries: ld(&self.warm_entries),
+            cold_bytes: ld(&self.cold_bytes),
+            cold_entries: ld(&self.cold_entries),
+        }
+    }
+}
+
+pub(crate) struct Core {
+    pub(crate) settings: Settings,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// DRAM: copies of what the warm store holds or indexes.
+    pub(crate) hot: HotCache,
+    /// The warm store and the engine's key layout on it.
+    pub(crate) warm: Warm,
+    /// Large warm values, beside the warm store.
+    pub(crate) vlog: Arc<ValueLog>,
+    /// The object store.
+    pub(crate) cold: Arc<Cold>,
+    pub(crate) locks: Stripes,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) sizes: TierSizes,
+    /// Group commit, when `durability = group`.
+    pub(crate) group: Option<Arc<GroupCommit>>,
+    /// Why writes are refused, after a failed sync.
+    pub(crate) poisoned: Mutex<Option<String>>,
+    pub(crate) closed: AtomicBool,
+    /// The warm tier's clock hand: per-key read counts, and where the hand stopped.
+    pub(crate) access: AccessCounts,
+    pub(crate) demote_cursor: Mutex<Vec<u8>>,
+    pub(crate) next_segment_id: Mutex<u64>,
+    pub(crate) background_wake: Notify,
+    /// Key patterns whose keys are never demoted.
+    pub(crate) pins: parking_lot::RwLock<Vec<Bytes>>,
+    /// Keys that may not be demoted before the given Unix ms (KV-cache leases).
+    pub(crate) leases: Mutex<std::collections::HashMap<Key, u64>>,
+    pub(crate) load_model: LoadModel,
+    pub(crate) disk: DiskGuard,
+    /// Held for reading by a backup while it copies; segment collection skips its round
+    /// while it cannot take it for writing.
+    pub(crate) gc_gate: tokio::sync::RwLock<()>,
+    /// What reads leave behind, done after them (see `hook`).
+    pub(crate) after_read: crate::queue::AfterRead,
+    pub(crate) prefetch: crate::prefetcher::Prefetcher,
+    /// Sequence of per-write ids: only needs to differ from every earlier record's.
+    pub(crate) write_seq: AtomicU64,
+    /// Average size of recent warm values (decides whether a warm batch is split).
+    pub(crate) warm_value_bytes_avg: AtomicU64,
+}
+
+impl Core {
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(e) = &*self.poisoned.lock() {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        Ok(())
+    }
+
+    /// Whether a client's write is synced before it returns (`durability = sync`).
+    pub(crate) fn syncs_client_writes(&self) -> bool {
+        self.settings.warm.durability == Durability::Sync
+    }
+
+    /// The ticket of a write just committed (empty unless group commit covers it).
+    pub(crate) fn ticket(&self) -> Ticket {
+        self.group.as_ref().map_or(Ticket::NONE, |g| g.request())
+    }
+
+    /// Waits until the group commit has synced `ticket`.
+    pub(crate) async fn wait(&self, ticket: Ticket) -> Result<()> {
+        match (&self.group, ticket.is_none()) {
+            (Some(g), false) => g.wait(ticket).await.inspect_err(|e| {
+                if let Error::Poisoned(m) = e {
+                    *self.poisoned.lock() = Some(m.clone());
+                }
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes every write so far durable: the value log first, then the log whose records
+    /// point into it.
+    pub(crate) fn sync_values_and_log(&self) -> Result<()> {
+        self.vlog.sync()?;
+        self.warm.sync_log()
+    }
+
+    pub(crate) fn is_leased(&self, key: &Key, now_ms: u64) -> bool {
+        let l = self.leases.lock();
+        !l.is_empty() && l.get(key).is_some_and(|&t| t > now_ms)
+    }
+
+    /// Puts a value read from warm or cold into DRAM, unless a write touched the key since
+    /// `seen_version` was read (then the value may be stale). Says whether it went in.
+    pub(crate) fn insert_hot_if_unchanged(
+        &self,
+        key: &Key,
+        seen_version: u64,
+        value: Bytes,
+        expire_ms: u64,
+    ) -> bool {
+        let _g = self.locks.lock(key);
+        self.locks.version(key) == seen_version && self.hot.insert(key.stored(), value, expire_ms)
+    }
+
+    /// The stored entry of `key` (expired or not); with `want_value`, a warm entry's value,
+    /// verified (a failure counts as a checksum error).
+    pub(crate) fn lookup(&self, key: &Key, want_value: bool) -> Result<Option<Stored>> {
+        self.warm
+            .lookup(key, want_value, &self.vlog)
+            .inspect_err(|e| {
+                if matches!(e, Error::Data(_)) {
+                    add(&self.counters.checksum_errors);
+                }
+            })
+    }
+
+    /// Fetches a cold key's value through its block; with it, the whole decompressed block.
+    pub(crate) async fn fetch_cold(&self, key: &Key, r: &BlockRef) -> Result<(Bytes, Bytes)> {
+        let block = self.cold.get_block(r).await.inspect_err(|e| {
+            if matches!(e, Error::Data(_)) {
+                add(&self.counters.checksum_errors);
+            }
+        })?;
+        match strata_format::find_in_block(&block, entry_key(r, key)) {
+            Ok(Some(e)) => Ok((Bytes::copy_from_slice(e.value), block.clone())),
+            Ok(None) => {
+                add(&self.counters.checksum_errors);
+                Err(Error::Data(format!(
+                    "key not found in segment {:016x} block {} where the index points",
+                    r.segment_id, r.block
+                )))
+            }
+            Err(e) => {
+                add(&self.counters.checksum_errors);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// The key under which a segment of `r`'s layout holds `key`: the stored key, or in
+/// segments of layout 1 the client's key.
+pub(crate) fn entry_key<'a>(r: &BlockRef, key: &'a Key) -> &'a [u8] {
+    match r.layout {
+        1 => key.client(),
+        _ => key.stored(),
+    }
+}
+
+/// The stored key of an entry of a block of `r`'s layout.
+pub(crate) fn key_of_entry(r: &BlockRef, entry_key: &[u8]) -> Result<Key> {
+    match r.layout {
+        1 => Ok(Key::from_layout_1(entry_key)),
+        _ => Ok(Key::from_stored(entry_key)?),
+    }
+}

@@ -1,0 +1,129 @@
+//! What a read leaves behind, in one place: the copy into DRAM (at once, under the key's
+//! stripe lock, so the next read hits it), and, off the read's path, the value's return to
+//! the warm tier and the prefetch it triggers: queued (`queue`) for one worker started here.
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use strata_format::{BlockRef, Key};
+use tokio::sync::Semaphore;
+
+use crate::core::Core;
+use crate::queue::{Job, Work};
+use crate::stats::add;
+
+/// What a read found outside DRAM, for the hook.
+pub(crate) enum Read {
+    /// A value read from the warm store.
+    Warm {
+        seen: u64,
+        value: Bytes,
+        expire_ms: u64,
+    },
+    /// A value read from block `r` of the object store, with the whole block.
+    Cold {
+        seen: u64,
+        r: BlockRef,
+        value: Bytes,
+        block: Bytes,
+    },
+}
+
+/// Starts the worker of the after-read queue (once the engine exists).
+pub(crate) fn start(core: &Arc<Core>) {
+    let mut rx = core.after_read.open();
+    let weak: Weak<Core> = Arc::downgrade(core);
+    let slots = Arc::new(Semaphore::new(
+        core.settings.prefetch.prefetch_tasks_max.max(1),
+    ));
+    tokio::spawn(async move {
+        while let Some(work) = rx.recv().await {
+            let Some(core) = weak.upgrade() else { return };
+            match work {
+                Work::Return {
+                    key,
+                    seen,
+                    r,
+                    value,
+                } => {
+                    crate::returns::return_read(&core, &key, seen, &r, &value);
+                    core.after_read.done();
+                }
+                Work::Prefetch(job) => {
+                    let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                        return;
+                    };
+                    tokio::spawn(async move {
+                        crate::prefetch::run_job(&core, job).await;
+                        core.after_read.done();
+                        drop(permit);
+                    });
+                }
+            }
+        }
+    });
+}
+
+/// Called once per value a read found outside DRAM.
+pub(crate) fn after_read(core: &Core, key: &Key, read: Read) {
+    match read {
+        Read::Warm {
+            seen,
+            value,
+            expire_ms,
+        } => promote(core, key, seen, value, expire_ms),
+        Read::Cold {
+            seen,
+            r,
+            value,
+            block,
+        } => {
+            promote(core, key, seen, value.clone(), r.expire_ms);
+            if core.settings.warm.cold_reads_return_to_warm {
+                let key = key.clone();
+                if !core.after_read.submit(Work::Return {
+                    key,
+                    seen,
+                    r,
+                    value,
+                }) {
+                    add(&core.counters.returns_dropped);
+                }
+            }
+            let job = Job {
+                key: key.clone(),
+                block: Some((r, block)),
+            };
+            submit_prefetch(core, job);
+        }
+    }
+}
+
+/// Called on every DRAM hit: counts the first read of a prefetched value, and moves the
+/// prediction window on from it (a stream that consumes prefetched keys keeps the
+/// prefetcher ahead of it; the job also returns the value to the warm tier).
+pub(crate) fn on_hot_hit(core: &Core, key: &Key) {
+    if core.prefetch.take_tracked(key) {
+        add(&core.counters.prefetch_used);
+        let job = Job {
+            key: key.clone(),
+            block: None,
+        };
+        submit_prefetch(core, job);
+    }
+}
+
+/// Queues a prefetch job, if the prefetcher wants one; counts it when the queue is full.
+fn submit_prefetch(core: &Core, job: Job) {
+    if core.prefetch.wants_job() && !core.after_read.submit(Work::Prefetch(job)) {
+        add(&core.counters.prefetch_dropped);
+    }
+}
+
+/// Copies a value read from warm or cold into DRAM, unless a write raced with the read.
+fn promote(core: &Core, key: &Key, seen_version: u64, value: Bytes, expire_ms: u64) {
+    if core.insert_hot_if_unchanged(key, seen_version, value, expire_ms) {
+        add(&core.counters.promotions);
+        core.prefetch.forget(key);
+    }
+}

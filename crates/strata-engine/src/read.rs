@@ -1,0 +1,411 @@
+//! Reads, in three steps: lookup (where is the key: DRAM, the warm store's records, the cold
+//! index), fetch (the bytes: the record's value, or one block from the object store), and
+//! the hook (`hook::after_read`: what the read leaves behind). A multi-key read does each
+//! step for all its keys at once: one multi-get per family, then the cold blocks
+//! concurrently, each fetched through the index entry the lookup already decoded.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use strata_format::{BlockRef, Key, WarmRecord};
+
+use crate::core::Core;
+use crate::hook::{after_read, Read};
+use crate::stats::add;
+use crate::tier::Tier;
+use crate::warm::{record_value, Loc, Stored};
+use crate::{Error, Result};
+
+/// Where a value lies in the value log (see [`crate::Engine::locate_local`]): `len` bytes
+/// at `offset` of the file at `path`. `checksum` is the record's CRC-32C of the client's
+/// key, the expiry (`expire_ms`, 8 bytes little-endian) and the value, in that order
+/// (`strata_format::entry_checksum`), so the reader can verify what it maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalValue {
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub len: u64,
+    pub expire_ms: u64,
+    pub checksum: u32,
+}
+
+/// Multi-key warm reads use two threads once warm values average this many bytes.
+const SPLIT_VALUE_BYTES_MIN: u64 = 256 * 1024;
+
+/// A DRAM hit's bookkeeping: the hit counts, and a prefetched value counts as used.
+fn hot_hit(core: &Core, key: &Key) {
+    add(&core.counters.hot_hits);
+    crate::hook::on_hot_hit(core, key);
+    core.access.count_read(key, true);
+}
+
+/// Reads `key` from the first tier that holds it.
+pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<Bytes>> {
+    if let Some((v, _)) = core.hot.get(key.stored(), core.now_ms()) {
+        hot_hit(core, key);
+        return Ok(Some(v));
+    }
+    let got = get_uncached(core, key).await?;
+    core.access.count_read(key, got.is_some());
+    Ok(got)
+}
+
+/// The slow path of a read: the warm store, then the cold index and the object store.
+async fn get_uncached(core: &Core, key: &Key) -> Result<Option<Bytes>> {
+    for _attempt in 0..3 {
+        let seen = core.locks.version(key);
+        let now = core.now_ms();
+        let started = Instant::now();
+        let stored = match core.lookup(key, true)? {
+            Some(s) if s.is_live(now) => s,
+            _ => {
+                add(&core.counters.misses);
+                return Ok(None);
+            }
+        };
+        match stored.loc {
+            Loc::Warm { value, .. } => {
+                let value = value.expect("value requested");
+                core.load_model
+                    .record(Tier::Warm, value.len() as u64, started.elapsed());
+                add(&core.counters.warm_hits);
+                let expire_ms = stored.expire_ms;
+                after_read(
+                    core,
+                    key,
+                    Read::Warm {
+                        seen,
+                        value: value.clone(),
+                        expire_ms,
+                    },
+                );
+                return Ok(Some(value));
+            }
+            Loc::Cold(r) => match fetch_cold(core, key, seen, r, started).await {
+                Err(Error::ColdUnavailable(m)) if moved(core, key, &r)? => {
+                    tracing::debug!(reason = m, "the index moved during a cold read; again");
+                }
+                other => return other.map(Some),
+            },
+        }
+    }
+    Err(Error::Internal(
+        "key kept moving between tiers during a read".into(),
+    ))
+}
+
+/// Fetches `key`'s value from block `r` (the lookup saw it at stripe version `seen`), and
+/// hands the read to the hook.
+async fn fetch_cold(
+    core: &Core,
+    key: &Key,
+    seen: u64,
+    r: BlockRef,
+    started: Instant,
+) -> Result<Bytes> {
+    let (value, block) = core.fetch_cold(key, &r).await?;
+    core.load_model
+        .record(Tier::Cold, value.len() as u64, started.elapsed());
+    add(&core.counters.cold_hits);
+    let read = Read::Cold {
+        seen,
+        r,
+        value: value.clone(),
+        block,
+    };
+    after_read(core, key, read);
+    Ok(value)
+}
+
+/// Whether the index stopped pointing at `r` (the segment may have been rewritten while it
+/// was read).
+fn moved(core: &Core, key: &Key, r: &BlockRef) -> Result<bool> {
+    Ok(!matches!(core.warm.cold_ref(key)?, Some(now) if now == *r))
+}
+
+/// What a lookup found for one key of a multi-key read.
+enum Found {
+    Value(Bytes, Tier),
+    /// In the object store, not fetched yet: its index entry and the stripe version seen.
+    Cold(BlockRef, u64),
+    /// In no tier (absent or expired).
+    Missing,
+}
+
+/// Reads `keys` through the tiers; with `prefix`, nothing after the first key found in no
+/// tier is returned. At most `bytes_max` bytes of values: with `prefix` the read stops
+/// before the value that would pass it, without it the read is refused; either way before
+/// the object store is asked (the index knows each cold value's length).
+pub(crate) async fn read_many(
+    core: &Arc<Core>,
+    keys: &[&Key],
+    prefix: bool,
+    bytes_max: u64,
+) -> Result<Vec<Option<(Bytes, Tier)>>> {
+    let mut found = lookup_many(core, keys).await?;
+    let first_miss = found
+        .iter()
+        .position(|f| matches!(f, Found::Missing))
+        .unwrap_or(keys.len());
+    let end = if prefix { first_miss } else { keys.len() };
+    let cut = cut_at(&found[..end], bytes_max, prefix)?;
+    for f in &mut found[cut..] {
+        *f = Found::Missing;
+    }
+    // The first failure ends the read: the fetches still waiting for a read slot are
+    // dropped rather than each waiting out its own timeout.
+    let started = Instant::now();
+    let cold: Vec<(usize, BlockRef, u64)> = found
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| match f {
+            Found::Cold(r, seen) => Some((i, *r, *seen)),
+            _ => None,
+        })
+        .collect();
+    let fetched = futures::future::try_join_all(cold.iter().map(|&(i, r, seen)| async move {
+        match fetch_cold(core, keys[i], seen, r, started).await {
+            Err(Error::ColdUnavailable(_)) if moved(core, keys[i], &r)? => {
+                get_uncached(core, keys[i]).await
+            }
+            other => other.map(Some),
+        }
+    }))
+    .await?;
+    for (&(i, _, _), v) in cold.iter().zip(fetched) {
+        found[i] = match v {
+            Some(v) => Found::Value(v, Tier::Cold),
+            None => Found::Missing,
+        };
+    }
+    Ok(found
+        .into_iter()
+        .map(|f| match f {
+            Found::Value(v, t) => Some((v, t)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Where the values of `found` stop fitting in `bytes_max` (one value alone may be larger:
+/// the reply carries it). Without `prefix`, passing the limit is an error.
+fn cut_at(found: &[Found], bytes_max: u64, prefix: bool) -> Result<usize> {
+    let mut total = 0u64;
+    let mut values = 0;
+    for (i, f) in found.iter().enumerate() {
+        let len = match f {
+            Found::Value(v, _) => v.len() as u64,
+            Found::Cold(r, _) => r.value_len as u64,
+            Found::Missing => continue,
+        };
+        total += len;
+        values += 1;
+        if total > bytes_max && values > 1 {
+            if !prefix {
+                return Err(Error::Invalid(format!(
+                    "the values asked for hold more than {bytes_max} bytes, the most one \
+                     reply may carry; ask for fewer keys at a time"
+                )));
+            }
+            return Ok(i);
+        }
+    }
+    Ok(found.len())
+}
+
+/// The lookup of many keys: DRAM for all, then one multi-get of the warm records of the
+/// rest (with their values), then one of the cold index entries of those not warm.
+async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
+    let now = core.now_ms();
+    let mut found: Vec<Found> = Vec::with_capacity(keys.len());
+    let mut pending = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        match core.hot.get(k.stored(), now) {
+            Some((v, _)) => {
+                hot_hit(core, k);
+                found.push(Found::Value(v, Tier::Hot));
+            }
+            None => {
+                found.push(Found::Missing);
+                pending.push(i);
+            }
+        }
+    }
+    if pending.is_empty() {
+        return Ok(found);
+    }
+    let versions: Vec<u64> = pending
+        .iter()
+        .map(|&i| core.locks.version(keys[i]))
+        .collect();
+    let pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
+    let records = read_warm_batch(core, &pending_keys, now).await?;
+    let mut not_warm = Vec::new();
+    for ((&i, got), &seen) in pending.iter().zip(records).zip(&versions) {
+        match got {
+            WarmGot::Value(value, expire_ms) => {
+                core.access.count_read(keys[i], true);
+                add(&core.counters.warm_hits);
+                after_read(
+                    core,
+                    keys[i],
+                    Read::Warm {
+                        seen,
+                        value: value.clone(),
+                        expire_ms,
+                    },
+                );
+                found[i] = Found::Value(value, Tier::Warm);
+            }
+            WarmGot::Expired => {
+                core.access.count_read(keys[i], false);
+                add(&core.counters.misses);
+            }
+            WarmGot::Absent => not_warm.push((i, seen)),
+        }
+    }
+    if not_warm.is_empty() {
+        return Ok(found);
+    }
+    let cold_keys: Vec<&Key> = not_warm.iter().map(|&(i, _)| keys[i]).collect();
+    for (&(i, seen), r) in not_warm.iter().zip(core.warm.cold_refs(&cold_keys)) {
+        match r? {
+            Some(r) if r.expire_ms == 0 || r.expire_ms > now => {
+                core.access.count_read(keys[i], true);
+                found[i] = Found::Cold(r, seen);
+            }
+            _ => {
+                core.access.count_read(keys[i], false);
+                add(&core.counters.misses);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// What a warm multi-get found for one key.
+enum WarmGot {
+    Value(Bytes, u64),
+    Expired,
+    Absent,
+}
+
+/// One multi-get of `keys`' warm records, values verified.
+fn read_warm(core: &Core, keys: &[&Key], now: u64) -> Result<Vec<WarmGot>> {
+    keys.iter()
+        .zip(core.warm.records(keys))
+        .map(|(key, rec)| {
+            let Some(rec) = rec? else {
+                return Ok(WarmGot::Absent);
+            };
+            let expire_ms = WarmRecord::decode_unverified(&rec)?.expire_ms;
+            if expire_ms != 0 && expire_ms <= now {
+                return Ok(WarmGot::Expired);
+            }
+            let value = record_value(key, &rec, &core.vlog).inspect_err(|_| {
+                add(&core.counters.checksum_errors);
+            })?;
+            Ok(WarmGot::Value(value, expire_ms))
+        })
+        .collect()
+}
+
+/// Reads `keys` from the warm store. When recent warm values were large, the second half
+/// of the batch is read (copied and its checksums verified) on a blocking thread while this
+/// one reads the first half, so a large multi-key read uses two cores.
+async fn read_warm_batch(core: &Arc<Core>, keys: &[&Key], now: u64) -> Result<Vec<WarmGot>> {
+    let split = keys.len() >= 2
+        && core.warm_value_bytes_avg.load(Ordering::Relaxed) >= SPLIT_VALUE_BYTES_MIN;
+    let got = if split {
+        add(&core.counters.warm_batches_split);
+        let half = keys.len() / 2;
+        let second: Vec<Key> = keys[half..].iter().map(|k| (*k).clone()).collect();
+        let other = Arc::clone(core);
+        let task = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&Key> = second.iter().collect();
+            read_warm(&other, &refs, now)
+        });
+        let mut got = read_warm(core, &keys[..half], now)?;
+        got.extend(
+            task.await
+                .map_err(|e| Error::Data(format!("warm read task failed: {e}")))??,
+        );
+        got
+    } else {
+        read_warm(core, keys, now)?
+    };
+    let (bytes, values) = got.iter().fold((0u64, 0u64), |(b, n), g| match g {
+        WarmGot::Value(v, _) => (b + v.len() as u64, n + 1),
+        _ => (b, n),
+    });
+    if let Some(avg) = bytes.checked_div(values) {
+        let old = core.warm_value_bytes_avg.load(Ordering::Relaxed);
+        let new = if old == 0 { avg } else { (old * 3 + avg) / 4 };
+        core.warm_value_bytes_avg.store(new, Ordering::Relaxed);
+    }
+    Ok(got)
+}
+
+/// The live stored entry of `key`, without its value.
+fn live(core: &Core, key: &Key) -> Result<Option<Stored>> {
+    let now = core.now_ms();
+    Ok(core.lookup(key, false)?.filter(|s| s.is_live(now)))
+}
+
+/// Whether `key` holds a live value, without reading a cold value.
+pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
+    if core.hot.contains(key.stored(), core.now_ms()) {
+        return Ok(true);
+    }
+    Ok(live(core, key)?.is_some())
+}
+
+/// The absolute expiry of `key` in Unix ms: `None` if absent, `Some(0)` if it never expires.
+pub(crate) fn expire_time_ms(core: &Core, key: &Key) -> Result<Option<u64>> {
+    Ok(live(core, key)?.map(|s| s.expire_ms))
+}
+
+/// Which tier serves `key` now and how many bytes its value holds, without reading it.
+pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
+    // DRAM holds only copies of stored, live keys: a hit there needs no warm read (which
+    // would copy a large value out of a memtable or a blob file).
+    if let Some(len) = core.hot.value_len(key.stored(), core.now_ms()) {
+        return Ok(Some((Tier::Hot, len as u64)));
+    }
+    Ok(live(core, key)?.map(|s| {
+        let tier = match s.loc {
+            Loc::Warm { .. } => Tier::Warm,
+            Loc::Cold(_) => Tier::Cold,
+        };
+        (tier, s.value_len)
+    }))
+}
+
+/// For each leading key of `keys` that holds a live value, where that value lies in the
+/// value log (`None` if elsewhere); stops at the first key with no live value.
+pub(crate) fn locate_local(core: &Core, keys: &[&Key]) -> Result<Vec<Option<LocalValue>>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for &key in keys {
+        let Some(s) = live(core, key)? else {
+            break;
+        };
+        core.access.count_read(key, true);
+        out.push(match s.loc {
+            Loc::Warm {
+                logged: Some(at),
+                checksum,
+                ..
+            } => Some(LocalValue {
+                path: core.vlog.path_of(at.file),
+                offset: at.offset,
+                len: at.len,
+                expire_ms: s.expire_ms,
+                checksum,
+            }),
+            _ => None,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,285 @@
+//! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use strata_resp::Reply;
+
+use super::{lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
+use crate::auth::{constant_time_eq, Role};
+use crate::session::Peer;
+
+/// The Redis version Strata answers to, for clients that check it.
+pub(crate) const REDIS_VERSION: &str = "7.0.0";
+
+pub(crate) async fn ping(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match a.len() {
+        1 => Reply::Simple("PONG".into()),
+        2 => Reply::Bulk(a[1].clone()),
+        _ => wrong_args("ping"),
+    }
+}
+
+pub(crate) async fn echo(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    Reply::Bulk(a[1].clone())
+}
+
+pub(crate) async fn auth(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match a.len() {
+        2 => check_auth(ctx, None, &a[1]),
+        3 => check_auth(ctx, Some(&a[1]), &a[2]),
+        _ => syntax_error(),
+    }
+}
+
+pub(crate) async fn select(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match parse_int(&a[1]) {
+        Some(0) => Reply::ok(),
+        Some(_) => Reply::err("ERR DB index is out of range"),
+        None => not_integer(),
+    }
+}
+
+pub(crate) async fn quit(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    ctx.conn.quit = true;
+    Reply::ok()
+}
+
+pub(crate) async fn reset(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    ctx.conn.multi = None;
+    ctx.conn.multi_failed = false;
+    ctx.shared.watches.unwatch(&mut ctx.conn.watched);
+    ctx.conn.proto = 2;
+    ctx.conn.name.clear();
+    ctx.conn.db = 0;
+    let cfg = ctx.shared.cfg.read();
+    let open = cfg.is_open();
+    ctx.conn.user = open.then(|| ("default".to_string(), Role::Admin));
+    Reply::Simple("RESET".into())
+}
+
+pub(crate) async fn hello(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    hello_reply(ctx, a)
+}
+
+pub(crate) async fn client(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    client_reply(ctx, a)
+}
+
+fn check_auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
+    let cfg = ctx.shared.cfg.read();
+    let ip = ctx.conn.peer.ip();
+    if let Some(wait) = ctx
+        .shared
+        .auth_limiter
+        .blocked(ip, cfg.auth_failures_per_minute_max)
+    {
+        ctx.shared
+            .counters
+            .auth_refused
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(client = ctx.conn.id, peer = %ctx.conn.peer, "AUTH refused: too many failed attempts from this address");
+        return Reply::Error(format!(
+            "ERR too many failed AUTH attempts from this address; try again in {wait} seconds"
+        ));
+    }
+    let user = user
+        .map(|u| String::from_utf8_lossy(u).into_owned())
+        .unwrap_or_else(|| "default".into());
+    let role = if user == "default" {
+        if cfg.requirepass.is_empty() {
+            if cfg.users.is_empty() {
+                return Reply::err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+            }
+            None
+        } else {
+            constant_time_eq(cfg.requirepass.as_bytes(), pass).then_some(Role::Admin)
+        }
+    } else {
+        cfg.users
+            .iter()
+            .find(|u| u.name == user)
+            .and_then(|u| constant_time_eq(u.password.as_bytes(), pass).then_some(u.role))
+    };
+    match role {
+        Some(r) => {
+            ctx.conn.user = Some((user, r));
+            Reply::ok()
+        }
+        None => {
+            ctx.shared.auth_limiter.failed(ip);
+            ctx.shared
+                .counters
+                .auth_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(client = ctx.conn.id, peer = %ctx.conn.peer, user, "authentication failed");
+            Reply::err("WRONGPASS invalid username-password pair or user is disabled.")
+        }
+    }
+}
+
+fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let mut proto = ctx.conn.proto;
+    let mut i = 1;
+    if a.len() > 1 {
+        match parse_int(&a[1]) {
+            Some(2) => proto = 2,
+            Some(3) => proto = 3,
+            Some(_) => return Reply::err("NOPROTO unsupported protocol version"),
+            None => return Reply::err("ERR Protocol version is not an integer or out of range"),
+        }
+        i = 2;
+    }
+    while i < a.len() {
+        match lower(&a[i]).as_str() {
+            "auth" if i + 2 < a.len() => {
+                let r = check_auth(ctx, Some(&a[i + 1]), &a[i + 2]);
+                if r.is_error() {
+                    return r;
+                }
+                i += 3;
+            }
+            "setname" if i + 1 < a.len() => {
+                ctx.conn.name = String::from_utf8_lossy(&a[i + 1]).into_owned();
+                i += 2;
+            }
+            _ => {
+                return Reply::err(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&a[i])
+                ))
+            }
+        }
+    }
+    if ctx.conn.user.is_none() {
+        return Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+    }
+    ctx.conn.proto = proto;
+    let s = |k: &str, v: &str| (Reply::bulk(k.to_string()), Reply::bulk(v.to_string()));
+    Reply::Map(vec![
+        s("server", "redis"),
+        s("version", REDIS_VERSION),
+        (Reply::bulk("proto"), Reply::Integer(proto as i64)),
+        (Reply::bulk("id"), Reply::Integer(ctx.conn.id as i64)),
+        s("mode", "standalone"),
+        s("role", "master"),
+        (Reply::bulk("modules"), Reply::Array(vec![])),
+    ])
+}
+
+fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
+    let clients = ctx.shared.clients.lock();
+    let c = clients.get(&id)?;
+    let age = c.created.elapsed().as_secs();
+    let me = id == ctx.conn.id;
+    let (resp, user) = if me {
+        (
+            ctx.conn.proto,
+            ctx.conn
+                .user
+                .as_ref()
+                .map_or("default".to_string(), |u| u.0.clone()),
+        )
+    } else {
+        (2, "default".to_string())
+    };
+    let name = if me {
+        ctx.conn.name.clone()
+    } else {
+        c.name.clone()
+    };
+    let cmd = if c.last_cmd.is_empty() {
+        "NULL"
+    } else {
+        &c.last_cmd
+    };
+    Some(format!(
+        "id={id} addr={} laddr={} fd=0 name={name} age={age} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",
+        c.peer,
+        match &c.peer {
+            Peer::Tcp(_) => "127.0.0.1:0".to_string(),
+            unix => unix.to_string(),
+        }
+    ))
+}
+
+fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let sub = lower(&a[1]);
+    match sub.as_str() {
+        "setname" if a.len() == 3 => {
+            if a[2].iter().any(|&b| b <= b' ' || b > b'~') {
+                return Reply::err(
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                );
+            }
+            ctx.conn.name = String::from_utf8_lossy(&a[2]).into_owned();
+            if let Some(c) = ctx.shared.clients.lock().get_mut(&ctx.conn.id) {
+                c.name = ctx.conn.name.clone();
+            }
+            Reply::ok()
+        }
+        "getname" if a.len() == 2 => {
+            if ctx.conn.name.is_empty() {
+                Reply::Null
+            } else {
+                Reply::bulk(ctx.conn.name.clone())
+            }
+        }
+        "id" if a.len() == 2 => Reply::Integer(ctx.conn.id as i64),
+        "info" if a.len() == 2 => {
+            Reply::Verbatim(client_line(ctx, ctx.conn.id).unwrap_or_default())
+        }
+        "list" => {
+            let ids: Vec<u64> = {
+                let mut v: Vec<u64> = ctx.shared.clients.lock().keys().copied().collect();
+                v.sort();
+                v
+            };
+            let text: String = ids.iter().filter_map(|&id| client_line(ctx, id)).collect();
+            Reply::Verbatim(text)
+        }
+        "kill" if a.len() >= 3 => {
+            let mut by_id = None;
+            let mut by_addr = None;
+            if a.len() == 3 {
+                by_addr = Some(String::from_utf8_lossy(&a[2]).into_owned());
+            } else {
+                for pair in a[2..].chunks(2) {
+                    if pair.len() != 2 {
+                        return syntax_error();
+                    }
+                    match lower(&pair[0]).as_str() {
+                        "id" => match parse_int(&pair[1]) {
+                            Some(n) => by_id = Some(n as u64),
+                            None => return not_integer(),
+                        },
+                        "addr" => by_addr = Some(String::from_utf8_lossy(&pair[1]).into_owned()),
+                        "skipme" | "type" | "user" | "laddr" | "maxage" => {}
+                        _ => return syntax_error(),
+                    }
+                }
+            }
+            let mut killed = 0;
+            for (id, c) in ctx.shared.clients.lock().iter() {
+                let hit = by_id.is_some_and(|b| b == *id)
+                    || by_addr.as_ref().is_some_and(|b| *b == c.peer.to_string());
+                if hit {
+                    c.killed.store(true, Ordering::Release);
+                    c.kill_wake.notify_one();
+                    killed += 1;
+                }
+            }
+            if a.len() == 3 {
+                if killed == 0 {
+                    return Reply::err("ERR No such client");
+                }
+                return Reply::ok();
+            }
+            Reply::Integer(killed)
+        }
+        "setinfo" | "no-evict" | "no-touch" if a.len() >= 3 => Reply::ok(),
+        _ => Reply::err(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try CLIENT HELP."
+        )),
+    }
+}

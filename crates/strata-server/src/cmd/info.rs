@@ -1,0 +1,145 @@
+//! `INFO`: Redis's sections, with the names Redis clients parse, and `# Strata` with every
+//! figure of the engine's table (`strata_engine::stats::STATS`), as `STRATA.STATS` and
+//! `/metrics` show them.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use strata_resp::Reply;
+
+use super::connection::REDIS_VERSION;
+use super::{lower, Ctx};
+
+pub(crate) async fn info(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    Reply::Verbatim(text(ctx, a))
+}
+
+/// Writes `# title`, then `name:value` for each row, then a blank line.
+fn section<V: std::fmt::Display>(
+    o: &mut String,
+    title: &str,
+    rows: impl IntoIterator<Item = (&'static str, V)>,
+) {
+    let _ = write!(o, "# {title}\r\n");
+    for (k, v) in rows {
+        let _ = write!(o, "{k}:{v}\r\n");
+    }
+    o.push_str("\r\n");
+}
+
+fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
+    let want: Vec<String> = a[1..].iter().map(|s| lower(s)).collect();
+    let all = want.is_empty()
+        || want
+            .iter()
+            .any(|w| w == "all" || w == "everything" || w == "default");
+    let show = |s: &str| all || want.iter().any(|w| w == s);
+    let sh = ctx.shared;
+    let st = sh.engine.stats();
+    let server = sh.stats();
+    let mut o = String::new();
+    if show("server") {
+        let rows: [(&str, String); 8] = [
+            ("redis_version", REDIS_VERSION.into()),
+            ("strata_version", env!("CARGO_PKG_VERSION").into()),
+            ("redis_mode", "standalone".into()),
+            ("os", std::env::consts::OS.into()),
+            ("arch_bits", "64".into()),
+            ("process_id", std::process::id().to_string()),
+            ("tcp_port", "0".into()),
+            (
+                "uptime_in_seconds",
+                sh.started.elapsed().as_secs().to_string(),
+            ),
+        ];
+        section(&mut o, "Server", rows);
+    }
+    if show("clients") {
+        let rows = [
+            ("connected_clients", server.connected_clients),
+            ("maxclients", sh.cfg.read().maxclients),
+            ("blocked_clients", 0),
+        ];
+        section(&mut o, "Clients", rows);
+    }
+    if show("memory") {
+        let rows: [(&str, String); 3] = [
+            ("used_memory", st.hot_bytes.to_string()),
+            ("maxmemory", st.hot_bytes_max.to_string()),
+            ("maxmemory_policy", "strata-tiered".into()),
+        ];
+        section(&mut o, "Memory", rows);
+    }
+    if show("stats") {
+        // Redis's names for what the engine counts, then the server's own figures.
+        let redis = [
+            ("keyspace_hits", st.hot_hits + st.warm_hits + st.cold_hits),
+            ("keyspace_misses", st.misses),
+            ("expired_keys", st.expired),
+            ("evicted_keys", 0),
+        ];
+        let own = server
+            .rows()
+            .into_iter()
+            .filter(|(s, _)| s.name != "connected_clients")
+            .map(|(s, v)| (s.name, v));
+        section(&mut o, "Stats", own.chain(redis));
+    }
+    if show("commandstats") {
+        o.push_str("# Commandstats\r\n");
+        for (name, calls, errors, us) in sh.metrics.command_totals() {
+            let per = if calls > 0 {
+                us as f64 / calls as f64
+            } else {
+                0.0
+            };
+            let _ = write!(o, "cmdstat_{name}:calls={calls},usec={us},usec_per_call={per:.2},rejected_calls=0,failed_calls={errors}\r\n");
+        }
+        o.push_str("\r\n");
+    }
+    if show("keyspace") {
+        o.push_str("# Keyspace\r\n");
+        let keys = st.warm_entries + st.cold_entries;
+        if keys > 0 {
+            let _ = write!(o, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+        }
+        o.push_str("\r\n");
+    }
+    if show("persistence") {
+        let b = sh.backup.lock();
+        let status = if b.status.is_empty() {
+            "none"
+        } else {
+            &b.status
+        };
+        let rows: [(&str, String); 6] = [
+            ("loading", "0".into()),
+            ("backup_in_progress", (b.running as u8).to_string()),
+            ("backup_url", b.url.clone()),
+            ("backup_done_bytes", b.done_bytes.to_string()),
+            ("backup_total_bytes", b.total_bytes.to_string()),
+            ("last_backup_status", status.to_string()),
+        ];
+        section(&mut o, "Persistence", rows);
+    }
+    if show("strata") {
+        let settings = sh.engine.settings();
+        let mut rows: Vec<(&str, String)> = st
+            .rows()
+            .into_iter()
+            .map(|(s, v)| (s.name, v.to_string()))
+            .collect();
+        rows.push((
+            "prefetch_precision",
+            format!("{:.3}", st.prefetch_precision()),
+        ));
+        rows.push((
+            "prefetch_coverage",
+            format!("{:.3}", st.prefetch_coverage()),
+        ));
+        rows.push(("cold_url", sh.engine.cold_url().to_string()));
+        rows.push(("durability", settings.warm.durability.as_str().to_string()));
+        section(&mut o, "Strata", rows);
+    }
+    o
+}

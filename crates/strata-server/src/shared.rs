@@ -1,0 +1,84 @@
+//! What every connection shares: the engine, the live settings, the client list, the gate
+//! that makes `EXEC` atomic, `WATCH` versions, and the server's own figures.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+use strata_engine::Engine;
+
+use crate::session::Peer;
+use crate::ServerConfig;
+
+strata_engine::define_stats! {
+    /// The server's counters (its defences, connections and commands).
+    counters ServerCounters;
+    /// A snapshot of the server's figures.
+    snapshot ServerStats;
+    table SERVER_STATS;
+    counters {
+        total_connections_received: "strata_connections_total" "" "Client connections accepted.",
+        rejected_connections: "strata_rejected_connections_total" "" "Connections refused: maxclients were connected.",
+        total_commands_processed: "strata_commands_total" "" "Commands run.",
+        auth_failures: "strata_auth_failures_total" "" "AUTH attempts with a wrong password.",
+        auth_refused: "strata_auth_refused_total" "" "AUTH attempts refused unchecked: the address had too many failures this minute.",
+        protected_mode_denied: "strata_clients_cut_off_total" "reason=\"protected_mode\"" "Connections refused by protected mode.",
+        clients_cut_off_slow_request: "strata_clients_cut_off_total" "reason=\"slow_request\"" "Clients cut off for a request that did not arrive in time.",
+        clients_cut_off_not_reading: "strata_clients_cut_off_total" "reason=\"not_reading\"" "Clients cut off for not reading their replies.",
+        clients_cut_off_protocol_error: "strata_clients_cut_off_total" "reason=\"protocol_error\"" "Clients cut off for a malformed or oversized request.",
+    }
+    gauges {
+        connected_clients: "strata_connected_clients" "" "Open client connections.",
+    }
+}
+
+/// What `CLIENT LIST` shows of a connection, and the switch `CLIENT KILL` flips.
+pub(crate) struct ClientEntry {
+    pub(crate) peer: Peer,
+    pub(crate) name: String,
+    pub(crate) created: Instant,
+    pub(crate) last_cmd: String,
+    pub(crate) killed: Arc<AtomicBool>,
+    pub(crate) kill_wake: Arc<tokio::sync::Notify>,
+}
+
+/// The last `STRATA.BACKUP`: running or not, progress, outcome.
+#[derive(Default)]
+pub(crate) struct BackupState {
+    pub(crate) running: bool,
+    pub(crate) url: String,
+    pub(crate) done_bytes: u64,
+    pub(crate) total_bytes: u64,
+    /// "" before the first backup, "ok", or "err: <reason>".
+    pub(crate) status: String,
+}
+
+/// State shared by all connections.
+pub(crate) struct Shared {
+    pub(crate) engine: Engine,
+    pub(crate) cfg: RwLock<ServerConfig>,
+    pub(crate) clients: Mutex<HashMap<u64, ClientEntry>>,
+    pub(crate) next_client_id: AtomicU64,
+    /// Every command runs holding this for reading; `EXEC` and other commands that must
+    /// appear atomic hold it for writing.
+    pub(crate) gate: tokio::sync::RwLock<()>,
+    pub(crate) watches: crate::watch::WatchRegistry,
+    pub(crate) metrics: crate::metrics::Metrics,
+    pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
+    pub(crate) started: Instant,
+    pub(crate) counters: ServerCounters,
+    pub(crate) auth_limiter: crate::auth::AuthLimiter,
+    pub(crate) backup: Mutex<BackupState>,
+}
+
+impl Shared {
+    /// Every figure of the server.
+    pub(crate) fn stats(&self) -> ServerStats {
+        let mut s = ServerStats::default();
+        self.counters.load_into(&mut s);
+        s.connected_clients = self.clients.lock().len() as u64;
+        s
+    }
+}
