@@ -24,8 +24,8 @@ VENV = Path(os.environ.get("STRATA_LMCACHE_VENV", Path.home() / ".cache" / "stra
 # `STRATA_SKIP_LMCACHE=1 scripts/test` runs everything else without the 6 GB install; CI
 # never sets it, so there these tests always run.
 pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("STRATA_SKIP_LMCACHE")),
-    reason="STRATA_SKIP_LMCACHE is set: LMCache and torch were not installed",
+    os.environ.get("STRATA_SKIP_LMCACHE") == "1",
+    reason="STRATA_SKIP_LMCACHE=1: LMCache and torch were not installed",
 )
 
 

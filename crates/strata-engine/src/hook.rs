@@ -1,6 +1,7 @@
-//! What a read leaves behind, in one place: the copy into DRAM (at once, under the key's
-//! stripe lock, so the next read hits it), and, off the read's path, the value's return to
-//! the warm tier and the prefetch it triggers: queued (`queue`) for one worker started here.
+//! What a read leaves behind, in one place: the copy into DRAM and, for a value read from
+//! the object store, its return to the warm tier (both at once, under the key's stripe
+//! lock, so the next read hits it), and, off the read's path, the prefetch it triggers:
+//! queued (`queue`) for one worker started here.
 
 use std::sync::{Arc, Weak};
 
@@ -9,7 +10,7 @@ use strata_format::{BlockRef, Key};
 use tokio::sync::Semaphore;
 
 use crate::core::Core;
-use crate::queue::{Job, Work};
+use crate::queue::Job;
 use crate::stats::add;
 
 /// What a read found outside DRAM, for the hook.
@@ -29,7 +30,7 @@ pub(crate) enum Read {
     },
 }
 
-/// Starts the worker of the after-read queue (once the engine exists).
+/// Starts the worker of the prefetch queue (once the engine exists).
 pub(crate) fn start(core: &Arc<Core>) {
     let mut rx = core.after_read.open();
     let weak: Weak<Core> = Arc::downgrade(core);
@@ -37,29 +38,16 @@ pub(crate) fn start(core: &Arc<Core>) {
         core.settings.prefetch.prefetch_tasks_max.max(1),
     ));
     tokio::spawn(async move {
-        while let Some(work) = rx.recv().await {
+        while let Some(job) = rx.recv().await {
             let Some(core) = weak.upgrade() else { return };
-            match work {
-                Work::Return {
-                    key,
-                    seen,
-                    r,
-                    value,
-                } => {
-                    crate::returns::return_read(&core, &key, seen, &r, &value);
-                    core.after_read.done();
-                }
-                Work::Prefetch(job) => {
-                    let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-                        return;
-                    };
-                    tokio::spawn(async move {
-                        crate::prefetch::run_job(&core, job).await;
-                        core.after_read.done();
-                        drop(permit);
-                    });
-                }
-            }
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                crate::prefetch::run_job(&core, job).await;
+                core.after_read.done();
+                drop(permit);
+            });
         }
     });
 }
@@ -78,17 +66,10 @@ pub(crate) fn after_read(core: &Core, key: &Key, read: Read) {
             value,
             block,
         } => {
-            promote(core, key, seen, value.clone(), r.expire_ms);
-            if core.settings.warm.cold_reads_return_to_warm {
-                let key = key.clone();
-                if !core.after_read.submit(Work::Return {
-                    key,
-                    seen,
-                    r,
-                    value,
-                }) {
-                    add(&core.counters.returns_dropped);
-                }
+            // Back to the warm tier at once (which puts it in DRAM too), as the prefetcher
+            // expects of a value read from the object store.
+            if !crate::returns::return_read(core, key, seen, &r, &value) {
+                promote(core, key, seen, value, r.expire_ms);
             }
             let job = Job {
                 key: key.clone(),
@@ -115,7 +96,7 @@ pub(crate) fn on_hot_hit(core: &Core, key: &Key) {
 
 /// Queues a prefetch job, if the prefetcher wants one; counts it when the queue is full.
 fn submit_prefetch(core: &Core, job: Job) {
-    if core.prefetch.wants_job() && !core.after_read.submit(Work::Prefetch(job)) {
+    if core.prefetch.wants_job() && !core.after_read.submit(job) {
         add(&core.counters.prefetch_dropped);
     }
 }

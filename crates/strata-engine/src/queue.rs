@@ -1,6 +1,5 @@
-//! The queue of work reads leave behind (returns to the warm tier, prefetch jobs), done by
-//! one worker off the reads' path (`hook`). Bounded: a full queue drops work, which is all
-//! best effort.
+//! The prefetch jobs reads leave behind, run by one worker off the reads' path (`hook`).
+//! Bounded: a full queue drops jobs, which are best effort.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -9,8 +8,9 @@ use parking_lot::Mutex;
 use strata_format::{BlockRef, Key};
 use tokio::sync::{mpsc, Notify};
 
-/// Work waiting for the worker; more is dropped.
-pub(crate) const QUEUE_MAX: usize = 4096;
+/// Prefetch jobs waiting for the worker; more are dropped. Few: a job that waits long
+/// prefetches for a reader that has moved on.
+pub(crate) const JOBS_MAX: usize = 64;
 
 pub(crate) struct Job {
     pub(crate) key: Key,
@@ -19,57 +19,45 @@ pub(crate) struct Job {
     pub(crate) block: Option<(BlockRef, Bytes)>,
 }
 
-/// Work done after a read, off its path.
-pub(crate) enum Work {
-    /// Write a value read from the object store back to the warm tier.
-    Return {
-        key: Key,
-        seen: u64,
-        r: BlockRef,
-        value: Bytes,
-    },
-    Prefetch(Job),
-}
-
-/// The queue of work after reads, and how much of it is not done yet.
+/// The queue of prefetch jobs, and how many are not done yet.
 #[derive(Default)]
 pub(crate) struct AfterRead {
-    queue: Mutex<Option<mpsc::Sender<Work>>>,
-    /// Queued or running work items.
+    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Queued or running jobs.
     pending: AtomicUsize,
     idle: Notify,
 }
 
 impl AfterRead {
     /// Opens the queue; the worker reads the other end.
-    pub(crate) fn open(&self) -> mpsc::Receiver<Work> {
-        let (tx, rx) = mpsc::channel::<Work>(QUEUE_MAX);
+    pub(crate) fn open(&self) -> mpsc::Receiver<Job> {
+        let (tx, rx) = mpsc::channel::<Job>(JOBS_MAX);
         *self.queue.lock() = Some(tx);
         rx
     }
 
-    /// Queues `work`; drops it (and says so) when the queue is full or the worker gone.
-    pub(crate) fn submit(&self, work: Work) -> bool {
+    /// Queues `job`; drops it (and says so) when the queue is full or the worker gone.
+    pub(crate) fn submit(&self, job: Job) -> bool {
         let queue = self.queue.lock();
         let Some(tx) = queue.as_ref() else {
             return false;
         };
         self.pending.fetch_add(1, Ordering::AcqRel);
-        let queued = tx.try_send(work).is_ok();
+        let queued = tx.try_send(job).is_ok();
         if !queued {
             self.done();
         }
         queued
     }
 
-    /// One item of work is finished.
+    /// One job is finished.
     pub(crate) fn done(&self) {
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.idle.notify_waiters();
         }
     }
 
-    /// Waits until every queued item is done.
+    /// Waits until every queued job is done.
     pub(crate) async fn settle(&self) {
         loop {
             let idle = self.idle.notified();

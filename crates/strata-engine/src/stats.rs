@@ -130,7 +130,6 @@ define_stats! {
         prefetch_issued: "strata_prefetches_total" "" "Values brought into DRAM by prefetch after cold reads.",
         prefetch_used: "strata_prefetch_used_total" "" "Prefetched values read from DRAM before eviction (cold reads avoided).",
         prefetch_dropped: "strata_prefetch_dropped_total" "" "Prefetch jobs dropped because the worker was behind.",
-        returns_dropped: "strata_returns_dropped_total" "" "Returns to the warm tier dropped because the queue of work after reads was full.",
         object_store_gets: "strata_object_store_requests_total" "op=\"get\"" "Object-store GETs.",
         object_store_puts: "strata_object_store_requests_total" "op=\"put\"" "Object-store PUTs.",
         object_store_deletes: "strata_object_store_requests_total" "op=\"delete\"" "Object-store DELETEs.",

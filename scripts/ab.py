@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""A/B of two Strata builds in one run: the same benchmarks on the old and the new binary,
+in alternating rounds (the machine is shared and noisy: only what both see in the same run
+compares), reported per row as new/old ratios of the medians.
+
+- redis: redis-benchmark against two `strata serve` processes (old and new), both pinned to
+  core 0 and the client to core 1 (`taskset`), the rows of `strata-bench redis` (SET, GET,
+  INCR, MGET of 10 keys; 3 B and 1 KiB values; 50 clients -P 1 and -P 16, one client -P 1;
+  `durability=none`) and of `strata-bench redis --durable` (SET, INCR with the default
+  `durability=group`; 50 clients and one, -P 1 and -P 16);
+- kvcache: `strata-bench kvcache` (the new harness) with `--strata OLD` and `--strata NEW`:
+  the Strata rows (write and read GiB/s, read p50/p99);
+- prefetch: the old and the new `strata-bench prefetch` (the engine in-process): cold-read
+  p50/p99 with prefetch off and on.
+
+Writes reports/<name>.md and .json. Progress goes to stderr.
+
+    python3 scripts/ab.py --old OLD/strata --new target/release/strata \\
+        --old-bench OLD/strata-bench --new-bench target/release/strata-bench --name ab
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server on {port} exited: {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def start_strata(binary, data_dir, durability):
+    port = free_port()
+    args = ["taskset", "-c", "0", str(binary), "serve", "--data-dir", str(data_dir),
+            "--port", str(port), "--set", "metrics_port=0", "--set", f"durability={durability}"]
+    proc = subprocess.Popen(args, env=dict(os.environ, STRATA_LOG_LEVEL="warn"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc)
+    return proc, port
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def redis_benchmark(port, test, size, clients, pipeline, requests):
+    args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
+            "-r", "100000", "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
+            "-d", str(size)]
+    if test == "mget":
+        args += ["MGET"] + ["key:__rand_int__"] * 10
+    else:
+        args += ["-t", test]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600).stdout
+    for line in out.splitlines()[1:]:
+        cols = [c.strip('"') for c in line.split('","')]
+        if len(cols) >= 8:
+            return {"rps": float(cols[1]), "p50_ms": float(cols[4]), "p99_ms": float(cols[6])}
+    raise RuntimeError(f"redis-benchmark printed nothing for {test}: {out}")
+
+
+def redis_rows(quick):
+    rows = []
+    for test in ["set", "get", "incr", "mget"]:
+        for size in [3, 1024]:
+            if test == "incr" and size != 3:
+                continue
+            for clients, pipeline in [(50, 1), (50, 16), (1, 1)]:
+                rows.append(("none", test, size, clients, pipeline))
+    for test in ["set", "incr"]:
+        for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
+            rows.append(("group", test, 3, clients, pipeline))
+    return rows
+
+
+def run_redis(old, new, rounds, requests, results):
+    rows = redis_rows(False)
+    for r in range(rounds):
+        order = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
+        for durability in ["none", "group"]:
+            servers = {}
+            dirs = []
+            try:
+                for label, binary in order:
+                    d = tempfile.mkdtemp(prefix=f"ab-{label}-")
+                    dirs.append(d)
+                    servers[label] = start_strata(binary, d, durability)
+                for row in [x for x in rows if x[0] == durability]:
+                    _, test, size, clients, pipeline = row
+                    n = requests if clients > 1 else max(requests // 10, 1000)
+                    for label, _ in order:
+                        proc, port = servers[label]
+                        cpu = cpu_seconds(proc.pid)
+                        f = redis_benchmark(port, test, size, clients, pipeline, n)
+                        f["cpu_us_per_op"] = (cpu_seconds(proc.pid) - cpu) * 1e6 / n
+                        results.setdefault(("redis",) + row, {}).setdefault(label, []).append(f)
+                    log(f"[redis round {r + 1}/{rounds}] {durability} {test} {size} B "
+                        f"c{clients} P{pipeline}: " + ", ".join(
+                            f"{label} {results[('redis',) + row][label][-1]['rps']:.0f}/s"
+                            for label, _ in order))
+            finally:
+                for proc, _ in servers.values():
+                    proc.terminate()
+                    proc.wait(30)
+                for d in dirs:
+                    shutil.rmtree(d, ignore_errors=True)
+
+
+def run_kvcache(new_bench, old, new, rounds, results, quick):
+    extra = ["--model", "tiny", "--users", "4"] if quick else []
+    for r in range(rounds):
+        order = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
+        for label, binary in order:
+            out = Path(tempfile.mkdtemp(prefix="ab-kv-"))
+            subprocess.run([str(new_bench), "--out", str(out), "kvcache", "--strata", str(binary),
+                            "--report", "kv"] + extra, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=3600)
+            data = json.loads((out / "kv.json").read_text())
+            for row in data["rows"]:
+                if not row["backend"].startswith("strata"):
+                    continue
+                key = ("kvcache", row["backend"])
+                results.setdefault(key, {}).setdefault(label, []).append({
+                    "write_gib_per_sec": row["write_gib_per_sec"],
+                    "read_gib_per_sec": row["read_gib_per_sec"],
+                    "read_p50_ms": row["read_p50_ms"],
+                    "read_p99_ms": row["read_p99_ms"],
+                })
+            shutil.rmtree(out, ignore_errors=True)
+            log(f"[kvcache round {r + 1}/{rounds}] {label} done")
+
+
+def run_prefetch(old_bench, new_bench, rounds, results, quick):
+    extra = ["--sessions", "16"] if quick else []
+    for r in range(rounds):
+        order = [("old", old_bench), ("new", new_bench)] if r % 2 == 0 else \
+            [("new", new_bench), ("old", old_bench)]
+        for label, bench in order:
+            out = Path(tempfile.mkdtemp(prefix="ab-pf-"))
+            subprocess.run([str(bench), "--out", str(out), "prefetch"] + extra, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
+            data = json.loads((out / "prefetch.json").read_text())
+            for row in data["rows"]:
+                if not row["name"].startswith("strata"):
+                    continue
+                key = ("prefetch", row["name"])
+                results.setdefault(key, {}).setdefault(label, []).append({
+                    "p50_ms": row["reads"]["p50_us"] / 1000,
+                    "p99_ms": row["reads"]["p99_us"] / 1000,
+                    "precision": row["prefetch_precision"],
+                })
+            shutil.rmtree(out, ignore_errors=True)
+            log(f"[prefetch round {r + 1}/{rounds}] {label} done")
+
+
+# Which figure of each benchmark says "faster": higher is better for these, lower for the rest.
+HIGHER_IS_BETTER = {"rps", "write_gib_per_sec", "read_gib_per_sec", "precision"}
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0 and x == x and x != float("inf")]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def summarize(results, tolerance):
+    table = []
+    for key, by in results.items():
+        if "old" not in by or "new" not in by:
+            continue
+        for fig in by["old"][0]:
+            old = statistics.median(x[fig] for x in by["old"])
+            new = statistics.median(x[fig] for x in by["new"])
+            ratio = new / old if old else (1.0 if new == old else float("inf"))
+            better = ratio if fig in HIGHER_IS_BETTER else (1 / ratio if ratio else float("nan"))
+            table.append({
+                "bench": key[0], "row": " ".join(str(k) for k in key[1:]), "figure": fig,
+                "old": old, "new": new, "new_over_old": ratio,
+                "within": abs(better - 1) <= tolerance or better > 1,
+                "old_runs": [x[fig] for x in by["old"]], "new_runs": [x[fig] for x in by["new"]],
+            })
+    return table
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", required=True, type=Path)
+    p.add_argument("--new", required=True, type=Path)
+    p.add_argument("--old-bench", required=True, type=Path)
+    p.add_argument("--new-bench", required=True, type=Path)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--kv-rounds", type=int, default=3)
+    p.add_argument("--requests", type=int, default=100_000)
+    p.add_argument("--only", choices=["redis", "kvcache", "prefetch"], action="append")
+    p.add_argument("--tolerance", type=float, default=0.05)
+    p.add_argument("--quick", action="store_true", help="small sizes, to check the script")
+    p.add_argument("--name", default="ab")
+    p.add_argument("--out", type=Path, default=ROOT / "reports")
+    a = p.parse_args()
+    only = set(a.only or ["redis", "kvcache", "prefetch"])
+    started = time.time()
+    results = {}
+    if "redis" in only:
+        run_redis(a.old, a.new, a.rounds, a.requests if not a.quick else 5000, results)
+    if "kvcache" in only:
+        run_kvcache(a.new_bench, a.old, a.new, a.kv_rounds, results, a.quick)
+    if "prefetch" in only:
+        run_prefetch(a.old_bench, a.new_bench, a.kv_rounds, results, a.quick)
+    table = summarize(results, a.tolerance)
+    a.out.mkdir(parents=True, exist_ok=True)
+    cmd = "python3 scripts/ab.py " + " ".join(sys.argv[1:])
+    (a.out / f"{a.name}.json").write_text(json.dumps({"command": cmd, "rows": table}, indent=1))
+    md = [f"# A/B: {a.old} (old) against {a.new} (new)", "",
+          f"Command: `{cmd}` ({(time.time() - started) / 60:.0f} min). Medians of the rounds; "
+          "the two builds alternate, so both see the same machine. Servers on core 0, "
+          "redis-benchmark on core 1. `ok`: new is within "
+          f"{a.tolerance:.0%} of old, or better.", "",
+          "`spread`: how far apart the old build's own rounds were (max − min over the median).", "",
+          "| bench | row | figure | old | new | new/old | spread | |",
+          "|---|---|---|---:|---:|---:|---:|---|"]
+    for t in table:
+        runs = t["old_runs"]
+        spread = (max(runs) - min(runs)) / t["old"] if t["old"] else 0.0
+        md.append(f"| {t['bench']} | {t['row']} | {t['figure']} | {t['old']:.4g} | {t['new']:.4g} "
+                  f"| {t['new_over_old']:.3f} | {spread:.2f} | {'ok' if t['within'] else 'OUT'} |")
+    out_rows = [t for t in table if not t["within"]]
+    md += ["", f"{len(table) - len(out_rows)} of {len(table)} figures within {a.tolerance:.0%} or better."]
+    for fig in sorted({t["figure"] for t in table}):
+        g = geomean([t["new_over_old"] for t in table if t["figure"] == fig])
+        md.append(f"- geometric mean of new/old, {fig}: {g:.3f}")
+    (a.out / f"{a.name}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
