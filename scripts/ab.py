@@ -107,8 +107,8 @@ def redis_rows(quick):
     return rows
 
 
-def run_redis(old, new, rounds, requests, results):
-    rows = redis_rows(False)
+def run_redis(old, new, rounds, requests, results, tests):
+    rows = [x for x in redis_rows(False) if x[1] in tests]
     for r in range(rounds):
         order = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
         for durability in ["none", "group"]:
@@ -225,6 +225,8 @@ def main():
     p.add_argument("--kv-rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=100_000)
     p.add_argument("--only", choices=["redis", "kvcache", "prefetch"], action="append")
+    p.add_argument("--redis-tests", default="set,get,incr,mget",
+                   help="which redis-benchmark tests to run (mget reads the keys set writes)")
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--quick", action="store_true", help="small sizes, to check the script")
     p.add_argument("--name", default="ab")
@@ -234,7 +236,8 @@ def main():
     started = time.time()
     results = {}
     if "redis" in only:
-        run_redis(a.old, a.new, a.rounds, a.requests if not a.quick else 5000, results)
+        run_redis(a.old, a.new, a.rounds, a.requests if not a.quick else 5000, results,
+                  a.redis_tests.split(","))
     if "kvcache" in only:
         run_kvcache(a.new_bench, a.old, a.new, a.kv_rounds, results, a.quick)
     if "prefetch" in only:

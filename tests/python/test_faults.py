@@ -93,6 +93,7 @@ def test_object_store_outage_through_a_fault_proxy():
         "background_interval_ms": 50,
         "block_bytes": 4096,
         "cold_request_timeout_ms": 1500,
+        "write_stall_ms_max": 1000,
         "durability": "sync",
     }
     p = StrataProcess(settings)
@@ -132,13 +133,17 @@ def test_object_store_outage_through_a_fault_proxy():
                 for i in range(400, 2000):
                     k = f"k{i:05}"
                     v = value_for(k, 2 * KIB)
+                    t0 = time.time()
                     try:
                         c.set(k, v)
                     except redis.exceptions.OutOfMemoryError as e:  # the -OOM prefix
-                        refused = str(e)
+                        refused, waited = str(e), time.time() - t0
                         break
                     acked[k] = v
+                # The write waited write_stall_ms_max for room, then said why it got none.
                 assert refused and "hard limit" in refused, refused
+                assert waited >= 0.9, f"refused after {waited:.2f} s, before write_stall_ms_max"
+                assert "made no room in 1000 ms" in refused, refused
                 st = stats(c)
                 assert st["warm_bytes"] <= 512 * KIB, st
                 assert st["writes_refused_full"] >= 1, st
@@ -167,6 +172,45 @@ def test_object_store_outage_through_a_fault_proxy():
         p.stop()
         proxy.close()
         moto.stop()
+
+
+def check_all_batched(client, acked, batch=500):
+    keys = list(acked)
+    for i in range(0, len(keys), batch):
+        chunk = keys[i : i + batch]
+        got = client.mget(chunk)
+        bad = [k for k, v in zip(chunk, got) if v != acked[k]]
+        assert not bad, f"{len(bad)} acknowledged keys wrong or missing, e.g. {bad[:5]}"
+
+
+def test_a_pipelined_writer_at_ten_times_the_warm_budget_is_slowed_not_refused(tmp_path):
+    """1 MiB of DRAM, 4 MiB of warm, the default one-second background tick and a local
+    cold tier: 40 MiB written in pipelines of 100 go in without an error (demotion starts
+    as warm passes its budget, and writers wait at the hard limit), and every key reads back
+    exactly, also after a SIGKILL and restart."""
+    settings = {"hot_bytes_max": "1MiB", "warm_bytes_max": "4MiB", "disk_free_min_bytes": 0}
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        c = p.client(socket_timeout=120)
+        acked = {}
+        for b in range(400):
+            pipe = c.pipeline(transaction=False)
+            for i in range(b * 100, b * 100 + 100):
+                k = f"p{i:06}"
+                acked[k] = value_for(k, KIB)
+                pipe.set(k, acked[k])
+            assert all(pipe.execute())  # an -OOM reply raises here
+        st = stats(c)
+        assert st["writes_refused_full"] == 0, st
+        assert st["cold_entries"] > 30_000, st
+        assert st["warm_bytes"] <= st["warm_bytes_hard_max"], st
+        print(f"pipelined writer: {st['writes_stalled']} writes waited for room, none refused")
+        check_all_batched(c, acked)
+        p.stop()  # SIGKILL
+        p = StrataProcess(settings, data_dir=str(tmp_path))
+        check_all_batched(p.client(socket_timeout=120), acked)
+    finally:
+        p.stop()
 
 
 def test_object_store_outage_state_survives_a_restart():

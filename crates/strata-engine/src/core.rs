@@ -93,7 +93,13 @@ pub(crate) struct Core {
     pub(crate) access: AccessCounts,
     pub(crate) demote_cursor: Mutex<Vec<u8>>,
     pub(crate) next_segment_id: Mutex<u64>,
+    /// Wakes the background task early: the warm tier passed its budget, or a flush.
     pub(crate) background_wake: Notify,
+    /// Notified after each demotion commit: writes waiting at the hard limit look again.
+    pub(crate) room: Notify,
+    /// Why the last background round failed (cleared by the next one that succeeds): what a
+    /// write refused at the hard limit says.
+    pub(crate) background_error: Mutex<Option<String>>,
     /// Key patterns whose keys are never demoted.
     pub(crate) pins: parking_lot::RwLock<Vec<Bytes>>,
     /// Keys that may not be demoted before the given Unix ms (KV-cache leases).

@@ -49,6 +49,9 @@ pub struct Parts {
     /// `<data_dir>/cold`).
     pub cold: Option<Arc<dyn ObjectStore>>,
     pub clock: Arc<dyn Clock>,
+    /// Whether the engine runs its background task (expiry, demotion, collection); tests
+    /// that drive rounds themselves ([`Engine::run_background_once`]) turn it off.
+    pub background: bool,
 }
 
 impl Parts {
@@ -63,6 +66,7 @@ impl Parts {
             warm,
             cold: None,
             clock: Arc::new(SystemClock),
+            background: true,
         }
     }
 }
@@ -101,6 +105,7 @@ impl Engine {
             warm,
             cold,
             clock,
+            background,
         } = parts;
         settings.validate()?;
         std::fs::create_dir_all(&data_dir).map_err(|e| {
@@ -154,6 +159,8 @@ impl Engine {
             closed: AtomicBool::new(false),
             demote_cursor: Mutex::new(Vec::new()),
             background_wake: Notify::new(),
+            room: Notify::new(),
+            background_error: Mutex::new(None),
             leases: Mutex::new(std::collections::HashMap::new()),
             load_model: Default::default(),
             gc_gate: tokio::sync::RwLock::new(()),
@@ -162,11 +169,12 @@ impl Engine {
             warm_value_bytes_avg: AtomicU64::new(0),
         });
         let (tx, rx) = watch::channel(false);
-        let handle = tokio::spawn(crate::background::run(Arc::clone(&core), rx));
+        let handle =
+            background.then(|| tokio::spawn(crate::background::run(Arc::clone(&core), rx)));
         crate::hook::start(&core);
         Ok(Engine {
             core,
-            background: Arc::new(Mutex::new(Some(handle))),
+            background: Arc::new(Mutex::new(handle)),
             shutdown: Arc::new(tx),
         })
     }
@@ -339,7 +347,7 @@ impl Engine {
     /// all of them are there or none; and the batch costs one write and one durability wait
     /// instead of one per key.
     pub async fn put_many(&self, pairs: &[(&Key, Bytes)], expire_ms: u64) -> Result<Written<()>> {
-        crate::write::put_many(&self.core, pairs, expire_ms)
+        crate::write::put_many(&self.core, pairs, expire_ms).await
     }
 
     /// Deletes `key`; returns whether it held a live value.

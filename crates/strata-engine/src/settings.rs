@@ -128,9 +128,12 @@ pub struct WarmSettings {
     /// Demotion stops once warm holds this fraction of `warm_bytes_max`.
     pub warm_demote_to_fraction: f64,
     /// Past this many warm bytes (demotion is behind, or the object store is down), writes
-    /// that add bytes are refused. 0 means 1.5 × `warm_bytes_max`.
+    /// that add bytes wait for demotion to make room. 0 means 1.5 × `warm_bytes_max`.
     #[serde(with = "strata_settings::size")]
     pub warm_bytes_hard_max: u64,
+    /// Longest a write waits at the hard limit for room before it fails with the reason
+    /// demotion could not make it (0 fails at once).
+    pub write_stall_ms_max: u64,
     pub durability: Durability,
     /// A value read from the object store is written back to the warm tier (a read says it
     /// is in use again) while the warm tier holds less than halfway from `warm_bytes_max`
@@ -155,6 +158,7 @@ impl Default for WarmSettings {
             warm_bytes_max: 8 << 30,
             warm_demote_to_fraction: 0.9,
             warm_bytes_hard_max: 0,
+            write_stall_ms_max: 5000,
             durability: Durability::Group,
             cold_reads_return_to_warm: true,
             pinned_bytes_max: 1 << 30,

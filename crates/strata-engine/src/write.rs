@@ -4,6 +4,8 @@
 //! ([`commit_staged`]: limit checks, value-log appends, one batch, DRAM); it hands back the
 //! [`Ticket`] to wait for before anyone is told it happened.
 
+use std::time::{Duration, Instant};
+
 use bytes::Bytes;
 use strata_format::{entry_checksum, Key, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use strata_warm::Family;
@@ -259,12 +261,12 @@ pub(crate) fn commit_staged(
 ) -> Result<Ticket> {
     if d.warm_bytes > 0 {
         let warm = core.sizes.warm_bytes();
-        let hard = core.settings.warm.warm_hard_limit();
-        if warm + d.warm_bytes as u64 > hard {
-            add(&core.counters.writes_refused_full);
-            return Err(Error::WarmFull(format!(
-                "command not allowed: the warm tier holds {warm} bytes, at its hard limit of {hard} (demotion to the object store is behind or failing); deletes work, writes resume as it drains"
-            )));
+        if warm + d.warm_bytes as u64 > core.settings.warm.warm_bytes_max {
+            // Demotion starts now, not on the background task's next tick.
+            core.background_wake.notify_one();
+        }
+        if warm + d.warm_bytes as u64 > core.settings.warm.warm_hard_limit() {
+            return Err(Error::WarmFull(String::new()));
         }
         core.disk.claim(d.warm_bytes as u64)?;
     }
@@ -305,6 +307,61 @@ pub(crate) fn commit_staged(
         }
     }
     Ok(core.ticket())
+}
+
+/// Waits (holding no lock) until the warm tier has room for `need` more bytes under its
+/// hard limit, waking demotion, for at most `write_stall_ms_max` since `since`; then fails
+/// with what kept demotion from making room. Writes slow down before they are refused.
+pub(crate) async fn wait_for_room(core: &Core, need: u64, since: Instant) -> Result<()> {
+    let hard = core.settings.warm.warm_hard_limit();
+    let stall = Duration::from_millis(core.settings.warm.write_stall_ms_max);
+    let mut counted = false;
+    loop {
+        let warm = core.sizes.warm_bytes();
+        if warm.saturating_add(need) <= hard {
+            return Ok(());
+        }
+        let left = stall.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            add(&core.counters.writes_refused_full);
+            let why =
+                core.background_error.lock().clone().unwrap_or_else(|| {
+                    "demotion to the object store is behind the writes".to_string()
+                });
+            return Err(Error::WarmFull(format!(
+                "command not allowed: the warm tier holds {warm} bytes, at its hard limit of {hard}, and demotion made no room in {} ms: {why}; deletes work, writes resume as it drains",
+                stall.as_millis()
+            )));
+        }
+        if !counted {
+            add(&core.counters.writes_stalled);
+            counted = true;
+        }
+        core.background_wake.notify_one();
+        let room = core.room.notified();
+        let _ = tokio::time::timeout(left.min(STALL_POLL), room).await;
+    }
+}
+
+/// How often a write waiting for room looks again, if no demotion says so first.
+const STALL_POLL: Duration = Duration::from_millis(10);
+
+/// Whether `a` and `b` are the same stored state of a key: a change computed from one
+/// applies to the other unchanged.
+fn same_state(a: Option<&Stored>, b: Option<&Stored>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.expire_ms == b.expire_ms
+                && a.value_len == b.value_len
+                && match (&a.loc, &b.loc) {
+                    (Loc::Warm { checksum: x, .. }, Loc::Warm { checksum: y, .. }) => x == y,
+                    (Loc::Cold(x), Loc::Cold(y)) => x == y,
+                    _ => false,
+                }
+        }
+        _ => false,
+    }
 }
 
 /// Counts value-log entries that no record points at (their write failed) as garbage, if
@@ -424,18 +481,69 @@ pub(crate) async fn update<R>(
         };
         let f = f.take().expect("update closure runs once");
         let (change, out) = f(existing)?;
-        if let Some(Change::Put { value, .. }) = &change {
+        let Some(change) = change else {
+            return Ok(Written::new(out, Ticket::NONE));
+        };
+        if let Change::Put { value, .. } = &change {
             check_sizes(key, Some(value))?;
         }
-        let ticket = match change {
-            Some(c) => apply_locked(core, key, stored.as_ref(), c, core.syncs_client_writes())?,
-            None => Ticket::NONE,
+        let sync = core.syncs_client_writes();
+        let ticket = match apply_locked(core, key, stored.as_ref(), change.clone(), sync) {
+            Err(Error::WarmFull(_)) => {
+                drop(_g);
+                apply_when_room(core, key, stored, change).await?
+            }
+            r => r?,
         };
         return Ok(Written::new(out, ticket));
     }
     Err(Error::Internal(
         "key kept changing while its cold value was fetched".into(),
     ))
+}
+
+/// Applies `change` to `key` once the warm tier has room: `change` was computed from
+/// `stored` and refused at the hard limit, and the key's lock has been let go. Waits for
+/// room, then applies it again if the key is as it was (a change computed from the same
+/// state is the same change).
+async fn apply_when_room(
+    core: &Core,
+    key: &Key,
+    mut stored: Option<Stored>,
+    change: Change,
+) -> Result<Ticket> {
+    let since = Instant::now();
+    let need = match &change {
+        Change::Put { value, .. } => warm_charge(key, value.len() as u64),
+        _ => 0,
+    };
+    loop {
+        wait_for_room(core, need, since).await?;
+        let r = {
+            let _g = core.locks.lock(key);
+            let now = core.lookup(key, false)?;
+            if !same_state(stored.as_ref(), now.as_ref()) {
+                // Another write changed the key meanwhile: what this change was computed
+                // from is gone.
+                add(&core.counters.writes_refused_full);
+                return Err(Error::WarmFull(
+                    "command not allowed: the warm tier is at its hard limit and the key changed while this write waited for room; retry it".into(),
+                ));
+            }
+            stored = now;
+            apply_locked(
+                core,
+                key,
+                stored.as_ref(),
+                change.clone(),
+                core.syncs_client_writes(),
+            )
+        };
+        match r {
+            Err(Error::WarmFull(_)) => continue,
+            r => return r,
+        }
+    }
 }
 
 /// Stores `value` under `key` as `opts` says.
@@ -483,7 +591,7 @@ pub(crate) async fn put(
 }
 
 /// Stores every pair, expiring at `expire_ms`, in one batch (see [`crate::Engine::put_many`]).
-pub(crate) fn put_many(
+pub(crate) async fn put_many(
     core: &Core,
     pairs: &[(&Key, Bytes)],
     expire_ms: u64,
@@ -496,24 +604,36 @@ pub(crate) fn put_many(
         .enumerate()
         .map(|(i, (k, _))| (*k, i))
         .collect();
-    let _locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
-    core.check_writable()?;
-    let mut batch = core.warm.batch();
-    let mut d = Counts::default();
-    let mut staged = Vec::with_capacity(last.len());
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if last[k] != i {
-            continue;
+    let since = Instant::now();
+    let need: u64 = pairs
+        .iter()
+        .map(|(k, v)| warm_charge(k, v.len() as u64))
+        .sum();
+    loop {
+        let locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
+        core.check_writable()?;
+        let mut batch = core.warm.batch();
+        let mut d = Counts::default();
+        let mut staged = Vec::with_capacity(last.len());
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            if last[k] != i {
+                continue;
+            }
+            let old = core.lookup(k, false)?;
+            let change = Change::Put {
+                value: v.clone(),
+                expire_ms,
+            };
+            staged.extend(stage(core, k, old.as_ref(), change, &mut batch, &mut d)?);
         }
-        let old = core.lookup(k, false)?;
-        let change = Change::Put {
-            value: v.clone(),
-            expire_ms,
-        };
-        staged.extend(stage(core, k, old.as_ref(), change, &mut batch, &mut d)?);
+        match commit_staged(core, staged, batch, &d, core.syncs_client_writes()) {
+            Err(Error::WarmFull(_)) => {
+                drop(locks);
+                wait_for_room(core, need, since).await?;
+            }
+            r => return Ok(Written::new((), r?)),
+        }
     }
-    let ticket = commit_staged(core, staged, batch, &d, core.syncs_client_writes())?;
-    Ok(Written::new((), ticket))
 }
 
 /// Atomically adds `delta` to the integer stored at `key` (absent counts as 0); keeps the

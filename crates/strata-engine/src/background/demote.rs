@@ -224,5 +224,6 @@ fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]
         batch.put_segment(id, meta);
     }
     commit_batch(core, batch, &d, false)?;
+    core.room.notify_waiters();
     Ok(moved)
 }

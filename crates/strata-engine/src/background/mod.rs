@@ -26,19 +26,26 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
     let mut backoff_ms = interval_ms;
     loop {
         let wait = Duration::from_millis(backoff_ms.max(1));
+        // While rounds fail, writes over budget do not wake it: the backoff holds.
+        let failing = backoff_ms != interval_ms;
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = tokio::time::sleep(wait) => {}
-            _ = core.background_wake.notified() => {}
+            _ = core.background_wake.notified(), if !failing => {}
         }
         if *shutdown.borrow() {
             return;
         }
         rounds += 1;
         match round(&core, rounds % COLLECT_EVERY_ROUNDS == 1).await {
-            Ok(_) => backoff_ms = interval_ms,
+            Ok(_) => {
+                backoff_ms = interval_ms;
+                *core.background_error.lock() = None;
+            }
             Err(e) => {
                 add(&core.counters.demotion_errors);
+                *core.background_error.lock() = Some(e.to_string());
+                core.room.notify_waiters();
                 // Exponential, capped at 30 s or 100 rounds' worth of interval.
                 let cap = interval_ms.saturating_mul(100).min(BACKOFF_MS_MAX);
                 backoff_ms = (backoff_ms * 2).min(cap.max(1));

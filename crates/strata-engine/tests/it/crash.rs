@@ -35,6 +35,7 @@ fn options(dir: &std::path::Path) -> crate::support::Opts {
     o.s.warm.durability = Durability::Sync;
     o.s.warm.warm_bytes_max = 64 << 10;
     o.s.warm.background_interval_ms = 20;
+    o.background = true;
     // Values of 1 KiB and more go to the value log (about two thirds of them), in files
     // small enough to roll and be collected while the writer runs.
     o.s.vlog.vlog_value_bytes_min = 1024;

@@ -9,6 +9,7 @@ mod crash;
 mod layout;
 mod model;
 mod prefetch;
+mod pressure;
 mod s3;
 mod support;
 mod vlog;

@@ -43,6 +43,8 @@ pub async fn fill_and_demote(engine: &Engine, n: usize, value_bytes: usize) {
 pub struct Opts {
     pub dir: PathBuf,
     pub s: Settings,
+    /// Whether the engine runs its own background task (off: the test runs rounds).
+    pub background: bool,
 }
 
 /// Opens the store of `o` on the real warm store (RocksDB).
@@ -72,11 +74,13 @@ pub fn rocks(dir: &Path) -> strata_rocks::RocksWarm {
 /// The parts of the store of `o`, with RocksDB as its warm store.
 pub fn parts(o: Opts) -> Parts {
     let warm = rocks(&o.dir);
-    Parts::new(o.dir, o.s, Arc::new(warm))
+    let mut p = Parts::new(o.dir, o.s, Arc::new(warm));
+    p.background = o.background;
+    p
 }
 
 /// Options with budgets small enough that demotion happens after a few KiB, and no
-/// background timer (tests run background rounds explicitly, so runs replay exactly).
+/// background task (tests run background rounds explicitly, so runs replay exactly).
 pub fn small_options(dir: &Path) -> Opts {
     let mut s = Settings::default();
     s.hot.hot_bytes_max = 16 << 10;
@@ -94,6 +98,7 @@ pub fn small_options(dir: &Path) -> Opts {
     Opts {
         dir: dir.to_path_buf(),
         s,
+        background: false,
     }
 }
 
@@ -385,6 +390,7 @@ pub async fn open_failing(
 ) -> strata_engine::Result<Engine> {
     let inner = rocks(&o.dir);
     let cold_dir = o.dir.join("cold");
+    let background = o.background;
     let mut p = Parts::new(
         o.dir,
         o.s,
@@ -400,5 +406,6 @@ pub async fn open_failing(
         faults: cold_faults,
     }));
     p.clock = clock;
+    p.background = background;
     Engine::open_with(p).await
 }

@@ -1,0 +1,172 @@
+//! Back-pressure: a writer faster than demotion is slowed down at the warm tier's hard
+//! limit, not refused, while the object store takes segments; when it does not, a write
+//! waits `write_stall_ms_max` and then fails saying why.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use strata_engine::{Durability, Error, PutOptions, SystemClock};
+
+use crate::support::{key, open, open_failing, small_options, Acked, Faults, Opts};
+
+fn value_of(i: usize) -> Bytes {
+    let tag = format!("value {i:06} ");
+    Bytes::from(tag.repeat(1024 / tag.len() + 1)[..1024].to_string())
+}
+
+/// 1 MiB of DRAM, 4 MiB of warm (hard limit 6 MiB), the background task on its default
+/// one-second tick: only the wake on passing the budget keeps it in pace.
+fn pressed(dir: &std::path::Path) -> Opts {
+    let mut o = small_options(dir);
+    o.s.hot.hot_bytes_max = 1 << 20;
+    o.s.warm.warm_bytes_max = 4 << 20;
+    o.s.warm.warm_bytes_hard_max = 0;
+    o.s.warm.background_interval_ms = 1000;
+    o.s.warm.durability = Durability::None;
+    o.s.warm.disk_free_min_bytes = 0;
+    o.s.cold.segment_bytes_max = 1 << 20;
+    o.s.cold.block_bytes = 16 << 10;
+    o.background = true;
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_at_ten_times_the_warm_budget_is_slowed_not_refused_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(pressed(dir.path())).await.unwrap();
+    const KEYS: usize = 40_000; // 40 MiB of values: ten times the warm budget.
+    const WRITERS: usize = 8;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let e = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..KEYS).step_by(WRITERS) {
+                e.put(
+                    &key(format!("k:{i:06}")),
+                    value_of(i),
+                    PutOptions::default(),
+                )
+                .await
+                .acked(&e)
+                .await
+                .unwrap_or_else(|err| panic!("write {i} refused: {err}"));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let st = engine.stats();
+    assert_eq!(st.writes_refused_full, 0, "{st:?}");
+    assert!(st.demotions > 30_000, "demotion did not keep pace: {st:?}");
+    assert!(
+        st.warm_bytes <= st.warm_bytes_hard_max,
+        "warm passed its hard limit: {st:?}"
+    );
+    for i in 0..KEYS {
+        let got = engine.get(&key(format!("k:{i:06}"))).await.unwrap();
+        assert_eq!(got.as_ref(), Some(&value_of(i)), "key {i}");
+    }
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = open(pressed(dir.path())).await.unwrap();
+    for i in (0..KEYS).step_by(7) {
+        let got = engine.get(&key(format!("k:{i:06}"))).await.unwrap();
+        assert_eq!(got.as_ref(), Some(&value_of(i)), "key {i} after a restart");
+    }
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_hard_limit_with_the_object_store_down_a_write_waits_then_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.s.warm.warm_bytes_max = 64 << 10;
+    o.s.warm.warm_bytes_hard_max = 96 << 10;
+    o.s.warm.write_stall_ms_max = 400;
+    o.s.warm.background_interval_ms = 20;
+    o.s.warm.disk_free_min_bytes = 0;
+    o.background = true;
+    let cold_faults = Faults::new(1, 1);
+    cold_faults.set(true);
+    let engine = open_failing(
+        o,
+        Arc::new(SystemClock),
+        Faults::new(2, 1_000_000),
+        Arc::clone(&cold_faults),
+    )
+    .await
+    .unwrap();
+    let mut acked = Vec::new();
+    let (err, waited) = loop {
+        let i = acked.len();
+        assert!(
+            i < 1000,
+            "96 KiB of 1 KiB values never reached the hard limit"
+        );
+        let t0 = Instant::now();
+        match engine
+            .put(
+                &key(format!("k:{i:06}")),
+                value_of(i),
+                PutOptions::default(),
+            )
+            .await
+            .acked(&engine)
+            .await
+        {
+            Ok(_) => acked.push(i),
+            Err(e) => break (e, t0.elapsed()),
+        }
+    };
+    assert!(matches!(err, Error::WarmFull(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("hard limit"), "{msg}");
+    assert!(
+        msg.contains("object store unavailable") && msg.contains("injected request failure"),
+        "the refusal does not say why: {msg}"
+    );
+    assert!(
+        waited >= Duration::from_millis(400),
+        "refused after {waited:?}, before write_stall_ms_max"
+    );
+    let st = engine.stats();
+    assert!(
+        st.writes_stalled >= 1 && st.writes_refused_full == 1,
+        "{st:?}"
+    );
+    // Deletes work at the limit; the object store comes back and writes resume.
+    engine
+        .delete(&key("k:000000"))
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    acked.remove(0);
+    cold_faults.set(false);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let i = 5000;
+    loop {
+        match engine
+            .put(
+                &key(format!("k:{i:06}")),
+                value_of(i),
+                PutOptions::default(),
+            )
+            .await
+            .acked(&engine)
+            .await
+        {
+            Ok(_) => break,
+            Err(Error::WarmFull(_)) if Instant::now() < deadline => continue,
+            Err(e) => panic!("writes did not resume after the outage: {e}"),
+        }
+    }
+    acked.push(i);
+    for i in acked {
+        let got = engine.get(&key(format!("k:{i:06}"))).await.unwrap();
+        assert_eq!(got.as_ref(), Some(&value_of(i)), "key {i}");
+    }
+    engine.close().await.unwrap();
+}
