@@ -90,3 +90,52 @@ def test_sigkill_cycles_lose_no_acknowledged_write(tmp_path):
     print(f"checked {checked} acknowledged keys over {CYCLES} SIGKILL cycles")
     assert checked > 1000
     assert saw_cold, "no key reached the cold tier during the crash cycles"
+
+
+def test_durability_none_loses_at_most_none_flush_ms_of_writes_on_sigkill(tmp_path):
+    """`durability=none` keeps the write-ahead log in the process and hands it to the OS
+    every `none_flush_ms`: a SIGKILL loses at most the writes acknowledged in that last
+    stretch (plus scheduling slack), never an older one, and never leaves a wrong value.
+    What survives is a prefix of the acknowledged writes."""
+    flush_ms, slack_ms = 200, 500
+    settings = {"durability": "none", "none_flush_ms": flush_ms}
+    lost_ms = []
+    for cycle in range(3):
+        d = tmp_path / f"c{cycle}"
+        p = StrataProcess(settings, data_dir=str(d))
+        c = p.client(socket_timeout=10)
+        acked = []
+        stop_at = time.monotonic() + 2.0
+        i = 0
+        while time.monotonic() < stop_at:
+            k, v = f"n{i:07}", f"{cycle}:{i}:".encode() * 8
+            c.set(k, v)
+            acked.append((k, v, time.monotonic()))
+            i += 1
+        killed_at = time.monotonic()
+        p.proc.send_signal(signal.SIGKILL)
+        p.proc.wait()
+        p.stop()
+        p = StrataProcess(settings, data_dir=str(d))
+        try:
+            c = p.client(socket_timeout=10)
+            got = []
+            for j in range(0, len(acked), 500):
+                got += c.mget([k for k, _, _ in acked[j : j + 500]])
+        finally:
+            p.stop()
+        wrong = [k for (k, v, _), g in zip(acked, got) if g is not None and g != v]
+        assert not wrong, f"values corrupted after SIGKILL: {wrong[:5]}"
+        present = [g is not None for g in got]
+        kept = present.index(False) if False in present else len(present)
+        assert not any(present[kept:]), "what survived is not a prefix of the acknowledged writes"
+        if kept < len(acked):
+            lost_ms.append((killed_at - acked[kept][2]) * 1000)
+            too_old = [k for k, _, t in acked[kept:] if (killed_at - t) * 1000 > flush_ms + slack_ms]
+            assert not too_old, (
+                f"lost {len(too_old)} writes acknowledged more than {flush_ms} + {slack_ms} ms "
+                f"before the kill, e.g. {too_old[:3]}"
+            )
+        else:
+            lost_ms.append(0.0)
+    print(f"durability=none, none_flush_ms={flush_ms}: lost the last {', '.join(f'{x:.0f}' for x in lost_ms)} ms of acknowledged writes")

@@ -47,6 +47,46 @@ def test_pipelines_keep_order(strata):
     assert r.get("k1999") == b"1999"
 
 
+def test_pipelined_sets_are_written_together_and_behave_one_by_one(strata):
+    """Consecutive plain SETs of a pipeline go to the engine as one batch: replies stay in
+    order, a later SET of the same key wins, reads between them see the earlier ones, a SET
+    with options ends the run, TTLs are cleared as SET clears them, and a WATCHed key set
+    in another client's pipeline aborts the transaction."""
+    r = strata.client()
+    r.set("ttl-key", "old", ex=100)
+    p = r.pipeline(transaction=False)
+    for i in range(300):  # longer than one run (256)
+        p.set(f"run:{i % 120}", f"v{i}")
+    p.set("ttl-key", "new")
+    p.get("run:5")
+    p.set("run:5", "after-get")
+    p.set("nx-key", "first", nx=True)
+    p.set("nx-key", "second", nx=True)
+    p.set("run:6", "last")
+    out = p.execute()
+    assert out[:301] == [True] * 301
+    assert out[301] == b"v245"
+    assert out[302:] == [True, True, None, True]
+    assert r.get("run:0") == b"v240" and r.get("run:119") == b"v239"
+    assert r.get("run:5") == b"after-get" and r.get("run:6") == b"last"
+    assert r.get("nx-key") == b"first"
+    assert r.get("ttl-key") == b"new" and r.ttl("ttl-key") == -1
+
+    other = strata.client()
+    with r.pipeline() as pipe:
+        pipe.watch("w1")
+        q = other.pipeline(transaction=False)
+        q.set("w0", "a").set("w1", "b").set("w2", "c")
+        assert q.execute() == [True, True, True]
+        pipe.multi()
+        pipe.set("w1", "mine")
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert r.get("w1") == b"b"
+    stats = r.info("commandstats")
+    assert stats["cmdstat_set"]["calls"] == 309, stats["cmdstat_set"]  # each counted once
+
+
 def test_transactions_and_watch(strata):
     r = strata.client()
     other = strata.client()

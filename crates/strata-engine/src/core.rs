@@ -192,6 +192,15 @@ impl Core {
             })
     }
 
+    /// The stored entries of many keys, without values (see [`Core::lookup`]).
+    pub(crate) fn lookup_many(&self, keys: &[&Key]) -> Result<Vec<Option<Stored>>> {
+        self.warm.lookup_many(keys, &self.vlog).inspect_err(|e| {
+            if matches!(e, Error::Data(_)) {
+                add(&self.counters.checksum_errors);
+            }
+        })
+    }
+
     /// Fetches a cold key's value through its block; with it, the whole decompressed block.
     pub(crate) async fn fetch_cold(&self, key: &Key, r: &BlockRef) -> Result<(Bytes, Bytes)> {
         let block = self.cold.get_block(r).await.inspect_err(|e| {

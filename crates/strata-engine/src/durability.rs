@@ -3,7 +3,9 @@
 //! append to the log without syncing and wait for one shared fsync that covers their
 //! write (group commit); with `sync` the write synced itself and with `none` nothing is
 //! waited for, so their tickets are empty. A failed fsync poisons the engine; it is never
-//! retried.
+//! retried. With `none`, the warm store may keep log records in the process; a task hands
+//! them to the operating system every `none_flush_ms` ([`flush_log_every`]), which bounds
+//! what a killed process loses.
 
 use std::sync::Arc;
 
@@ -142,6 +144,28 @@ impl GroupCommit {
         self.wake.notify_one();
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
+        }
+    }
+}
+
+/// Hands the warm store's buffered log to the operating system every `period` until
+/// `shutdown` (`durability = none`: what a killed process may lose is at most one period of
+/// acknowledged writes). A failed flush is retried on the next tick; it is not a sync, and
+/// nothing was promised durable.
+pub(crate) async fn flush_log_every(
+    warm: Arc<dyn WarmStore>,
+    period: std::time::Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = warm.flush_log() {
+            tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
         }
     }
 }

@@ -169,6 +169,11 @@ impl Engine {
             warm_value_bytes_avg: AtomicU64::new(0),
         });
         let (tx, rx) = watch::channel(false);
+        if core.settings.warm.durability == Durability::None {
+            let period = std::time::Duration::from_millis(core.settings.warm.none_flush_ms);
+            let flush = crate::durability::flush_log_every(Arc::clone(&warm), period, rx.clone());
+            tokio::spawn(flush);
+        }
         let handle =
             background.then(|| tokio::spawn(crate::background::run(Arc::clone(&core), rx)));
         crate::hook::start(&core);
@@ -415,9 +420,12 @@ impl Engine {
     }
 
     /// Tells the prefetcher that client stream `stream` (a connection) read `key`: the
-    /// transitions between a stream's keys train the Markov model.
+    /// transitions between a stream's keys train the Markov model. While the cold tier is
+    /// empty there is nothing to prefetch, and reads pay nothing for it.
     pub fn note_access(&self, stream: u64, key: &Key) {
-        self.core.prefetch.note_access(stream, key);
+        if self.core.sizes.cold_entries.load(Ordering::Relaxed) > 0 {
+            self.core.prefetch.note_access(stream, key);
+        }
     }
 
     /// Forgets a stream's last key (its connection closed).

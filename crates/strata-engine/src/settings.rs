@@ -135,6 +135,10 @@ pub struct WarmSettings {
     /// demotion could not make it (0 fails at once).
     pub write_stall_ms_max: u64,
     pub durability: Durability,
+    /// With `durability = none`, acknowledged writes are handed to the operating system at
+    /// least this often: a killed process loses at most this long of them (a crash of the
+    /// machine, more).
+    pub none_flush_ms: u64,
     /// A value read from the object store is written back to the warm tier (a read says it
     /// is in use again) while the warm tier holds less than halfway from `warm_bytes_max`
     /// to its hard limit.
@@ -160,6 +164,7 @@ impl Default for WarmSettings {
             warm_bytes_hard_max: 0,
             write_stall_ms_max: 5000,
             durability: Durability::Group,
+            none_flush_ms: 1000,
             cold_reads_return_to_warm: true,
             pinned_bytes_max: 1 << 30,
             disk_free_min_bytes: 256 << 20,
@@ -308,6 +313,9 @@ impl Settings {
         }
         if w.warm_bytes_hard_max != 0 && w.warm_bytes_hard_max < w.warm_bytes_max {
             return bad("warm_bytes_hard_max must be 0 (automatic) or at least warm_bytes_max");
+        }
+        if !(1..=60_000).contains(&w.none_flush_ms) {
+            return bad("none_flush_ms must be between 1 and 60000");
         }
         if !(0.1..=1.0).contains(&w.warm_demote_to_fraction) {
             return bad("warm_demote_to_fraction must be between 0.1 and 1.0");

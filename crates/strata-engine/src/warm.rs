@@ -310,6 +310,37 @@ impl Warm {
         }))
     }
 
+    /// [`Warm::lookup`] of many keys without their values: one multi-get of the records,
+    /// one of the cold index for the keys not found there.
+    pub(crate) fn lookup_many(
+        &self,
+        keys: &[&Key],
+        vlog: &ValueLog,
+    ) -> Result<Vec<Option<Stored>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut missing = Vec::new();
+        for (i, (key, rec)) in keys.iter().zip(self.records(keys)).enumerate() {
+            match rec? {
+                Some(rec) => out.push(Some(stored_warm(key, rec, false, vlog)?)),
+                None => {
+                    out.push(None);
+                    missing.push(i);
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let cold_keys: Vec<&Key> = missing.iter().map(|&i| keys[i]).collect();
+            for (&i, r) in missing.iter().zip(self.cold_refs(&cold_keys)) {
+                out[i] = r?.map(|r| Stored {
+                    loc: Loc::Cold(r),
+                    expire_ms: r.expire_ms,
+                    value_len: r.value_len as u64,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// A cursor over `family` within `bounds`, as of `view` (now if none).
     pub(crate) fn cursor<'a>(
         &'a self,

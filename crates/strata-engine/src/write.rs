@@ -615,11 +615,12 @@ pub(crate) async fn put_many(
         let mut batch = core.warm.batch();
         let mut d = Counts::default();
         let mut staged = Vec::with_capacity(last.len());
-        for (i, (k, v)) in pairs.iter().enumerate() {
+        let keys: Vec<&Key> = pairs.iter().map(|(k, _)| *k).collect();
+        let olds = core.lookup_many(&keys)?;
+        for (i, ((k, v), old)) in pairs.iter().zip(olds).enumerate() {
             if last[k] != i {
                 continue;
             }
-            let old = core.lookup(k, false)?;
             let change = Change::Put {
                 value: v.clone(),
                 expire_ms,

@@ -181,6 +181,24 @@ impl HotCache {
         let hash = self.hasher.hash_one(key);
         let mut sh = self.shard_of(hash).lock();
         if let Some(&slot) = sh.map.get(key) {
+            if charge <= self.bytes_max / 2 {
+                // An overwrite keeps its slot: the new value takes the old one's place, and
+                // the write counts as an access.
+                let s = sh.slots[slot as usize]
+                    .as_mut()
+                    .expect("mapped slot is live");
+                let old_charge = std::mem::replace(&mut s.charge, charge);
+                s.value = value;
+                s.expire_ms = expire_ms;
+                sh.bytes = sh.bytes - old_charge + charge;
+                self.used.fetch_add(charge, Ordering::Relaxed);
+                self.used.fetch_sub(old_charge, Ordering::Relaxed);
+                sh.policy.on_hit(slot);
+                self.publish(&sh);
+                drop(sh);
+                self.trim();
+                return true;
+            }
             sh.policy.on_remove(slot);
             let gone = sh.remove_slot(slot);
             self.used.fetch_sub(gone.charge, Ordering::Relaxed);
@@ -417,6 +435,38 @@ mod tests {
             "a stale copy must not survive a rejected insert"
         );
         assert_eq!(c.stats().rejected, 1);
+    }
+
+    #[test]
+    fn an_overwrite_replaces_in_place_and_keeps_the_budget() {
+        for policy in ["lru", "strata"] {
+            let each = ENTRY_OVERHEAD_BYTES + 4 + 10;
+            let c = HotCache::new(10 * each, 1, || -> Box<dyn Policy> {
+                match policy {
+                    "lru" => Box::new(Lru::default()),
+                    _ => Box::new(StrataHot::new(64)),
+                }
+            });
+            for i in 0..10u32 {
+                c.insert(format!("k{i:03}").as_bytes(), Bytes::from(vec![1u8; 10]), 0);
+            }
+            // Same size: nothing leaves, the new value and expiry are read back.
+            assert!(c.insert(b"k003", Bytes::from(vec![2u8; 10]), 500));
+            assert_eq!(c.get(b"k003", 0), Some((Bytes::from(vec![2u8; 10]), 500)));
+            assert_eq!(c.stats().entries, 10, "{policy}");
+            assert_eq!(c.stats().bytes, 10 * each as u64, "{policy}");
+            // Larger: the budget holds, by evicting.
+            assert!(c.insert(b"k004", Bytes::from(vec![3u8; 100]), 0));
+            let st = c.stats();
+            assert!(st.bytes <= st.bytes_max, "{policy}: {st:?}");
+            assert!(st.evictions > 0, "{policy}: {st:?}");
+            // Smaller: the bytes shrink with it.
+            let before = c.stats().bytes;
+            if c.get(b"k003", 0).is_some() {
+                assert!(c.insert(b"k003", Bytes::from_static(b"x"), 0));
+                assert_eq!(c.stats().bytes, before - 9, "{policy}");
+            }
+        }
     }
 
     #[test]

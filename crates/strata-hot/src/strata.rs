@@ -2,9 +2,7 @@
 //! aging, with a low weight for keys seen once. Chains are not learned here: the keys of
 //! one request spread over many shards.
 
-use std::collections::HashMap;
-
-use strata_policy::StrataPolicy;
+use strata_policy::{IdMap, StrataPolicy};
 
 use crate::Policy;
 
@@ -12,7 +10,7 @@ pub struct StrataHot {
     inner: StrataPolicy,
     /// Key hash of each live slot, by slot number (slots are dense).
     hash_of: Vec<Option<u64>>,
-    slot_of: HashMap<u64, u32>,
+    slot_of: IdMap<u32>,
     /// Evictions until the policy's size is checked against the entries held again.
     until_sized: usize,
 }
@@ -23,7 +21,7 @@ impl StrataHot {
         StrataHot {
             inner: StrataPolicy::light(entries_hint.max(64)),
             hash_of: Vec::new(),
-            slot_of: HashMap::new(),
+            slot_of: IdMap::default(),
             until_sized: 0,
         }
     }

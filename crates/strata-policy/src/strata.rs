@@ -23,10 +23,11 @@
 //! `MINI_CAPACITY_MAX` entries per copy.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use crate::sketch::Sketch;
 use crate::BlockCache;
+use crate::IdMap;
 
 /// One setting of the policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,7 +99,7 @@ struct Gdsf {
     setting: Setting,
     inflation: u64,
     /// key -> its rank (priority, depth in its chain, touch stamp).
-    priority: HashMap<u64, Ranks>,
+    priority: IdMap<Ranks>,
     /// Eviction order: lowest priority first; among equals the deepest block (chain tails
     /// before heads), then the least recently touched. One entry per block, possibly
     /// lower than its rank now (see [`Ranks`]).
@@ -109,8 +110,8 @@ struct Gdsf {
     /// The block inserted last and not judged by admission yet.
     newcomer: Option<u64>,
     /// Parent of each cached block (the block before it in the request that stored it).
-    parent: HashMap<u64, u64>,
-    children: HashMap<u64, Vec<u64>>,
+    parent: IdMap<u64>,
+    children: IdMap<Vec<u64>>,
     orphans: Vec<u64>,
     prev_in_request: Option<u64>,
     depth_in_request: u32,
@@ -127,13 +128,13 @@ impl Gdsf {
             capacity: capacity.max(1),
             setting,
             inflation: 0,
-            priority: HashMap::new(),
+            priority: IdMap::default(),
             order: BTreeSet::new(),
             stamp: 0,
             sketch,
             newcomer: None,
-            parent: HashMap::new(),
-            children: HashMap::new(),
+            parent: IdMap::default(),
+            children: IdMap::default(),
             orphans: Vec::new(),
             prev_in_request: None,
             depth_in_request: 0,

@@ -253,8 +253,37 @@ async fn run_batch<S: AsyncWrite>(
 ) -> std::io::Result<()> {
     let mut read_guard = None;
     let mut last_cmd = Vec::new();
-    for args in batch {
-        if crate::cmd::is_exclusive(&args, conn) {
+    let mut batch = batch.into_iter().peekable();
+    let mut sets = Vec::new();
+    let mut replies = Vec::new();
+    while let Some(args) = batch.next() {
+        let next_is_set = |b: &mut std::iter::Peekable<std::vec::IntoIter<Vec<Bytes>>>,
+                           conn: &Conn| {
+            b.peek().is_some_and(|a| crate::cmd::is_plain_set(a, conn))
+        };
+        if crate::cmd::is_plain_set(&args, conn) && next_is_set(&mut batch, conn) {
+            // Consecutive plain SETs are written together (one batch, one log record).
+            let mut bytes = args[2].len();
+            sets.push(args);
+            while sets.len() < crate::cmd::SET_RUN_MAX
+                && bytes < crate::cmd::SET_RUN_BYTES_MAX
+                && next_is_set(&mut batch, conn)
+            {
+                let a = batch.next().expect("peeked");
+                bytes += a[2].len();
+                sets.push(a);
+            }
+            if read_guard.is_none() {
+                read_guard = Some(shared.gate.read().await);
+            }
+            last_cmd = sets[0][0].to_vec();
+            crate::cmd::execute_sets(shared, conn, &sets, &mut replies).await;
+            sets.clear();
+            out.set_proto(conn.proto);
+            for r in replies.drain(..) {
+                out.push(&r);
+            }
+        } else if crate::cmd::is_exclusive(&args, conn) {
             read_guard = None;
             let _w = shared.gate.write().await;
             let reply = crate::cmd::execute(shared, conn, args).await;

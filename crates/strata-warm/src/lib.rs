@@ -241,6 +241,12 @@ pub trait WarmStore: Send + Sync + 'static {
     fn view(&self) -> Arc<dyn View>;
     /// Makes every write so far durable.
     fn sync_log(&self) -> Result<()>;
+    /// Hands log writes buffered in the process to the operating system (no fsync): after
+    /// this, a killed process loses none of them. Nothing to do for a store that does not
+    /// buffer its log.
+    fn flush_log(&self) -> Result<()> {
+        Ok(())
+    }
     /// Writes what is buffered in memory to the store's files (a faster next open).
     fn flush(&self) -> Result<()>;
     /// Writes a consistent copy of the store into the new directory `dir`.

@@ -130,8 +130,15 @@ impl Config {
         let dir = &self.node.data_dir;
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-        let warm = strata_rocks::RocksWarm::open(&strata_engine::warm_dir(dir), &self.rocks)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // Writes that are not durable anyway keep their log records in the process until
+        // the engine flushes them (every `none_flush_ms`).
+        let buffered = self.engine.warm.durability == strata_engine::Durability::None;
+        let warm = strata_rocks::RocksWarm::open_with_log(
+            &strata_engine::warm_dir(dir),
+            &self.rocks,
+            buffered,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         let parts = strata_engine::Parts::new(dir, self.engine.clone(), std::sync::Arc::new(warm));
         Ok(strata_engine::Engine::open_with(parts).await?)
     }

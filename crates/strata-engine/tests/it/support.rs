@@ -260,6 +260,9 @@ impl strata_warm::WarmStore for FailingWarm {
     fn sync_log(&self) -> strata_warm::Result<()> {
         self.inner.sync_log()
     }
+    fn flush_log(&self) -> strata_warm::Result<()> {
+        self.inner.flush_log()
+    }
     fn flush(&self) -> strata_warm::Result<()> {
         self.inner.flush()
     }

@@ -392,6 +392,50 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
     reply
 }
 
+/// Most plain `SET`s of one pipeline written as one batch, and most value bytes (past
+/// which the run ends: the batch copies its values once more).
+pub(crate) const SET_RUN_MAX: usize = 256;
+pub(crate) const SET_RUN_BYTES_MAX: usize = 1 << 20;
+
+/// Whether `args` is a plain `SET key value` (no options) outside `MULTI`: consecutive ones
+/// in a pipeline run together ([`execute_sets`]).
+pub(crate) fn is_plain_set(args: &[Bytes], conn: &Conn) -> bool {
+    args.len() == 3 && conn.multi.is_none() && args[0].eq_ignore_ascii_case(b"set")
+}
+
+/// Runs consecutive plain `SET`s of one pipeline (see [`is_plain_set`]) as one write of the
+/// engine: one batch, one log record, one ticket, instead of one each. Each still gets the
+/// checks, `WATCH` touch, metrics and reply of a command of its own, in order; the batch is
+/// applied whole or not at all, so an error is every one's reply.
+pub(crate) async fn execute_sets(
+    shared: &Arc<Shared>,
+    conn: &mut Conn,
+    sets: &[Vec<Bytes>],
+    out: &mut Vec<Reply>,
+) {
+    let idx = lookup(b"set").expect("set is in the table");
+    let spec = &COMMANDS[idx];
+    if let Some(r) = refusal(conn, spec, 3) {
+        out.extend(sets.iter().map(|_| r.clone()));
+        return;
+    }
+    let start = Instant::now();
+    let mut ctx = Ctx { shared, conn };
+    for a in sets {
+        touch_keys(&ctx, spec, a);
+    }
+    let replies = strings::set_run(&mut ctx, sets).await;
+    let each = start.elapsed() / sets.len().max(1) as u32;
+    for r in &replies {
+        shared.metrics.record(idx, each, r.is_error());
+    }
+    shared
+        .counters
+        .total_commands_processed
+        .fetch_add(sets.len() as u64, Ordering::Relaxed);
+    out.extend(replies);
+}
+
 /// Runs a command already checked for arity, auth and queueing.
 pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
     let spec = &COMMANDS[idx];

@@ -321,6 +321,35 @@ async fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
 }
 
 /// Stores `value` under the client key `key` as `opts` says; `f` makes the reply.
+/// Plain `SET key value`s of one pipeline, in order, as one batch of the engine (the last of a repeated
+/// key wins, as it would one by one); a value over `proto-max-bulk-len` is refused alone.
+pub(crate) async fn set_run(ctx: &mut Ctx<'_>, sets: &[Vec<Bytes>]) -> Vec<Reply> {
+    let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
+    let keys: Vec<Key> = sets.iter().map(|a| ctx.key(&a[1])).collect();
+    let pairs: Vec<(&Key, Bytes)> = keys
+        .iter()
+        .zip(sets)
+        .filter(|(_, a)| a[2].len() <= limit)
+        .map(|(k, a)| (k, a[2].clone()))
+        .collect();
+    let done = match ctx.shared.engine.put_many(&pairs, 0).await {
+        Ok(w) => {
+            ctx.defer(w);
+            Reply::ok()
+        }
+        Err(e) => engine_error(&e),
+    };
+    sets.iter()
+        .map(|a| {
+            if a[2].len() > limit {
+                too_long()
+            } else {
+                done.clone()
+            }
+        })
+        .collect()
+}
+
 async fn put(
     ctx: &mut Ctx<'_>,
     key: &Bytes,
