@@ -68,6 +68,25 @@ def start_strata(binary, data_dir, durability):
     return proc, port
 
 
+def start_redis(data_dir, durability):
+    """A real redis-server as the baseline: persistence off beside `durability=none`,
+    `appendonly yes, appendfsync always` beside `group` (both reply after their fsync)."""
+    port = free_port()
+    args = ["taskset", "-c", "0", "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+            "--save", "", "--dir", str(data_dir), "--logfile", ""]
+    args += ["--appendonly", "no"] if durability == "none" else \
+        ["--appendonly", "yes", "--appendfsync", "always"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc)
+    return proc, port
+
+
+def start_server(binary, data_dir, durability):
+    if str(binary) == "redis":
+        return start_redis(data_dir, durability)
+    return start_strata(binary, data_dir, durability)
+
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -78,13 +97,16 @@ def cpu_seconds(pid):
 
 
 def redis_benchmark(port, test, size, clients, pipeline, requests):
+    keyspace = 10_000_000 if test == "setwide" else 100_000
     args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
-            "-r", "100000", "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
+            "-r", str(keyspace), "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
             "-d", str(size)]
     if test == "mget":
         args += ["MGET"] + ["key:__rand_int__"] * 10
+    elif test == "mget100":
+        args += ["MGET"] + ["key:__rand_int__"] * 100
     else:
-        args += ["-t", test]
+        args += ["-t", "set" if test == "setwide" else test]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600).stdout
     for line in out.splitlines()[1:]:
         cols = [c.strip('"') for c in line.split('","')]
@@ -94,12 +116,16 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
 
 
 def redis_rows(quick):
+    """(durability, test, value bytes, clients, pipeline). `mget100` reads 100 keys;
+    `setwide` writes over 10,000,000 keys (beyond what coalescing absorbs)."""
     rows = []
-    for test in ["set", "get", "incr", "mget"]:
+    for test in ["set", "get", "incr", "mget", "mget100", "setwide"]:
         for size in [3, 1024]:
-            if test == "incr" and size != 3:
+            if test in ("incr", "setwide") and size != 3:
                 continue
-            for clients, pipeline in [(50, 1), (50, 16), (1, 1)]:
+            for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
+                if test == "setwide" and (clients, pipeline) != (50, 16):
+                    continue
                 rows.append(("none", test, size, clients, pipeline))
     for test in ["set", "incr"]:
         for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
@@ -118,7 +144,7 @@ def run_redis(old, new, rounds, requests, results, tests):
                 for label, binary in order:
                     d = tempfile.mkdtemp(prefix=f"ab-{label}-")
                     dirs.append(d)
-                    servers[label] = start_strata(binary, d, durability)
+                    servers[label] = start_server(binary, d, durability)
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row
                     n = requests if clients > 1 else max(requests // 10, 1000)
@@ -217,7 +243,8 @@ def summarize(results, tolerance):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--old", required=True, type=Path)
+    p.add_argument("--old", required=True, type=Path,
+                   help="the old strata binary, or `redis` for a real redis-server (redis rows only)")
     p.add_argument("--new", required=True, type=Path)
     p.add_argument("--old-bench", required=True, type=Path)
     p.add_argument("--new-bench", required=True, type=Path)

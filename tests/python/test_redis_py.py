@@ -87,6 +87,36 @@ def test_pipelined_sets_are_written_together_and_behave_one_by_one(strata):
     assert stats["cmdstat_set"]["calls"] == 309, stats["cmdstat_set"]  # each counted once
 
 
+def test_pipelined_counters_run_together_and_answer_one_by_one(strata):
+    """Consecutive INCR/DECR/INCRBY/DECRBY of a pipeline are one engine batch; each gets
+    the reply it would get alone (a key named twice sees its first result, a value that is
+    not an integer or an overflow fails that command only), TTLs are kept."""
+    r = strata.client()
+    r.set("word", "abc")
+    r.set("big", 2**63 - 2)
+    r.set("ttl", 10, ex=100)
+    p = r.pipeline(transaction=False)
+    p.incr("a").incr("a").decr("b").incrby("a", 10).decrby("b", 5)
+    p.incr("word").incrby("big", 1).incrby("big", 1).incr("ttl")
+    p.execute_command("INCRBY", "a", "x")
+    p.incr("a")
+    out = p.execute(raise_on_error=False)
+    assert out[:5] == [1, 2, -1, 12, -6]
+    assert isinstance(out[5], redis.ResponseError) and "not an integer" in str(out[5])
+    assert out[6] == 2**63 - 1
+    assert isinstance(out[7], redis.ResponseError) and "overflow" in str(out[7])
+    assert out[8] == 11
+    assert isinstance(out[9], redis.ResponseError) and "not an integer" in str(out[9])
+    assert out[10] == 13
+    assert r.get("a") == b"13" and r.get("b") == b"-6" and r.get("word") == b"abc"
+    assert r.get("big") == str(2**63 - 1).encode()
+    assert 0 < r.ttl("ttl") <= 100
+    p = r.pipeline(transaction=False)
+    for _ in range(1000):
+        p.incr("many")
+    assert p.execute() == list(range(1, 1001))
+
+
 def test_transactions_and_watch(strata):
     r = strata.client()
     other = strata.client()

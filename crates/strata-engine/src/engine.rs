@@ -369,6 +369,12 @@ impl Engine {
         crate::write::incr_by(&self.core, key, delta).await
     }
 
+    /// [`Engine::incr_by`] of many keys in order, as one batch (pipelined `INCR`s); each item
+    /// has its own result.
+    pub async fn incr_many(&self, items: &[(&Key, i64)]) -> Result<Written<Vec<Result<i64>>>> {
+        crate::write::incr_many(&self.core, items).await
+    }
+
     /// Sets (or with 0 removes) the absolute expiry of a live key; returns whether it
     /// exists.
     pub async fn set_expire(&self, key: &Key, expire_ms: u64) -> Result<Written<bool>> {

@@ -655,6 +655,125 @@ pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Writte
     .await
 }
 
+/// Adds each delta to its key's integer, in order (a key named twice sees its first
+/// result), as one batch: one lock set, one commit, one ticket. Each item has its own
+/// result (a value that is not an integer, or an overflow, fails that item only). A live
+/// key in the cold tier needs its value fetched first: then the items run one by one.
+pub(crate) async fn incr_many(
+    core: &Core,
+    items: &[(&Key, i64)],
+) -> Result<Written<Vec<Result<i64>>>> {
+    for (k, _) in items {
+        check_sizes(k, None)?;
+    }
+    let since = Instant::now();
+    loop {
+        let attempt = {
+            let _locks = core.locks.lock_many(items.iter().map(|(k, _)| *k));
+            incr_many_locked(core, items)?
+        };
+        match attempt {
+            IncrMany::Done(w) => return Ok(w),
+            IncrMany::Full => {
+                let need = items.iter().map(|(k, _)| warm_charge(k, 20)).sum();
+                wait_for_room(core, need, since).await?;
+            }
+            IncrMany::Cold => {
+                let mut out = Vec::with_capacity(items.len());
+                let mut ticket = Ticket::NONE;
+                for &(k, d) in items {
+                    out.push(incr_by(core, k, d).await.map(|w| w.defer(&mut ticket)));
+                }
+                return Ok(Written::new(out, ticket));
+            }
+        }
+    }
+}
+
+enum IncrMany {
+    Done(Written<Vec<Result<i64>>>),
+    /// The warm tier is at its hard limit: nothing was written.
+    Full,
+    /// A live key is cold: nothing was written.
+    Cold,
+}
+
+/// One key of an [`incr_many`]: its stored state, and its integer (or why it has none) as
+/// the items so far left it.
+struct Counter {
+    stored: Option<Stored>,
+    cur: Result<i64>,
+    expire_ms: u64,
+    changed: bool,
+}
+
+fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
+    core.check_writable()?;
+    let now = core.now_ms();
+    let mut keys: Vec<&Key> = Vec::new();
+    let mut state: std::collections::HashMap<&Key, Counter> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(items.len());
+    for &(k, delta) in items {
+        if !state.contains_key(k) {
+            let stored = core.lookup(k, true)?;
+            let live = stored.as_ref().filter(|s| s.is_live(now));
+            let (cur, expire_ms) = match live {
+                None => (Ok(0), 0),
+                Some(s) => match &s.loc {
+                    Loc::Cold(_) => return Ok(IncrMany::Cold),
+                    Loc::Warm { value, .. } => {
+                        let v = value.as_ref().expect("value requested");
+                        (parse_i64(v).ok_or(Error::NotInteger), s.expire_ms)
+                    }
+                },
+            };
+            keys.push(k);
+            let c = Counter {
+                stored,
+                cur,
+                expire_ms,
+                changed: false,
+            };
+            state.insert(k, c);
+        }
+        let Counter { cur, changed, .. } = state.get_mut(k).expect("just inserted");
+        let r = match cur {
+            Ok(c) => c.checked_add(delta).ok_or(Error::Overflow),
+            Err(e) => Err(e.clone()),
+        };
+        if let Ok(n) = r {
+            *cur = Ok(n);
+            *changed = true;
+        }
+        out.push(r);
+    }
+    let mut batch = core.warm.batch();
+    let mut d = Counts::default();
+    let mut staged = Vec::new();
+    for k in keys {
+        let Counter {
+            stored,
+            cur,
+            expire_ms,
+            changed,
+        } = &state[k];
+        if let (true, Ok(n)) = (changed, cur) {
+            let change = Change::Put {
+                value: Bytes::from(n.to_string()),
+                expire_ms: *expire_ms,
+            };
+            staged.extend(stage(core, k, stored.as_ref(), change, &mut batch, &mut d)?);
+        }
+    }
+    if staged.is_empty() {
+        return Ok(IncrMany::Done(Written::new(out, Ticket::NONE)));
+    }
+    match commit_staged(core, staged, batch, &d, core.syncs_client_writes()) {
+        Err(Error::WarmFull(_)) => Ok(IncrMany::Full),
+        r => Ok(IncrMany::Done(Written::new(out, r?))),
+    }
+}
+
 /// Deletes every key in every tier. Segments are collected by the background task.
 pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
     core.check_writable()?;

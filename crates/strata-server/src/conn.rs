@@ -1,10 +1,11 @@
 //! One client connection: read, parse, run, reply, with limits on everything buffered.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
 use strata_engine::Ticket;
 use strata_resp::{parse_request, Limits, Reply, ReplyBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
@@ -37,9 +38,22 @@ async fn write_out<W: AsyncWrite + Unpin>(
     }
     let stall = Duration::from_secs(shared.cfg.read().client_write_timeout_secs);
     for chunk in out.take_chunks() {
+        // Most replies fit the socket's buffer: written at once, with no timer to arm.
+        let mut rest = &chunk[..];
+        while !rest.is_empty() {
+            match wr.write(rest).now_or_never() {
+                Some(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Some(Ok(n)) => rest = &rest[n..],
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        if rest.is_empty() {
+            continue;
+        }
         if stall.is_zero() {
-            wr.write_all(&chunk).await?;
-        } else if tokio::time::timeout(stall, wr.write_all(&chunk))
+            wr.write_all(rest).await?;
+        } else if tokio::time::timeout(stall, wr.write_all(rest))
             .await
             .is_err()
         {
@@ -70,6 +84,7 @@ where
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let (mut rd, mut wr) = tokio::io::split(sock);
     let killed = Arc::new(AtomicBool::new(false));
+    let last_cmd = Arc::new(AtomicUsize::new(0));
     let kill_wake = Arc::new(tokio::sync::Notify::new());
     let denied = {
         let cfg = shared.cfg.read();
@@ -96,7 +111,7 @@ where
                     peer: peer.clone(),
                     name: String::new(),
                     created: Instant::now(),
-                    last_cmd: String::new(),
+                    last_cmd: Arc::clone(&last_cmd),
                     killed: Arc::clone(&killed),
                     kill_wake: Arc::clone(&kill_wake),
                 },
@@ -119,12 +134,20 @@ where
         cfg.is_open()
     };
     let mut conn = Conn::new(id, peer, open);
+    conn.last_cmd = last_cmd;
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut out = ReplyBuf::new(2);
     let mut last_activity = Instant::now();
     // When the first byte of a request that has not fully arrived was read.
     let mut partial_since: Option<Instant> = None;
+    // The idle limit and a partial request's deadline are checked on this once-a-second
+    // tick (one timer for the connection's life, not one per request).
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     'conn: loop {
         // The live settings, read once per round (CONFIG SET applies from the next one).
         let (limits, query_limit, request_timeout) = {
@@ -200,10 +223,8 @@ where
         } else {
             Some(partial_since.unwrap_or_else(Instant::now))
         };
-        let mut tick = Duration::from_secs(1);
         if let (Some(t), false) = (partial_since, request_timeout.is_zero()) {
-            let waited = t.elapsed();
-            if waited >= request_timeout {
+            if t.elapsed() >= request_timeout {
                 shared
                     .counters
                     .clients_cut_off_slow_request
@@ -216,7 +237,6 @@ where
                 let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
                 break 'conn;
             }
-            tick = tick.min(request_timeout - waited);
         }
         if inbuf.capacity() - inbuf.len() < 8 << 10 {
             inbuf.reserve(64 << 10);
@@ -230,7 +250,7 @@ where
             _ = kill_wake.notified() => break 'conn,
             // The idle limit can change live (CONFIG SET timeout), so check it every second;
             // the request deadline is checked at the top of the loop.
-            _ = tokio::time::sleep(tick) => {
+            _ = tick.tick() => {
                 let idle = shared.cfg.read().timeout_secs;
                 if idle > 0 && last_activity.elapsed() >= Duration::from_secs(idle) {
                     tracing::debug!(client = id, "idle timeout");
@@ -252,33 +272,36 @@ async fn run_batch<S: AsyncWrite>(
     wr: &mut WriteHalf<S>,
 ) -> std::io::Result<()> {
     let mut read_guard = None;
-    let mut last_cmd = Vec::new();
+    let mut last_cmd = None;
     let mut batch = batch.into_iter().peekable();
-    let mut sets = Vec::new();
+    let mut run = Vec::new();
     let mut replies = Vec::new();
     while let Some(args) = batch.next() {
-        let next_is_set = |b: &mut std::iter::Peekable<std::vec::IntoIter<Vec<Bytes>>>,
-                           conn: &Conn| {
-            b.peek().is_some_and(|a| crate::cmd::is_plain_set(a, conn))
+        let kind = crate::cmd::run_kind(&args, conn);
+        let next_joins = |b: &mut std::iter::Peekable<std::vec::IntoIter<Vec<Bytes>>>,
+                          conn: &Conn| {
+            kind.is_some() && b.peek().and_then(|a| crate::cmd::run_kind(a, conn)) == kind
         };
-        if crate::cmd::is_plain_set(&args, conn) && next_is_set(&mut batch, conn) {
-            // Consecutive plain SETs are written together (one batch, one log record).
-            let mut bytes = args[2].len();
-            sets.push(args);
-            while sets.len() < crate::cmd::SET_RUN_MAX
-                && bytes < crate::cmd::SET_RUN_BYTES_MAX
-                && next_is_set(&mut batch, conn)
+        if let (Some(kind), true) = (kind, next_joins(&mut batch, conn)) {
+            // Consecutive writes of one kind are written together (one batch, one log
+            // record).
+            let bytes_of = |a: &[Bytes]| a.iter().map(|x| x.len()).sum::<usize>();
+            let mut bytes = bytes_of(&args);
+            run.push(args);
+            while run.len() < crate::cmd::RUN_MAX
+                && bytes < crate::cmd::RUN_BYTES_MAX
+                && next_joins(&mut batch, conn)
             {
                 let a = batch.next().expect("peeked");
-                bytes += a[2].len();
-                sets.push(a);
+                bytes += bytes_of(&a);
+                run.push(a);
             }
             if read_guard.is_none() {
                 read_guard = Some(shared.gate.read().await);
             }
-            last_cmd = sets[0][0].to_vec();
-            crate::cmd::execute_sets(shared, conn, &sets, &mut replies).await;
-            sets.clear();
+            last_cmd = run.last().map(|a| a[0].clone());
+            crate::cmd::execute_run(shared, conn, kind, &run, &mut replies).await;
+            run.clear();
             out.set_proto(conn.proto);
             for r in replies.drain(..) {
                 out.push(&r);
@@ -293,9 +316,7 @@ async fn run_batch<S: AsyncWrite>(
             if read_guard.is_none() {
                 read_guard = Some(shared.gate.read().await);
             }
-            if let Some(a) = args.first() {
-                last_cmd = a.to_vec();
-            }
+            last_cmd = args.first().cloned();
             let reply = crate::cmd::execute(shared, conn, args).await;
             out.set_proto(conn.proto);
             out.push(&reply);
@@ -310,10 +331,8 @@ async fn run_batch<S: AsyncWrite>(
         }
     }
     drop(read_guard);
-    if !last_cmd.is_empty() {
-        if let Some(c) = shared.clients.lock().get_mut(&conn.id) {
-            c.last_cmd = String::from_utf8_lossy(&last_cmd).to_lowercase();
-        }
+    if let Some(i) = last_cmd.and_then(|n| crate::cmd::lookup(&n)) {
+        conn.last_cmd.store(i + 1, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -74,6 +74,8 @@ pub(crate) struct Conn {
     /// What the writes whose replies are not sent yet wait for: the replies leave only once
     /// it is durable (`conn::write_out`), so a pipeline's writes share one sync.
     pub(crate) pending: Ticket,
+    /// Shared with the client list: the last command's table index plus one.
+    pub(crate) last_cmd: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Conn {
@@ -94,6 +96,7 @@ impl Conn {
             next_cursor: 1,
             quit: false,
             pending: Ticket::NONE,
+            last_cmd: Default::default(),
         }
     }
 

@@ -39,7 +39,8 @@ pub(crate) struct ClientEntry {
     pub(crate) peer: Peer,
     pub(crate) name: String,
     pub(crate) created: Instant,
-    pub(crate) last_cmd: String,
+    /// The last command run: its index in the command table plus one (0: none yet).
+    pub(crate) last_cmd: Arc<std::sync::atomic::AtomicUsize>,
     pub(crate) killed: Arc<AtomicBool>,
     pub(crate) kill_wake: Arc<tokio::sync::Notify>,
 }

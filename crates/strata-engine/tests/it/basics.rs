@@ -1077,3 +1077,52 @@ async fn writes_are_applied_at_once_and_hand_back_the_ticket_to_wait_for() {
         engine.close().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn incr_many_runs_in_order_over_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
+    let put = |k: Key, v: &'static str| {
+        let e = engine.clone();
+        async move {
+            e.put(&k, Bytes::from_static(v.as_bytes()), PutOptions::default())
+                .await
+                .acked(&e)
+                .await
+                .unwrap()
+        }
+    };
+    // "a:0" sorts first: the clock hand demotes it before the filler.
+    put(key("a:0"), "0").await;
+    fill(&engine, 20, 1000).await;
+    engine.run_background_once().await.unwrap();
+    let cold = key("a:0");
+    assert_eq!(engine.tier_of(&cold).await.unwrap(), Some(Tier::Cold));
+    let (warm, word, fresh) = (key("z:warm"), key("z:word"), key("z:fresh"));
+    put(warm.clone(), "39000").await;
+    put(word.clone(), "abc").await;
+    // With no cold key the batch is one write; with one, the items run one by one. Both
+    // give each item the result it would get alone.
+    for (round, with_cold) in [(0, false), (1, true)] {
+        let mut items: Vec<(&Key, i64)> = vec![(&warm, 1), (&fresh, 5), (&warm, 2), (&word, 1)];
+        if with_cold {
+            items.push((&cold, 7));
+        }
+        let got = engine.incr_many(&items).await.acked(&engine).await.unwrap();
+        let base = 39_000 + round * 3;
+        assert_eq!(got[0], Ok(base + 1));
+        assert_eq!(got[1], Ok(5 * (round + 1)));
+        assert_eq!(got[2], Ok(base + 3));
+        assert_eq!(got[3], Err(Error::NotInteger));
+        if with_cold {
+            assert_eq!(got[4], Ok(7));
+        }
+    }
+    assert_eq!(engine.get(&warm).await.unwrap().unwrap(), "39006");
+    assert_eq!(engine.get(&fresh).await.unwrap().unwrap(), "10");
+    assert_eq!(engine.get(&word).await.unwrap().unwrap(), "abc");
+    assert_eq!(engine.get(&cold).await.unwrap().unwrap(), "7");
+    // Nothing changed leaves nothing to wait for.
+    let w = engine.incr_many(&[(&word, 1)]).await.unwrap();
+    assert!(w.ticket.is_none());
+}

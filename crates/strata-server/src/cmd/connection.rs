@@ -188,10 +188,9 @@ fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
     } else {
         c.name.clone()
     };
-    let cmd = if c.last_cmd.is_empty() {
-        "NULL"
-    } else {
-        &c.last_cmd
+    let cmd = match c.last_cmd.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => "NULL",
+        i => super::COMMANDS[i - 1].name,
     };
     Some(format!(
         "id={id} addr={} laddr={} fd=0 name={name} age={age} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",

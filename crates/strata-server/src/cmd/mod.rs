@@ -392,47 +392,70 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
     reply
 }
 
-/// Most plain `SET`s of one pipeline written as one batch, and most value bytes (past
-/// which the run ends: the batch copies its values once more).
-pub(crate) const SET_RUN_MAX: usize = 256;
-pub(crate) const SET_RUN_BYTES_MAX: usize = 1 << 20;
+/// Most commands of one pipeline written as one batch, and most value bytes (past which the
+/// run ends: the batch copies its values once more).
+pub(crate) const RUN_MAX: usize = 256;
+pub(crate) const RUN_BYTES_MAX: usize = 1 << 20;
 
-/// Whether `args` is a plain `SET key value` (no options) outside `MULTI`: consecutive ones
-/// in a pipeline run together ([`execute_sets`]).
-pub(crate) fn is_plain_set(args: &[Bytes], conn: &Conn) -> bool {
-    args.len() == 3 && conn.multi.is_none() && args[0].eq_ignore_ascii_case(b"set")
+/// Pipelined writes that run with their neighbours of the same kind as one engine batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunKind {
+    /// `SET key value`, no options.
+    Set,
+    /// `INCR`, `DECR`, `INCRBY`, `DECRBY`.
+    Incr,
 }
 
-/// Runs consecutive plain `SET`s of one pipeline (see [`is_plain_set`]) as one write of the
+/// The run `args` may join, outside `MULTI` (see [`execute_run`]).
+pub(crate) fn run_kind(args: &[Bytes], conn: &Conn) -> Option<RunKind> {
+    if conn.multi.is_some() || args.is_empty() {
+        return None;
+    }
+    let is = |name: &[u8]| args[0].eq_ignore_ascii_case(name);
+    match args.len() {
+        3 if is(b"set") => Some(RunKind::Set),
+        2 if is(b"incr") || is(b"decr") => Some(RunKind::Incr),
+        3 if is(b"incrby") || is(b"decrby") => Some(RunKind::Incr),
+        _ => None,
+    }
+}
+
+/// Runs consecutive pipelined writes of one kind (see [`run_kind`]) as one write of the
 /// engine: one batch, one log record, one ticket, instead of one each. Each still gets the
-/// checks, `WATCH` touch, metrics and reply of a command of its own, in order; the batch is
-/// applied whole or not at all, so an error is every one's reply.
-pub(crate) async fn execute_sets(
+/// checks, `WATCH` touch, metrics and reply of a command of its own, in order.
+pub(crate) async fn execute_run(
     shared: &Arc<Shared>,
     conn: &mut Conn,
-    sets: &[Vec<Bytes>],
+    kind: RunKind,
+    cmds: &[Vec<Bytes>],
     out: &mut Vec<Reply>,
 ) {
-    let idx = lookup(b"set").expect("set is in the table");
-    let spec = &COMMANDS[idx];
-    if let Some(r) = refusal(conn, spec, 3) {
-        out.extend(sets.iter().map(|_| r.clone()));
+    let idxs: Vec<usize> = cmds
+        .iter()
+        .map(|a| lookup(&a[0]).expect("a run's commands are in the table"))
+        .collect();
+    // Every command of a run has the same flags and a fixed arity: one check covers all.
+    if let Some(r) = refusal(conn, &COMMANDS[idxs[0]], cmds[0].len()) {
+        out.extend(cmds.iter().map(|_| r.clone()));
         return;
     }
     let start = Instant::now();
     let mut ctx = Ctx { shared, conn };
-    for a in sets {
-        touch_keys(&ctx, spec, a);
+    for (a, &i) in cmds.iter().zip(&idxs) {
+        touch_keys(&ctx, &COMMANDS[i], a);
     }
-    let replies = strings::set_run(&mut ctx, sets).await;
-    let each = start.elapsed() / sets.len().max(1) as u32;
-    for r in &replies {
-        shared.metrics.record(idx, each, r.is_error());
+    let replies = match kind {
+        RunKind::Set => strings::set_run(&mut ctx, cmds).await,
+        RunKind::Incr => strings::incr_run(&mut ctx, cmds).await,
+    };
+    let each = start.elapsed() / cmds.len().max(1) as u32;
+    for (r, &i) in replies.iter().zip(&idxs) {
+        shared.metrics.record(i, each, r.is_error());
     }
     shared
         .counters
         .total_commands_processed
-        .fetch_add(sets.len() as u64, Ordering::Relaxed);
+        .fetch_add(cmds.len() as u64, Ordering::Relaxed);
     out.extend(replies);
 }
 

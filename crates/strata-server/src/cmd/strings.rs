@@ -312,6 +312,56 @@ pub(crate) async fn decrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
 }
 
+/// The delta of `INCR`, `DECR`, `INCRBY` or `DECRBY` `a`, or the reply refusing it.
+fn delta_of(a: &[Bytes]) -> Result<i64, Reply> {
+    let name = &a[0];
+    if name.eq_ignore_ascii_case(b"incr") {
+        Ok(1)
+    } else if name.eq_ignore_ascii_case(b"decr") {
+        Ok(-1)
+    } else if name.eq_ignore_ascii_case(b"incrby") {
+        parse_int(&a[2]).ok_or_else(not_integer)
+    } else {
+        match parse_int(&a[2]).map(i64::checked_neg) {
+            Some(Some(d)) => Ok(d),
+            Some(None) => Err(Reply::err("ERR decrement would overflow")),
+            None => Err(not_integer()),
+        }
+    }
+}
+
+/// Pipelined `INCR`s, `DECR`s, `INCRBY`s and `DECRBY`s, in order, as one batch of the
+/// engine; each gets the reply it would get alone.
+pub(crate) async fn incr_run(ctx: &mut Ctx<'_>, cmds: &[Vec<Bytes>]) -> Vec<Reply> {
+    let deltas: Vec<Result<i64, Reply>> = cmds.iter().map(|a| delta_of(a)).collect();
+    let keys: Vec<Key> = cmds.iter().map(|a| ctx.key(&a[1])).collect();
+    let items: Vec<(&Key, i64)> = keys
+        .iter()
+        .zip(&deltas)
+        .filter_map(|(k, d)| Some((k, *d.as_ref().ok()?)))
+        .collect();
+    let mut results = match ctx.shared.engine.incr_many(&items).await {
+        Ok(w) => ctx.defer(w).into_iter().map(|r| match r {
+            Ok(n) => Reply::Integer(n),
+            Err(e) => engine_error(&e),
+        }),
+        Err(e) => {
+            let r = engine_error(&e);
+            return deltas
+                .into_iter()
+                .map(|d| d.err().unwrap_or(r.clone()))
+                .collect();
+        }
+    };
+    deltas
+        .into_iter()
+        .map(|d| match d {
+            Ok(_) => results.next().expect("one result per item"),
+            Err(r) => r,
+        })
+        .collect()
+}
+
 async fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
     let key = ctx.key(key);
     match ctx.shared.engine.incr_by(&key, delta).await {
@@ -320,7 +370,6 @@ async fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
     }
 }
 
-/// Stores `value` under the client key `key` as `opts` says; `f` makes the reply.
 /// Plain `SET key value`s of one pipeline, in order, as one batch of the engine (the last of a repeated
 /// key wins, as it would one by one); a value over `proto-max-bulk-len` is refused alone.
 pub(crate) async fn set_run(ctx: &mut Ctx<'_>, sets: &[Vec<Bytes>]) -> Vec<Reply> {
@@ -350,6 +399,7 @@ pub(crate) async fn set_run(ctx: &mut Ctx<'_>, sets: &[Vec<Bytes>]) -> Vec<Reply
         .collect()
 }
 
+/// Stores `value` under the client key `key` as `opts` says; `f` makes the reply.
 async fn put(
     ctx: &mut Ctx<'_>,
     key: &Bytes,
