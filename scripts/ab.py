@@ -278,9 +278,14 @@ def main():
           "the two builds alternate, so both see the same machine. Servers on core 0, "
           "redis-benchmark on core 1. `ok`: new is within "
           f"{a.tolerance:.0%} of old, or better.", "",
-          "`spread`: how far apart the old build's own rounds were (max − min over the median).", "",
-          "| bench | row | figure | old | new | new/old | spread | |",
-          "|---|---|---|---:|---:|---:|---:|---|"]
+          "`spread`: how far apart the old build's own rounds were (max − min over the median).", ""]
+    if str(a.old) == "redis":
+        md += ["`old` is a real `redis-server` (" + subprocess.run(
+            ["redis-server", "--version"], capture_output=True, text=True).stdout.split(" sha")[0]
+            + "): persistence off beside `durability=none`, `appendonly yes, appendfsync always` "
+            "beside `group`. Ratios are Strata/Redis.", ""]
+    md += ["| bench | row | figure | old | new | new/old | spread | |",
+           "|---|---|---|---:|---:|---:|---:|---|"]
     for t in table:
         runs = t["old_runs"]
         spread = (max(runs) - min(runs)) / t["old"] if t["old"] else 0.0
