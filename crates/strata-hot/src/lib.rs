@@ -324,6 +324,18 @@ mod tests {
         HotCache::new(bytes, 1, || Box::new(Lru::default()))
     }
 
+    /// A cache of `shards` with the policy named `policy` ("lru" or "strata").
+    fn cache_with(policy: &str, bytes: usize, shards: usize) -> HotCache {
+        let lru = policy == "lru";
+        HotCache::new(bytes, shards, move || -> Box<dyn Policy> {
+            if lru {
+                Box::new(Lru::default())
+            } else {
+                Box::new(StrataHot::new(64))
+            }
+        })
+    }
+
     #[test]
     fn strata_policy_keeps_reused_entries_through_a_scan() {
         let each = ENTRY_OVERHEAD_BYTES + 6;
@@ -363,12 +375,7 @@ mod tests {
         // it (evicting only from the shard written to let shard 0 drain to nothing).
         for policy in ["lru", "strata"] {
             let each = ENTRY_OVERHEAD_BYTES + 6 + 1;
-            let c = HotCache::new(400 * each, 4, || -> Box<dyn Policy> {
-                match policy {
-                    "lru" => Box::new(Lru::default()),
-                    _ => Box::new(StrataHot::new(64)),
-                }
-            });
+            let c = cache_with(policy, 400 * each, 4);
             let in_shard_0 = |k: &[u8]| std::ptr::eq(c.shard(k), &c.shards[0]);
             for i in 0..20_000u32 {
                 let key = format!("k{i:05}");
@@ -441,12 +448,7 @@ mod tests {
     fn an_overwrite_replaces_in_place_and_keeps_the_budget() {
         for policy in ["lru", "strata"] {
             let each = ENTRY_OVERHEAD_BYTES + 4 + 10;
-            let c = HotCache::new(10 * each, 1, || -> Box<dyn Policy> {
-                match policy {
-                    "lru" => Box::new(Lru::default()),
-                    _ => Box::new(StrataHot::new(64)),
-                }
-            });
+            let c = cache_with(policy, 10 * each, 1);
             for i in 0..10u32 {
                 c.insert(format!("k{i:03}").as_bytes(), Bytes::from(vec![1u8; 10]), 0);
             }

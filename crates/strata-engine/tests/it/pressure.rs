@@ -6,13 +6,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_engine::{Durability, Error, PutOptions, SystemClock};
+use strata_engine::{Durability, Engine, Error, PutOptions, SystemClock};
 
 use crate::support::{key, open, open_failing, small_options, Acked, Faults, Opts};
 
 fn value_of(i: usize) -> Bytes {
     let tag = format!("value {i:06} ");
     Bytes::from(tag.repeat(1024 / tag.len() + 1)[..1024].to_string())
+}
+
+/// Writes key `i` its value and waits until it is acknowledged.
+async fn put_i(engine: &Engine, i: usize) -> strata_engine::Result<()> {
+    let k = key(format!("k:{i:06}"));
+    engine
+        .put(&k, value_of(i), PutOptions::default())
+        .await
+        .acked(engine)
+        .await
+        .map(|_| ())
 }
 
 /// 1 MiB of DRAM, 4 MiB of warm (hard limit 6 MiB), the background task on its default
@@ -42,15 +53,9 @@ async fn a_writer_at_ten_times_the_warm_budget_is_slowed_not_refused_and_loses_n
         let e = engine.clone();
         tasks.push(tokio::spawn(async move {
             for i in (w..KEYS).step_by(WRITERS) {
-                e.put(
-                    &key(format!("k:{i:06}")),
-                    value_of(i),
-                    PutOptions::default(),
-                )
-                .await
-                .acked(&e)
-                .await
-                .unwrap_or_else(|err| panic!("write {i} refused: {err}"));
+                put_i(&e, i)
+                    .await
+                    .unwrap_or_else(|err| panic!("write {i} refused: {err}"));
             }
         }));
     }
@@ -106,16 +111,7 @@ async fn at_the_hard_limit_with_the_object_store_down_a_write_waits_then_says_wh
             "96 KiB of 1 KiB values never reached the hard limit"
         );
         let t0 = Instant::now();
-        match engine
-            .put(
-                &key(format!("k:{i:06}")),
-                value_of(i),
-                PutOptions::default(),
-            )
-            .await
-            .acked(&engine)
-            .await
-        {
+        match put_i(&engine, i).await {
             Ok(_) => acked.push(i),
             Err(e) => break (e, t0.elapsed()),
         }
@@ -148,16 +144,7 @@ async fn at_the_hard_limit_with_the_object_store_down_a_write_waits_then_says_wh
     let deadline = Instant::now() + Duration::from_secs(20);
     let i = 5000;
     loop {
-        match engine
-            .put(
-                &key(format!("k:{i:06}")),
-                value_of(i),
-                PutOptions::default(),
-            )
-            .await
-            .acked(&engine)
-            .await
-        {
+        match put_i(&engine, i).await {
             Ok(_) => break,
             Err(Error::WarmFull(_)) if Instant::now() < deadline => continue,
             Err(e) => panic!("writes did not resume after the outage: {e}"),
