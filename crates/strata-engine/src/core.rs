@@ -95,6 +95,10 @@ pub(crate) struct Core {
     pub(crate) next_segment_id: Mutex<u64>,
     /// Wakes the background task early: the warm tier passed its budget, or a flush.
     pub(crate) background_wake: Notify,
+    /// Held for the whole of each background round (the task's, or one run on request):
+    /// rounds never overlap, so a segment id below `next_segment_id` without a record is
+    /// an orphan, never another round's upload in flight.
+    pub(crate) rounds: tokio::sync::Mutex<()>,
     /// Notified after each demotion commit: writes waiting at the hard limit look again.
     pub(crate) room: Notify,
     /// Why the last background round failed (cleared by the next one that succeeds): what a

@@ -160,6 +160,7 @@ impl Engine {
             demote_cursor: Mutex::new(Vec::new()),
             background_wake: Notify::new(),
             room: Notify::new(),
+            rounds: tokio::sync::Mutex::new(()),
             background_error: Mutex::new(None),
             leases: Mutex::new(std::collections::HashMap::new()),
             load_model: Default::default(),

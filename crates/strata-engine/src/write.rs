@@ -261,10 +261,6 @@ pub(crate) fn commit_staged(
 ) -> Result<Ticket> {
     if d.warm_bytes > 0 {
         let warm = core.sizes.warm_bytes();
-        if warm + d.warm_bytes as u64 > core.settings.warm.warm_bytes_max {
-            // Demotion starts now, not on the background task's next tick.
-            core.background_wake.notify_one();
-        }
         if warm + d.warm_bytes as u64 > core.settings.warm.warm_hard_limit() {
             return Err(Error::WarmFull(String::new()));
         }
@@ -307,6 +303,16 @@ pub(crate) fn commit_staged(
         }
     }
     Ok(core.ticket())
+}
+
+/// After a client's write: one that took the warm tier past its budget starts demotion now,
+/// not on the background task's next tick. (Copies the engine makes for itself, such as
+/// values read back from the object store, do not: they stop at their own ceiling, and
+/// demoting while reads bring values back would fight them.)
+fn start_demotion_if_over(core: &Core) {
+    if core.sizes.warm_bytes() > core.settings.warm.warm_bytes_max {
+        core.background_wake.notify_one();
+    }
 }
 
 /// Waits (holding no lock) until the warm tier has room for `need` more bytes under its
@@ -495,6 +501,7 @@ pub(crate) async fn update<R>(
             }
             r => r?,
         };
+        start_demotion_if_over(core);
         return Ok(Written::new(out, ticket));
     }
     Err(Error::Internal(
@@ -632,7 +639,11 @@ pub(crate) async fn put_many(
                 drop(locks);
                 wait_for_room(core, need, since).await?;
             }
-            r => return Ok(Written::new((), r?)),
+            r => {
+                let ticket = r?;
+                start_demotion_if_over(core);
+                return Ok(Written::new((), ticket));
+            }
         }
     }
 }
@@ -673,7 +684,10 @@ pub(crate) async fn incr_many(
             incr_many_locked(core, items)?
         };
         match attempt {
-            IncrMany::Done(w) => return Ok(w),
+            IncrMany::Done(w) => {
+                start_demotion_if_over(core);
+                return Ok(w);
+            }
             IncrMany::Full => {
                 let need = items.iter().map(|(k, _)| warm_charge(k, 20)).sum();
                 wait_for_room(core, need, since).await?;

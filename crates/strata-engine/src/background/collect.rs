@@ -32,7 +32,8 @@ pub(crate) async fn segments(core: &Arc<Core>) -> Result<()> {
     core.sync_values_and_log()?;
     let next_id = *core.next_segment_id.lock();
     for id in core.cold.list_segments().await? {
-        // Only this task allocates ids, so ids below `next_id` without a record are orphans.
+        // Only a round allocates ids, and rounds never overlap (`Core::rounds`), so ids below
+        // `next_id` without a record are orphans.
         if id < next_id && !metas.contains_key(&id) {
             core.cold.delete_segment(id).await?;
             add(&core.counters.segments_deleted);

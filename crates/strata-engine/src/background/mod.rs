@@ -58,6 +58,7 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
 /// One round: expire, demote until under budget, optionally collect. Returns the number of
 /// keys demoted.
 pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
+    let _one_at_a_time = core.rounds.lock().await;
     expire::sweep(core)?;
     let now = core.now_ms();
     core.leases.lock().retain(|_, &mut until| until > now);

@@ -1096,6 +1096,7 @@ async fn incr_many_runs_in_order_over_every_tier() {
     put(key("a:0"), "0").await;
     fill(&engine, 20, 1000).await;
     engine.run_background_once().await.unwrap();
+    engine.clear_hot();
     let cold = key("a:0");
     assert_eq!(engine.tier_of(&cold).await.unwrap(), Some(Tier::Cold));
     let (warm, word, fresh) = (key("z:warm"), key("z:word"), key("z:fresh"));
