@@ -239,7 +239,10 @@ where
             }
         }
         if inbuf.capacity() - inbuf.len() < 8 << 10 {
-            inbuf.reserve(64 << 10);
+            // Grow by at least what is buffered (a large value arriving doubles the buffer
+            // a few times instead of moving it once per 64 KiB); the query buffer limit above
+            // bounds it.
+            inbuf.reserve((64 << 10).max(inbuf.len()));
         }
         tokio::select! {
             r = rd.read_buf(&mut inbuf) => match r {
