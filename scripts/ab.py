@@ -90,6 +90,12 @@ def start_server(binary, data_dir, durability):
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def alternate(r, old, new):
+    """The two sides of round `r`, in the order they run: old first in even rounds."""
+    pair = [("old", old), ("new", new)]
+    return pair if r % 2 == 0 else pair[::-1]
+
+
 def cpu_seconds(pid):
     """User plus system CPU time of process `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -136,7 +142,7 @@ def redis_rows(quick):
 def run_redis(old, new, rounds, requests, results, tests):
     rows = [x for x in redis_rows(False) if x[1] in tests]
     for r in range(rounds):
-        order = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
+        order = alternate(r, old, new)
         for durability in ["none", "group"]:
             servers = {}
             dirs = []
@@ -169,8 +175,7 @@ def run_redis(old, new, rounds, requests, results, tests):
 def run_kvcache(new_bench, old, new, rounds, results, quick):
     extra = ["--model", "tiny", "--users", "4"] if quick else []
     for r in range(rounds):
-        order = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
-        for label, binary in order:
+        for label, binary in alternate(r, old, new):
             out = Path(tempfile.mkdtemp(prefix="ab-kv-"))
             subprocess.run([str(new_bench), "--out", str(out), "kvcache", "--strata", str(binary),
                             "--report", "kv"] + extra, check=True, stdout=subprocess.DEVNULL,
@@ -193,9 +198,7 @@ def run_kvcache(new_bench, old, new, rounds, results, quick):
 def run_prefetch(old_bench, new_bench, rounds, results, quick):
     extra = ["--sessions", "16"] if quick else []
     for r in range(rounds):
-        order = [("old", old_bench), ("new", new_bench)] if r % 2 == 0 else \
-            [("new", new_bench), ("old", old_bench)]
-        for label, bench in order:
+        for label, bench in alternate(r, old_bench, new_bench):
             out = Path(tempfile.mkdtemp(prefix="ab-pf-"))
             subprocess.run([str(bench), "--out", str(out), "prefetch"] + extra, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)

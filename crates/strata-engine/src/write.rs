@@ -654,17 +654,27 @@ pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Writte
     update(core, key, true, move |cur| {
         let (old, expire_ms) = match &cur {
             None => (0, 0),
-            Some(c) => (
-                parse_i64(c.value.expect("value requested")).ok_or(Error::NotInteger)?,
-                c.expire_ms,
-            ),
+            Some(c) => (counter_of(c.value.expect("value requested"))?, c.expire_ms),
         };
-        let new = old.checked_add(delta).ok_or(Error::Overflow)?;
+        let new = counter_plus(old, delta)?;
         let value = Bytes::from(new.to_string());
         Ok((Some(Change::Put { value, expire_ms }), new))
     })
     .await
 }
+
+/// The integer a counter command reads from a stored value.
+fn counter_of(value: &[u8]) -> Result<i64> {
+    parse_i64(value).ok_or(Error::NotInteger)
+}
+
+/// `old + delta`, as a counter command adds.
+fn counter_plus(old: i64, delta: i64) -> Result<i64> {
+    old.checked_add(delta).ok_or(Error::Overflow)
+}
+
+/// Most bytes an integer's text takes (`-9223372036854775808`).
+const COUNTER_BYTES_MAX: u64 = 20;
 
 /// Adds each delta to its key's integer, in order (a key named twice sees its first
 /// result), as one batch: one lock set, one commit, one ticket. Each item has its own
@@ -689,7 +699,10 @@ pub(crate) async fn incr_many(
                 return Ok(w);
             }
             IncrMany::Full => {
-                let need = items.iter().map(|(k, _)| warm_charge(k, 20)).sum();
+                let need = items
+                    .iter()
+                    .map(|(k, _)| warm_charge(k, COUNTER_BYTES_MAX))
+                    .sum();
                 wait_for_room(core, need, since).await?;
             }
             IncrMany::Cold => {
@@ -737,7 +750,7 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
                     Loc::Cold(_) => return Ok(IncrMany::Cold),
                     Loc::Warm { value, .. } => {
                         let v = value.as_ref().expect("value requested");
-                        (parse_i64(v).ok_or(Error::NotInteger), s.expire_ms)
+                        (counter_of(v), s.expire_ms)
                     }
                 },
             };
@@ -752,7 +765,7 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
         }
         let Counter { cur, changed, .. } = state.get_mut(k).expect("just inserted");
         let r = match cur {
-            Ok(c) => c.checked_add(delta).ok_or(Error::Overflow),
+            Ok(c) => counter_plus(*c, delta),
             Err(e) => Err(e.clone()),
         };
         if let Ok(n) = r {

@@ -26,6 +26,14 @@ async fn put_i(engine: &Engine, i: usize) -> strata_engine::Result<()> {
         .map(|_| ())
 }
 
+/// Reads each key `i` of `keys` and checks it holds its value (`when`: for the message).
+async fn assert_read_back(engine: &Engine, keys: impl IntoIterator<Item = usize>, when: &str) {
+    for i in keys {
+        let got = engine.get(&key(format!("k:{i:06}"))).await;
+        assert_eq!(got, Ok(Some(value_of(i))), "key {i}{when}");
+    }
+}
+
 /// 1 MiB of DRAM, 4 MiB of warm (hard limit 6 MiB), the background task on its default
 /// one-second tick: only the wake on passing the budget keeps it in pace.
 fn pressed(dir: &std::path::Path) -> Opts {
@@ -69,17 +77,11 @@ async fn a_writer_at_ten_times_the_warm_budget_is_slowed_not_refused_and_loses_n
         st.warm_bytes <= st.warm_bytes_hard_max,
         "warm passed its hard limit: {st:?}"
     );
-    for i in 0..KEYS {
-        let got = engine.get(&key(format!("k:{i:06}"))).await.unwrap();
-        assert_eq!(got.as_ref(), Some(&value_of(i)), "key {i}");
-    }
+    assert_read_back(&engine, 0..KEYS, "").await;
     engine.close().await.unwrap();
     drop(engine);
     let engine = open(pressed(dir.path())).await.unwrap();
-    for i in (0..KEYS).step_by(7) {
-        let got = engine.get(&key(format!("k:{i:06}"))).await.unwrap();
-        assert_eq!(got.as_ref(), Some(&value_of(i)), "key {i} after a restart");
-    }
+    assert_read_back(&engine, (0..KEYS).step_by(7), " after a restart").await;
     engine.close().await.unwrap();
 }
 
@@ -151,10 +153,7 @@ async fn at_the_hard_limit_with_the_object_store_down_a_write_waits_then_says_wh
         }
     }
     acked.push(i);
-    for i in acked {
-        let got = engine.get(&key(format!("k:{i:06}"))).await.unwrap();
-        assert_eq!(got.as_ref(), Some(&value_of(i)), "key {i}");
-    }
+    assert_read_back(&engine, acked, "").await;
     engine.close().await.unwrap();
 }
 
@@ -197,10 +196,7 @@ async fn rounds_run_on_request_beside_the_background_task_lose_no_segment() {
         "the rounds did not run beside the writer"
     );
     engine.clear_hot();
-    for i in 0..KEYS {
-        let got = engine.get(&key(format!("k:{i:06}"))).await;
-        assert_eq!(got, Ok(Some(value_of(i))), "key {i}");
-    }
+    assert_read_back(&engine, 0..KEYS, " from the cold tier").await;
     assert!(engine.stats().cold_entries > 0, "nothing was demoted");
     engine.close().await.unwrap();
 }
