@@ -132,7 +132,9 @@ impl Engine {
         };
         let cold = Arc::new(Cold::new(store, url, &settings.cold, Arc::clone(&counters)));
         let sizes = TierSizes::default();
-        sizes.set(warm_tier.counts()?);
+        let counts = warm_tier.counts()?;
+        sizes.set(counts);
+        warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         let group = (settings.warm.durability == Durability::Group)
             .then(|| GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog)));
         // Write sequences only need to differ from every earlier record's; microseconds since
@@ -389,6 +391,18 @@ impl Engine {
     /// Deletes every key in every tier. Segments are collected by the background task.
     pub async fn flush_all(&self) -> Result<Written<()>> {
         crate::write::flush_all(&self.core)
+    }
+
+    /// Deletes every key of database `db` in every tier, a chunk of keys per batch; the
+    /// other databases are untouched.
+    pub async fn flush_db(&self, db: u8) -> Result<Written<()>> {
+        crate::write::flush_db(&self.core, db).await
+    }
+
+    /// Keys of database `db`, in both tiers (`DBSIZE`; a key past its expiry counts until
+    /// it is removed, as in Redis).
+    pub fn keys_in(&self, db: u8) -> u64 {
+        self.core.warm.keys_in(db)
     }
 
     // Tiering.

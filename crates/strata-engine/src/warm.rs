@@ -11,6 +11,7 @@
 //! Invariant: a key is in at most one of `Records` and `Cold`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -30,6 +31,11 @@ const PIN_PREFIX: &[u8] = b"pin/";
 const VLOG_GARBAGE_PREFIX: &[u8] = b"vlog_garbage/";
 /// Meta key of the key layout the families follow (u32 LE; absent in layout 1).
 pub(crate) const LAYOUT: &[u8] = b"layout";
+/// Meta key prefix of each database's live key count (`db_keys/<db>`, i64 LE, moved by the
+/// add merge rule in the batch that adds or removes the key).
+const DB_KEYS_PREFIX: &[u8] = b"db_keys/";
+/// Databases the layout can hold (the stored key's first byte).
+pub(crate) const DB_COUNT: usize = 256;
 
 /// The persistent counters, in the order they are stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -142,15 +148,69 @@ fn garbage_key(file: u64) -> Vec<u8> {
     prefixed(VLOG_GARBAGE_PREFIX, &file.to_be_bytes())
 }
 
-/// The warm tier: the store and the layout of its families.
+/// The warm tier: the store and the layout of its families, with each database's key
+/// count in memory beside its persistent copy.
 pub(crate) struct Warm {
     pub(crate) store: Arc<dyn WarmStore>,
+    db_keys: Box<[AtomicI64]>,
 }
 
-/// A batch of changes to the warm tier, in the engine's terms.
-pub(crate) struct Batch(Box<dyn strata_warm::Batch>);
+/// A batch of changes to the warm tier, in the engine's terms, with the key count each
+/// database gains or loses by it.
+pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally);
+
+/// Keys added (positive) or removed per database in one batch; a batch of one database
+/// needs no allocation.
+#[derive(Default)]
+struct KeyTally {
+    first: Option<(u8, i64)>,
+    more: Vec<(u8, i64)>,
+    /// Every count is reset to 0 before the tally applies (`FLUSHALL`).
+    reset: bool,
+}
+
+impl KeyTally {
+    fn add(&mut self, db: u8, n: i64) {
+        match &mut self.first {
+            None => self.first = Some((db, n)),
+            Some((d, c)) if *d == db => *c += n,
+            Some(_) => match self.more.iter_mut().find(|(d, _)| *d == db) {
+                Some((_, c)) => *c += n,
+                None => self.more.push((db, n)),
+            },
+        }
+    }
+    fn iter(&self) -> impl Iterator<Item = (u8, i64)> + '_ {
+        self.first
+            .iter()
+            .chain(self.more.iter())
+            .copied()
+            .filter(|&(_, n)| n != 0)
+    }
+}
+
+fn db_keys_key(db: u8) -> Vec<u8> {
+    prefixed(DB_KEYS_PREFIX, &[db])
+}
 
 impl Batch {
+    /// Counts a key of database `db` as added (`n` = 1) or removed (-1).
+    pub(crate) fn count_key(&mut self, db: u8, n: i64) {
+        self.1.add(db, n);
+    }
+    /// Sets every database's key count to 0 (with the families cleared).
+    pub(crate) fn reset_key_counts(&mut self) {
+        self.1 = KeyTally {
+            reset: true,
+            ..KeyTally::default()
+        };
+        for db in 0..DB_COUNT {
+            self.0.delete(Family::Meta, &db_keys_key(db as u8));
+        }
+        // The marker that counts are kept (see `Warm::load_key_counts`).
+        self.0
+            .put(Family::Meta, &db_keys_key(0), &0i64.to_le_bytes());
+    }
     pub(crate) fn put_record(&mut self, key: &Key, record: &[u8]) {
         self.0.put(Family::Records, key.stored(), record);
     }
@@ -230,6 +290,12 @@ impl Batch {
         let hi = vec![0xffu8; 3 * strata_format::STORED_KEY_BYTES_MAX];
         self.0.delete_range(family, b"", &hi);
     }
+    /// Deletes every key of `family` that starts with `prefix`.
+    pub(crate) fn clear_prefix(&mut self, family: Family, prefix: &[u8]) {
+        let hi = strata_warm::prefix_end(prefix)
+            .unwrap_or_else(|| vec![0xffu8; 3 * strata_format::STORED_KEY_BYTES_MAX]);
+        self.0.delete_range(family, prefix, &hi);
+    }
     /// Copies a raw entry (the layout migration).
     pub(crate) fn put_raw(&mut self, family: Family, key: &[u8], value: &[u8]) {
         self.0.put(family, key, value);
@@ -241,15 +307,64 @@ impl Batch {
 
 impl Warm {
     pub(crate) fn new(store: Arc<dyn WarmStore>) -> Warm {
-        Warm { store }
+        Warm {
+            store,
+            db_keys: (0..DB_COUNT).map(|_| AtomicI64::new(0)).collect(),
+        }
     }
 
     pub(crate) fn batch(&self) -> Batch {
-        Batch(self.store.batch())
+        Batch(self.store.batch(), KeyTally::default())
+    }
+
+    /// Reads each database's key count. A store written before counts were kept has none:
+    /// all its keys are in database 0 (`entries`, every key of both tiers), and that count
+    /// is recorded.
+    pub(crate) fn load_key_counts(&self, entries: i64) -> Result<()> {
+        let mut found = false;
+        let mut c = self.cursor(Family::Meta, Bounds::prefix(DB_KEYS_PREFIX), None);
+        c.seek_to_first();
+        while c.valid() {
+            if let (Some(&db), Ok(n)) = (
+                c.key().get(DB_KEYS_PREFIX.len()),
+                <[u8; 8]>::try_from(c.value()),
+            ) {
+                self.db_keys[db as usize].store(i64::from_le_bytes(n), Ordering::Relaxed);
+                found = true;
+            }
+            c.next();
+        }
+        c.status()?;
+        drop(c);
+        if !found {
+            let mut b = self.store.batch();
+            b.put(Family::Meta, &db_keys_key(0), &entries.to_le_bytes());
+            self.store.write(b, true)?;
+            self.db_keys[0].store(entries, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Live keys of database `db` (both tiers; keys past their expiry count until removed).
+    pub(crate) fn keys_in(&self, db: u8) -> u64 {
+        self.db_keys[db as usize].load(Ordering::Relaxed).max(0) as u64
     }
 
     pub(crate) fn write(&self, b: Batch, sync: bool) -> Result<()> {
-        Ok(self.store.write(b.0, sync)?)
+        let Batch(mut inner, tally) = b;
+        for (db, n) in tally.iter() {
+            inner.merge(Family::Meta, &db_keys_key(db), &n.to_le_bytes());
+        }
+        self.store.write(inner, sync)?;
+        if tally.reset {
+            for c in self.db_keys.iter() {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        for (db, n) in tally.iter() {
+            self.db_keys[db as usize].fetch_add(n, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     pub(crate) fn sync_log(&self) -> Result<()> {

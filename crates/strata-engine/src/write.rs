@@ -222,6 +222,7 @@ pub(crate) fn stage<'k>(
             }
             d.warm_bytes += warm_charge(key, value.len() as u64) as i64;
             d.warm_entries += 1;
+            batch.count_key(key.db(), 1);
             new_expire = *expire_ms;
             hot_value = Some(value.clone());
             remove_old(batch, d, key, loc, false);
@@ -394,6 +395,7 @@ fn remove_old(batch: &mut Batch, d: &mut Counts, key: &Key, old: Option<&Loc>, d
         Some(Loc::Warm { charge, logged, .. }) => {
             d.warm_bytes -= *charge as i64;
             d.warm_entries -= 1;
+            batch.count_key(key.db(), -1);
             if let Some(at) = logged {
                 batch.add_vlog_garbage(key, *at);
             }
@@ -404,6 +406,7 @@ fn remove_old(batch: &mut Batch, d: &mut Counts, key: &Key, old: Option<&Loc>, d
         Some(Loc::Cold(r)) => {
             d.cold_bytes -= r.value_len as i64;
             d.cold_entries -= 1;
+            batch.count_key(key.db(), -1);
             batch.delete_cold(key);
         }
         None => {}
@@ -802,6 +805,56 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
 }
 
 /// Deletes every key in every tier. Segments are collected by the background task.
+/// Keys deleted per batch by [`flush_db`].
+const FLUSH_CHUNK_KEYS: usize = 1024;
+
+pub(crate) async fn flush_db(core: &Core, db: u8) -> Result<Written<()>> {
+    core.check_writable()?;
+    let prefix = strata_format::keys::db_prefix(db);
+    let mut ticket = Ticket::NONE;
+    for family in [Family::Records, Family::Cold] {
+        loop {
+            let keys = first_keys(core, family, &prefix, FLUSH_CHUNK_KEYS)?;
+            if keys.is_empty() {
+                break;
+            }
+            let _held = core.locks.lock_many(keys.iter());
+            let mut batch = core.warm.batch();
+            let mut d = Counts::default();
+            let mut staged = Vec::with_capacity(keys.len());
+            for key in &keys {
+                let old = core.lookup(key, false)?;
+                if let Some(s) = stage(core, key, old.as_ref(), Change::Delete, &mut batch, &mut d)?
+                {
+                    staged.push(s);
+                }
+            }
+            ticket = commit_staged(core, staged, batch, &d, false)?;
+        }
+    }
+    let mut b = core.warm.batch();
+    for family in [Family::Parts, Family::Scores] {
+        b.clear_prefix(family, &prefix);
+    }
+    core.warm.write(b, false)?;
+    Ok(Written::new((), ticket))
+}
+
+/// Up to `n` stored keys of `family` that start with `prefix`.
+fn first_keys(core: &Core, family: Family, prefix: &[u8], n: usize) -> Result<Vec<Key>> {
+    let mut c = core
+        .warm
+        .cursor(family, strata_warm::Bounds::prefix(prefix), None);
+    c.seek_to_first();
+    let mut out = Vec::new();
+    while c.valid() && out.len() < n {
+        out.push(Key::from_stored(c.key())?);
+        c.next();
+    }
+    c.status()?;
+    Ok(out)
+}
+
 pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
     core.check_writable()?;
     let _all = core.locks.lock_all();
@@ -819,6 +872,7 @@ pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
         b.delete_segment(id);
     }
     b.reset_counts();
+    b.reset_key_counts();
     // Every logged value is garbage now: seal the newest file and let collection delete
     // them all.
     core.vlog.roll()?;

@@ -97,7 +97,13 @@ pub struct ServerConfig {
     /// Failed `AUTH` attempts per client address per minute before `AUTH` is refused (0 = no
     /// limit).
     pub auth_failures_per_minute_max: u32,
+    /// Logical databases (`SELECT 0` to `databases - 1`), each its own keyspace in every
+    /// tier; at most [`DATABASES_MAX`].
+    pub databases: u32,
 }
+
+/// The most databases the key layout holds (its first byte).
+pub const DATABASES_MAX: u32 = 256;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -113,6 +119,7 @@ impl Default for ServerConfig {
             client_write_timeout_secs: 60,
             protected_mode: true,
             auth_failures_per_minute_max: 10,
+            databases: 16,
         }
     }
 }
@@ -134,6 +141,9 @@ impl ServerConfig {
         }
         if self.maxclients == 0 {
             return Err("maxclients must be at least 1".into());
+        }
+        if self.databases == 0 || self.databases > DATABASES_MAX {
+            return Err(format!("databases must be between 1 and {DATABASES_MAX}"));
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ mod basics;
 mod changes;
 mod corruption;
 mod crash;
+mod databases;
 mod layout;
 mod model;
 mod prefetch;

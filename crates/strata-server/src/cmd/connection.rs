@@ -32,11 +32,13 @@ pub(crate) async fn auth(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
 }
 
-pub(crate) async fn select(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    match parse_int(&a[1]) {
-        Some(0) => Reply::ok(),
-        Some(_) => Reply::err("ERR DB index is out of range"),
-        None => not_integer(),
+pub(crate) async fn select(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match super::parse_db(ctx, &a[1]) {
+        Ok(db) => {
+            ctx.conn.db = db;
+            Reply::ok()
+        }
+        Err(r) => r,
     }
 }
 

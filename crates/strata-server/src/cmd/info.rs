@@ -99,9 +99,12 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
     }
     if show("keyspace") {
         o.push_str("# Keyspace\r\n");
-        let keys = st.warm_entries + st.cold_entries;
-        if keys > 0 {
-            let _ = write!(o, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+        let databases = sh.cfg.read().databases;
+        for db in 0..databases {
+            let keys = sh.engine.keys_in(db as u8);
+            if keys > 0 {
+                let _ = write!(o, "db{db}:keys={keys},expires=0,avg_ttl=0\r\n");
+            }
         }
         o.push_str("\r\n");
     }

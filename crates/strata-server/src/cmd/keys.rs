@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use strata_engine::glob::{glob_match, literal_prefix};
-use strata_engine::{Change, Expire, PutOptions};
+use strata_engine::{Change, Condition, Expire, Key, PutOptions};
 use strata_resp::Reply;
 
 use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
@@ -158,8 +158,7 @@ pub(crate) async fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
-    let st = ctx.shared.engine.stats();
-    Reply::Integer((st.warm_entries + st.cold_entries) as i64)
+    Reply::Integer(ctx.shared.engine.keys_in(ctx.conn.db) as i64)
 }
 
 pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
@@ -179,11 +178,30 @@ pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     Reply::Null
 }
 
-/// `FLUSHDB` and `FLUSHALL` (one database: the same), with `ASYNC` or `SYNC` accepted.
+/// Whether `FLUSHDB`'s or `FLUSHALL`'s arguments are valid (`ASYNC` or `SYNC`, accepted).
+fn flush_args_ok(a: &[Bytes]) -> bool {
+    a.len() == 1
+        || (a.len() == 2 && matches!(a[1].to_ascii_lowercase().as_slice(), b"async" | b"sync"))
+}
+
+/// `FLUSHDB`: every key of the client's database, in every tier.
+pub(crate) async fn flushdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if !flush_args_ok(a) {
+        return syntax_error();
+    }
+    ctx.shared.watches.touch_all();
+    match ctx.shared.engine.flush_db(ctx.conn.db).await {
+        Ok(w) => {
+            ctx.defer(w);
+            Reply::ok()
+        }
+        Err(e) => engine_error(&e),
+    }
+}
+
+/// `FLUSHALL`: every key of every database.
 pub(crate) async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    if a.len() > 2
-        || (a.len() == 2 && !matches!(a[1].to_ascii_lowercase().as_slice(), b"async" | b"sync"))
-    {
+    if !flush_args_ok(a) {
         return syntax_error();
     }
     ctx.shared.watches.touch_all();
@@ -268,23 +286,46 @@ pub(crate) async fn renamenx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     move_key(ctx, a, true).await
 }
 
+/// The value and expiry of `key`, for a copy of it under another name (`RENAME`, `MOVE`).
+async fn read_whole(ctx: &mut Ctx<'_>, key: &Key) -> Result<Option<(Bytes, u64)>, Reply> {
+    let engine = &ctx.shared.engine;
+    let got = engine
+        .update(key, true, |cur| {
+            Ok((None, cur.map(|c| (c.value.cloned(), c.expire_ms))))
+        })
+        .await;
+    match got {
+        Ok(w) => Ok(match ctx.defer(w) {
+            Some((Some(v), e)) => Some((v, e)),
+            _ => None,
+        }),
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// The options that write a copy with the source's expiry (`expire_ms`, 0 for none).
+fn src_options(expire_ms: u64, condition: Condition) -> PutOptions {
+    PutOptions {
+        expire: if expire_ms == 0 {
+            Expire::Persist
+        } else {
+            Expire::AtMs(expire_ms)
+        },
+        condition,
+        ..Default::default()
+    }
+}
+
 /// `RENAME` (and with `nx`, `RENAMENX`): the value and its expiry under the new name, then
 /// the old name deleted; atomic to other clients (the command holds the gate).
 async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
     let (from, to) = (ctx.key(&a[1]), ctx.key(&a[2]));
     let shared = ctx.shared;
     let engine = &shared.engine;
-    let src = match engine
-        .update(&from, true, |cur| {
-            Ok((None, cur.map(|c| (c.value.cloned(), c.expire_ms))))
-        })
-        .await
-    {
-        Ok(w) => match ctx.defer(w) {
-            Some((Some(v), e)) => (v, e),
-            _ => return Reply::err("ERR no such key"),
-        },
-        Err(e) => return engine_error(&e),
+    let src = match read_whole(ctx, &from).await {
+        Ok(Some(src)) => src,
+        Ok(None) => return Reply::err("ERR no such key"),
+        Err(r) => return r,
     };
     if from == to {
         return if nx { Reply::Integer(0) } else { Reply::ok() };
@@ -296,16 +337,10 @@ async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
             Err(e) => return engine_error(&e),
         }
     }
-    let expire = if src.1 == 0 {
-        Expire::Persist
-    } else {
-        Expire::AtMs(src.1)
-    };
-    let opts = PutOptions {
-        expire,
-        ..Default::default()
-    };
-    match engine.put(&to, src.0, opts).await {
+    match engine
+        .put(&to, src.0, src_options(src.1, Condition::Always))
+        .await
+    {
         Ok(w) => ctx.defer(w),
         Err(e) => return engine_error(&e),
     };
@@ -319,6 +354,40 @@ async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
     } else {
         Reply::ok()
     }
+}
+
+/// `MOVE key db`: the value and its expiry into database `db` if no key there has the
+/// name, then the source deleted; atomic to other clients (the command holds the gate).
+pub(crate) async fn move_to_db(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let db = match super::parse_db(ctx, &a[2]) {
+        Ok(db) => db,
+        Err(r) => return r,
+    };
+    if db == ctx.conn.db {
+        return Reply::err("ERR source and destination objects are the same");
+    }
+    let (from, to) = (ctx.key(&a[1]), ctx.key_in(db, &a[1]));
+    let src = match read_whole(ctx, &from).await {
+        Ok(Some(src)) => src,
+        Ok(None) => return Reply::Integer(0),
+        Err(r) => return r,
+    };
+    let opts = src_options(src.1, Condition::IfAbsent);
+    match ctx.shared.engine.put(&to, src.0, opts).await {
+        Ok(w) => {
+            if !ctx.defer(w).written {
+                return Reply::Integer(0);
+            }
+        }
+        Err(e) => return engine_error(&e),
+    };
+    ctx.shared.watches.touch(&to);
+    ctx.shared.watches.touch(&from);
+    match ctx.shared.engine.delete(&from).await {
+        Ok(w) => ctx.defer(w),
+        Err(e) => return engine_error(&e),
+    };
+    Reply::Integer(1)
 }
 
 pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

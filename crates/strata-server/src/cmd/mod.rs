@@ -142,6 +142,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("scan", -2, READ, 0, 0, 0, keys::scan),
     c!("keys", 2, READ, 0, 0, 0, keys::keys),
     c!("dbsize", 1, READ | FAST, 0, 0, 0, keys::dbsize),
+    c!("move", 3, WRITE | EXCLUSIVE, 1, 1, 1, keys::move_to_db),
     c!("randomkey", 1, READ, 0, 0, 0, keys::randomkey),
     c!(
         "flushdb",
@@ -150,7 +151,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
         0,
         0,
         0,
-        keys::flush
+        keys::flushdb
     ),
     c!(
         "flushall",
@@ -272,6 +273,17 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
     strata_engine::parse_i64(b)
 }
 
+/// A database index as `SELECT` and `MOVE` take it: an integer below `databases`.
+pub(crate) fn parse_db(ctx: &Ctx<'_>, b: &[u8]) -> Result<u8, Reply> {
+    let n = parse_int(b).ok_or_else(not_integer)?;
+    let count = ctx.shared.cfg.read().databases as i64;
+    if (0..count).contains(&n) {
+        Ok(n as u8)
+    } else {
+        Err(Reply::err("ERR DB index is out of range"))
+    }
+}
+
 pub(crate) fn lower(a: &[u8]) -> String {
     String::from_utf8_lossy(a).to_ascii_lowercase()
 }
@@ -292,6 +304,11 @@ impl Ctx<'_> {
     }
 
     /// The stored key of `client` in the selected database.
+    /// The same client key in database `db` (`MOVE`).
+    pub(crate) fn key_in(&self, db: u8, client: &[u8]) -> Key {
+        self.shared.engine.key(db, client)
+    }
+
     pub(crate) fn key(&self, client: &[u8]) -> Key {
         self.shared.engine.key(self.conn.db, client)
     }

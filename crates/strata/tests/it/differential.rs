@@ -29,7 +29,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let k = |r: &mut Rng| r.pick(KEYS).to_string();
     let v = |r: &mut Rng| r.pick(VALUES).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(40) {
+    let c: Vec<String> = match rng.below(42) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -96,7 +96,10 @@ fn command(rng: &mut Rng) -> Vec<String> {
         31 => vec!["NOSUCHCMD".into(), k(rng)],
         32 => vec!["ECHO".into(), v(rng)],
         33 => vec!["PING".into()],
-        34 => vec!["SELECT".into(), rng.pick(&["0", "x"]).into()],
+        34 => vec![
+            "SELECT".into(),
+            rng.pick(&["0", "1", "2", "0", "x", "16", "-1"]).into(),
+        ],
         35 => vec![
             "GETEX".into(),
             k(rng),
@@ -106,6 +109,13 @@ fn command(rng: &mut Rng) -> Vec<String> {
         36 => vec!["DECR".into(), k(rng)],
         37 => vec!["RENAMENX".into(), k(rng), k(rng)],
         38 => vec!["PTTL".into(), k(rng)],
+        39 => vec![
+            "MOVE".into(),
+            k(rng),
+            rng.pick(&["0", "1", "2", "16", "x"]).into(),
+        ],
+        // Rarely, so the databases fill up between flushes.
+        40 if rng.below(10) == 0 => vec!["FLUSHDB".into()],
         _ => vec!["EXISTS".into(), k(rng)],
     };
     // GETEX PERSIST takes no argument.
