@@ -115,7 +115,9 @@ pub fn fuzz_resp(iterations: usize, seed: u64) -> usize {
 fn seed_segment() -> strata_format::Segment {
     let mut b = strata_format::SegmentBuilder::new(42, 256, 1);
     for i in 0..20u32 {
+        let kind = [strata_format::Kind::String, strata_format::Kind::Hash][i as usize % 2];
         b.push(
+            kind,
             format!("key:{i:03}").as_bytes(),
             &vec![i as u8; (i * 13) as usize],
             i as u64,
@@ -129,7 +131,7 @@ fn seed_segment() -> strata_format::Segment {
 pub fn segment_one(seg: &[u8], refs: &[strata_format::BlockRef]) {
     if let Ok(footer) = strata_format::decode_footer(seg) {
         for (i, b) in footer.blocks.iter().enumerate() {
-            let r = footer.block_ref(i, 0, 0);
+            let r = footer.block_ref(i, strata_format::Kind::String, 0, 0);
             let end = (b.offset as usize).saturating_add(b.len as usize);
             if end <= seg.len() {
                 if let Ok(raw) = strata_format::decode_block(&r, &seg[b.offset as usize..end]) {

@@ -226,7 +226,12 @@ impl Backend {
                     };
                     let value = &maps[path][offset..offset + len];
                     anyhow::ensure!(
-                        strata_format::entry_checksum(key.as_bytes(), expire_ms, value) == crc,
+                        strata_format::entry_checksum(
+                            strata_format::Kind::String,
+                            key.as_bytes(),
+                            expire_ms,
+                            value
+                        ) == crc,
                         "checksum mismatch at {offset} of {}",
                         String::from_utf8_lossy(path)
                     );

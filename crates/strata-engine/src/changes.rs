@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use strata_format::{BlockRef, Key, WarmRecord, WarmValue};
+use strata_format::{BlockRef, Key, Kind, WarmRecord, WarmValue};
 use strata_warm::{Family, RawChange};
 
 use crate::core::Core;
@@ -15,8 +15,12 @@ use crate::{Error, Result};
 /// What one committed batch did to one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyChange {
-    /// The key holds `value` now, expiring at `expire_ms` (0: never).
-    Set { value: Bytes, expire_ms: u64 },
+    /// The key holds `value`, of `kind`, now, expiring at `expire_ms` (0: never).
+    Set {
+        kind: Kind,
+        value: Bytes,
+        expire_ms: u64,
+    },
     /// The key's value, unchanged, is in the object store now (or still, at a new place or
     /// with a new expiry): where `block` says, expiring at `block.expire_ms`.
     Cold { block: BlockRef },
@@ -137,6 +141,7 @@ fn set(core: &Core, key: &Key, rec: &[u8]) -> Result<KeyChange> {
         })?,
     };
     Ok(KeyChange::Set {
+        kind: r.kind,
         value,
         expire_ms: r.expire_ms,
     })

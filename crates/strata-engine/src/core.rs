@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use strata_format::{BlockRef, Key};
+use strata_format::{BlockRef, Key, Kind};
 use strata_hot::HotCache;
 use tokio::sync::Notify;
 
@@ -178,10 +178,22 @@ impl Core {
         key: &Key,
         seen_version: u64,
         value: Bytes,
+        kind: Kind,
         expire_ms: u64,
     ) -> bool {
         let _g = self.locks.lock(key);
-        self.locks.version(key) == seen_version && self.hot.insert(key.stored(), value, expire_ms)
+        self.locks.version(key) == seen_version
+            && self
+                .hot
+                .insert_tagged(key.stored(), value, expire_ms, kind as u8)
+    }
+
+    /// The DRAM copy of `key`, live at `now_ms`: value, expiry and kind.
+    pub(crate) fn hot_get(&self, key: &Key, now_ms: u64) -> Result<Option<(Bytes, u64, Kind)>> {
+        match self.hot.get(key.stored(), now_ms) {
+            Some((v, e, tag)) => Ok(Some((v, e, Kind::from_u8(tag)?))),
+            None => Ok(None),
+        }
     }
 
     /// The stored entry of `key` (expired or not); with `want_value`, a warm entry's value,
@@ -213,7 +225,17 @@ impl Core {
             }
         })?;
         match strata_format::find_in_block(&block, entry_key(r, key)) {
-            Ok(Some(e)) => Ok((Bytes::copy_from_slice(e.value), block.clone())),
+            Ok(Some(e)) if e.kind == r.kind => Ok((Bytes::copy_from_slice(e.value), block.clone())),
+            Ok(Some(e)) => {
+                add(&self.counters.checksum_errors);
+                Err(Error::Data(format!(
+                    "segment {:016x} block {} holds a {} where the index says {}",
+                    r.segment_id,
+                    r.block,
+                    e.kind.name(),
+                    r.kind.name()
+                )))
+            }
             Ok(None) => {
                 add(&self.counters.checksum_errors);
                 Err(Error::Data(format!(

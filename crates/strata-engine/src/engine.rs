@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::Mutex;
-use strata_format::Key;
+use strata_format::{Key, Kind};
 use strata_hot::{HotCache, Lru};
 use strata_warm::WarmStore;
 use tokio::sync::{watch, Notify};
@@ -91,6 +91,15 @@ fn hot_cache(s: &Settings) -> HotCache {
         HotPolicy::Strata => HotCache::new(h.hot_bytes_max as usize, h.hot_shard_count, || {
             Box::new(strata_hot::StrataHot::new(shard_entries as usize))
         }),
+    }
+}
+
+/// A multi-key read's value if it is a string (`MGET` answers nil for a key of another
+/// kind, as Redis does).
+fn strings_only(v: Option<(Bytes, Tier, Kind)>) -> Option<(Bytes, Tier)> {
+    match v {
+        Some((b, t, Kind::String)) => Some((b, t)),
+        _ => None,
     }
 }
 
@@ -227,9 +236,27 @@ impl Engine {
 
     // Reads.
 
-    /// Reads `key` from the first tier that holds it.
+    /// Reads the string `key` from the first tier that holds it; a key of another kind is
+    /// [`crate::Error::WrongType`].
     pub async fn get(&self, key: &Key) -> Result<Option<Bytes>> {
-        crate::read::get(&self.core, key).await
+        match crate::read::get(&self.core, key).await? {
+            Some((v, Kind::String)) => Ok(Some(v)),
+            Some(_) => Err(crate::Error::WrongType),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads `key`, of any kind, from the first tier that holds it: its kind and the
+    /// value's bytes (what they mean for each kind is the caller's encoding).
+    pub async fn get_value(&self, key: &Key) -> Result<Option<(Kind, Bytes)>> {
+        Ok(crate::read::get(&self.core, key)
+            .await?
+            .map(|(v, kind)| (kind, v)))
+    }
+
+    /// The kind of value `key` holds, if it holds a live one, without reading the value.
+    pub async fn kind_of(&self, key: &Key) -> Result<Option<Kind>> {
+        crate::read::kind_of(&self.core, key)
     }
 
     /// Reads many keys at once: DRAM for all, then one multi-get of the warm store, then
@@ -240,7 +267,8 @@ impl Engine {
 
     /// As [`Engine::get_many`], also saying which tier served each value.
     pub async fn get_many_tiered(&self, keys: &[&Key]) -> Result<Vec<Option<(Bytes, Tier)>>> {
-        crate::read::read_many(&self.core, keys, false, u64::MAX).await
+        let got = crate::read::read_many(&self.core, keys, false, u64::MAX).await?;
+        Ok(got.into_iter().map(strings_only).collect())
     }
 
     /// As [`Engine::get_many`], but refused (`Error::Invalid`) when two or more values found
@@ -252,7 +280,10 @@ impl Engine {
         bytes_max: u64,
     ) -> Result<Vec<Option<Bytes>>> {
         let got = crate::read::read_many(&self.core, keys, false, bytes_max).await?;
-        Ok(got.into_iter().map(|v| v.map(|(b, _)| b)).collect())
+        Ok(got
+            .into_iter()
+            .map(|v| strings_only(v).map(|(b, _)| b))
+            .collect())
     }
 
     /// The values of the leading keys of `keys` that hold one, up to the first that does
@@ -262,7 +293,10 @@ impl Engine {
     /// again from where it stopped. Nothing after the cut is fetched from the object store.
     pub async fn get_prefix(&self, keys: &[&Key], bytes_max: u64) -> Result<Vec<Bytes>> {
         let got = crate::read::read_many(&self.core, keys, true, bytes_max).await?;
-        Ok(got.into_iter().map_while(|v| v.map(|(b, _)| b)).collect())
+        Ok(got
+            .into_iter()
+            .map_while(|v| strings_only(v).map(|(b, _)| b))
+            .collect())
     }
 
     /// Whether `key` holds a live value, without reading a cold value.

@@ -22,6 +22,9 @@ pub enum Error {
     NotInteger,
     #[error("increment or decrement would overflow")]
     Overflow,
+    /// The key holds a value of another kind than the operation works on.
+    #[error("Operation against a key holding the wrong kind of value")]
+    WrongType,
     #[error("{0}")]
     Invalid(String),
     #[error("object store unavailable: {0}")]
@@ -48,7 +51,9 @@ pub enum Error {
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::NotInteger | Error::Overflow | Error::Invalid(_) => ErrorKind::Invalid,
+            Error::NotInteger | Error::Overflow | Error::WrongType | Error::Invalid(_) => {
+                ErrorKind::Invalid
+            }
             Error::ColdUnavailable(_)
             | Error::Storage(_)
             | Error::WarmFull(_)

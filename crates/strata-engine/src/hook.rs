@@ -6,7 +6,7 @@
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use strata_format::{BlockRef, Key};
+use strata_format::{BlockRef, Key, Kind};
 use tokio::sync::Semaphore;
 
 use crate::core::Core;
@@ -19,6 +19,7 @@ pub(crate) enum Read {
     Warm {
         seen: u64,
         value: Bytes,
+        kind: Kind,
         expire_ms: u64,
     },
     /// A value read from block `r` of the object store, with the whole block.
@@ -58,8 +59,9 @@ pub(crate) fn after_read(core: &Core, key: &Key, read: Read) {
         Read::Warm {
             seen,
             value,
+            kind,
             expire_ms,
-        } => promote(core, key, seen, value, expire_ms),
+        } => promote(core, key, seen, value, kind, expire_ms),
         Read::Cold {
             seen,
             r,
@@ -69,7 +71,7 @@ pub(crate) fn after_read(core: &Core, key: &Key, read: Read) {
             // Back to the warm tier at once (which puts it in DRAM too), as the prefetcher
             // expects of a value read from the object store.
             if !crate::returns::return_read(core, key, seen, &r, &value) {
-                promote(core, key, seen, value, r.expire_ms);
+                promote(core, key, seen, value, r.kind, r.expire_ms);
             }
             let job = Job {
                 key: key.clone(),
@@ -102,8 +104,8 @@ fn submit_prefetch(core: &Core, job: Job) {
 }
 
 /// Copies a value read from warm or cold into DRAM, unless a write raced with the read.
-fn promote(core: &Core, key: &Key, seen_version: u64, value: Bytes, expire_ms: u64) {
-    if core.insert_hot_if_unchanged(key, seen_version, value, expire_ms) {
+fn promote(core: &Core, key: &Key, seen: u64, value: Bytes, kind: Kind, expire_ms: u64) {
+    if core.insert_hot_if_unchanged(key, seen, value, kind, expire_ms) {
         add(&core.counters.promotions);
         core.prefetch.forget(key);
     }

@@ -69,7 +69,7 @@ pub use read::LocalValue;
 pub use scan::{ScanItem, ScanPage};
 pub use settings::{Durability, HotPolicy, Settings};
 pub use stats::Stats;
-pub use strata_format::Key;
+pub use strata_format::{Key, Kind};
 pub use tier::Tier;
 pub use write::{parse_i64, Change, Condition, Existing, Expire, PutOptions, PutResult};
 /// Bytes the DRAM tier charges per entry on top of key and value.

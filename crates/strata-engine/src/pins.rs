@@ -108,8 +108,12 @@ pub(crate) async fn pin(core: &Core, pattern: &[u8]) -> Result<u64> {
         update(core, &k, true, |cur| match cur {
             Some(c) => {
                 let value = c.value.cloned().expect("value requested");
-                let expire_ms = c.expire_ms;
-                Ok((Some(Change::Put { value, expire_ms }), ()))
+                let change = Change::Put {
+                    kind: c.kind,
+                    value,
+                    expire_ms: c.expire_ms,
+                };
+                Ok((Some(change), ()))
             }
             None => Ok((None, ())),
         })

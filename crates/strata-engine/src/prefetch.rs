@@ -4,7 +4,7 @@
 //! the budget and the counts).
 
 use bytes::Bytes;
-use strata_format::{BlockRef, Key};
+use strata_format::{BlockRef, Key, Kind};
 
 use crate::core::{key_of_entry, Core};
 use crate::queue::Job;
@@ -12,8 +12,8 @@ use crate::stats::add;
 use crate::warm::Loc;
 
 /// Puts `value` into DRAM as a prefetch, unless a write raced with the lookup.
-fn admit(core: &Core, key: &Key, seen: u64, value: Bytes, expire_ms: u64) -> bool {
-    let admitted = core.insert_hot_if_unchanged(key, seen, value, expire_ms);
+fn admit(core: &Core, key: &Key, seen: u64, value: Bytes, kind: Kind, expire_ms: u64) -> bool {
+    let admitted = core.insert_hot_if_unchanged(key, seen, value, kind, expire_ms);
     if admitted {
         add(&core.counters.prefetch_issued);
         core.prefetch.track(key);
@@ -63,7 +63,8 @@ fn neighbours(core: &Core, key: &Key, block_ref: &BlockRef, block: &Bytes, mut b
             core.lookup(&k, false),
             Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.segment_id == block_ref.segment_id && r.block == block_ref.block)
         );
-        if here && admit(core, &k, seen, Bytes::copy_from_slice(e.value), e.expire_ms) {
+        let value = Bytes::copy_from_slice(e.value);
+        if here && admit(core, &k, seen, value, e.kind, e.expire_ms) {
             budget -= e.value.len() as u64;
         }
     }
@@ -105,7 +106,7 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
             Loc::Warm { value, .. } => value,
         };
         if let Some(v) = value {
-            admit(core, &k, seen, v, s.expire_ms);
+            admit(core, &k, seen, v, s.kind, s.expire_ms);
         }
         core.prefetch.end_fetch(&k);
     });

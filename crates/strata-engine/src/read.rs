@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use strata_format::{BlockRef, Key, WarmRecord};
+use strata_format::{BlockRef, Key, Kind, WarmRecord};
 
 use crate::core::Core;
 use crate::hook::{after_read, Read};
@@ -41,11 +41,11 @@ fn hot_hit(core: &Core, key: &Key) {
     core.access.count_read(key, true);
 }
 
-/// Reads `key` from the first tier that holds it.
-pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<Bytes>> {
-    if let Some((v, _)) = core.hot.get(key.stored(), core.now_ms()) {
+/// Reads `key` (its value and kind) from the first tier that holds it.
+pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
+    if let Some((v, _, kind)) = core.hot_get(key, core.now_ms())? {
         hot_hit(core, key);
-        return Ok(Some(v));
+        return Ok(Some((v, kind)));
     }
     let got = get_uncached(core, key).await?;
     core.access.count_read(key, got.is_some());
@@ -53,7 +53,7 @@ pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<Bytes>> {
 }
 
 /// The slow path of a read: the warm store, then the cold index and the object store.
-async fn get_uncached(core: &Core, key: &Key) -> Result<Option<Bytes>> {
+async fn get_uncached(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
     for _attempt in 0..3 {
         let seen = core.locks.version(key);
         let now = core.now_ms();
@@ -71,23 +71,24 @@ async fn get_uncached(core: &Core, key: &Key) -> Result<Option<Bytes>> {
                 core.load_model
                     .record(Tier::Warm, value.len() as u64, started.elapsed());
                 add(&core.counters.warm_hits);
-                let expire_ms = stored.expire_ms;
+                let (expire_ms, kind) = (stored.expire_ms, stored.kind);
                 after_read(
                     core,
                     key,
                     Read::Warm {
                         seen,
                         value: value.clone(),
+                        kind,
                         expire_ms,
                     },
                 );
-                return Ok(Some(value));
+                return Ok(Some((value, kind)));
             }
             Loc::Cold(r) => match fetch_cold(core, key, seen, r, started).await {
                 Err(Error::ColdUnavailable(m)) if moved(core, key, &r)? => {
                     tracing::debug!(reason = m, "the index moved during a cold read; again");
                 }
-                other => return other.map(Some),
+                other => return other.map(|v| Some((v, r.kind))),
             },
         }
     }
@@ -127,7 +128,7 @@ fn moved(core: &Core, key: &Key, r: &BlockRef) -> Result<bool> {
 
 /// What a lookup found for one key of a multi-key read.
 enum Found {
-    Value(Bytes, Tier),
+    Value(Bytes, Tier, Kind),
     /// In the object store, not fetched yet: its index entry and the stripe version seen.
     Cold(BlockRef, u64),
     /// In no tier (absent or expired).
@@ -143,7 +144,7 @@ pub(crate) async fn read_many(
     keys: &[&Key],
     prefix: bool,
     bytes_max: u64,
-) -> Result<Vec<Option<(Bytes, Tier)>>> {
+) -> Result<Vec<Option<(Bytes, Tier, Kind)>>> {
     let mut found = lookup_many(core, keys).await?;
     let first_miss = found
         .iter()
@@ -170,20 +171,20 @@ pub(crate) async fn read_many(
             Err(Error::ColdUnavailable(_)) if moved(core, keys[i], &r)? => {
                 get_uncached(core, keys[i]).await
             }
-            other => other.map(Some),
+            other => other.map(|v| Some((v, r.kind))),
         }
     }))
     .await?;
     for (&(i, _, _), v) in cold.iter().zip(fetched) {
         found[i] = match v {
-            Some(v) => Found::Value(v, Tier::Cold),
+            Some((v, kind)) => Found::Value(v, Tier::Cold, kind),
             None => Found::Missing,
         };
     }
     Ok(found
         .into_iter()
         .map(|f| match f {
-            Found::Value(v, t) => Some((v, t)),
+            Found::Value(v, t, kind) => Some((v, t, kind)),
             _ => None,
         })
         .collect())
@@ -196,7 +197,7 @@ fn cut_at(found: &[Found], bytes_max: u64, prefix: bool) -> Result<usize> {
     let mut values = 0;
     for (i, f) in found.iter().enumerate() {
         let len = match f {
-            Found::Value(v, _) => v.len() as u64,
+            Found::Value(v, _, _) => v.len() as u64,
             Found::Cold(r, _) => r.value_len as u64,
             Found::Missing => continue,
         };
@@ -222,10 +223,10 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let mut found: Vec<Found> = Vec::with_capacity(keys.len());
     let mut pending = Vec::new();
     for (i, k) in keys.iter().enumerate() {
-        match core.hot.get(k.stored(), now) {
-            Some((v, _)) => {
+        match core.hot_get(k, now)? {
+            Some((v, _, kind)) => {
                 hot_hit(core, k);
-                found.push(Found::Value(v, Tier::Hot));
+                found.push(Found::Value(v, Tier::Hot, kind));
             }
             None => {
                 found.push(Found::Missing);
@@ -245,7 +246,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let mut not_warm = Vec::new();
     for ((&i, got), &seen) in pending.iter().zip(records).zip(&versions) {
         match got {
-            WarmGot::Value(value, expire_ms) => {
+            WarmGot::Value(value, expire_ms, kind) => {
                 core.access.count_read(keys[i], true);
                 add(&core.counters.warm_hits);
                 after_read(
@@ -254,10 +255,11 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
                     Read::Warm {
                         seen,
                         value: value.clone(),
+                        kind,
                         expire_ms,
                     },
                 );
-                found[i] = Found::Value(value, Tier::Warm);
+                found[i] = Found::Value(value, Tier::Warm, kind);
             }
             WarmGot::Expired => {
                 core.access.count_read(keys[i], false);
@@ -287,7 +289,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
 
 /// What a warm multi-get found for one key.
 enum WarmGot {
-    Value(Bytes, u64),
+    Value(Bytes, u64, Kind),
     Expired,
     Absent,
 }
@@ -304,10 +306,10 @@ fn read_warm(core: &Core, keys: &[&Key], now: u64) -> Result<Vec<WarmGot>> {
             if expire_ms != 0 && expire_ms <= now {
                 return Ok(WarmGot::Expired);
             }
-            let value = record_value(key, &rec, &core.vlog).inspect_err(|_| {
+            let (value, kind) = record_value(key, &rec, &core.vlog).inspect_err(|_| {
                 add(&core.counters.checksum_errors);
             })?;
-            Ok(WarmGot::Value(value, expire_ms))
+            Ok(WarmGot::Value(value, expire_ms, kind))
         })
         .collect()
 }
@@ -337,7 +339,7 @@ async fn read_warm_batch(core: &Arc<Core>, keys: &[&Key], now: u64) -> Result<Ve
         read_warm(core, keys, now)?
     };
     let (bytes, values) = got.iter().fold((0u64, 0u64), |(b, n), g| match g {
-        WarmGot::Value(v, _) => (b + v.len() as u64, n + 1),
+        WarmGot::Value(v, _, _) => (b + v.len() as u64, n + 1),
         _ => (b, n),
     });
     if let Some(avg) = bytes.checked_div(values) {
@@ -360,6 +362,14 @@ pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
         return Ok(true);
     }
     Ok(live(core, key)?.is_some())
+}
+
+/// The kind of value `key` holds, if live, without reading the value.
+pub(crate) fn kind_of(core: &Core, key: &Key) -> Result<Option<Kind>> {
+    if let Some((_, tag)) = core.hot.peek(key.stored(), core.now_ms()) {
+        return Ok(Some(Kind::from_u8(tag)?));
+    }
+    Ok(live(core, key)?.map(|s| s.kind))
 }
 
 /// The absolute expiry of `key` in Unix ms: `None` if absent, `Some(0)` if it never expires.
@@ -388,7 +398,7 @@ pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
 pub(crate) fn locate_local(core: &Core, keys: &[&Key]) -> Result<Vec<Option<LocalValue>>> {
     let mut out = Vec::with_capacity(keys.len());
     for &key in keys {
-        let Some(s) = live(core, key)? else {
+        let Some(s) = live(core, key)?.filter(|s| s.kind == Kind::String) else {
             break;
         };
         core.access.count_read(key, true);

@@ -54,7 +54,7 @@ pub(crate) fn return_prefetched(core: &Core, key: &Key) -> bool {
         _ => return false,
     };
     match core.hot.peek(key.stored(), now) {
-        Some(value) => return_locked(core, key, &stored, &value),
+        Some((value, _)) => return_locked(core, key, &stored, &value),
         None => false,
     }
 }
@@ -72,6 +72,7 @@ fn return_locked(core: &Core, key: &Key, stored: &Stored, value: &Bytes) -> bool
         return false;
     }
     let change = Change::Put {
+        kind: stored.kind,
         value: value.clone(),
         expire_ms: stored.expire_ms,
     };

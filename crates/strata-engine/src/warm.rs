@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_format::keys::{self, Key};
-use strata_format::{BlockRef, ValuePointer, WarmRecord, WarmValue};
+use strata_format::{BlockRef, Kind, ValuePointer, WarmRecord, WarmValue};
 use strata_warm::{Bounds, Cursor, Family, View, WarmStore};
 
 use crate::vlog::ValueLog;
@@ -96,14 +96,24 @@ pub(crate) enum Loc {
     Cold(BlockRef),
 }
 
-/// A stored entry: where it is, its expiry and its value's length.
+/// A stored entry: where it is, what kind of value, its expiry and its value's length.
 pub(crate) struct Stored {
     pub(crate) loc: Loc,
+    pub(crate) kind: Kind,
     pub(crate) expire_ms: u64,
     pub(crate) value_len: u64,
 }
 
 impl Stored {
+    /// The entry a cold index entry describes.
+    pub(crate) fn cold(r: BlockRef) -> Stored {
+        Stored {
+            loc: Loc::Cold(r),
+            kind: r.kind,
+            expire_ms: r.expire_ms,
+            value_len: r.value_len as u64,
+        }
+    }
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         self.expire_ms == 0 || self.expire_ms > now_ms
     }
@@ -321,21 +331,13 @@ impl Warm {
     /// all its keys are in database 0 (`entries`, every key of both tiers), and that count
     /// is recorded.
     pub(crate) fn load_key_counts(&self, entries: i64) -> Result<()> {
-        let mut found = false;
-        let mut c = self.cursor(Family::Meta, Bounds::prefix(DB_KEYS_PREFIX), None);
-        c.seek_to_first();
-        while c.valid() {
-            if let (Some(&db), Ok(n)) = (
-                c.key().get(DB_KEYS_PREFIX.len()),
-                <[u8; 8]>::try_from(c.value()),
-            ) {
+        let counts = self.meta_prefixed(DB_KEYS_PREFIX)?;
+        let found = !counts.is_empty();
+        for (db, n) in counts {
+            if let (Some(&db), Ok(n)) = (db.first(), <[u8; 8]>::try_from(n.as_slice())) {
                 self.db_keys[db as usize].store(i64::from_le_bytes(n), Ordering::Relaxed);
-                found = true;
             }
-            c.next();
         }
-        c.status()?;
-        drop(c);
         if !found {
             let mut b = self.store.batch();
             b.put(Family::Meta, &db_keys_key(0), &entries.to_le_bytes());
@@ -418,11 +420,7 @@ impl Warm {
         if let Some(rec) = self.record(key)? {
             return Ok(Some(stored_warm(key, rec, want_value, vlog)?));
         }
-        Ok(self.cold_ref(key)?.map(|r| Stored {
-            loc: Loc::Cold(r),
-            expire_ms: r.expire_ms,
-            value_len: r.value_len as u64,
-        }))
+        Ok(self.cold_ref(key)?.map(Stored::cold))
     }
 
     /// [`Warm::lookup`] of many keys without their values: one multi-get of the records,
@@ -446,11 +444,7 @@ impl Warm {
         if !missing.is_empty() {
             let cold_keys: Vec<&Key> = missing.iter().map(|&i| keys[i]).collect();
             for (&i, r) in missing.iter().zip(self.cold_refs(&cold_keys)) {
-                out[i] = r?.map(|r| Stored {
-                    loc: Loc::Cold(r),
-                    expire_ms: r.expire_ms,
-                    value_len: r.value_len as u64,
-                });
+                out[i] = r?.map(Stored::cold);
             }
         }
         Ok(out)
@@ -566,6 +560,7 @@ pub(crate) fn stored_warm(
     let rec = WarmRecord::decode_unverified(&record)?;
     let value_len = rec.value_len();
     let expire_ms = rec.expire_ms;
+    let kind = rec.kind;
     let checksum = rec.checksum;
     let logged = match rec.value {
         WarmValue::Logged(at) => Some(at),
@@ -573,7 +568,7 @@ pub(crate) fn stored_warm(
     };
     let charge = warm_charge(key, value_len);
     let value = match want_value {
-        true => Some(record_value(key, &record, vlog)?),
+        true => Some(record_value(key, &record, vlog)?.0),
         false => None,
     };
     Ok(Stored {
@@ -583,21 +578,23 @@ pub(crate) fn stored_warm(
             logged,
             checksum,
         },
+        kind,
         expire_ms,
         value_len,
     })
 }
 
-/// The verified value of `record` (read for `key`): a slice of the record's own bytes for an
-/// inline value, the mapped value-log bytes for a logged one. Checksums cover the client's
-/// key, so a record read under another key fails.
-pub(crate) fn record_value(key: &Key, record: &Bytes, vlog: &ValueLog) -> Result<Bytes> {
+/// The verified value of `record` (read for `key`) and its kind: a slice of the record's own
+/// bytes for an inline value, the mapped value-log bytes for a logged one. Checksums cover
+/// the client's key, so a record read under another key fails.
+pub(crate) fn record_value(key: &Key, record: &Bytes, vlog: &ValueLog) -> Result<(Bytes, Kind)> {
     let rec = WarmRecord::decode(key.client(), record)?;
-    match rec.value {
+    let value = match rec.value {
         WarmValue::Inline(v) => {
             let start = v.as_ptr() as usize - record.as_ptr() as usize;
-            Ok(record.slice(start..start + v.len()))
+            record.slice(start..start + v.len())
         }
-        WarmValue::Logged(at) => vlog.read_checked(key.client(), &rec, at),
-    }
+        WarmValue::Logged(at) => vlog.read_checked(key.client(), &rec, at)?,
+    };
+    Ok((value, rec.kind))
 }

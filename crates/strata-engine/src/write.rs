@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_format::{entry_checksum, Key, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use strata_format::{entry_checksum, Key, Kind, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use strata_warm::Family;
 
 use crate::core::Core;
@@ -58,6 +58,8 @@ pub struct PutResult {
 /// A live entry as an [`crate::Engine::update`] closure sees it.
 #[derive(Debug)]
 pub struct Existing<'a> {
+    /// What kind of value the key holds.
+    pub kind: Kind,
     /// The value, when the update asked for it.
     pub value: Option<&'a Bytes>,
     /// Absolute expiry in Unix ms, 0 for none.
@@ -69,6 +71,7 @@ pub struct Existing<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Put {
+        kind: Kind,
         value: Bytes,
         expire_ms: u64,
     },
@@ -84,6 +87,7 @@ pub(crate) struct Staged<'k> {
     /// The new value, for DRAM; `None` when the key is deleted or only its expiry changed
     /// (DRAM drops it).
     hot_value: Option<Bytes>,
+    kind: Kind,
     new_expire: u64,
     /// A value bound for the value log: value, expiry, write sequence.
     to_log: Option<(Bytes, u64, u64)>,
@@ -162,6 +166,7 @@ pub(crate) fn stage<'k>(
         c => c,
     };
     let old_expire = old.map_or(0, |s| s.expire_ms);
+    let mut kind = old.map_or(Kind::String, |s| s.kind);
     let mut new_expire = 0;
     let mut hot_value = None;
     let mut to_log = None;
@@ -199,25 +204,33 @@ pub(crate) fn stage<'k>(
                 // The value stays where it is; only the checksum (which covers the expiry)
                 // changes.
                 Some(at) => {
-                    let crc = entry_checksum(key.client(), *e, value);
-                    WarmRecord::encode_logged(*e, seq, crc, *at)
+                    let crc = entry_checksum(kind, key.client(), *e, value);
+                    WarmRecord::encode_logged(kind, *e, seq, crc, *at)
                 }
-                None => WarmRecord::encode(key.client(), *e, seq, value),
+                None => WarmRecord::encode(kind, key.client(), *e, seq, value),
             };
             d.warm_bytes += warm_charge(key, value.len() as u64) as i64 - *charge as i64;
             batch.put_record(key, &rec);
             new_expire = *e;
         }
         (Change::SetExpire(_), None) => return Ok(None),
-        (Change::Put { value, expire_ms }, loc) => {
+        (
+            Change::Put {
+                kind: new_kind,
+                value,
+                expire_ms,
+            },
+            loc,
+        ) => {
             let seq = next_write_seq(core);
+            kind = *new_kind;
             if logs_value(core, value) {
                 // Appended once the write is known to be allowed (in commit_staged).
                 to_log = Some((value.clone(), *expire_ms, seq));
             } else {
                 batch.put_record(
                     key,
-                    &WarmRecord::encode(key.client(), *expire_ms, seq, value),
+                    &WarmRecord::encode(kind, key.client(), *expire_ms, seq, value),
                 );
             }
             d.warm_bytes += warm_charge(key, value.len() as u64) as i64;
@@ -240,6 +253,7 @@ pub(crate) fn stage<'k>(
     Ok(Some(Staged {
         key,
         hot_value,
+        kind,
         new_expire,
         to_log,
     }))
@@ -270,8 +284,8 @@ pub(crate) fn commit_staged(
     let mut appended = Vec::new();
     let logged = staged
         .iter()
-        .filter_map(|s| Some((s.key, s.to_log.as_ref()?)));
-    for (key, (value, expire_ms, seq)) in logged {
+        .filter_map(|s| Some((s.key, s.kind, s.to_log.as_ref()?)));
+    for (key, kind, (value, expire_ms, seq)) in logged {
         let at = match core.vlog.append(key, value) {
             Ok(at) => at,
             Err(e) => {
@@ -279,8 +293,9 @@ pub(crate) fn commit_staged(
                 return Err(e);
             }
         };
-        let crc = entry_checksum(key.client(), *expire_ms, value);
-        batch.put_record(key, &WarmRecord::encode_logged(*expire_ms, *seq, crc, at));
+        let crc = entry_checksum(kind, key.client(), *expire_ms, value);
+        let record = WarmRecord::encode_logged(kind, *expire_ms, *seq, crc, at);
+        batch.put_record(key, &record);
         appended.push((key, at));
     }
     if sync && !appended.is_empty() {
@@ -298,7 +313,8 @@ pub(crate) fn commit_staged(
         core.locks.bump(s.key);
         match s.hot_value {
             Some(v) => {
-                core.hot.insert(s.key.stored(), v, s.new_expire);
+                core.hot
+                    .insert_tagged(s.key.stored(), v, s.new_expire, s.kind as u8);
             }
             None => core.hot.remove(s.key.stored()),
         }
@@ -464,12 +480,14 @@ pub(crate) async fn update<R>(
             None => None,
             Some(s) => match &s.loc {
                 Loc::Warm { value, .. } => Some(Existing {
+                    kind: s.kind,
                     value: value.as_ref(),
                     expire_ms: s.expire_ms,
                     value_len: s.value_len,
                 }),
                 Loc::Cold(r) if want_value => match &fetched {
                     Some((fr, v)) if fr == r => Some(Existing {
+                        kind: s.kind,
                         value: Some(v),
                         expire_ms: s.expire_ms,
                         value_len: s.value_len,
@@ -482,6 +500,7 @@ pub(crate) async fn update<R>(
                     }
                 },
                 Loc::Cold(_) => Some(Existing {
+                    kind: s.kind,
                     value: None,
                     expire_ms: s.expire_ms,
                     value_len: s.value_len,
@@ -566,6 +585,9 @@ pub(crate) async fn put(
     check_sizes(key, Some(&value))?;
     let want_value = opts.return_old || matches!(opts.condition, Condition::IfEquals(_));
     update(core, key, want_value, move |cur| {
+        if want_value && cur.as_ref().is_some_and(|c| c.kind != Kind::String) {
+            return Err(Error::WrongType);
+        }
         let ok = match (&opts.condition, &cur) {
             (Condition::Always, _) => true,
             (Condition::IfAbsent, c) => c.is_none(),
@@ -592,10 +614,12 @@ pub(crate) async fn put(
             Expire::Keep => cur.as_ref().map_or(0, |c| c.expire_ms),
             Expire::AtMs(t) => t,
         };
-        Ok((
-            Some(Change::Put { value, expire_ms }),
-            PutResult { written: true, old },
-        ))
+        let change = Change::Put {
+            kind: Kind::String,
+            value,
+            expire_ms,
+        };
+        Ok((Some(change), PutResult { written: true, old }))
     })
     .await
 }
@@ -632,6 +656,7 @@ pub(crate) async fn put_many(
                 continue;
             }
             let change = Change::Put {
+                kind: Kind::String,
                 value: v.clone(),
                 expire_ms,
             };
@@ -657,11 +682,17 @@ pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Writte
     update(core, key, true, move |cur| {
         let (old, expire_ms) = match &cur {
             None => (0, 0),
+            Some(c) if c.kind != Kind::String => return Err(Error::WrongType),
             Some(c) => (counter_of(c.value.expect("value requested"))?, c.expire_ms),
         };
         let new = counter_plus(old, delta)?;
         let value = Bytes::from(new.to_string());
-        Ok((Some(Change::Put { value, expire_ms }), new))
+        let change = Change::Put {
+            kind: Kind::String,
+            value,
+            expire_ms,
+        };
+        Ok((Some(change), new))
     })
     .await
 }
@@ -751,6 +782,7 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
                 None => (Ok(0), 0),
                 Some(s) => match &s.loc {
                     Loc::Cold(_) => return Ok(IncrMany::Cold),
+                    Loc::Warm { .. } if s.kind != Kind::String => (Err(Error::WrongType), 0),
                     Loc::Warm { value, .. } => {
                         let v = value.as_ref().expect("value requested");
                         (counter_of(v), s.expire_ms)
@@ -789,6 +821,7 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
         } = &state[k];
         if let (true, Ok(n)) = (changed, cur) {
             let change = Change::Put {
+                kind: Kind::String,
                 value: Bytes::from(n.to_string()),
                 expire_ms: *expire_ms,
             };
@@ -804,10 +837,11 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
     }
 }
 
-/// Deletes every key in every tier. Segments are collected by the background task.
 /// Keys deleted per batch by [`flush_db`].
 const FLUSH_CHUNK_KEYS: usize = 1024;
 
+/// Deletes every key of database `db`, through the delete path (counters, value-log
+/// garbage, expiry entries), a chunk of keys per batch.
 pub(crate) async fn flush_db(core: &Core, db: u8) -> Result<Written<()>> {
     core.check_writable()?;
     let prefix = strata_format::keys::db_prefix(db);
@@ -855,6 +889,7 @@ fn first_keys(core: &Core, family: Family, prefix: &[u8], n: usize) -> Result<Ve
     Ok(out)
 }
 
+/// Deletes every key in every tier. Segments are collected by the background task.
 pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
     core.check_writable()?;
     let _all = core.locks.lock_all();

@@ -18,13 +18,20 @@
 //! carries everything needed to fetch one block with one ranged GET and check it, without
 //! reading the footer, including which layout the segment's keys follow.
 
-use crate::{entry_checksum, FormatError, Reader, Result, STORED_KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use crate::{
+    entry_checksum, FormatError, Kind, Reader, Result, STORED_KEY_BYTES_MAX, VALUE_BYTES_MAX,
+};
 
 const MAGIC: &[u8; 8] = b"STRSEGv2";
 const MAGIC_LAYOUT_1: &[u8; 8] = b"STRSEGv1";
 const ENTRY_HEADER_BYTES: usize = 4 + 4 + 8 + 4;
 /// Bytes of the fixed trailer at the end of every segment.
 pub const FOOTER_TRAILER_BYTES: usize = 4 + 4 + 8;
+/// An entry's key length is its low 24 bits (keys are far shorter); the value's kind is
+/// the high 8 (0, a string, in segments written before other kinds existed).
+const ENTRY_KIND_SHIFT: u32 = 24;
+const _: () = assert!(STORED_KEY_BYTES_MAX < 1 << ENTRY_KIND_SHIFT);
+
 /// Largest decompressed block accepted: one maximal entry.
 const BLOCK_RAW_BYTES_MAX: usize = ENTRY_HEADER_BYTES + STORED_KEY_BYTES_MAX + VALUE_BYTES_MAX;
 
@@ -41,8 +48,10 @@ pub struct BlockRef {
     pub expire_ms: u64,
     pub value_len: u32,
     /// The key layout of the segment's entries: 2 (stored keys), or 1 (client keys, in
-    /// segments written before databases and slots). Encoded as the entry's version byte.
+    /// segments written before databases and slots). Encoded as the entry's version byte,
+    /// with the value's kind in its high four bits.
     pub layout: u8,
+    pub kind: Kind,
 }
 
 impl BlockRef {
@@ -50,7 +59,7 @@ impl BlockRef {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(Self::ENCODED_BYTES);
-        out.push(self.layout);
+        out.push(self.kind.tag(self.layout));
         out.extend_from_slice(&self.segment_id.to_le_bytes());
         out.extend_from_slice(&self.block.to_le_bytes());
         out.extend_from_slice(&self.offset.to_le_bytes());
@@ -64,7 +73,7 @@ impl BlockRef {
 
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         let mut r = Reader::new(bytes, "index entry");
-        let layout = r.u8()?;
+        let (layout, kind) = Kind::untag(r.u8()?)?;
         if layout != 1 && layout != 2 {
             return Err(FormatError::Bad {
                 what: "index entry",
@@ -81,6 +90,7 @@ impl BlockRef {
             expire_ms: r.u64()?,
             value_len: r.u32()?,
             layout,
+            kind,
         };
         if r.remaining() != 0 {
             return Err(FormatError::Bad {
@@ -124,8 +134,8 @@ pub struct Footer {
 }
 
 impl Footer {
-    /// The [`BlockRef`] of block `i` for a key with the given expiry and value length.
-    pub fn block_ref(&self, i: usize, expire_ms: u64, value_len: u32) -> BlockRef {
+    /// The [`BlockRef`] of block `i` for a key with the given kind, expiry and value length.
+    pub fn block_ref(&self, i: usize, kind: Kind, expire_ms: u64, value_len: u32) -> BlockRef {
         let b = &self.blocks[i];
         BlockRef {
             segment_id: self.segment_id,
@@ -137,6 +147,7 @@ impl Footer {
             expire_ms,
             value_len,
             layout: self.layout,
+            kind,
         }
     }
 }
@@ -155,7 +166,7 @@ pub struct SegmentBuilder {
     zstd_level: i32,
     out: Vec<u8>,
     raw: Vec<u8>,
-    raw_entries: Vec<(Vec<u8>, u64, u32)>,
+    raw_entries: Vec<(Vec<u8>, u64, u32, Kind)>,
     blocks: Vec<FooterBlock>,
     refs: Vec<(Vec<u8>, BlockRef)>,
     last_key: Option<Vec<u8>>,
@@ -185,9 +196,9 @@ impl SegmentBuilder {
         self.refs.is_empty() && self.raw_entries.is_empty()
     }
 
-    /// Appends one entry under its stored key ([`crate::Key::stored`]). Keys must arrive
-    /// in strictly increasing order.
-    pub fn push(&mut self, key: &[u8], value: &[u8], expire_ms: u64) -> Result<()> {
+    /// Appends one entry, a value of `kind`, under its stored key ([`crate::Key::stored`]).
+    /// Keys must arrive in strictly increasing order.
+    pub fn push(&mut self, kind: Kind, key: &[u8], value: &[u8], expire_ms: u64) -> Result<()> {
         if key.len() > STORED_KEY_BYTES_MAX {
             return Err(FormatError::TooLarge {
                 what: "key",
@@ -210,17 +221,17 @@ impl SegmentBuilder {
                 });
             }
         }
-        self.raw
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        let tagged_len = key.len() as u32 | (kind as u32) << ENTRY_KIND_SHIFT;
+        self.raw.extend_from_slice(&tagged_len.to_le_bytes());
         self.raw
             .extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.raw.extend_from_slice(&expire_ms.to_le_bytes());
         self.raw
-            .extend_from_slice(&entry_checksum(key, expire_ms, value).to_le_bytes());
+            .extend_from_slice(&entry_checksum(kind, key, expire_ms, value).to_le_bytes());
         self.raw.extend_from_slice(key);
         self.raw.extend_from_slice(value);
         self.raw_entries
-            .push((key.to_vec(), expire_ms, value.len() as u32));
+            .push((key.to_vec(), expire_ms, value.len() as u32, kind));
         self.last_key = Some(key.to_vec());
         if self.raw.len() >= self.block_bytes_target {
             self.seal_block()?;
@@ -247,7 +258,7 @@ impl SegmentBuilder {
             first_key: self.raw_entries[0].0.clone(),
         };
         self.out.extend_from_slice(&stored);
-        for (key, expire_ms, value_len) in self.raw_entries.drain(..) {
+        for (key, expire_ms, value_len, kind) in self.raw_entries.drain(..) {
             let r = BlockRef {
                 segment_id: self.id,
                 block: block_no,
@@ -258,6 +269,7 @@ impl SegmentBuilder {
                 expire_ms,
                 value_len,
                 layout: crate::keys::LAYOUT_VERSION as u8,
+                kind,
             };
             self.refs.push((key, r));
         }
@@ -420,6 +432,7 @@ pub fn decode_block(r: &BlockRef, stored: &[u8]) -> Result<Vec<u8>> {
 /// One entry of a decompressed block, with its checksum verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockEntry<'a> {
+    pub kind: Kind,
     pub key: &'a [u8],
     pub value: &'a [u8],
     pub expire_ms: u64,
@@ -440,18 +453,21 @@ pub fn iter_block(raw: &[u8]) -> impl Iterator<Item = Result<BlockEntry<'_>>> {
 }
 
 fn next_entry<'a>(r: &mut Reader<'a>) -> Result<BlockEntry<'a>> {
-    let klen = r.u32()? as usize;
+    let tagged_len = r.u32()?;
+    let kind = Kind::from_u8((tagged_len >> ENTRY_KIND_SHIFT) as u8)?;
+    let klen = (tagged_len & ((1 << ENTRY_KIND_SHIFT) - 1)) as usize;
     let vlen = r.u32()? as usize;
     let expire_ms = r.u64()?;
     let crc = r.u32()?;
     let key = r.bytes(klen)?;
     let value = r.bytes(vlen)?;
-    if entry_checksum(key, expire_ms, value) != crc {
+    if entry_checksum(kind, key, expire_ms, value) != crc {
         return Err(FormatError::Checksum {
             what: "block entry",
         });
     }
     Ok(BlockEntry {
+        kind,
         key,
         value,
         expire_ms,
@@ -473,12 +489,17 @@ pub fn find_in_block<'a>(raw: &'a [u8], key: &[u8]) -> Result<Option<BlockEntry<
 mod tests {
     use super::*;
 
+    /// Strings and hashes, alternating.
+    fn kind_of(i: usize) -> Kind {
+        [Kind::String, Kind::Hash][i % 2]
+    }
+
     fn build(n: usize, block: usize) -> Segment {
         let mut b = SegmentBuilder::new(9, block, 1);
         for i in 0..n {
             let k = format!("key:{i:05}");
             let v = vec![i as u8; 100 + i];
-            b.push(k.as_bytes(), &v, i as u64).unwrap();
+            b.push(kind_of(i), k.as_bytes(), &v, i as u64).unwrap();
         }
         b.finish().unwrap()
     }
@@ -498,8 +519,9 @@ mod tests {
             let raw = decode_block(r, &seg.bytes[r.offset as usize..][..r.len as usize]).unwrap();
             let e = find_in_block(&raw, key).unwrap().unwrap();
             assert_eq!(e.value, vec![i as u8; 100 + i].as_slice());
+            assert_eq!((e.kind, r.kind), (kind_of(i), kind_of(i)));
             assert_eq!(
-                footer.block_ref(r.block as usize, e.expire_ms, e.value.len() as u32),
+                footer.block_ref(r.block as usize, e.kind, e.expire_ms, e.value.len() as u32),
                 *r
             );
         }
@@ -529,9 +551,9 @@ mod tests {
     #[test]
     fn keys_out_of_order_are_refused() {
         let mut b = SegmentBuilder::new(1, 1024, 1);
-        b.push(b"b", b"1", 0).unwrap();
-        assert!(b.push(b"a", b"1", 0).is_err());
-        assert!(b.push(b"b", b"1", 0).is_err());
+        b.push(Kind::String, b"b", b"1", 0).unwrap();
+        assert!(b.push(Kind::String, b"a", b"1", 0).is_err());
+        assert!(b.push(Kind::String, b"b", b"1", 0).is_err());
     }
 
     #[test]
@@ -549,7 +571,7 @@ mod tests {
             "{}",
             String::from_utf8_lossy(last)
         );
-        let r = footer.block_ref(0, 0, 0);
+        let r = footer.block_ref(0, Kind::String, 0, 0);
         assert_eq!(r.layout, 1);
         assert_eq!(BlockRef::decode(&r.encode()).unwrap(), r);
         let b = &footer.blocks[0];
@@ -566,13 +588,13 @@ mod tests {
     fn a_first_key_of_the_largest_size_fits_the_footer() {
         let mut b = SegmentBuilder::new(4, 1024, 1);
         let key = vec![b'k'; STORED_KEY_BYTES_MAX];
-        b.push(&key, b"v", 0).unwrap();
+        b.push(Kind::String, &key, b"v", 0).unwrap();
         let seg = b.finish().unwrap();
         let footer = decode_footer(&seg.bytes).unwrap();
         assert_eq!(footer.blocks[0].first_key, key);
         let mut b = SegmentBuilder::new(4, 1024, 1);
         assert!(b
-            .push(&vec![b'k'; STORED_KEY_BYTES_MAX + 1], b"v", 0)
+            .push(Kind::String, &vec![b'k'; STORED_KEY_BYTES_MAX + 1], b"v", 0)
             .is_err());
     }
 

@@ -14,9 +14,9 @@
 //! place, is detected rather than returned. Layouts are drawn in `docs/formats.md`.
 //!
 //! ```
-//! use strata_format::{SegmentBuilder, decode_block, find_in_block};
+//! use strata_format::{Kind, SegmentBuilder, decode_block, find_in_block};
 //! let mut b = SegmentBuilder::new(7, 64 * 1024, 3);
-//! b.push(b"user:1", b"alice", 0).unwrap();
+//! b.push(Kind::String, b"user:1", b"alice", 0).unwrap();
 //! let seg = b.finish().unwrap();
 //! let r = &seg.refs[0];
 //! let raw = &seg.bytes[r.1.offset as usize..(r.1.offset + r.1.len as u64) as usize];
@@ -35,8 +35,8 @@ pub use block::{
 };
 pub use keys::Key;
 pub use record::{
-    decode_log_header, encode_log_header, entry_checksum, LogHeader, ValuePointer, WarmRecord,
-    WarmValue, LOG_HEADER_BYTES, WARM_HEADER_BYTES,
+    decode_log_header, encode_log_header, entry_checksum, Kind, LogHeader, ValuePointer,
+    WarmRecord, WarmValue, LOG_HEADER_BYTES, WARM_HEADER_BYTES,
 };
 
 /// Largest key a client may use (Redis allows 512 MiB keys; nothing real needs more).

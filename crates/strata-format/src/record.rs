@@ -10,6 +10,10 @@
 //! crc32c covers key || expire_ms || value in both, so a record read under another key, or
 //! a logged value read from the wrong place, fails.
 //! ```
+//!
+//! The version byte's high four bits are the value's [`Kind`] (0 for strings, so records
+//! written before other types existed read as strings); for any other kind the checksum
+//! also covers the kind's byte.
 
 use crate::{FormatError, Reader, Result};
 
@@ -18,11 +22,69 @@ const LOGGED_VERSION: u8 = 2;
 /// Bytes in front of the value in a warm record.
 pub const WARM_HEADER_BYTES: usize = 1 + 8 + 8 + 4;
 
-/// Checksum of one stored entry, shared by warm records and segment entries.
-pub fn entry_checksum(key: &[u8], expire_ms: u64, value: &[u8]) -> u32 {
+/// The Redis type a stored value holds. The engine moves a value's bytes between tiers as
+/// they are; what they mean for each kind is the server's encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Kind {
+    #[default]
+    String = 0,
+    Hash = 1,
+    Set = 2,
+    ZSet = 3,
+    List = 4,
+}
+
+impl Kind {
+    /// The kind of a stored kind number (the high four bits of a version byte).
+    pub fn from_u8(b: u8) -> Result<Kind> {
+        Ok(match b {
+            0 => Kind::String,
+            1 => Kind::Hash,
+            2 => Kind::Set,
+            3 => Kind::ZSet,
+            4 => Kind::List,
+            _ => {
+                return Err(FormatError::Bad {
+                    what: "value kind",
+                    detail: format!("kind {b}"),
+                })
+            }
+        })
+    }
+
+    /// The name `TYPE` answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Hash => "hash",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+            Kind::List => "list",
+        }
+    }
+
+    /// A version byte: `base` in the low four bits, the kind in the high four.
+    pub(crate) fn tag(self, base: u8) -> u8 {
+        base | (self as u8) << 4
+    }
+
+    /// Splits a version byte into its base and kind.
+    pub(crate) fn untag(b: u8) -> Result<(u8, Kind)> {
+        Ok((b & 0x0f, Kind::from_u8(b >> 4)?))
+    }
+}
+
+/// Checksum of one stored entry, shared by warm records and segment entries: over key,
+/// expiry and value, and for a kind other than a string also the kind's byte.
+pub fn entry_checksum(kind: Kind, key: &[u8], expire_ms: u64, value: &[u8]) -> u32 {
     let c = crc32c::crc32c(key);
     let c = crc32c::crc32c_append(c, &expire_ms.to_le_bytes());
-    crc32c::crc32c_append(c, value)
+    let c = crc32c::crc32c_append(c, value);
+    match kind {
+        Kind::String => c,
+        k => crc32c::crc32c_append(c, &[k as u8]),
+    }
 }
 
 /// Where a logged value lies: value-log file id, byte offset of the value, its length.
@@ -43,6 +105,7 @@ pub enum WarmValue<'a> {
 /// A decoded warm record, borrowing an inline value from the stored bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarmRecord<'a> {
+    pub kind: Kind,
     /// Absolute expiry in Unix milliseconds; 0 means no expiry.
     pub expire_ms: u64,
     /// Engine-wide write sequence of the write that stored this record; demotion uses it to
@@ -63,10 +126,11 @@ fn header(ver: u8, expire_ms: u64, write_seq: u64, checksum: u32, extra: usize) 
 }
 
 impl<'a> WarmRecord<'a> {
-    /// Encodes a record holding `value` inline, for `key`, into a fresh buffer.
-    pub fn encode(key: &[u8], expire_ms: u64, write_seq: u64, value: &[u8]) -> Vec<u8> {
-        let crc = entry_checksum(key, expire_ms, value);
-        let mut out = header(INLINE_VERSION, expire_ms, write_seq, crc, value.len());
+    /// Encodes a record holding `value` (of `kind`) inline, for `key`, into a fresh buffer.
+    pub fn encode(kind: Kind, key: &[u8], expire_ms: u64, write_seq: u64, value: &[u8]) -> Vec<u8> {
+        let crc = entry_checksum(kind, key, expire_ms, value);
+        let ver = kind.tag(INLINE_VERSION);
+        let mut out = header(ver, expire_ms, write_seq, crc, value.len());
         out.extend_from_slice(value);
         out
     }
@@ -74,12 +138,14 @@ impl<'a> WarmRecord<'a> {
     /// Encodes a record whose value is in the value log at `at`; `checksum` is the
     /// [`entry_checksum`] of key, `expire_ms` and that value.
     pub fn encode_logged(
+        kind: Kind,
         expire_ms: u64,
         write_seq: u64,
         checksum: u32,
         at: ValuePointer,
     ) -> Vec<u8> {
-        let mut out = header(LOGGED_VERSION, expire_ms, write_seq, checksum, 24);
+        let ver = kind.tag(LOGGED_VERSION);
+        let mut out = header(ver, expire_ms, write_seq, checksum, 24);
         for v in [at.file, at.offset, at.len] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -98,7 +164,7 @@ impl<'a> WarmRecord<'a> {
 
     /// Checks `value` against the record's checksum for `key`.
     pub fn verify(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        if self.checksum != entry_checksum(key, self.expire_ms, value) {
+        if self.checksum != entry_checksum(self.kind, key, self.expire_ms, value) {
             return Err(FormatError::Checksum {
                 what: "warm record",
             });
@@ -117,7 +183,7 @@ impl<'a> WarmRecord<'a> {
     /// Decodes the header without checking the checksum (for scans that skip the value).
     pub fn decode_unverified(bytes: &'a [u8]) -> Result<Self> {
         let mut r = Reader::new(bytes, "warm record");
-        let ver = r.u8()?;
+        let (ver, kind) = Kind::untag(r.u8()?)?;
         let expire_ms = r.u64()?;
         let write_seq = r.u64()?;
         let checksum = r.u32()?;
@@ -145,6 +211,7 @@ impl<'a> WarmRecord<'a> {
             }
         };
         Ok(WarmRecord {
+            kind,
             expire_ms,
             write_seq,
             checksum,
@@ -215,7 +282,7 @@ mod tests {
 
     #[test]
     fn warm_record_round_trips_and_binds_key() {
-        let enc = WarmRecord::encode(b"k", 42, 7, b"value");
+        let enc = WarmRecord::encode(Kind::String, b"k", 42, 7, b"value");
         let rec = WarmRecord::decode(b"k", &enc).unwrap();
         assert_eq!(
             (rec.expire_ms, rec.write_seq, rec.value),
@@ -231,7 +298,7 @@ mod tests {
 
     #[test]
     fn warm_record_detects_flipped_bit_and_truncation() {
-        let mut enc = WarmRecord::encode(b"k", 0, 1, b"value");
+        let mut enc = WarmRecord::encode(Kind::String, b"k", 0, 1, b"value");
         let last = enc.len() - 1;
         enc[last] ^= 1;
         assert!(WarmRecord::decode(b"k", &enc).is_err());
@@ -242,13 +309,39 @@ mod tests {
     }
 
     #[test]
+    fn a_record_keeps_its_kind_and_a_flipped_kind_fails_the_checksum() {
+        let enc = WarmRecord::encode(Kind::Hash, b"k", 0, 1, b"fields");
+        let rec = WarmRecord::decode(b"k", &enc).unwrap();
+        assert_eq!(
+            (rec.kind, rec.value),
+            (Kind::Hash, WarmValue::Inline(&b"fields"[..]))
+        );
+        let mut as_string = enc.clone();
+        as_string[0] &= 0x0f;
+        assert!(WarmRecord::decode(b"k", &as_string).is_err());
+        let mut unknown = enc;
+        unknown[0] |= 0xf0;
+        assert!(WarmRecord::decode(b"k", &unknown).is_err());
+        // A string written before kinds existed (version byte 1) still reads.
+        let old = WarmRecord::encode(Kind::String, b"k", 0, 1, b"v");
+        assert_eq!(old[0], 1);
+        assert_eq!(WarmRecord::decode(b"k", &old).unwrap().kind, Kind::String);
+    }
+
+    #[test]
     fn logged_record_points_and_verifies_the_value_it_points_at() {
         let at = ValuePointer {
             file: 3,
             offset: 4096,
             len: 5,
         };
-        let enc = WarmRecord::encode_logged(9, 2, entry_checksum(b"k", 9, b"value"), at);
+        let enc = WarmRecord::encode_logged(
+            Kind::String,
+            9,
+            2,
+            entry_checksum(Kind::String, b"k", 9, b"value"),
+            at,
+        );
         let rec = WarmRecord::decode(b"k", &enc).unwrap();
         assert_eq!(rec.value, WarmValue::Logged(at));
         assert_eq!(rec.value_len(), 5);

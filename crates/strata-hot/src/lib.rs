@@ -47,6 +47,8 @@ struct Slot {
     value: Bytes,
     expire_ms: u64,
     charge: usize,
+    /// What the caller says the value is (the engine: its kind); returned with it.
+    tag: u8,
 }
 
 struct Shard {
@@ -135,8 +137,8 @@ impl HotCache {
         self.loads[sh.index].store(sh.bytes, Ordering::Relaxed);
     }
 
-    /// The value and expiry of `key`, if cached and not expired at `now_ms`.
-    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64)> {
+    /// The value, expiry and tag of `key`, if cached and not expired at `now_ms`.
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64, u8)> {
         let mut sh = self.shard(key).lock();
         let slot = *sh.map.get(key)?;
         let s = sh.slots[slot as usize]
@@ -149,19 +151,20 @@ impl HotCache {
             self.publish(&sh);
             return None;
         }
-        let out = (s.value.clone(), s.expire_ms);
+        let out = (s.value.clone(), s.expire_ms, s.tag);
         sh.policy.on_hit(slot);
         Some(out)
     }
 
-    /// The value of `key` if cached and live at `now_ms`, without touching the policy.
-    pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<Bytes> {
+    /// The value and tag of `key` if cached and live at `now_ms`, without touching the
+    /// policy.
+    pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u8)> {
         let sh = self.shard(key).lock();
         let slot = *sh.map.get(key)?;
         let s = sh.slots[slot as usize]
             .as_ref()
             .expect("mapped slot is live");
-        (s.expire_ms == 0 || s.expire_ms > now_ms).then(|| s.value.clone())
+        (s.expire_ms == 0 || s.expire_ms > now_ms).then(|| (s.value.clone(), s.tag))
     }
 
     /// Whether `key` is cached (expired entries count as absent); does not count as a hit.
@@ -171,12 +174,18 @@ impl HotCache {
 
     /// The length of `key`'s value if it is held and live, without touching the policy.
     pub fn value_len(&self, key: &[u8], now_ms: u64) -> Option<usize> {
-        self.peek(key, now_ms).map(|v| v.len())
+        self.peek(key, now_ms).map(|(v, _)| v.len())
     }
 
-    /// Caches `value` for `key`, replacing any cached value, evicting as needed. Returns
-    /// false (and caches nothing) when the entry is too large for the cache to be useful.
+    /// [`HotCache::insert_tagged`] with tag 0.
     pub fn insert(&self, key: &[u8], value: Bytes, expire_ms: u64) -> bool {
+        self.insert_tagged(key, value, expire_ms, 0)
+    }
+
+    /// Caches `value` (with `tag`) for `key`, replacing any cached value, evicting as needed.
+    /// Returns false (and caches nothing) when the entry is too large for the cache to be
+    /// useful.
+    pub fn insert_tagged(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8) -> bool {
         let charge = key.len() + value.len() + ENTRY_OVERHEAD_BYTES;
         let hash = self.hasher.hash_one(key);
         let mut sh = self.shard_of(hash).lock();
@@ -190,6 +199,7 @@ impl HotCache {
                 let old_charge = std::mem::replace(&mut s.charge, charge);
                 s.value = value;
                 s.expire_ms = expire_ms;
+                s.tag = tag;
                 sh.bytes = sh.bytes - old_charge + charge;
                 self.used.fetch_add(charge, Ordering::Relaxed);
                 self.used.fetch_sub(old_charge, Ordering::Relaxed);
@@ -237,6 +247,7 @@ impl HotCache {
             value,
             expire_ms,
             charge,
+            tag,
         });
         sh.map.insert(key, slot);
         sh.bytes += charge;
@@ -454,7 +465,12 @@ mod tests {
             }
             // Same size: nothing leaves, the new value and expiry are read back.
             assert!(c.insert(b"k003", Bytes::from(vec![2u8; 10]), 500));
-            assert_eq!(c.get(b"k003", 0), Some((Bytes::from(vec![2u8; 10]), 500)));
+            assert_eq!(
+                c.get(b"k003", 0),
+                Some((Bytes::from(vec![2u8; 10]), 500, 0))
+            );
+            assert!(c.insert_tagged(b"k003", Bytes::from(vec![2u8; 10]), 500, 3));
+            assert_eq!(c.peek(b"k003", 0), Some((Bytes::from(vec![2u8; 10]), 3)));
             assert_eq!(c.stats().entries, 10, "{policy}");
             assert_eq!(c.stats().bytes, 10 * each as u64, "{policy}");
             // Larger: the budget holds, by evicting.

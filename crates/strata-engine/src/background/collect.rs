@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_format::{BlockRef, Key, SegmentBuilder, WarmRecord, WarmValue};
+use strata_format::{BlockRef, Key, Kind, SegmentBuilder, WarmRecord, WarmValue};
 
 use crate::core::{key_of_entry, Core};
 use crate::stats::add;
@@ -138,7 +138,7 @@ fn build_rewrite(core: &Core, id: u64, new_id: u64, bytes: &Bytes) -> Result<Opt
     let mut b = SegmentBuilder::new(new_id, s.block_bytes, s.zstd_level);
     let mut old_refs = Vec::new();
     for (i, fb) in footer.blocks.iter().enumerate() {
-        let probe = footer.block_ref(i, 0, 0);
+        let probe = footer.block_ref(i, Kind::String, 0, 0);
         let stored = &bytes[fb.offset as usize..(fb.offset + fb.len as u64) as usize];
         let raw = strata_format::decode_block(&probe, stored)?;
         for e in strata_format::iter_block(&raw) {
@@ -148,7 +148,7 @@ fn build_rewrite(core: &Core, id: u64, new_id: u64, bytes: &Bytes) -> Result<Opt
                 continue;
             };
             if cur.segment_id == id && cur.block == i as u32 {
-                b.push(key.stored(), e.value, e.expire_ms)?;
+                b.push(e.kind, key.stored(), e.value, e.expire_ms)?;
                 old_refs.push(cur);
             }
         }
@@ -236,7 +236,8 @@ fn move_live_entries(core: &Core, id: u64) -> Result<bool> {
         }
         let moved = core.vlog.append(&key, &value)?;
         let mut b = core.warm.batch();
-        let rec = WarmRecord::encode_logged(rec.expire_ms, rec.write_seq, rec.checksum, moved);
+        let rec =
+            WarmRecord::encode_logged(rec.kind, rec.expire_ms, rec.write_seq, rec.checksum, moved);
         b.put_record(&key, &rec);
         core.warm.write(b, false)?;
     }

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_format::{BlockRef, Key, SegmentBuilder, WarmRecord, WarmValue, WARM_HEADER_BYTES};
+use strata_format::{
+    BlockRef, Key, Kind, SegmentBuilder, WarmRecord, WarmValue, WARM_HEADER_BYTES,
+};
 use strata_warm::{Bounds, Family};
 
 use crate::core::Core;
@@ -19,6 +21,7 @@ use crate::{Error, Result};
 
 struct Victim {
     key: Key,
+    kind: Kind,
     /// The record's header when picked: the swap happens only if it is unchanged.
     header: [u8; WARM_HEADER_BYTES],
     value: Bytes,
@@ -114,6 +117,7 @@ fn consider(core: &Core, stored: &[u8], bytes: &[u8], now: u64, passes: u32) -> 
     let mut header = [0u8; WARM_HEADER_BYTES];
     header.copy_from_slice(&bytes[..WARM_HEADER_BYTES]);
     Some(Victim {
+        kind: rec.kind,
         charge: warm_charge(&key, value.len() as u64),
         key,
         header,
@@ -157,7 +161,7 @@ pub(crate) async fn once(core: &Arc<Core>) -> Result<u64> {
     let (victims, segment) = tokio::task::spawn_blocking(move || {
         let mut b = SegmentBuilder::new(id, block_bytes, level);
         for v in &victims {
-            b.push(v.key.stored(), &v.value, v.expire_ms)?;
+            b.push(v.kind, v.key.stored(), &v.value, v.expire_ms)?;
         }
         Ok::<_, Error>((victims, b.finish()?))
     })

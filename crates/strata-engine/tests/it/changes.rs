@@ -2,7 +2,7 @@
 //! sequence read back as changes to keys, values in the value log included.
 
 use bytes::Bytes;
-use strata_engine::{ChangeEvent, Engine, KeyChange, PutOptions};
+use strata_engine::{ChangeEvent, Engine, KeyChange, Kind, PutOptions};
 
 use crate::support::{key, open, small_options, Acked};
 
@@ -59,6 +59,7 @@ async fn every_write_reads_back_from_its_sequence_with_logged_values() {
         .map(|(k, c)| (String::from_utf8_lossy(k.client()).into_owned(), c.clone()))
         .collect();
     let set = |v: &str, at: u64| KeyChange::Set {
+        kind: Kind::String,
         value: Bytes::from(v.to_string()),
         expire_ms: at,
     };
@@ -68,6 +69,7 @@ async fn every_write_reads_back_from_its_sequence_with_logged_values() {
         (
             "big".into(),
             KeyChange::Set {
+                kind: Kind::String,
                 value: big.clone(),
                 expire_ms: 0
             }

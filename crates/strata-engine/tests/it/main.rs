@@ -7,6 +7,7 @@ mod changes;
 mod corruption;
 mod crash;
 mod databases;
+mod kinds;
 mod layout;
 mod model;
 mod prefetch;

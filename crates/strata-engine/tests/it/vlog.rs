@@ -338,7 +338,7 @@ async fn locate_local_names_where_logged_values_lie_and_stops_at_the_first_absen
         let at = &file[l.offset as usize..(l.offset + l.len) as usize];
         assert_eq!(at, &v[..], "the bytes at the location are the value");
         assert_eq!(
-            strata_format::entry_checksum(k, l.expire_ms, at),
+            strata_format::entry_checksum(strata_format::Kind::String, k, l.expire_ms, at),
             l.checksum
         );
     }

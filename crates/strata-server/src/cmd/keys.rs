@@ -113,9 +113,9 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn type_of(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    match ctx.shared.engine.exists(&ctx.key(&a[1])).await {
-        Ok(true) => Reply::Simple("string".into()),
-        Ok(false) => Reply::Simple("none".into()),
+    match ctx.shared.engine.kind_of(&ctx.key(&a[1])).await {
+        Ok(Some(kind)) => Reply::Simple(kind.name().into()),
+        Ok(None) => Reply::Simple("none".into()),
         Err(e) => engine_error(&e),
     }
 }

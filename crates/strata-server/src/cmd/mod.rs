@@ -246,6 +246,19 @@ pub(crate) fn syntax_error() -> Reply {
     Reply::err("ERR syntax error")
 }
 
+pub(crate) fn wrong_type() -> Reply {
+    Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value")
+}
+
+/// Refuses an entry that is not a string (`WRONGTYPE`), for the string commands'
+/// read-modify-writes.
+pub(crate) fn string_only(cur: &Option<strata_engine::Existing<'_>>) -> strata_engine::Result<()> {
+    match cur {
+        Some(c) if c.kind != strata_engine::Kind::String => Err(Error::WrongType),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn not_integer() -> Reply {
     Reply::err("ERR value is not an integer or out of range")
 }
@@ -255,6 +268,7 @@ pub(crate) fn engine_error(e: &Error) -> Reply {
     match e {
         Error::NotInteger => not_integer(),
         Error::Overflow => Reply::err("ERR increment or decrement would overflow"),
+        Error::WrongType => wrong_type(),
         Error::Invalid(m) => Reply::err(format!("ERR {m}")),
         Error::ColdUnavailable(m) => Reply::err(format!("TRYAGAIN cold tier unavailable: {m}")),
         Error::Storage(m) => Reply::err(format!("ERR storage unavailable: {m}")),

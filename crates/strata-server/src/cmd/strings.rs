@@ -1,10 +1,10 @@
 //! String commands.
 
 use bytes::{Bytes, BytesMut};
-use strata_engine::{Change, Condition, Expire, Key, PutOptions, PutResult};
+use strata_engine::{Change, Condition, Expire, Key, Kind, PutOptions, PutResult};
 use strata_resp::Reply;
 
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
+use super::{engine_error, lower, not_integer, parse_int, string_only, syntax_error, Ctx};
 
 /// Parses an expiry argument (`EX`/`PX`/`EXAT`/`PXAT`) into absolute Unix ms.
 pub(crate) fn expire_at(kind: &str, arg: &[u8], now_ms: u64, cmd: &str) -> Result<u64, Reply> {
@@ -156,9 +156,12 @@ pub(crate) async fn getdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let shared = ctx.shared;
     let r = shared
         .engine
-        .update(&key, true, |cur| match cur {
-            None => Ok((None, None)),
-            Some(c) => Ok((Some(Change::Delete), c.value.cloned())),
+        .update(&key, true, |cur| {
+            string_only(&cur)?;
+            match cur {
+                None => Ok((None, None)),
+                Some(c) => Ok((Some(Change::Delete), c.value.cloned())),
+            }
         })
         .await;
     match r {
@@ -191,14 +194,17 @@ pub(crate) async fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = shared
         .engine
-        .update(&key, true, move |cur| match cur {
-            None => Ok((None, None)),
-            Some(c) => {
-                let change = match new_expire {
-                    Some(t) if t != c.expire_ms => Some(Change::SetExpire(t)),
-                    _ => None,
-                };
-                Ok((change, c.value.cloned()))
+        .update(&key, true, move |cur| {
+            string_only(&cur)?;
+            match cur {
+                None => Ok((None, None)),
+                Some(c) => {
+                    let change = match new_expire {
+                        Some(t) if t != c.expire_ms => Some(Change::SetExpire(t)),
+                        _ => None,
+                    };
+                    Ok((change, c.value.cloned()))
+                }
             }
         })
         .await;
@@ -254,6 +260,7 @@ pub(crate) async fn strlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         .shared
         .engine
         .update(&key, false, |cur| {
+            string_only(&cur)?;
             Ok((None, cur.map_or(0, |c| c.value_len)))
         })
         .await;
@@ -478,6 +485,7 @@ async fn edit_value(
         .shared
         .engine
         .update(&key, true, move |cur| {
+            string_only(&cur)?;
             let expire_ms = cur.as_ref().map_or(0, |c| c.expire_ms);
             let old = cur.as_ref().and_then(|c| c.value);
             let old_len = old.map_or(0, |v| v.len()) as i64;
@@ -485,7 +493,12 @@ async fn edit_value(
                 Some(v) => {
                     let n = v.len() as i64;
                     let value = v.freeze();
-                    Ok((Some(Change::Put { value, expire_ms }), n))
+                    let change = Change::Put {
+                        kind: Kind::String,
+                        value,
+                        expire_ms,
+                    };
+                    Ok((Some(change), n))
                 }
                 None => Ok((None, old_len)),
             }
@@ -515,6 +528,7 @@ pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         .shared
         .engine
         .update(&key, true, move |cur| {
+            string_only(&cur)?;
             let (old, expire_ms) = match &cur {
                 Some(c) => match parse_float(c.value.expect("value")) {
                     Some(f) => (f, c.expire_ms),
@@ -533,8 +547,12 @@ pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 ));
             }
             let text = Bytes::from(strata_resp::format_double(new));
-            let value = text.clone();
-            Ok((Some(Change::Put { value, expire_ms }), text))
+            let change = Change::Put {
+                kind: Kind::String,
+                value: text.clone(),
+                expire_ms,
+            };
+            Ok((Some(change), text))
         })
         .await;
     match r {
