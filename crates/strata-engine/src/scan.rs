@@ -2,7 +2,7 @@
 //! resumable cursor.
 
 use bytes::Bytes;
-use strata_format::{keys, BlockRef, Key, WarmRecord};
+use strata_format::{keys, BlockRef, Key, Kind, WarmRecord};
 use strata_warm::{Bounds, Family};
 
 use crate::core::Core;
@@ -18,6 +18,7 @@ pub struct ScanItem {
     pub tier: Tier,
     pub expire_ms: u64,
     pub value_len: u64,
+    pub kind: Kind,
 }
 
 /// A page of a scan; pass `next` back as the start to continue.
@@ -67,23 +68,30 @@ pub(crate) fn scan(
         };
         let (stored, item) = if take_warm {
             let rec = WarmRecord::decode_unverified(warm.value())?;
-            (warm.key(), (rec.expire_ms, rec.value_len(), Tier::Warm))
+            (
+                warm.key(),
+                (rec.expire_ms, rec.value_len(), Tier::Warm, rec.kind),
+            )
         } else {
             let r = BlockRef::decode(cold.value())?;
-            (cold.key(), (r.expire_ms, r.value_len as u64, Tier::Cold))
+            (
+                cold.key(),
+                (r.expire_ms, r.value_len as u64, Tier::Cold, r.kind),
+            )
         };
         let client = Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]);
         if page.items.len() >= count_max {
             page.next = Some(client);
             break;
         }
-        let (expire_ms, value_len, tier) = item;
+        let (expire_ms, value_len, tier, kind) = item;
         if expire_ms == 0 || expire_ms > now {
             page.items.push(ScanItem {
                 key: client,
                 tier,
                 expire_ms,
                 value_len,
+                kind,
             });
         }
         if take_warm {

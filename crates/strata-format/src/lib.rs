@@ -7,7 +7,8 @@
 //! - [`BlockRef`]: the cold-tier index entry (`key -> segment, block`) kept in RocksDB;
 //! - segments: immutable objects of zstd-compressed blocks with a footer
 //!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]);
-//! - value-log entry headers ([`encode_log_header`]).
+//! - value-log entry headers ([`encode_log_header`]);
+//! - the values of the other kinds ([`Kind`]): [`hash`].
 //!
 //! It does no I/O and knows nothing about RocksDB or object stores. Every checksum covers
 //! the key, so a record read back under the wrong key, or a block fetched from the wrong
@@ -26,6 +27,7 @@
 //! ```
 
 mod block;
+pub mod hash;
 pub mod keys;
 mod record;
 

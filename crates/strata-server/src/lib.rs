@@ -19,6 +19,7 @@ mod auth;
 mod cmd;
 mod conn;
 mod http;
+mod longdouble;
 mod metrics;
 mod session;
 mod shared;

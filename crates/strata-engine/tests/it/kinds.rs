@@ -35,7 +35,11 @@ async fn check_all(engine: &Engine, n: usize, when: &str) {
         let kind = KINDS[i % KINDS.len()];
         let got = engine.get_value(&k).await.unwrap();
         assert_eq!(got, Some((kind, value_of(i, 300))), "key {i} {when}");
-        assert_eq!(engine.kind_of(&k).await.unwrap(), Some(kind), "key {i} {when}");
+        assert_eq!(
+            engine.kind_of(&k).await.unwrap(),
+            Some(kind),
+            "key {i} {when}"
+        );
         let s = engine.get(&k).await;
         if kind == Kind::String {
             assert_eq!(s, Ok(Some(value_of(i, 300))), "key {i} {when}");
@@ -69,7 +73,10 @@ async fn every_kind_keeps_its_kind_in_every_tier_and_across_a_restart() {
             cold[i % KINDS.len()] += 1;
         }
     }
-    assert!(cold.iter().all(|&c| c > 5), "every kind was demoted: {cold:?}");
+    assert!(
+        cold.iter().all(|&c| c > 5),
+        "every kind was demoted: {cold:?}"
+    );
     check_all(&engine, N, "read from warm and cold").await;
     check_all(&engine, N, "read again (DRAM, returned to warm)").await;
     // A multi-key string read answers nothing for the other kinds.
@@ -80,7 +87,11 @@ async fn every_kind_keeps_its_kind_in_every_tier_and_across_a_restart() {
     assert!(got[1..].iter().all(Option::is_none), "{got:?}");
     // A string write replaces a value of any kind.
     engine
-        .put(&keys[1], Bytes::from_static(b"now a string"), PutOptions::default())
+        .put(
+            &keys[1],
+            Bytes::from_static(b"now a string"),
+            PutOptions::default(),
+        )
         .await
         .acked(&engine)
         .await
@@ -91,8 +102,17 @@ async fn every_kind_keeps_its_kind_in_every_tier_and_across_a_restart() {
     put_kind(&engine, &key("logged"), Kind::List, value_of(3, 50)).await;
     let changes = engine.changes_after(start, 16).unwrap();
     assert!(
-        changes.iter().flat_map(|c| &c.keys).any(|(k, c)| k.client() == b"logged"
-            && matches!(c, KeyChange::Set { kind: Kind::List, .. })),
+        changes
+            .iter()
+            .flat_map(|c| &c.keys)
+            .any(|(k, c)| k.client() == b"logged"
+                && matches!(
+                    c,
+                    KeyChange::Set {
+                        kind: Kind::List,
+                        ..
+                    }
+                )),
         "{changes:?}"
     );
     engine.close().await.unwrap();

@@ -2,10 +2,10 @@
 
 use bytes::Bytes;
 use strata_engine::glob::{glob_match, literal_prefix};
-use strata_engine::{Change, Condition, Expire, Key, PutOptions};
+use strata_engine::{Change, Key, Kind};
 use strata_resp::Reply;
 
-use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
+use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
 /// Keys read per page while `KEYS` walks the keyspace.
 const KEYS_PAGE: usize = 10_000;
@@ -286,33 +286,62 @@ pub(crate) async fn renamenx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     move_key(ctx, a, true).await
 }
 
-/// The value and expiry of `key`, for a copy of it under another name (`RENAME`, `MOVE`).
-async fn read_whole(ctx: &mut Ctx<'_>, key: &Key) -> Result<Option<(Bytes, u64)>, Reply> {
+/// A key's whole entry, for a copy of it under another name (`RENAME`, `MOVE`).
+struct Whole {
+    kind: Kind,
+    value: Bytes,
+    expire_ms: u64,
+}
+
+async fn read_whole(ctx: &mut Ctx<'_>, key: &Key) -> Result<Option<Whole>, Reply> {
     let engine = &ctx.shared.engine;
     let got = engine
         .update(key, true, |cur| {
-            Ok((None, cur.map(|c| (c.value.cloned(), c.expire_ms))))
+            let whole = cur.and_then(|c| {
+                Some(Whole {
+                    kind: c.kind,
+                    value: c.value?.clone(),
+                    expire_ms: c.expire_ms,
+                })
+            });
+            Ok((None, whole))
         })
         .await;
     match got {
-        Ok(w) => Ok(match ctx.defer(w) {
-            Some((Some(v), e)) => Some((v, e)),
-            _ => None,
-        }),
+        Ok(w) => Ok(ctx.defer(w)),
         Err(e) => Err(engine_error(&e)),
     }
 }
 
-/// The options that write a copy with the source's expiry (`expire_ms`, 0 for none).
-fn src_options(expire_ms: u64, condition: Condition) -> PutOptions {
-    PutOptions {
-        expire: if expire_ms == 0 {
-            Expire::Persist
-        } else {
-            Expire::AtMs(expire_ms)
-        },
-        condition,
-        ..Default::default()
+/// Writes `whole` under `to` (with `if_absent`, only if `to` holds nothing); says whether
+/// it was written.
+async fn write_whole(
+    ctx: &mut Ctx<'_>,
+    to: &Key,
+    whole: Whole,
+    if_absent: bool,
+) -> Result<bool, Reply> {
+    let got = ctx
+        .shared
+        .engine
+        .update(to, false, move |cur| {
+            if if_absent && cur.is_some() {
+                return Ok((None, false));
+            }
+            let change = Change::Put {
+                kind: whole.kind,
+                value: whole.value,
+                expire_ms: whole.expire_ms,
+            };
+            Ok((Some(change), true))
+        })
+        .await;
+    match got {
+        Ok(w) => {
+            ctx.shared.watches.touch(to);
+            Ok(ctx.defer(w))
+        }
+        Err(e) => Err(engine_error(&e)),
     }
 }
 
@@ -320,32 +349,20 @@ fn src_options(expire_ms: u64, condition: Condition) -> PutOptions {
 /// the old name deleted; atomic to other clients (the command holds the gate).
 async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
     let (from, to) = (ctx.key(&a[1]), ctx.key(&a[2]));
-    let shared = ctx.shared;
-    let engine = &shared.engine;
-    let src = match read_whole(ctx, &from).await {
-        Ok(Some(src)) => src,
+    let whole = match read_whole(ctx, &from).await {
+        Ok(Some(w)) => w,
         Ok(None) => return Reply::err("ERR no such key"),
         Err(r) => return r,
     };
     if from == to {
         return if nx { Reply::Integer(0) } else { Reply::ok() };
     }
-    if nx {
-        match engine.exists(&to).await {
-            Ok(true) => return Reply::Integer(0),
-            Ok(false) => {}
-            Err(e) => return engine_error(&e),
-        }
+    match write_whole(ctx, &to, whole, nx).await {
+        Ok(true) => {}
+        Ok(false) => return Reply::Integer(0),
+        Err(r) => return r,
     }
-    match engine
-        .put(&to, src.0, src_options(src.1, Condition::Always))
-        .await
-    {
-        Ok(w) => ctx.defer(w),
-        Err(e) => return engine_error(&e),
-    };
-    shared.watches.touch(&to);
-    match engine.delete(&from).await {
+    match ctx.shared.engine.delete(&from).await {
         Ok(w) => ctx.defer(w),
         Err(e) => return engine_error(&e),
     };
@@ -367,22 +384,16 @@ pub(crate) async fn move_to_db(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return Reply::err("ERR source and destination objects are the same");
     }
     let (from, to) = (ctx.key(&a[1]), ctx.key_in(db, &a[1]));
-    let src = match read_whole(ctx, &from).await {
-        Ok(Some(src)) => src,
+    let whole = match read_whole(ctx, &from).await {
+        Ok(Some(w)) => w,
         Ok(None) => return Reply::Integer(0),
         Err(r) => return r,
     };
-    let opts = src_options(src.1, Condition::IfAbsent);
-    match ctx.shared.engine.put(&to, src.0, opts).await {
-        Ok(w) => {
-            if !ctx.defer(w).written {
-                return Reply::Integer(0);
-            }
-        }
-        Err(e) => return engine_error(&e),
-    };
-    ctx.shared.watches.touch(&to);
-    ctx.shared.watches.touch(&from);
+    match write_whole(ctx, &to, whole, true).await {
+        Ok(true) => {}
+        Ok(false) => return Reply::Integer(0),
+        Err(r) => return r,
+    }
     match ctx.shared.engine.delete(&from).await {
         Ok(w) => ctx.defer(w),
         Err(e) => return engine_error(&e),
@@ -397,7 +408,7 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     };
     let mut pattern: Option<Bytes> = None;
     let mut count = 10usize;
-    let mut type_ok = true;
+    let mut type_name: Option<String> = None;
     let mut i = 2;
     while i < a.len() {
         if i + 1 >= a.len() {
@@ -410,7 +421,7 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 Some(_) => return syntax_error(),
                 None => return not_integer(),
             },
-            b"type" => type_ok = a[i + 1].eq_ignore_ascii_case(b"string"),
+            b"type" => type_name = Some(lower(&a[i + 1])),
             _ => return syntax_error(),
         }
         i += 2;
@@ -435,7 +446,8 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let keys = page
         .items
         .into_iter()
-        .filter(|it| type_ok && pattern.as_ref().is_none_or(|p| glob_match(p, &it.key)))
+        .filter(|it| type_name.as_ref().is_none_or(|t| t == it.kind.name()))
+        .filter(|it| pattern.as_ref().is_none_or(|p| glob_match(p, &it.key)))
         .map(|it| Reply::Bulk(it.key))
         .collect();
     let next = match page.next {

@@ -3,6 +3,7 @@
 //! its command's handler; there is no second dispatch by name.
 
 mod connection;
+mod hashes;
 mod info;
 mod keys;
 mod kvc;
@@ -70,6 +71,7 @@ macro_rules! c {
 }
 
 use connection as cn;
+use hashes as h;
 use server as sv;
 use strata as st;
 use strings as s;
@@ -123,6 +125,23 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("incrby", 3, WRITE | FAST, 1, 1, 1, s::incrby),
     c!("decrby", 3, WRITE | FAST, 1, 1, 1, s::decrby),
     c!("incrbyfloat", 3, WRITE | FAST, 1, 1, 1, s::incrbyfloat),
+    // Hashes.
+    c!("hset", -4, WRITE | FAST, 1, 1, 1, h::hset),
+    c!("hmset", -4, WRITE | FAST, 1, 1, 1, h::hmset),
+    c!("hsetnx", 4, WRITE | FAST, 1, 1, 1, h::hsetnx),
+    c!("hget", 3, READ | FAST, 1, 1, 1, h::hget),
+    c!("hmget", -3, READ | FAST, 1, 1, 1, h::hmget),
+    c!("hgetall", 2, READ, 1, 1, 1, h::hgetall),
+    c!("hkeys", 2, READ, 1, 1, 1, h::hkeys),
+    c!("hvals", 2, READ, 1, 1, 1, h::hvals),
+    c!("hlen", 2, READ | FAST, 1, 1, 1, h::hlen),
+    c!("hexists", 3, READ | FAST, 1, 1, 1, h::hexists),
+    c!("hstrlen", 3, READ | FAST, 1, 1, 1, h::hstrlen),
+    c!("hdel", -3, WRITE | FAST, 1, 1, 1, h::hdel),
+    c!("hincrby", 4, WRITE | FAST, 1, 1, 1, h::hincrby),
+    c!("hincrbyfloat", 4, WRITE | FAST, 1, 1, 1, h::hincrbyfloat),
+    c!("hrandfield", -2, READ, 1, 1, 1, h::hrandfield),
+    c!("hscan", -3, READ, 1, 1, 1, h::hscan),
     // Keys.
     c!("del", -2, WRITE, 1, -1, 1, keys::del),
     c!("unlink", -2, WRITE | FAST, 1, -1, 1, keys::del),
@@ -317,12 +336,12 @@ impl Ctx<'_> {
         self.shared.cfg.read().client_output_buffer_limit
     }
 
-    /// The stored key of `client` in the selected database.
     /// The same client key in database `db` (`MOVE`).
     pub(crate) fn key_in(&self, db: u8, client: &[u8]) -> Key {
         self.shared.engine.key(db, client)
     }
 
+    /// The stored key of `client` in the selected database.
     pub(crate) fn key(&self, client: &[u8]) -> Key {
         self.shared.engine.key(self.conn.db, client)
     }

@@ -4,6 +4,8 @@ use bytes::{Bytes, BytesMut};
 use strata_engine::{Change, Condition, Expire, Key, Kind, PutOptions, PutResult};
 use strata_resp::Reply;
 
+use crate::longdouble::{LongDouble, Sum};
+
 use super::{engine_error, lower, not_integer, parse_int, string_only, syntax_error, Ctx};
 
 /// Parses an expiry argument (`EX`/`PX`/`EXAT`/`PXAT`) into absolute Unix ms.
@@ -511,42 +513,48 @@ async fn edit_value(
 }
 
 /// Parses a float the way Redis accepts it: no spaces, finite, not empty.
-fn parse_float(b: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(b).ok()?;
-    if s.is_empty() || s.trim() != s || s.eq_ignore_ascii_case("nan") {
-        return None;
+/// `old` (a float's text; absent is 0) plus `delta` (as [`parse_float`] read it), in
+/// Redis's long double, as the text `INCRBYFLOAT` stores; `not_float` is the error when
+/// `old` is not a float. Checked in Redis's order: `old`, then `delta`, then the sum.
+pub(crate) fn float_plus(
+    old: Option<&[u8]>,
+    delta: Option<Result<LongDouble, ()>>,
+    not_float: &str,
+) -> strata_engine::Result<Bytes> {
+    let invalid = |m: &str| strata_engine::Error::Invalid(m.into());
+    let old = match old {
+        None => Ok(LongDouble::ZERO),
+        Some(v) => LongDouble::parse(v).ok_or_else(|| invalid(not_float))?,
+    };
+    let delta = delta.ok_or_else(|| invalid("value is not a valid float"))?;
+    let not_finite =
+        || strata_engine::Error::Invalid("increment would produce NaN or Infinity".into());
+    match (old, delta) {
+        (Ok(a), Ok(b)) => match a.add(b) {
+            Sum::Finite(v) => Ok(Bytes::from(v.to_text())),
+            Sum::NotFinite => Err(not_finite()),
+        },
+        _ => Err(not_finite()),
     }
-    s.parse::<f64>().ok().filter(|f| !f.is_nan())
+}
+
+/// A float argument as Redis reads one (`Err` for an infinity).
+pub(crate) fn parse_float(b: &[u8]) -> Option<Result<LongDouble, ()>> {
+    LongDouble::parse(b)
 }
 
 pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let Some(delta) = parse_float(&a[2]) else {
-        return Reply::err("ERR value is not a valid float");
-    };
+    let delta = parse_float(&a[2]);
     let key = ctx.key(&a[1]);
     let r = ctx
         .shared
         .engine
         .update(&key, true, move |cur| {
             string_only(&cur)?;
-            let (old, expire_ms) = match &cur {
-                Some(c) => match parse_float(c.value.expect("value")) {
-                    Some(f) => (f, c.expire_ms),
-                    None => {
-                        return Err(strata_engine::Error::Invalid(
-                            "value is not a valid float".into(),
-                        ))
-                    }
-                },
-                None => (0.0, 0),
-            };
-            let new = old + delta;
-            if !new.is_finite() {
-                return Err(strata_engine::Error::Invalid(
-                    "increment would produce NaN or Infinity".into(),
-                ));
-            }
-            let text = Bytes::from(strata_resp::format_double(new));
+            let old = cur.as_ref().and_then(|c| c.value);
+            let expire_ms = cur.as_ref().map_or(0, |c| c.expire_ms);
+            let old = old.map(|v| &v[..]);
+            let text = float_plus(old, delta, "value is not a valid float")?;
             let change = Change::Put {
                 kind: Kind::String,
                 value: text.clone(),

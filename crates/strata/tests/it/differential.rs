@@ -25,11 +25,14 @@ const VALUES: &[&str] = &[
     "x y z",
 ];
 
+const FIELDS: &[&str] = &["f0", "f1", "f2", "n", ""];
+
 fn command(rng: &mut Rng) -> Vec<String> {
     let k = |r: &mut Rng| r.pick(KEYS).to_string();
     let v = |r: &mut Rng| r.pick(VALUES).to_string();
+    let f = |r: &mut Rng| r.pick(FIELDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(42) {
+    let c: Vec<String> = match rng.below(54) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -85,11 +88,14 @@ fn command(rng: &mut Rng) -> Vec<String> {
         25 => vec!["TTL".into(), k(rng)],
         26 => vec!["TYPE".into(), k(rng)],
         27 => vec!["RENAME".into(), k(rng), k(rng)],
-        // Redis computes in long double: keep floats on their own small-valued key.
+        // Redis adds in long double (x87 80-bit) and prints with %.17Lf: so does Strata.
         28 => vec![
             "INCRBYFLOAT".into(),
-            "float".into(),
-            rng.pick(&["1.5", "-0.25", "abc", "2", "1e3"]).into(),
+            rng.pick(&["float", "k0", "k1"]).into(),
+            rng.pick(&[
+                "1.5", "-0.25", "abc", "2", "1e3", "0.1", "1e-17", "-1e300", "inf",
+            ])
+            .into(),
         ],
         29 => vec!["DBSIZE".into()],
         30 => vec![rng.pick(&["GET", "SET", "INCR", "EXPIRE"]).into()],
@@ -116,6 +122,41 @@ fn command(rng: &mut Rng) -> Vec<String> {
         ],
         // Rarely, so the databases fill up between flushes.
         40 if rng.below(10) == 0 => vec!["FLUSHDB".into()],
+        41..=44 => {
+            let mut c = vec![rng.pick(&["HSET", "HSET", "HMSET"]).into(), k(rng)];
+            for _ in 0..=rng.below(3) {
+                c.push(f(rng));
+                c.push(v(rng));
+            }
+            c
+        }
+        45 => vec![
+            rng.pick(&["HGET", "HEXISTS", "HSTRLEN"]).into(),
+            k(rng),
+            f(rng),
+        ],
+        46 => vec!["HMGET".into(), k(rng), f(rng), f(rng), f(rng)],
+        47 => vec![
+            rng.pick(&["HGETALL", "HKEYS", "HVALS", "HLEN"]).into(),
+            k(rng),
+        ],
+        48 => vec!["HDEL".into(), k(rng), f(rng), f(rng)],
+        49 => vec![
+            "HINCRBY".into(),
+            k(rng),
+            f(rng),
+            rng.pick(&["1", "-3", "x", "9223372036854775807"]).into(),
+        ],
+        50 => vec!["HSETNX".into(), k(rng), f(rng), v(rng)],
+        51 => vec![
+            "HINCRBYFLOAT".into(),
+            rng.pick(&["hfloat", "k0"]).into(),
+            f(rng),
+            rng.pick(&["1.5", "-0.25", "abc", "2", "0.1", "inf", "7e-18"])
+                .into(),
+        ],
+        52 => vec!["HSCAN".into(), k(rng), "0".into()],
+        53 => vec![rng.pick(&["HSET", "HGET", "HDEL", "HMGET"]).into(), k(rng)],
         _ => vec!["EXISTS".into(), k(rng)],
     };
     // GETEX PERSIST takes no argument.

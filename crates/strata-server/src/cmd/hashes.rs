@@ -1,0 +1,482 @@
+//! Hash commands. A hash is one value of kind [`Kind::Hash`] (`strata_format::hash`): read
+//! whole, changed by a read-modify-write under the key's lock, deleted when its last field
+//! goes. It tiers like a string.
+
+use bytes::Bytes;
+use strata_engine::{Change, Key, Kind};
+use strata_format::hash::{decode_hash, encode_hash, Field};
+use strata_resp::Reply;
+
+use super::strings::{float_plus, parse_float};
+use super::{
+    engine_error, lower, not_integer, parse_int, syntax_error, wrong_args, wrong_type, Ctx,
+};
+
+/// A field as a write sees it: name and value share the buffers they came from (the old
+/// value, the command's arguments).
+#[derive(Clone)]
+struct Owned {
+    name: Bytes,
+    value: Bytes,
+    expire_ms: u64,
+}
+
+impl Owned {
+    fn field(&self) -> Field<'_> {
+        Field {
+            name: &self.name,
+            value: &self.value,
+            expire_ms: self.expire_ms,
+        }
+    }
+}
+
+fn corrupt(e: strata_format::FormatError) -> strata_engine::Error {
+    strata_engine::Error::Data(format!("hash value: {e}"))
+}
+
+/// The live fields of an encoded hash, sharing its buffer.
+fn owned_fields(value: &Bytes, now_ms: u64) -> strata_engine::Result<Vec<Owned>> {
+    Ok(decode_hash(value)
+        .map_err(corrupt)?
+        .into_iter()
+        .filter(|f| f.is_live(now_ms))
+        .map(|f| Owned {
+            name: value.slice_ref(f.name),
+            value: value.slice_ref(f.value),
+            expire_ms: f.expire_ms,
+        })
+        .collect())
+}
+
+/// The encoded hash at `key`: `None` if there is none, `WRONGTYPE` for another kind.
+async fn read_hash(ctx: &mut Ctx<'_>, key: &Key) -> Result<Option<Bytes>, Reply> {
+    let engine = &ctx.shared.engine;
+    engine.note_access(ctx.conn.id, key);
+    match engine.get_value(key).await {
+        Ok(None) => Ok(None),
+        Ok(Some((Kind::Hash, v))) => Ok(Some(v)),
+        Ok(Some(_)) => Err(wrong_type()),
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// Runs `f` over the live fields of the hash at `argument 1` (none if absent).
+async fn with_fields<R>(
+    ctx: &mut Ctx<'_>,
+    a: &[Bytes],
+    f: impl FnOnce(&[Field<'_>]) -> R,
+) -> Result<R, Reply> {
+    let key = ctx.key(&a[1]);
+    let now = ctx.shared.engine.now_ms();
+    let value = read_hash(ctx, &key).await?;
+    let fields = match &value {
+        Some(v) => decode_hash(v).map_err(|e| engine_error(&corrupt(e)))?,
+        None => Vec::new(),
+    };
+    let live: Vec<Field<'_>> = fields.into_iter().filter(|f| f.is_live(now)).collect();
+    Ok(f(&live))
+}
+
+/// The read-modify-write of a hash: `f` changes the live fields (none if the key is
+/// absent) and says whether it changed them; the key keeps its expiry, and a hash left
+/// with no fields is deleted.
+async fn write_hash<R: Send + 'static>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    f: impl FnOnce(&mut Vec<Owned>) -> strata_engine::Result<(bool, R)> + Send,
+) -> Result<R, Reply> {
+    let engine = &ctx.shared.engine;
+    let now = engine.now_ms();
+    let r = engine
+        .update(key, true, move |cur| {
+            let (mut fields, expire_ms) = match &cur {
+                None => (Vec::new(), 0),
+                Some(c) if c.kind != Kind::Hash => return Err(strata_engine::Error::WrongType),
+                Some(c) => (
+                    owned_fields(c.value.expect("value requested"), now)?,
+                    c.expire_ms,
+                ),
+            };
+            let (changed, out) = f(&mut fields)?;
+            if !changed {
+                return Ok((None, out));
+            }
+            if fields.is_empty() {
+                return Ok((cur.is_some().then_some(Change::Delete), out));
+            }
+            let encoded: Vec<Field<'_>> = fields.iter().map(Owned::field).collect();
+            let change = Change::Put {
+                kind: Kind::Hash,
+                value: Bytes::from(encode_hash(&encoded)),
+                expire_ms,
+            };
+            Ok((Some(change), out))
+        })
+        .await;
+    match r {
+        Ok(w) => Ok(ctx.defer(w)),
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// Sets `name` to `value` in `fields` (a new field goes last; an existing one keeps its
+/// place, and loses any expiry, as `HSET` does). Says whether the field is new.
+fn set_field(fields: &mut Vec<Owned>, name: &Bytes, value: &Bytes) -> bool {
+    match fields.iter_mut().find(|f| f.name == *name) {
+        Some(f) => {
+            f.value = value.clone();
+            f.expire_ms = 0;
+            false
+        }
+        None => {
+            fields.push(Owned {
+                name: name.clone(),
+                value: value.clone(),
+                expire_ms: 0,
+            });
+            true
+        }
+    }
+}
+
+fn reply<R>(r: Result<R, Reply>, f: impl FnOnce(R) -> Reply) -> Reply {
+    r.map_or_else(|e| e, f)
+}
+
+async fn hset_pairs(ctx: &mut Ctx<'_>, a: &[Bytes], name: &str) -> Result<i64, Reply> {
+    if a.len() < 4 || !a.len().is_multiple_of(2) {
+        return Err(wrong_args(name));
+    }
+    let pairs: Vec<(Bytes, Bytes)> = a[2..]
+        .chunks_exact(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect();
+    let key = ctx.key(&a[1]);
+    write_hash(ctx, &key, move |fields| {
+        let added = pairs
+            .iter()
+            .filter(|(n, v)| set_field(fields, n, v))
+            .count();
+        Ok((true, added as i64))
+    })
+    .await
+}
+
+pub(crate) async fn hset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    reply(hset_pairs(ctx, a, "hset").await, Reply::Integer)
+}
+
+pub(crate) async fn hmset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    reply(hset_pairs(ctx, a, "hmset").await, |_| Reply::ok())
+}
+
+pub(crate) async fn hsetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (name, value) = (a[2].clone(), a[3].clone());
+    let key = ctx.key(&a[1]);
+    let r = write_hash(ctx, &key, move |fields| {
+        if fields.iter().any(|f| f.name == name) {
+            return Ok((false, 0));
+        }
+        set_field(fields, &name, &value);
+        Ok((true, 1))
+    })
+    .await;
+    reply(r, Reply::Integer)
+}
+
+/// The field of `fields` named `name`.
+fn find<'f, 'v>(fields: &'f [Field<'v>], name: &[u8]) -> Option<&'f Field<'v>> {
+    fields.iter().find(|f| f.name == name)
+}
+
+pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| {
+        find(fields, &a[2]).map_or(Reply::Null, |f| bulk(f.value))
+    });
+    reply(r.await, |r| r)
+}
+
+/// Asks for more than this many fields of a hash this large look names up in a map.
+const LINEAR_LOOKUPS_MAX: usize = 256;
+
+pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| {
+        let names = &a[2..];
+        let value_of = |f: &Field<'_>| bulk(f.value);
+        if names.len() * fields.len() <= LINEAR_LOOKUPS_MAX {
+            return names
+                .iter()
+                .map(|n| find(fields, n).map_or(Reply::Null, value_of))
+                .collect();
+        }
+        let by_name: std::collections::HashMap<&[u8], &Field<'_>> =
+            fields.iter().map(|f| (f.name, f)).collect();
+        names
+            .iter()
+            .map(|n| by_name.get(n.as_ref()).map_or(Reply::Null, |f| value_of(f)))
+            .collect()
+    })
+    .await;
+    reply(r, Reply::Array)
+}
+
+pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| {
+        fields
+            .iter()
+            .map(|f| (bulk(f.name), bulk(f.value)))
+            .collect()
+    })
+    .await;
+    reply(r, Reply::Map)
+}
+
+fn bulk(b: &[u8]) -> Reply {
+    Reply::Bulk(Bytes::copy_from_slice(b))
+}
+
+pub(crate) async fn hkeys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| {
+        fields.iter().map(|f| bulk(f.name)).collect()
+    });
+    reply(r.await, Reply::Array)
+}
+
+pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| {
+        fields.iter().map(|f| bulk(f.value)).collect()
+    });
+    reply(r.await, Reply::Array)
+}
+
+pub(crate) async fn hlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| fields.len() as i64);
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn hexists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| find(fields, &a[2]).is_some() as i64);
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn hstrlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = with_fields(ctx, a, |fields| {
+        find(fields, &a[2]).map_or(0, |f| f.value.len() as i64)
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn hdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let names: Vec<Bytes> = a[2..].to_vec();
+    let key = ctx.key(&a[1]);
+    let r = write_hash(ctx, &key, move |fields| {
+        let before = fields.len();
+        fields.retain(|f| !names.contains(&f.name));
+        let removed = before - fields.len();
+        Ok((removed > 0, removed as i64))
+    })
+    .await;
+    reply(r, Reply::Integer)
+}
+
+pub(crate) async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(delta) = parse_int(&a[3]) else {
+        return not_integer();
+    };
+    let name = a[2].clone();
+    let key = ctx.key(&a[1]);
+    let r = write_hash(ctx, &key, move |fields| {
+        let old = match fields.iter().find(|f| f.name == name) {
+            Some(f) => parse_int(&f.value).ok_or_else(|| {
+                strata_engine::Error::Invalid("hash value is not an integer".into())
+            })?,
+            None => 0,
+        };
+        let new = old
+            .checked_add(delta)
+            .ok_or(strata_engine::Error::Overflow)?;
+        replace_value(fields, &name, Bytes::from(new.to_string()));
+        Ok((true, new))
+    })
+    .await;
+    reply(r, Reply::Integer)
+}
+
+/// Sets field `name` to `value`, keeping its place and its expiry (as the increments do).
+fn replace_value(fields: &mut Vec<Owned>, name: &Bytes, value: Bytes) {
+    match fields.iter_mut().find(|f| f.name == *name) {
+        Some(f) => f.value = value,
+        None => fields.push(Owned {
+            name: name.clone(),
+            value,
+            expire_ms: 0,
+        }),
+    }
+}
+
+pub(crate) async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let delta = match parse_float(&a[3]) {
+        Some(Ok(d)) => Some(Ok(d)),
+        Some(Err(())) => return Reply::err("ERR value is NaN or Infinity"),
+        None => return Reply::err("ERR value is not a valid float"),
+    };
+    let name = a[2].clone();
+    let key = ctx.key(&a[1]);
+    let r = write_hash(ctx, &key, move |fields| {
+        let old = fields
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.value.clone());
+        let text = float_plus(old.as_deref(), delta, "hash value is not a float")?;
+        replace_value(fields, &name, text.clone());
+        Ok((true, text))
+    })
+    .await;
+    reply(r, Reply::Bulk)
+}
+
+/// A random number for `HRANDFIELD` (not for anything that needs to be unpredictable).
+fn random_u64(counter: u64) -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(counter)
+}
+
+/// Most fields one `HRANDFIELD` returns with a negative count (repeats allowed).
+const RANDFIELD_COUNT_MAX: i64 = 1 << 20;
+
+pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let count = match a.get(2) {
+        None => None,
+        Some(c) => match parse_int(c) {
+            Some(n) if n.unsigned_abs() <= RANDFIELD_COUNT_MAX as u64 => Some(n),
+            Some(_) => return Reply::err("ERR value is out of range"),
+            None => return not_integer(),
+        },
+    };
+    let with_values = match a.get(3) {
+        None => false,
+        Some(o) if lower(o) == "withvalues" && a.len() == 4 => true,
+        Some(_) => return syntax_error(),
+    };
+    let resp3 = ctx.conn.proto == 3;
+    let r = with_fields(ctx, a, move |fields| {
+        let n = fields.len();
+        let Some(count) = count else {
+            return match n {
+                0 => Reply::Null,
+                _ => bulk(fields[(random_u64(0) % n as u64) as usize].name),
+            };
+        };
+        if n == 0 {
+            return Reply::Array(Vec::new());
+        }
+        let picked: Vec<usize> = if count >= 0 {
+            // Distinct fields: a random subset, in random order.
+            let mut idx: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                idx.swap(i, (random_u64(i as u64) % (i as u64 + 1)) as usize);
+            }
+            idx.truncate(count as usize);
+            idx
+        } else {
+            (0..count.unsigned_abs())
+                .map(|i| (random_u64(i) % n as u64) as usize)
+                .collect()
+        };
+        let items = picked.into_iter().map(|i| &fields[i]);
+        match (with_values, resp3) {
+            (false, _) => Reply::Array(items.map(|f| bulk(f.name)).collect()),
+            (true, false) => {
+                Reply::Array(items.flat_map(|f| [bulk(f.name), bulk(f.value)]).collect())
+            }
+            (true, true) => Reply::Array(
+                items
+                    .map(|f| Reply::Array(vec![bulk(f.name), bulk(f.value)]))
+                    .collect(),
+            ),
+        }
+    })
+    .await;
+    reply(r, |r| r)
+}
+
+/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`: a hash is one value, so the
+/// first page holds every field (cursor 0 back), which keeps `SCAN`'s promise trivially.
+pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if parse_u64(&a[2]).is_none() {
+        return Reply::err("ERR invalid cursor");
+    }
+    let mut pattern: Option<Bytes> = None;
+    let mut values = true;
+    let mut i = 3;
+    while i < a.len() {
+        match lower(&a[i]).as_str() {
+            "match" if i + 1 < a.len() => {
+                pattern = Some(a[i + 1].clone());
+                i += 2;
+            }
+            "count" if i + 1 < a.len() => {
+                match parse_int(&a[i + 1]) {
+                    Some(n) if n >= 1 => {}
+                    Some(_) => return syntax_error(),
+                    None => return not_integer(),
+                }
+                i += 2;
+            }
+            "novalues" => {
+                values = false;
+                i += 1;
+            }
+            _ => return syntax_error(),
+        }
+    }
+    let r = with_fields(ctx, a, move |fields| {
+        let mut out = Vec::new();
+        for f in fields {
+            if pattern
+                .as_ref()
+                .is_some_and(|p| !strata_engine::glob::glob_match(p, f.name))
+            {
+                continue;
+            }
+            out.push(bulk(f.name));
+            if values {
+                out.push(bulk(f.value));
+            }
+        }
+        Reply::Array(vec![
+            Reply::bulk(Bytes::from_static(b"0")),
+            Reply::Array(out),
+        ])
+    })
+    .await;
+    reply(r, |r| r)
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_field_keeps_the_place_of_an_existing_field_and_appends_new_ones() {
+        let b = |s: &str| Bytes::from(s.to_string());
+        let mut fields = Vec::new();
+        assert!(set_field(&mut fields, &b("a"), &b("1")));
+        assert!(set_field(&mut fields, &b("b"), &b("2")));
+        fields[0].expire_ms = 5;
+        assert!(!set_field(&mut fields, &b("a"), &b("3")));
+        let got: Vec<(&[u8], &[u8], u64)> = fields
+            .iter()
+            .map(|f| (&f.name[..], &f.value[..], f.expire_ms))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(&b"a"[..], &b"3"[..], 0), (&b"b"[..], &b"2"[..], 0)]
+        );
+    }
+}

@@ -1,0 +1,117 @@
+"""Databases and hashes through redis-py against the real binary: a feature store's layout
+(one hash per entity, HSET and EXPIRE on write, HMGET in a pipeline on read), SELECT,
+MOVE and FLUSHDB, WRONGTYPE, and hashes larger than DRAM demoted and read back."""
+
+import time
+
+import pytest
+import redis
+
+from conftest import StrataProcess
+
+
+def test_a_feature_store_writes_hashes_with_a_ttl_and_reads_them_in_a_pipeline(strata):
+    r = strata.client(decode_responses=True)
+    users = [f"user:{i}" for i in range(200)]
+    p = r.pipeline(transaction=False)
+    for u in users:
+        p.hset(u, mapping={f"f{j}": f"{u}:{j}" for j in range(100)})
+        p.expire(u, 3600)
+    assert all(p.execute())
+    p = r.pipeline(transaction=False)
+    for u in users:
+        p.hmget(u, ["f0", "f50", "f99", "missing"])
+    got = p.execute()
+    assert got == [[f"{u}:0", f"{u}:50", f"{u}:99", None] for u in users]
+    assert 3500 < r.ttl("user:7") <= 3600, "HSET keeps the key's TTL"
+    r.hset("user:7", "f0", "new")
+    assert 3500 < r.ttl("user:7") <= 3600
+    assert r.hget("user:7", "f0") == "new"
+    assert r.hlen("user:7") == 100
+    assert r.hgetall("user:1") == {f"f{j}": f"user:1:{j}" for j in range(100)}
+    assert r.type("user:1") == "hash"
+    assert r.hincrby("counters", "views", 5) == 5
+    assert r.hincrbyfloat("counters", "score", 1.5) == 1.5
+    assert r.hdel("counters", "views", "score", "nope") == 2
+    assert r.exists("counters") == 0, "a hash with no fields is deleted"
+
+
+def test_the_wrong_type_is_refused_both_ways(strata):
+    r = strata.client()
+    r.set("s", "1")
+    r.hset("h", "f", "v")
+    for call in (lambda: r.hget("s", "f"), lambda: r.hset("s", "f", "v"), lambda: r.get("h"),
+                 lambda: r.incr("h"), lambda: r.append("h", "x")):
+        with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+            call()
+    assert r.mget("s", "h") == [b"1", None]
+    r.set("h", "now a string")
+    assert r.type("h") == b"string"
+    r.hset("h2", "a", "1")
+    r.rename("h2", "h3")
+    assert r.type("h3") == b"hash" and r.hgetall("h3") == {b"a": b"1"}
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        r.execute_command("HSET", "h3", "a")
+    assert sorted(r.scan_iter(_type="hash")) == [b"h3"]
+    assert sorted(r.scan_iter(_type="string")) == [b"h", b"s"]
+
+
+def test_databases_are_separate_keyspaces(strata):
+    r0 = strata.client(decode_responses=True)
+    r9 = strata.client(decode_responses=True, db=9)
+    r0.set("k", "zero")
+    r9.set("k", "nine")
+    r9.hset("h", "f", "v")
+    assert (r0.get("k"), r9.get("k")) == ("zero", "nine")
+    assert (r0.dbsize(), r9.dbsize()) == (1, 2)
+    assert r9.move("h", 0) is True
+    assert r0.hget("h", "f") == "v" and r9.exists("h") == 0
+    assert r9.move("k", 0) is False, "MOVE refuses a name the target holds"
+    keyspace = r0.info("keyspace")
+    assert keyspace["db0"]["keys"] == 2 and keyspace["db9"]["keys"] == 1
+    r9.flushdb()
+    assert (r0.dbsize(), r9.dbsize()) == (2, 0)
+    with pytest.raises(redis.ResponseError, match="DB index is out of range"):
+        strata.client(db=16).ping()
+    p = r0.pipeline(transaction=False)
+    p.execute_command("SELECT", 3)
+    p.set("k", "three")
+    p.execute_command("SELECT", 0)
+    p.get("k")
+    assert p.execute()[-1] == "zero"
+
+
+def test_hashes_larger_than_dram_are_demoted_and_read_back_in_order(tiny_strata):
+    r = tiny_strata.client(decode_responses=True)
+    p = r.pipeline(transaction=False)
+    for i in range(300):
+        p.hset(f"entity:{i:03d}", mapping={f"feature{j}": f"{i}-{j}-" + "x" * 20 for j in range(20)})
+    p.execute()
+    deadline = time.time() + 30
+    while int(r.info("strata")["cold_entries"]) < 100:
+        assert time.time() < deadline, "no hash reached the cold tier"
+        time.sleep(0.1)
+    assert "cold" in {r.execute_command("TIER", f"entity:{i:03d}") for i in range(0, 300, 10)}
+    for i in range(300):
+        want = {f"feature{j}": f"{i}-{j}-" + "x" * 20 for j in range(20)}
+        assert r.hgetall(f"entity:{i:03d}") == want
+        assert list(r.hkeys(f"entity:{i:03d}")) == list(want), "insertion order survives tiering"
+    assert r.hset("entity:000", "feature0", "changed") == 0
+    assert r.hget("entity:000", "feature0") == "changed"
+
+
+def test_hashes_and_databases_survive_a_kill_and_restart(tmp_path):
+    p = StrataProcess(data_dir=str(tmp_path))
+    r = p.client(decode_responses=True, db=2)
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    r.hdel("h", "a")
+    p.client(decode_responses=True).set("h", "db0")
+    p.stop()
+    p = StrataProcess(data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True, db=2)
+        assert r.hgetall("h") == {"b": "2"} and r.type("h") == "hash"
+        assert p.client(decode_responses=True).get("h") == "db0"
+        assert r.dbsize() == 1
+    finally:
+        p.stop()
