@@ -115,3 +115,24 @@ def test_hashes_and_databases_survive_a_kill_and_restart(tmp_path):
         assert r.dbsize() == 1
     finally:
         p.stop()
+
+
+def test_sets_pop_and_sample_at_random_and_combine(strata):
+    r = strata.client(decode_responses=True)
+    assert r.sadd("s", *[f"m{i}" for i in range(50)]) == 50
+    assert r.sadd("s", "m0", "new") == 1
+    assert r.scard("s") == 51 and r.sismember("s", "new") and not r.sismember("s", "nope")
+    sample = r.srandmember("s", 10)
+    assert len(set(sample)) == 10 and set(sample) <= r.smembers("s")
+    assert len(r.srandmember("s", -100)) == 100, "a negative count repeats"
+    popped = r.spop("s", 5)
+    assert len(popped) == 5 and not (set(popped) & r.smembers("s"))
+    assert r.scard("s") == 46
+    r.sadd("t", "m10", "m11", "x")
+    assert r.sinter("s", "t") == {"m10", "m11"} - set(popped)
+    assert r.sunionstore("u", "s", "t") == len(r.smembers("s") | {"x", "m10", "m11"})
+    assert r.smove("t", "s", "x") and r.sismember("s", "x") and not r.sismember("t", "x")
+    assert r.sintercard(2, ["s", "t"], limit=1) <= 1
+    while r.spop("t"):
+        pass
+    assert r.exists("t") == 0, "an emptied set is deleted"

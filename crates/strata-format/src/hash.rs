@@ -9,7 +9,7 @@
 //! The whole value is one stored value (its record's checksum covers it), so a change to one
 //! field rewrites the hash: the cost of a write grows with the hash.
 
-use crate::{FormatError, Reader, Result};
+use crate::{Reader, Result};
 
 const HASH_VERSION: u8 = 1;
 /// Bytes of a hash with no fields.
@@ -41,21 +41,7 @@ impl Field<'_> {
 /// Decodes a hash value into its fields, in order.
 pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
     let mut r = Reader::new(b, "hash");
-    let ver = r.u8()?;
-    if ver != HASH_VERSION {
-        return Err(FormatError::Bad {
-            what: "hash",
-            detail: format!("version {ver}"),
-        });
-    }
-    let count = r.u32()? as usize;
-    // Each field takes at least its header, which bounds the allocation.
-    if count > r.remaining() / FIELD_HEADER_BYTES {
-        return Err(FormatError::Bad {
-            what: "hash",
-            detail: format!("{count} fields in {} bytes", b.len()),
-        });
-    }
+    let count = r.collection_header(HASH_VERSION, FIELD_HEADER_BYTES)?;
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
         let name_len = r.u32()? as usize;
@@ -67,12 +53,7 @@ pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
             expire_ms,
         });
     }
-    if r.remaining() != 0 {
-        return Err(FormatError::Bad {
-            what: "hash",
-            detail: format!("{} bytes after the last field", r.remaining()),
-        });
-    }
+    r.finish()?;
     Ok(out)
 }
 

@@ -8,7 +8,7 @@
 //! - segments: immutable objects of zstd-compressed blocks with a footer
 //!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]);
 //! - value-log entry headers ([`encode_log_header`]);
-//! - the values of the other kinds ([`Kind`]): [`hash`].
+//! - the values of the other kinds ([`Kind`]): [`hash`], [`members`] (sets, lists).
 //!
 //! It does no I/O and knows nothing about RocksDB or object stores. Every checksum covers
 //! the key, so a record read back under the wrong key, or a block fetched from the wrong
@@ -29,6 +29,7 @@
 mod block;
 pub mod hash;
 pub mod keys;
+pub mod members;
 mod record;
 
 pub use block::{
@@ -109,6 +110,40 @@ impl<'a> Reader<'a> {
         Ok(u32::from_le_bytes(
             self.bytes(4)?.try_into().expect("4 bytes"),
         ))
+    }
+    /// The header of a collection value: its version byte (which must be `version`) and its
+    /// item count, which must fit the bytes left at `item_bytes_min` bytes per item (so a
+    /// lying count cannot make the caller allocate).
+    pub(crate) fn collection_header(
+        &mut self,
+        version: u8,
+        item_bytes_min: usize,
+    ) -> Result<usize> {
+        let ver = self.u8()?;
+        if ver != version {
+            return Err(FormatError::Bad {
+                what: self.what,
+                detail: format!("version {ver}"),
+            });
+        }
+        let count = self.u32()? as usize;
+        if count > self.remaining() / item_bytes_min {
+            return Err(FormatError::Bad {
+                what: self.what,
+                detail: format!("{count} items in {} bytes", self.remaining()),
+            });
+        }
+        Ok(count)
+    }
+    /// Fails unless every byte was read.
+    pub(crate) fn finish(&self) -> Result<()> {
+        match self.remaining() {
+            0 => Ok(()),
+            n => Err(FormatError::Bad {
+                what: self.what,
+                detail: format!("{n} bytes after the last item"),
+            }),
+        }
     }
     pub(crate) fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(

@@ -3,14 +3,16 @@
 //! goes. It tiers like a string.
 
 use bytes::Bytes;
-use strata_engine::{Change, Key, Kind};
+use strata_engine::{Key, Kind};
 use strata_format::hash::{decode_hash, encode_hash, Field};
 use strata_resp::Reply;
 
 use super::strings::{float_plus, parse_float};
-use super::{
-    engine_error, lower, not_integer, parse_int, syntax_error, wrong_args, wrong_type, Ctx,
+use super::typed::{
+    bulk, corrupt, matches, random_u64, read_kind, reply, scan_options, scan_reply, write_kind,
+    Edit,
 };
+use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
 
 /// A field as a write sees it: name and value share the buffers they came from (the old
 /// value, the command's arguments).
@@ -31,14 +33,10 @@ impl Owned {
     }
 }
 
-fn corrupt(e: strata_format::FormatError) -> strata_engine::Error {
-    strata_engine::Error::Data(format!("hash value: {e}"))
-}
-
 /// The live fields of an encoded hash, sharing its buffer.
 fn owned_fields(value: &Bytes, now_ms: u64) -> strata_engine::Result<Vec<Owned>> {
     Ok(decode_hash(value)
-        .map_err(corrupt)?
+        .map_err(|e| corrupt(Kind::Hash, e))?
         .into_iter()
         .filter(|f| f.is_live(now_ms))
         .map(|f| Owned {
@@ -49,18 +47,6 @@ fn owned_fields(value: &Bytes, now_ms: u64) -> strata_engine::Result<Vec<Owned>>
         .collect())
 }
 
-/// The encoded hash at `key`: `None` if there is none, `WRONGTYPE` for another kind.
-async fn read_hash(ctx: &mut Ctx<'_>, key: &Key) -> Result<Option<Bytes>, Reply> {
-    let engine = &ctx.shared.engine;
-    engine.note_access(ctx.conn.id, key);
-    match engine.get_value(key).await {
-        Ok(None) => Ok(None),
-        Ok(Some((Kind::Hash, v))) => Ok(Some(v)),
-        Ok(Some(_)) => Err(wrong_type()),
-        Err(e) => Err(engine_error(&e)),
-    }
-}
-
 /// Runs `f` over the live fields of the hash at `argument 1` (none if absent).
 async fn with_fields<R>(
     ctx: &mut Ctx<'_>,
@@ -69,9 +55,9 @@ async fn with_fields<R>(
 ) -> Result<R, Reply> {
     let key = ctx.key(&a[1]);
     let now = ctx.shared.engine.now_ms();
-    let value = read_hash(ctx, &key).await?;
+    let value = read_kind(ctx, &key, Kind::Hash).await?;
     let fields = match &value {
-        Some(v) => decode_hash(v).map_err(|e| engine_error(&corrupt(e)))?,
+        Some(v) => decode_hash(v).map_err(|e| engine_error(&corrupt(Kind::Hash, e)))?,
         None => Vec::new(),
     };
     let live: Vec<Field<'_>> = fields.into_iter().filter(|f| f.is_live(now)).collect();
@@ -86,38 +72,24 @@ async fn write_hash<R: Send + 'static>(
     key: &Key,
     f: impl FnOnce(&mut Vec<Owned>) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
-    let engine = &ctx.shared.engine;
-    let now = engine.now_ms();
-    let r = engine
-        .update(key, true, move |cur| {
-            let (mut fields, expire_ms) = match &cur {
-                None => (Vec::new(), 0),
-                Some(c) if c.kind != Kind::Hash => return Err(strata_engine::Error::WrongType),
-                Some(c) => (
-                    owned_fields(c.value.expect("value requested"), now)?,
-                    c.expire_ms,
-                ),
-            };
-            let (changed, out) = f(&mut fields)?;
-            if !changed {
-                return Ok((None, out));
+    let now = ctx.shared.engine.now_ms();
+    write_kind(ctx, key, Kind::Hash, move |value| {
+        let mut fields = match value {
+            Some(v) => owned_fields(v, now)?,
+            None => Vec::new(),
+        };
+        let (changed, out) = f(&mut fields)?;
+        let edit = match (changed, fields.is_empty()) {
+            (false, _) => Edit::Keep,
+            (true, true) => Edit::Delete,
+            (true, false) => {
+                let encoded: Vec<Field<'_>> = fields.iter().map(Owned::field).collect();
+                Edit::Put(encode_hash(&encoded))
             }
-            if fields.is_empty() {
-                return Ok((cur.is_some().then_some(Change::Delete), out));
-            }
-            let encoded: Vec<Field<'_>> = fields.iter().map(Owned::field).collect();
-            let change = Change::Put {
-                kind: Kind::Hash,
-                value: Bytes::from(encode_hash(&encoded)),
-                expire_ms,
-            };
-            Ok((Some(change), out))
-        })
-        .await;
-    match r {
-        Ok(w) => Ok(ctx.defer(w)),
-        Err(e) => Err(engine_error(&e)),
-    }
+        };
+        Ok((edit, out))
+    })
+    .await
 }
 
 /// Sets `name` to `value` in `fields` (a new field goes last; an existing one keeps its
@@ -138,10 +110,6 @@ fn set_field(fields: &mut Vec<Owned>, name: &Bytes, value: &Bytes) -> bool {
             true
         }
     }
-}
-
-fn reply<R>(r: Result<R, Reply>, f: impl FnOnce(R) -> Reply) -> Reply {
-    r.map_or_else(|e| e, f)
 }
 
 async fn hset_pairs(ctx: &mut Ctx<'_>, a: &[Bytes], name: &str) -> Result<i64, Reply> {
@@ -230,10 +198,6 @@ pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     })
     .await;
     reply(r, Reply::Map)
-}
-
-fn bulk(b: &[u8]) -> Reply {
-    Reply::Bulk(Bytes::copy_from_slice(b))
 }
 
 pub(crate) async fn hkeys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -336,12 +300,6 @@ pub(crate) async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     reply(r, Reply::Bulk)
 }
 
-/// A random number for `HRANDFIELD` (not for anything that needs to be unpredictable).
-fn random_u64(counter: u64) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(counter)
-}
-
 /// Most fields one `HRANDFIELD` returns with a negative count (repeats allowed).
 const RANDFIELD_COUNT_MAX: i64 = 1 << 20;
 
@@ -401,61 +359,23 @@ pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     reply(r, |r| r)
 }
 
-/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`: a hash is one value, so the
-/// first page holds every field (cursor 0 back), which keeps `SCAN`'s promise trivially.
+/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`: every field in one page.
 pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    if parse_u64(&a[2]).is_none() {
-        return Reply::err("ERR invalid cursor");
-    }
-    let mut pattern: Option<Bytes> = None;
-    let mut values = true;
-    let mut i = 3;
-    while i < a.len() {
-        match lower(&a[i]).as_str() {
-            "match" if i + 1 < a.len() => {
-                pattern = Some(a[i + 1].clone());
-                i += 2;
-            }
-            "count" if i + 1 < a.len() => {
-                match parse_int(&a[i + 1]) {
-                    Some(n) if n >= 1 => {}
-                    Some(_) => return syntax_error(),
-                    None => return not_integer(),
-                }
-                i += 2;
-            }
-            "novalues" => {
-                values = false;
-                i += 1;
-            }
-            _ => return syntax_error(),
-        }
-    }
+    let (pattern, values) = match scan_options(a, true) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
     let r = with_fields(ctx, a, move |fields| {
         let mut out = Vec::new();
-        for f in fields {
-            if pattern
-                .as_ref()
-                .is_some_and(|p| !strata_engine::glob::glob_match(p, f.name))
-            {
-                continue;
-            }
+        for f in fields.iter().filter(|f| matches(&pattern, f.name)) {
             out.push(bulk(f.name));
             if values {
                 out.push(bulk(f.value));
             }
         }
-        Reply::Array(vec![
-            Reply::bulk(Bytes::from_static(b"0")),
-            Reply::Array(out),
-        ])
-    })
-    .await;
-    reply(r, |r| r)
-}
-
-fn parse_u64(b: &[u8]) -> Option<u64> {
-    std::str::from_utf8(b).ok()?.parse().ok()
+        scan_reply(out)
+    });
+    reply(r.await, |r| r)
 }
 
 #[cfg(test)]

@@ -8,9 +8,11 @@ mod info;
 mod keys;
 mod kvc;
 mod server;
+mod sets;
 mod strata;
 mod strings;
 mod txn;
+mod typed;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -73,6 +75,7 @@ macro_rules! c {
 use connection as cn;
 use hashes as h;
 use server as sv;
+use sets as se;
 use strata as st;
 use strings as s;
 
@@ -142,6 +145,48 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("hincrbyfloat", 4, WRITE | FAST, 1, 1, 1, h::hincrbyfloat),
     c!("hrandfield", -2, READ, 1, 1, 1, h::hrandfield),
     c!("hscan", -3, READ, 1, 1, 1, h::hscan),
+    // Sets.
+    c!("sadd", -3, WRITE | FAST, 1, 1, 1, se::sadd),
+    c!("srem", -3, WRITE | FAST, 1, 1, 1, se::srem),
+    c!("smembers", 2, READ, 1, 1, 1, se::smembers),
+    c!("scard", 2, READ | FAST, 1, 1, 1, se::scard),
+    c!("sismember", 3, READ | FAST, 1, 1, 1, se::sismember),
+    c!("smismember", -3, READ | FAST, 1, 1, 1, se::smismember),
+    c!("spop", -2, WRITE | FAST, 1, 1, 1, se::spop),
+    c!("srandmember", -2, READ, 1, 1, 1, se::srandmember),
+    c!("sscan", -3, READ, 1, 1, 1, se::sscan),
+    c!("sinter", -2, READ, 1, -1, 1, se::sinter),
+    c!("sunion", -2, READ, 1, -1, 1, se::sunion),
+    c!("sdiff", -2, READ, 1, -1, 1, se::sdiff),
+    c!(
+        "sinterstore",
+        -3,
+        WRITE | EXCLUSIVE,
+        1,
+        -1,
+        1,
+        se::sinterstore
+    ),
+    c!(
+        "sunionstore",
+        -3,
+        WRITE | EXCLUSIVE,
+        1,
+        -1,
+        1,
+        se::sunionstore
+    ),
+    c!(
+        "sdiffstore",
+        -3,
+        WRITE | EXCLUSIVE,
+        1,
+        -1,
+        1,
+        se::sdiffstore
+    ),
+    c!("sintercard", -3, READ, 0, 0, 0, se::sintercard),
+    c!("smove", 4, WRITE | EXCLUSIVE | FAST, 1, 2, 1, se::smove),
     // Keys.
     c!("del", -2, WRITE, 1, -1, 1, keys::del),
     c!("unlink", -2, WRITE | FAST, 1, -1, 1, keys::del),

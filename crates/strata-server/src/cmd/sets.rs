@@ -1,0 +1,373 @@
+//! Set commands. A set is one value of kind [`Kind::Set`] (`strata_format::members`, members
+//! in the order they were added): read whole, changed under the key's lock, deleted when it
+//! is left empty. Commands over several sets read each; those that store a result, and
+//! `SMOVE`, run alone (they hold the server's gate).
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use strata_engine::{Key, Kind};
+use strata_format::members::{decode_members, encode_members};
+use strata_resp::Reply;
+
+use super::typed::{
+    bulk, corrupt, matches, random_u64, read_kind, reply, scan_options, scan_reply, store_kind,
+    write_kind, Edit,
+};
+use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
+
+/// The members of a set value, sharing its buffer.
+fn members_of(value: &Bytes) -> strata_engine::Result<Vec<Bytes>> {
+    Ok(decode_members(value)
+        .map_err(|e| corrupt(Kind::Set, e))?
+        .into_iter()
+        .map(|m| value.slice_ref(m))
+        .collect())
+}
+
+/// The members of the set at `key` (none if absent).
+async fn read_set(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<Bytes>, Reply> {
+    let key = ctx.key(key);
+    match read_kind(ctx, &key, Kind::Set).await? {
+        Some(v) => members_of(&v).map_err(|e| engine_error(&e)),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The read-modify-write of a set: `f` changes the members and says whether it did.
+async fn write_set<R: Send + 'static>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    f: impl FnOnce(&mut Vec<Bytes>) -> (bool, R) + Send,
+) -> Result<R, Reply> {
+    write_kind(ctx, key, Kind::Set, move |value| {
+        let mut members = match value {
+            Some(v) => members_of(v)?,
+            None => Vec::new(),
+        };
+        let (changed, out) = f(&mut members);
+        Ok((edit_of(changed, &members), out))
+    })
+    .await
+}
+
+fn edit_of(changed: bool, members: &[Bytes]) -> Edit {
+    match (changed, members.is_empty()) {
+        (false, _) => Edit::Keep,
+        (true, true) => Edit::Delete,
+        (true, false) => Edit::Put(encode_members(members)),
+    }
+}
+
+fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
+    Reply::Set(members.into_iter().map(Reply::Bulk).collect())
+}
+
+pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let new: Vec<Bytes> = a[2..].to_vec();
+    let key = ctx.key(&a[1]);
+    let r = write_set(ctx, &key, move |members| {
+        let mut seen: HashSet<Bytes> = members.iter().cloned().collect();
+        let before = members.len();
+        for m in new {
+            if seen.insert(m.clone()) {
+                members.push(m);
+            }
+        }
+        let added = members.len() - before;
+        (added > 0, added as i64)
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let gone: HashSet<Bytes> = a[2..].iter().cloned().collect();
+    let key = ctx.key(&a[1]);
+    let r = write_set(ctx, &key, move |members| {
+        let before = members.len();
+        members.retain(|m| !gone.contains(m));
+        let removed = before - members.len();
+        (removed > 0, removed as i64)
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    reply(read_set(ctx, &a[1]).await, set_reply)
+}
+
+pub(crate) async fn scard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    reply(read_set(ctx, &a[1]).await, |m| {
+        Reply::Integer(m.len() as i64)
+    })
+}
+
+pub(crate) async fn sismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = read_set(ctx, &a[1]).await;
+    reply(r, |m| Reply::Integer(m.contains(&a[2]) as i64))
+}
+
+pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = read_set(ctx, &a[1]).await;
+    reply(r, |m| {
+        let set: HashSet<&Bytes> = m.iter().collect();
+        Reply::Array(
+            a[2..]
+                .iter()
+                .map(|x| Reply::Integer(set.contains(x) as i64))
+                .collect(),
+        )
+    })
+}
+
+/// Picks `n` distinct positions of `len` at random, in random order.
+fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..len).collect();
+    for i in (1..len).rev() {
+        idx.swap(i, (random_u64(i as u64) % (i as u64 + 1)) as usize);
+    }
+    idx.truncate(n);
+    idx
+}
+
+pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let count = match a.len() {
+        2 => None,
+        3 => match parse_int(&a[2]) {
+            Some(n) if n >= 0 => Some(n as usize),
+            _ => return Reply::err("ERR value is out of range, must be positive"),
+        },
+        _ => return syntax_error(),
+    };
+    let key = ctx.key(&a[1]);
+    let r = write_set(ctx, &key, move |members| {
+        let n = count.unwrap_or(1).min(members.len());
+        let mut picked = distinct_picks(members.len(), n);
+        picked.sort_unstable();
+        let mut popped = Vec::with_capacity(n);
+        for i in picked.into_iter().rev() {
+            popped.push(members.remove(i));
+        }
+        (n > 0, popped)
+    });
+    reply(r.await, |popped| match count {
+        None => popped.into_iter().next().map_or(Reply::Null, Reply::Bulk),
+        Some(_) => set_reply(popped),
+    })
+}
+
+/// Most members one `SRANDMEMBER` with a negative count returns.
+const RANDOM_COUNT_MAX: u64 = 1 << 20;
+
+pub(crate) async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let count = match a.len() {
+        2 => None,
+        3 => match parse_int(&a[2]) {
+            Some(n) if n.unsigned_abs() <= RANDOM_COUNT_MAX => Some(n),
+            Some(_) => return Reply::err("ERR value is out of range"),
+            None => return not_integer(),
+        },
+        _ => return syntax_error(),
+    };
+    let r = read_set(ctx, &a[1]).await;
+    reply(r, |members| {
+        let len = members.len();
+        match count {
+            None if len == 0 => Reply::Null,
+            None => Reply::Bulk(members[(random_u64(0) % len as u64) as usize].clone()),
+            Some(_) if len == 0 => Reply::Array(Vec::new()),
+            Some(n) if n >= 0 => Reply::Array(
+                distinct_picks(len, n as usize)
+                    .into_iter()
+                    .map(|i| Reply::Bulk(members[i].clone()))
+                    .collect(),
+            ),
+            Some(n) => Reply::Array(
+                (0..n.unsigned_abs())
+                    .map(|i| Reply::Bulk(members[(random_u64(i) % len as u64) as usize].clone()))
+                    .collect(),
+            ),
+        }
+    })
+}
+
+pub(crate) async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (pattern, _) = match scan_options(a, false) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    let r = read_set(ctx, &a[1]).await;
+    reply(r, |members| {
+        scan_reply(
+            members
+                .iter()
+                .filter(|m| matches(&pattern, m))
+                .map(|m| bulk(m))
+                .collect(),
+        )
+    })
+}
+
+/// How several sets combine.
+#[derive(Clone, Copy)]
+enum Op {
+    Inter,
+    Union,
+    Diff,
+}
+
+/// Combines the sets at `keys` (every key is read first, so a key of another kind is
+/// `WRONGTYPE` whatever the others hold); at most `limit` members of an intersection.
+async fn combine(ctx: &mut Ctx<'_>, keys: &[Bytes], op: Op) -> Result<Vec<Bytes>, Reply> {
+    let mut sets = Vec::with_capacity(keys.len());
+    for k in keys {
+        sets.push(read_set(ctx, k).await?);
+    }
+    let mut it = sets.into_iter();
+    let first = it.next().unwrap_or_default();
+    Ok(match op {
+        Op::Union => {
+            let mut seen: HashSet<Bytes> = first.iter().cloned().collect();
+            let mut out = first;
+            for s in it {
+                for m in s {
+                    if seen.insert(m.clone()) {
+                        out.push(m);
+                    }
+                }
+            }
+            out
+        }
+        Op::Inter => {
+            let mut out = first;
+            for s in it {
+                let s: HashSet<Bytes> = s.into_iter().collect();
+                out.retain(|m| s.contains(m));
+            }
+            out
+        }
+        Op::Diff => {
+            let mut out = first;
+            for s in it {
+                let s: HashSet<Bytes> = s.into_iter().collect();
+                out.retain(|m| !s.contains(m));
+            }
+            out
+        }
+    })
+}
+
+async fn combine_reply(ctx: &mut Ctx<'_>, a: &[Bytes], op: Op) -> Reply {
+    reply(combine(ctx, &a[1..], op).await, set_reply)
+}
+
+async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], op: Op) -> Reply {
+    let members = match combine(ctx, &a[2..], op).await {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let n = members.len() as i64;
+    let value = (!members.is_empty()).then(|| encode_members(&members));
+    let dst = ctx.key(&a[1]);
+    reply(store_kind(ctx, &dst, Kind::Set, value).await, |_| {
+        Reply::Integer(n)
+    })
+}
+
+pub(crate) async fn sinter(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_reply(ctx, a, Op::Inter).await
+}
+
+pub(crate) async fn sunion(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_reply(ctx, a, Op::Union).await
+}
+
+pub(crate) async fn sdiff(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_reply(ctx, a, Op::Diff).await
+}
+
+pub(crate) async fn sinterstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_store(ctx, a, Op::Inter).await
+}
+
+pub(crate) async fn sunionstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_store(ctx, a, Op::Union).await
+}
+
+pub(crate) async fn sdiffstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_store(ctx, a, Op::Diff).await
+}
+
+/// `SINTERCARD numkeys key [key ...] [LIMIT limit]`.
+pub(crate) async fn sintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let n = match parse_int(&a[1]) {
+        Some(n) if n > 0 => n as usize,
+        Some(_) => return Reply::err("ERR numkeys should be greater than 0"),
+        None => return Reply::err("ERR numkeys should be greater than 0"),
+    };
+    if n > a.len() - 2 {
+        return Reply::err("ERR Number of keys can't be greater than number of args");
+    }
+    let mut limit = 0usize;
+    let rest = &a[2 + n..];
+    match rest {
+        [] => {}
+        [opt, l] if lower(opt) == "limit" => match parse_int(l) {
+            Some(l) if l >= 0 => limit = l as usize,
+            Some(_) => return Reply::err("ERR LIMIT can't be negative"),
+            None => return not_integer(),
+        },
+        _ => return syntax_error(),
+    }
+    let r = combine(ctx, &a[2..2 + n], Op::Inter).await;
+    reply(r, |m| {
+        let len = if limit == 0 {
+            m.len()
+        } else {
+            m.len().min(limit)
+        };
+        Reply::Integer(len as i64)
+    })
+}
+
+/// `SMOVE source destination member`: 0 when the source holds nothing; then both keys are
+/// checked (`WRONGTYPE`).
+pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (src, dst, member) = (ctx.key(&a[1]), ctx.key(&a[2]), a[3].clone());
+    match ctx.shared.engine.exists(&src).await {
+        Ok(true) => {}
+        Ok(false) => return Reply::Integer(0),
+        Err(e) => return engine_error(&e),
+    }
+    let src_members = match read_set(ctx, &a[1]).await {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Err(r) = read_kind(ctx, &dst, Kind::Set).await {
+        return r;
+    }
+    if src == dst {
+        return Reply::Integer(src_members.contains(&member) as i64);
+    }
+    let m = member.clone();
+    let moved = write_set(ctx, &src, move |members| {
+        let before = members.len();
+        members.retain(|x| *x != m);
+        let removed = members.len() < before;
+        (removed, removed)
+    })
+    .await;
+    match moved {
+        Ok(true) => {}
+        Ok(false) => return Reply::Integer(0),
+        Err(r) => return r,
+    }
+    let r = write_set(ctx, &dst, move |members| {
+        let new = !members.contains(&member);
+        if new {
+            members.push(member);
+        }
+        (new, ())
+    });
+    reply(r.await, |_| Reply::Integer(1))
+}

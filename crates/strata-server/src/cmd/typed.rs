@@ -1,0 +1,180 @@
+//! What every command on a non-string kind does the same way: read the value if the key
+//! holds that kind (`WRONGTYPE` otherwise), change it by a read-modify-write under the key's
+//! lock (the key keeps its expiry; a value left empty deletes its key, as in Redis), or
+//! overwrite it whole (the `STORE` forms).
+
+use bytes::Bytes;
+use strata_engine::{Change, Key, Kind};
+use strata_resp::Reply;
+
+use super::{engine_error, wrong_type, Ctx};
+
+/// What a read-modify-write does to its value.
+pub(crate) enum Edit {
+    /// Nothing changes.
+    Keep,
+    /// The value becomes these bytes.
+    Put(Vec<u8>),
+    /// The key is deleted (the value was left empty).
+    Delete,
+}
+
+/// A stored value that failed to decode as its kind.
+pub(crate) fn corrupt(kind: Kind, e: strata_format::FormatError) -> strata_engine::Error {
+    strata_engine::Error::Data(format!("{} value: {e}", kind.name()))
+}
+
+/// The value at `key` if it holds `kind`: `None` if the key holds nothing, `WRONGTYPE` if
+/// it holds another kind.
+pub(crate) async fn read_kind(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+) -> Result<Option<Bytes>, Reply> {
+    let engine = &ctx.shared.engine;
+    engine.note_access(ctx.conn.id, key);
+    match engine.get_value(key).await {
+        Ok(None) => Ok(None),
+        Ok(Some((k, v))) if k == kind => Ok(Some(v)),
+        Ok(Some(_)) => Err(wrong_type()),
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// The read-modify-write of the value of `kind` at `key`: `f` sees the value (`None` if the
+/// key holds nothing) and says what becomes of it.
+pub(crate) async fn write_kind<R: Send + 'static>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    f: impl FnOnce(Option<&Bytes>) -> strata_engine::Result<(Edit, R)> + Send,
+) -> Result<R, Reply> {
+    let r = ctx
+        .shared
+        .engine
+        .update(key, true, move |cur| {
+            let (value, expire_ms) = match &cur {
+                None => (None, 0),
+                Some(c) if c.kind != kind => return Err(strata_engine::Error::WrongType),
+                Some(c) => (Some(c.value.expect("value requested")), c.expire_ms),
+            };
+            let (edit, out) = f(value)?;
+            let change = match edit {
+                Edit::Keep => None,
+                Edit::Delete => cur.is_some().then_some(Change::Delete),
+                Edit::Put(v) => Some(Change::Put {
+                    kind,
+                    value: Bytes::from(v),
+                    expire_ms,
+                }),
+            };
+            Ok((change, out))
+        })
+        .await;
+    match r {
+        Ok(w) => Ok(ctx.defer(w)),
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// Replaces whatever `key` holds with `value` of `kind`, without expiry, or deletes the key
+/// when `value` is `None` (an empty result), as the `STORE` commands do.
+pub(crate) async fn store_kind(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    value: Option<Vec<u8>>,
+) -> Result<(), Reply> {
+    let r = ctx
+        .shared
+        .engine
+        .update(key, false, move |cur| {
+            let change = match value {
+                Some(v) => Some(Change::Put {
+                    kind,
+                    value: Bytes::from(v),
+                    expire_ms: 0,
+                }),
+                None => cur.is_some().then_some(Change::Delete),
+            };
+            Ok((change, ()))
+        })
+        .await;
+    match r {
+        Ok(w) => {
+            ctx.defer(w);
+            Ok(())
+        }
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// The reply of a command that ran or was refused.
+pub(crate) fn reply<R>(r: Result<R, Reply>, f: impl FnOnce(R) -> Reply) -> Reply {
+    r.map_or_else(|e| e, f)
+}
+
+/// A bulk reply copied from `b`.
+pub(crate) fn bulk(b: &[u8]) -> Reply {
+    Reply::Bulk(Bytes::copy_from_slice(b))
+}
+
+/// A random number for the commands that pick at random (`HRANDFIELD`, `SPOP`): not for
+/// anything that must be unpredictable.
+pub(crate) fn random_u64(counter: u64) -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(counter)
+}
+
+/// The options of a `*SCAN` over one value (`HSCAN`, `SSCAN`, `ZSCAN`): the pattern, and
+/// whether values are left out (`NOVALUES`, where `novalues` is allowed).
+pub(crate) fn scan_options(a: &[Bytes], novalues: bool) -> Result<(Option<Bytes>, bool), Reply> {
+    use super::{lower, not_integer, parse_int, syntax_error};
+    if std::str::from_utf8(&a[2])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .is_none()
+    {
+        return Err(Reply::err("ERR invalid cursor"));
+    }
+    let mut pattern = None;
+    let mut values = true;
+    let mut i = 3;
+    while i < a.len() {
+        match lower(&a[i]).as_str() {
+            "match" if i + 1 < a.len() => {
+                pattern = Some(a[i + 1].clone());
+                i += 2;
+            }
+            "count" if i + 1 < a.len() => {
+                match parse_int(&a[i + 1]) {
+                    Some(n) if n >= 1 => {}
+                    Some(_) => return Err(syntax_error()),
+                    None => return Err(not_integer()),
+                }
+                i += 2;
+            }
+            "novalues" if novalues => {
+                values = false;
+                i += 1;
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok((pattern, values))
+}
+
+/// A `*SCAN` reply: the whole value in one page (cursor 0), which keeps `SCAN`'s promise.
+pub(crate) fn scan_reply(items: Vec<Reply>) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(Bytes::from_static(b"0")),
+        Reply::Array(items),
+    ])
+}
+
+/// Whether `name` passes a `MATCH` pattern.
+pub(crate) fn matches(pattern: &Option<Bytes>, name: &[u8]) -> bool {
+    pattern
+        .as_ref()
+        .is_none_or(|p| strata_engine::glob::glob_match(p, name))
+}
