@@ -136,3 +136,32 @@ def test_sets_pop_and_sample_at_random_and_combine(strata):
     while r.spop("t"):
         pass
     assert r.exists("t") == 0, "an emptied set is deleted"
+
+
+def test_sorted_sets_rank_range_and_combine_like_a_leaderboard(strata):
+    r = strata.client(decode_responses=True)
+    assert r.zadd("board", {f"player{i}": i * 10 for i in range(100)}) == 100
+    assert r.zadd("board", {"player5": 1000}, gt=True, ch=True) == 1
+    assert r.zadd("board", {"player5": 1}, gt=True, ch=True) == 0, "GT keeps the higher score"
+    assert r.zrevrange("board", 0, 2, withscores=True) == [
+        ("player5", 1000.0), ("player99", 990.0), ("player98", 980.0)]
+    assert r.zrank("board", "player0") == 0 and r.zrevrank("board", "player5") == 0
+    assert r.zrangebyscore("board", "(10", 30) == ["player2", "player3"]
+    # player5 left for 1000: the scores from 50 are player6 (60), player7, ...
+    assert r.zrange("board", 50, "(100", byscore=True, offset=1, num=2) == ["player7", "player8"]
+    assert r.zincrby("board", 0.1, "player0") == 0.1
+    assert r.zscore("board", "player0") == 0.1
+    assert r.zcount("board", "-inf", "+inf") == 100
+    assert r.zpopmin("board", 2) == [("player0", 0.1), ("player1", 10.0)]
+    assert r.zremrangebyrank("board", 0, 9) == 10
+    assert r.zcard("board") == 88
+    r.zadd("bonus", {"player50": 5, "ghost": 1})
+    assert r.zunionstore("total", ["board", "bonus"], aggregate="SUM") == 89
+    assert r.zscore("total", "player50") == 505.0
+    assert r.zinterstore("both", {"board": 1, "bonus": 2}) == 1
+    assert r.zrange("both", 0, -1, withscores=True) == [("player50", 510.0)]
+    r.zadd("lex", {m: 0 for m in "abcdef"})
+    assert r.zrangebylex("lex", "[b", "(e") == ["b", "c", "d"]
+    assert r.zlexcount("lex", "-", "+") == 6
+    with pytest.raises(redis.ResponseError, match="not a valid float"):
+        r.zadd("board", {"x": "abc"})

@@ -60,9 +60,7 @@ pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
 /// Encodes `fields` (names distinct, in the order given) as a hash value.
 pub fn encode_hash(fields: &[Field<'_>]) -> Vec<u8> {
     let len = HASH_HEADER_BYTES + fields.iter().map(Field::encoded_len).sum::<usize>();
-    let mut out = Vec::with_capacity(len);
-    out.push(HASH_VERSION);
-    out.extend_from_slice(&(fields.len() as u32).to_le_bytes());
+    let mut out = crate::collection_buf(HASH_VERSION, fields.len(), len);
     for f in fields {
         out.extend_from_slice(&(f.name.len() as u32).to_le_bytes());
         out.extend_from_slice(&(f.value.len() as u32).to_le_bytes());

@@ -8,7 +8,7 @@
 //! - segments: immutable objects of zstd-compressed blocks with a footer
 //!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]);
 //! - value-log entry headers ([`encode_log_header`]);
-//! - the values of the other kinds ([`Kind`]): [`hash`], [`members`] (sets, lists).
+//! - the values of the other kinds ([`Kind`]): [`hash`], [`members`] (sets, lists), [`zset`].
 //!
 //! It does no I/O and knows nothing about RocksDB or object stores. Every checksum covers
 //! the key, so a record read back under the wrong key, or a block fetched from the wrong
@@ -31,6 +31,7 @@ pub mod hash;
 pub mod keys;
 pub mod members;
 mod record;
+pub mod zset;
 
 pub use block::{
     decode_block, decode_footer, find_in_block, iter_block, BlockEntry, BlockRef, Footer,
@@ -71,6 +72,15 @@ pub enum FormatError {
 }
 
 pub type Result<T> = std::result::Result<T, FormatError>;
+
+/// A buffer for a collection value of `count` items and `bytes` bytes in all, its header
+/// (version byte, item count) written.
+pub(crate) fn collection_buf(version: u8, count: usize, bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes);
+    out.push(version);
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+    out
+}
 
 /// A little-endian reader over a byte slice that reports truncation instead of panicking.
 pub(crate) struct Reader<'a> {

@@ -30,9 +30,7 @@ pub fn decode_members(b: &[u8]) -> Result<Vec<&[u8]>> {
 /// Encodes `members`, in the order given.
 pub fn encode_members<M: AsRef<[u8]>>(members: &[M]) -> Vec<u8> {
     let len = MEMBERS_HEADER_BYTES + members.iter().map(|m| 4 + m.as_ref().len()).sum::<usize>();
-    let mut out = Vec::with_capacity(len);
-    out.push(MEMBERS_VERSION);
-    out.extend_from_slice(&(members.len() as u32).to_le_bytes());
+    let mut out = crate::collection_buf(MEMBERS_VERSION, members.len(), len);
     for m in members {
         let m = m.as_ref();
         out.extend_from_slice(&(m.len() as u32).to_le_bytes());

@@ -196,20 +196,39 @@ impl ReplyBuf {
     }
 }
 
-/// Formats a double the way Redis does for `INCRBYFLOAT`: shortest round-trip form, no
-/// exponent, no trailing zeros.
+/// Formats a double as Redis 7.0 replies with one (`addReplyDouble`: scores, `ZINCRBY`):
+/// C's `%.17g` (17 significant digits, trailing zeros dropped, an exponent below 1e-4 or
+/// from 1e17), with `inf` and `-inf` spelled out.
 pub fn format_double(d: f64) -> String {
     if d.is_infinite() {
         return if d > 0.0 { "inf".into() } else { "-inf".into() };
     }
-    let s = format!("{d}");
-    if s.contains('e') || s.contains('E') {
-        format!("{d:.17}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
+    if d.is_nan() {
+        return "nan".into();
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    // The exponent %e would print with 17 significant digits decides the style.
+    let e_form = format!("{d:.16e}");
+    let (mantissa, exp) = e_form.split_once('e').expect("an exponent");
+    let exp: i32 = exp.parse().expect("a decimal exponent");
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if !(-4..17).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
     } else {
-        s
+        trim(&format!("{d:.*}", (16 - exp) as usize))
     }
 }
 
@@ -267,6 +286,20 @@ mod tests {
         assert_eq!(enc(2, m.clone()), "*2\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(enc(3, m), "%1\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(enc(3, Reply::Double(1.5)), ",1.5\r\n");
+        for (d, want) in [
+            (0.1, "0.10000000000000001"),
+            (1.0, "1"),
+            (-2.5, "-2.5"),
+            (1e17, "1e+17"),
+            (12345678901234567.0, "12345678901234568"),
+            (0.0001, "0.0001"),
+            (0.00001, "1.0000000000000001e-05"),
+            (-0.0, "-0"),
+            (f64::INFINITY, "inf"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+        ] {
+            assert_eq!(format_double(d), want, "{d}");
+        }
         assert_eq!(enc(2, Reply::Double(1.5)), "$3\r\n1.5\r\n");
         assert_eq!(enc(3, Reply::Bool(true)), "#t\r\n");
         assert_eq!(enc(2, Reply::Error("ERR a\r\nb".into())), "-ERR a  b\r\n");

@@ -9,10 +9,10 @@ use strata_resp::Reply;
 
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    bulk, corrupt, matches, random_u64, read_kind, reply, scan_options, scan_reply, write_kind,
-    Edit,
+    bulk, corrupt, matches, random_args, random_positions, read_kind, reply, scan_options,
+    scan_reply, write_items, Codec,
 };
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
+use super::{engine_error, not_integer, parse_int, wrong_args, Ctx};
 
 /// A field as a write sees it: name and value share the buffers they came from (the old
 /// value, the command's arguments).
@@ -33,18 +33,27 @@ impl Owned {
     }
 }
 
-/// The live fields of an encoded hash, sharing its buffer.
-fn owned_fields(value: &Bytes, now_ms: u64) -> strata_engine::Result<Vec<Owned>> {
-    Ok(decode_hash(value)
-        .map_err(|e| corrupt(Kind::Hash, e))?
-        .into_iter()
-        .filter(|f| f.is_live(now_ms))
-        .map(|f| Owned {
-            name: value.slice_ref(f.name),
-            value: value.slice_ref(f.value),
-            expire_ms: f.expire_ms,
-        })
-        .collect())
+/// A hash's live fields, in the order they were first set.
+struct HashCodec;
+
+impl Codec for HashCodec {
+    type Item = Owned;
+    const KIND: Kind = Kind::Hash;
+    fn decode(value: &Bytes, now_ms: u64) -> strata_format::Result<Vec<Owned>> {
+        Ok(decode_hash(value)?
+            .into_iter()
+            .filter(|f| f.is_live(now_ms))
+            .map(|f| Owned {
+                name: value.slice_ref(f.name),
+                value: value.slice_ref(f.value),
+                expire_ms: f.expire_ms,
+            })
+            .collect())
+    }
+    fn encode(items: &[Owned]) -> Vec<u8> {
+        let fields: Vec<Field<'_>> = items.iter().map(Owned::field).collect();
+        encode_hash(&fields)
+    }
 }
 
 /// Runs `f` over the live fields of the hash at `argument 1` (none if absent).
@@ -64,32 +73,13 @@ async fn with_fields<R>(
     Ok(f(&live))
 }
 
-/// The read-modify-write of a hash: `f` changes the live fields (none if the key is
-/// absent) and says whether it changed them; the key keeps its expiry, and a hash left
-/// with no fields is deleted.
+/// The read-modify-write of a hash's live fields (see [`write_items`]).
 async fn write_hash<R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &Key,
     f: impl FnOnce(&mut Vec<Owned>) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
-    let now = ctx.shared.engine.now_ms();
-    write_kind(ctx, key, Kind::Hash, move |value| {
-        let mut fields = match value {
-            Some(v) => owned_fields(v, now)?,
-            None => Vec::new(),
-        };
-        let (changed, out) = f(&mut fields)?;
-        let edit = match (changed, fields.is_empty()) {
-            (false, _) => Edit::Keep,
-            (true, true) => Edit::Delete,
-            (true, false) => {
-                let encoded: Vec<Field<'_>> = fields.iter().map(Owned::field).collect();
-                Edit::Put(encode_hash(&encoded))
-            }
-        };
-        Ok((edit, out))
-    })
-    .await
+    write_items::<HashCodec, R>(ctx, key, f).await
 }
 
 /// Sets `name` to `value` in `fields` (a new field goes last; an existing one keeps its
@@ -300,48 +290,20 @@ pub(crate) async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     reply(r, Reply::Bulk)
 }
 
-/// Most fields one `HRANDFIELD` returns with a negative count (repeats allowed).
-const RANDFIELD_COUNT_MAX: i64 = 1 << 20;
-
 pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let count = match a.get(2) {
-        None => None,
-        Some(c) => match parse_int(c) {
-            Some(n) if n.unsigned_abs() <= RANDFIELD_COUNT_MAX as u64 => Some(n),
-            Some(_) => return Reply::err("ERR value is out of range"),
-            None => return not_integer(),
-        },
-    };
-    let with_values = match a.get(3) {
-        None => false,
-        Some(o) if lower(o) == "withvalues" && a.len() == 4 => true,
-        Some(_) => return syntax_error(),
+    let (count, with_values) = match random_args(a, Some("withvalues")) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let resp3 = ctx.conn.proto == 3;
     let r = with_fields(ctx, a, move |fields| {
-        let n = fields.len();
         let Some(count) = count else {
-            return match n {
+            return match fields.len() {
                 0 => Reply::Null,
-                _ => bulk(fields[(random_u64(0) % n as u64) as usize].name),
+                n => bulk(fields[random_positions(n, -1)[0]].name),
             };
         };
-        if n == 0 {
-            return Reply::Array(Vec::new());
-        }
-        let picked: Vec<usize> = if count >= 0 {
-            // Distinct fields: a random subset, in random order.
-            let mut idx: Vec<usize> = (0..n).collect();
-            for i in (1..n).rev() {
-                idx.swap(i, (random_u64(i as u64) % (i as u64 + 1)) as usize);
-            }
-            idx.truncate(count as usize);
-            idx
-        } else {
-            (0..count.unsigned_abs())
-                .map(|i| (random_u64(i) % n as u64) as usize)
-                .collect()
-        };
+        let picked = random_positions(fields.len(), count);
         let items = picked.into_iter().map(|i| &fields[i]);
         match (with_values, resp3) {
             (false, _) => Reply::Array(items.map(|f| bulk(f.name)).collect()),

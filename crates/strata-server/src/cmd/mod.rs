@@ -13,6 +13,7 @@ mod strata;
 mod strings;
 mod txn;
 mod typed;
+mod zsets;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -78,6 +79,7 @@ use server as sv;
 use sets as se;
 use strata as st;
 use strings as s;
+use zsets as z;
 
 pub(crate) static COMMANDS: &[Spec] = &[
     // Connection.
@@ -187,6 +189,48 @@ pub(crate) static COMMANDS: &[Spec] = &[
     ),
     c!("sintercard", -3, READ, 0, 0, 0, se::sintercard),
     c!("smove", 4, WRITE | EXCLUSIVE | FAST, 1, 2, 1, se::smove),
+    // Sorted sets.
+    c!("zadd", -4, WRITE | FAST, 1, 1, 1, z::zadd),
+    c!("zincrby", 4, WRITE | FAST, 1, 1, 1, z::zincrby),
+    c!("zrem", -3, WRITE | FAST, 1, 1, 1, z::zrem),
+    c!("zcard", 2, READ | FAST, 1, 1, 1, z::zcard),
+    c!("zscore", 3, READ | FAST, 1, 1, 1, z::zscore),
+    c!("zmscore", -3, READ | FAST, 1, 1, 1, z::zmscore),
+    c!("zrank", -3, READ | FAST, 1, 1, 1, z::zrank),
+    c!("zrevrank", -3, READ | FAST, 1, 1, 1, z::zrevrank),
+    c!("zrange", -4, READ, 1, 1, 1, z::zrange),
+    c!("zrevrange", -4, READ, 1, 1, 1, z::zrevrange),
+    c!("zrangebyscore", -4, READ, 1, 1, 1, z::zrangebyscore),
+    c!("zrevrangebyscore", -4, READ, 1, 1, 1, z::zrevrangebyscore),
+    c!("zrangebylex", -4, READ, 1, 1, 1, z::zrangebylex),
+    c!("zrevrangebylex", -4, READ, 1, 1, 1, z::zrevrangebylex),
+    c!("zcount", 4, READ | FAST, 1, 1, 1, z::zcount),
+    c!("zlexcount", 4, READ | FAST, 1, 1, 1, z::zlexcount),
+    c!("zremrangebyscore", 4, WRITE, 1, 1, 1, z::zremrangebyscore),
+    c!("zremrangebyrank", 4, WRITE, 1, 1, 1, z::zremrangebyrank),
+    c!("zremrangebylex", 4, WRITE, 1, 1, 1, z::zremrangebylex),
+    c!("zpopmin", -2, WRITE | FAST, 1, 1, 1, z::zpopmin),
+    c!("zpopmax", -2, WRITE | FAST, 1, 1, 1, z::zpopmax),
+    c!("zscan", -3, READ, 1, 1, 1, z::zscan),
+    c!("zrandmember", -2, READ, 1, 1, 1, z::zrandmember),
+    c!(
+        "zunionstore",
+        -4,
+        WRITE | EXCLUSIVE,
+        1,
+        1,
+        1,
+        z::zunionstore
+    ),
+    c!(
+        "zinterstore",
+        -4,
+        WRITE | EXCLUSIVE,
+        1,
+        1,
+        1,
+        z::zinterstore
+    ),
     // Keys.
     c!("del", -2, WRITE, 1, -1, 1, keys::del),
     c!("unlink", -2, WRITE | FAST, 1, -1, 1, keys::del),

@@ -6,56 +6,30 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use strata_engine::{Key, Kind};
+use strata_engine::Kind;
 use strata_format::members::{decode_members, encode_members};
 use strata_resp::Reply;
 
 use super::typed::{
-    bulk, corrupt, matches, random_u64, read_kind, reply, scan_options, scan_reply, store_kind,
-    write_kind, Edit,
+    bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, reply,
+    scan_options, scan_reply, store_items, write_items, Codec,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
-/// The members of a set value, sharing its buffer.
-fn members_of(value: &Bytes) -> strata_engine::Result<Vec<Bytes>> {
-    Ok(decode_members(value)
-        .map_err(|e| corrupt(Kind::Set, e))?
-        .into_iter()
-        .map(|m| value.slice_ref(m))
-        .collect())
-}
+/// A set's members, in the order they were added.
+pub(crate) struct SetCodec;
 
-/// The members of the set at `key` (none if absent).
-async fn read_set(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<Bytes>, Reply> {
-    let key = ctx.key(key);
-    match read_kind(ctx, &key, Kind::Set).await? {
-        Some(v) => members_of(&v).map_err(|e| engine_error(&e)),
-        None => Ok(Vec::new()),
+impl Codec for SetCodec {
+    type Item = Bytes;
+    const KIND: Kind = Kind::Set;
+    fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Bytes>> {
+        Ok(decode_members(value)?
+            .into_iter()
+            .map(|m| value.slice_ref(m))
+            .collect())
     }
-}
-
-/// The read-modify-write of a set: `f` changes the members and says whether it did.
-async fn write_set<R: Send + 'static>(
-    ctx: &mut Ctx<'_>,
-    key: &Key,
-    f: impl FnOnce(&mut Vec<Bytes>) -> (bool, R) + Send,
-) -> Result<R, Reply> {
-    write_kind(ctx, key, Kind::Set, move |value| {
-        let mut members = match value {
-            Some(v) => members_of(v)?,
-            None => Vec::new(),
-        };
-        let (changed, out) = f(&mut members);
-        Ok((edit_of(changed, &members), out))
-    })
-    .await
-}
-
-fn edit_of(changed: bool, members: &[Bytes]) -> Edit {
-    match (changed, members.is_empty()) {
-        (false, _) => Edit::Keep,
-        (true, true) => Edit::Delete,
-        (true, false) => Edit::Put(encode_members(members)),
+    fn encode(items: &[Bytes]) -> Vec<u8> {
+        encode_members(items)
     }
 }
 
@@ -66,7 +40,7 @@ fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
 pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let new: Vec<Bytes> = a[2..].to_vec();
     let key = ctx.key(&a[1]);
-    let r = write_set(ctx, &key, move |members| {
+    let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let mut seen: HashSet<Bytes> = members.iter().cloned().collect();
         let before = members.len();
         for m in new {
@@ -75,7 +49,7 @@ pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             }
         }
         let added = members.len() - before;
-        (added > 0, added as i64)
+        Ok((added > 0, added as i64))
     });
     reply(r.await, Reply::Integer)
 }
@@ -83,32 +57,32 @@ pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let gone: HashSet<Bytes> = a[2..].iter().cloned().collect();
     let key = ctx.key(&a[1]);
-    let r = write_set(ctx, &key, move |members| {
+    let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let before = members.len();
         members.retain(|m| !gone.contains(m));
         let removed = before - members.len();
-        (removed > 0, removed as i64)
+        Ok((removed > 0, removed as i64))
     });
     reply(r.await, Reply::Integer)
 }
 
 pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    reply(read_set(ctx, &a[1]).await, set_reply)
+    reply(read_items::<SetCodec>(ctx, &a[1]).await, set_reply)
 }
 
 pub(crate) async fn scard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    reply(read_set(ctx, &a[1]).await, |m| {
+    reply(read_items::<SetCodec>(ctx, &a[1]).await, |m| {
         Reply::Integer(m.len() as i64)
     })
 }
 
 pub(crate) async fn sismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_set(ctx, &a[1]).await;
+    let r = read_items::<SetCodec>(ctx, &a[1]).await;
     reply(r, |m| Reply::Integer(m.contains(&a[2]) as i64))
 }
 
 pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_set(ctx, &a[1]).await;
+    let r = read_items::<SetCodec>(ctx, &a[1]).await;
     reply(r, |m| {
         let set: HashSet<&Bytes> = m.iter().collect();
         Reply::Array(
@@ -120,35 +94,21 @@ pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     })
 }
 
-/// Picks `n` distinct positions of `len` at random, in random order.
-fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..len).collect();
-    for i in (1..len).rev() {
-        idx.swap(i, (random_u64(i as u64) % (i as u64 + 1)) as usize);
-    }
-    idx.truncate(n);
-    idx
-}
-
 pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let count = match a.len() {
-        2 => None,
-        3 => match parse_int(&a[2]) {
-            Some(n) if n >= 0 => Some(n as usize),
-            _ => return Reply::err("ERR value is out of range, must be positive"),
-        },
-        _ => return syntax_error(),
+    let count = match pop_count(a) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let key = ctx.key(&a[1]);
-    let r = write_set(ctx, &key, move |members| {
+    let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let n = count.unwrap_or(1).min(members.len());
-        let mut picked = distinct_picks(members.len(), n);
+        let mut picked = random_positions(members.len(), n as i64);
         picked.sort_unstable();
         let mut popped = Vec::with_capacity(n);
         for i in picked.into_iter().rev() {
             popped.push(members.remove(i));
         }
-        (n > 0, popped)
+        Ok((n > 0, popped))
     });
     reply(r.await, |popped| match count {
         None => popped.into_iter().next().map_or(Reply::Null, Reply::Bulk),
@@ -156,38 +116,21 @@ pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     })
 }
 
-/// Most members one `SRANDMEMBER` with a negative count returns.
-const RANDOM_COUNT_MAX: u64 = 1 << 20;
-
 pub(crate) async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let count = match a.len() {
-        2 => None,
-        3 => match parse_int(&a[2]) {
-            Some(n) if n.unsigned_abs() <= RANDOM_COUNT_MAX => Some(n),
-            Some(_) => return Reply::err("ERR value is out of range"),
-            None => return not_integer(),
-        },
-        _ => return syntax_error(),
+    let (count, _) = match random_args(a, None) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
-    let r = read_set(ctx, &a[1]).await;
-    reply(r, |members| {
-        let len = members.len();
-        match count {
-            None if len == 0 => Reply::Null,
-            None => Reply::Bulk(members[(random_u64(0) % len as u64) as usize].clone()),
-            Some(_) if len == 0 => Reply::Array(Vec::new()),
-            Some(n) if n >= 0 => Reply::Array(
-                distinct_picks(len, n as usize)
-                    .into_iter()
-                    .map(|i| Reply::Bulk(members[i].clone()))
-                    .collect(),
-            ),
-            Some(n) => Reply::Array(
-                (0..n.unsigned_abs())
-                    .map(|i| Reply::Bulk(members[(random_u64(i) % len as u64) as usize].clone()))
-                    .collect(),
-            ),
-        }
+    let r = read_items::<SetCodec>(ctx, &a[1]).await;
+    reply(r, |members| match count {
+        None if members.is_empty() => Reply::Null,
+        None => Reply::Bulk(members[random_positions(members.len(), -1)[0]].clone()),
+        Some(n) => Reply::Array(
+            random_positions(members.len(), n)
+                .into_iter()
+                .map(|i| Reply::Bulk(members[i].clone()))
+                .collect(),
+        ),
     })
 }
 
@@ -196,7 +139,7 @@ pub(crate) async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(o) => o,
         Err(r) => return r,
     };
-    let r = read_set(ctx, &a[1]).await;
+    let r = read_items::<SetCodec>(ctx, &a[1]).await;
     reply(r, |members| {
         scan_reply(
             members
@@ -221,7 +164,7 @@ enum Op {
 async fn combine(ctx: &mut Ctx<'_>, keys: &[Bytes], op: Op) -> Result<Vec<Bytes>, Reply> {
     let mut sets = Vec::with_capacity(keys.len());
     for k in keys {
-        sets.push(read_set(ctx, k).await?);
+        sets.push(read_items::<SetCodec>(ctx, k).await?);
     }
     let mut it = sets.into_iter();
     let first = it.next().unwrap_or_default();
@@ -266,12 +209,7 @@ async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], op: Op) -> Reply {
         Ok(m) => m,
         Err(r) => return r,
     };
-    let n = members.len() as i64;
-    let value = (!members.is_empty()).then(|| encode_members(&members));
-    let dst = ctx.key(&a[1]);
-    reply(store_kind(ctx, &dst, Kind::Set, value).await, |_| {
-        Reply::Integer(n)
-    })
+    store_items::<SetCodec>(ctx, &a[1], &members).await
 }
 
 pub(crate) async fn sinter(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -339,7 +277,7 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(false) => return Reply::Integer(0),
         Err(e) => return engine_error(&e),
     }
-    let src_members = match read_set(ctx, &a[1]).await {
+    let src_members = match read_items::<SetCodec>(ctx, &a[1]).await {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -350,11 +288,11 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return Reply::Integer(src_members.contains(&member) as i64);
     }
     let m = member.clone();
-    let moved = write_set(ctx, &src, move |members| {
+    let moved = write_items::<SetCodec, _>(ctx, &src, move |members| {
         let before = members.len();
         members.retain(|x| *x != m);
         let removed = members.len() < before;
-        (removed, removed)
+        Ok((removed, removed))
     })
     .await;
     match moved {
@@ -362,12 +300,12 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(false) => return Reply::Integer(0),
         Err(r) => return r,
     }
-    let r = write_set(ctx, &dst, move |members| {
+    let r = write_items::<SetCodec, _>(ctx, &dst, move |members| {
         let new = !members.contains(&member);
         if new {
             members.push(member);
         }
-        (new, ())
+        Ok((new, ()))
     });
     reply(r.await, |_| Reply::Integer(1))
 }

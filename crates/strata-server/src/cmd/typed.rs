@@ -119,6 +119,122 @@ pub(crate) fn bulk(b: &[u8]) -> Reply {
     Reply::Bulk(Bytes::copy_from_slice(b))
 }
 
+/// How a kind's value decodes into items (sharing its buffer) and encodes back.
+pub(crate) trait Codec {
+    type Item: Send + 'static;
+    const KIND: Kind;
+    /// The live items of `value` at `now_ms` (a hash drops its expired fields).
+    fn decode(value: &Bytes, now_ms: u64) -> strata_format::Result<Vec<Self::Item>>;
+    fn encode(items: &[Self::Item]) -> Vec<u8>;
+}
+
+/// The items of the value of `C`'s kind at the client key `key` (none if absent).
+pub(crate) async fn read_items<C: Codec>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+) -> Result<Vec<C::Item>, Reply> {
+    let key = ctx.key(key);
+    let now = ctx.shared.engine.now_ms();
+    match read_kind(ctx, &key, C::KIND).await? {
+        Some(v) => C::decode(&v, now).map_err(|e| engine_error(&corrupt(C::KIND, e))),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The read-modify-write of the items at `key`: `f` changes them and says whether it did;
+/// a value left with no items deletes its key.
+pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    f: impl FnOnce(&mut Vec<C::Item>) -> strata_engine::Result<(bool, R)> + Send,
+) -> Result<R, Reply> {
+    let now = ctx.shared.engine.now_ms();
+    write_kind(ctx, key, C::KIND, move |value| {
+        let mut items = match value {
+            Some(v) => C::decode(v, now).map_err(|e| corrupt(C::KIND, e))?,
+            None => Vec::new(),
+        };
+        let (changed, out) = f(&mut items)?;
+        let edit = match (changed, items.is_empty()) {
+            (false, _) => Edit::Keep,
+            (true, true) => Edit::Delete,
+            (true, false) => Edit::Put(C::encode(&items)),
+        };
+        Ok((edit, out))
+    })
+    .await
+}
+
+/// Stores `items` as the value of `C`'s kind at the client key `dst` (replacing whatever it
+/// held; no items deletes it) and replies with how many were stored (the `STORE` forms).
+pub(crate) async fn store_items<C: Codec>(
+    ctx: &mut Ctx<'_>,
+    dst: &[u8],
+    items: &[C::Item],
+) -> Reply {
+    let value = (!items.is_empty()).then(|| C::encode(items));
+    let dst = ctx.key(dst);
+    reply(store_kind(ctx, &dst, C::KIND, value).await, |_| {
+        Reply::Integer(items.len() as i64)
+    })
+}
+
+/// The count of a pop (`SPOP`, `ZPOPMIN`, `ZPOPMAX`): `key [count]`, not negative.
+pub(crate) fn pop_count(a: &[Bytes]) -> Result<Option<usize>, Reply> {
+    use super::{parse_int, syntax_error};
+    match a.len() {
+        2 => Ok(None),
+        3 => match parse_int(&a[2]) {
+            Some(n) if n >= 0 => Ok(Some(n as usize)),
+            _ => Err(Reply::err("ERR value is out of range, must be positive")),
+        },
+        _ => Err(syntax_error()),
+    }
+}
+
+/// Most items one random pick with a negative count returns (`HRANDFIELD`, `SRANDMEMBER`,
+/// `ZRANDMEMBER`).
+const RANDOM_COUNT_MAX: u64 = 1 << 20;
+
+/// The arguments of a random pick: `key [count [flag]]` (`flag`: `WITHVALUES`,
+/// `WITHSCORES`, or none allowed).
+pub(crate) fn random_args(a: &[Bytes], flag: Option<&str>) -> Result<(Option<i64>, bool), Reply> {
+    use super::{lower, not_integer, parse_int, syntax_error};
+    let count = match a.get(2) {
+        None => None,
+        Some(c) => match parse_int(c) {
+            Some(n) if n.unsigned_abs() <= RANDOM_COUNT_MAX => Some(n),
+            Some(_) => return Err(Reply::err("ERR value is out of range")),
+            None => return Err(not_integer()),
+        },
+    };
+    let with = match (a.get(3), flag) {
+        (None, _) => false,
+        (Some(o), Some(f)) if lower(o) == f && a.len() == 4 => true,
+        _ => return Err(syntax_error()),
+    };
+    Ok((count, with))
+}
+
+/// Random positions among `len` items: `count` distinct ones in random order, or with a
+/// negative count, `-count` that may repeat.
+pub(crate) fn random_positions(len: usize, count: i64) -> Vec<usize> {
+    if len == 0 {
+        return Vec::new();
+    }
+    if count < 0 {
+        return (0..count.unsigned_abs())
+            .map(|i| (random_u64(i) % len as u64) as usize)
+            .collect();
+    }
+    let mut idx: Vec<usize> = (0..len).collect();
+    for i in (1..len).rev() {
+        idx.swap(i, (random_u64(i as u64) % (i as u64 + 1)) as usize);
+    }
+    idx.truncate(count as usize);
+    idx
+}
+
 /// A random number for the commands that pick at random (`HRANDFIELD`, `SPOP`): not for
 /// anything that must be unpredictable.
 pub(crate) fn random_u64(counter: u64) -> u64 {

@@ -27,6 +27,11 @@ const VALUES: &[&str] = &[
 
 const FIELDS: &[&str] = &["f0", "f1", "f2", "n", ""];
 const MEMBERS: &[&str] = &["a", "b", "c", "1", "2", "10", ""];
+const SCORES: &[&str] = &[
+    "1", "2.5", "-1", "0", "0.1", "1e3", "inf", "-inf", "x", "nan",
+];
+const SCORE_BOUNDS: &[&str] = &["-inf", "+inf", "0", "(0", "1", "(2.5", "3", "x", "(nan"];
+const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(a", "[c", "(10", "[", "a"];
 
 /// Commands whose reply is a set: Redis's order is its hash table's, so both replies are
 /// compared with their elements sorted.
@@ -55,8 +60,11 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let v = |r: &mut Rng| r.pick(VALUES).to_string();
     let f = |r: &mut Rng| r.pick(FIELDS).to_string();
     let m = |r: &mut Rng| r.pick(MEMBERS).to_string();
+    let sc = |r: &mut Rng| r.pick(SCORES).to_string();
+    let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
+    let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(65) {
+    let c: Vec<String> = match rng.below(80) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -233,6 +241,118 @@ fn command(rng: &mut Rng) -> Vec<String> {
             "MATCH".into(),
             "*1*".into(),
         ],
+        65..=68 => {
+            let mut c = vec!["ZADD".into(), k(rng)];
+            for o in [
+                ["", "", "NX", "XX"].as_slice(),
+                &["", "", "GT", "LT"],
+                &["", "CH"],
+                &["", "", "", "INCR"],
+            ] {
+                let o = rng.pick(o);
+                if !o.is_empty() {
+                    c.push(o.into());
+                }
+            }
+            for _ in 0..=rng.below(2) {
+                c.push(sc(rng));
+                c.push(m(rng));
+            }
+            c
+        }
+        69 => vec!["ZINCRBY".into(), k(rng), sc(rng), m(rng)],
+        70 => vec![
+            rng.pick(&["ZSCORE", "ZRANK", "ZREVRANK", "ZREM"]).into(),
+            k(rng),
+            m(rng),
+        ],
+        71 => vec!["ZMSCORE".into(), k(rng), m(rng), m(rng)],
+        72 => {
+            let mut c = vec![
+                rng.pick(&["ZRANGE", "ZREVRANGE"]).into(),
+                k(rng),
+                n(rng),
+                n(rng),
+            ];
+            if rng.below(2) == 0 {
+                c.push("WITHSCORES".into());
+            }
+            c
+        }
+        73 => {
+            let by = rng.pick(&["BYSCORE", "BYLEX", ""]);
+            let (lo, hi) = if by == "BYLEX" {
+                (lx(rng), lx(rng))
+            } else {
+                (sb(rng), sb(rng))
+            };
+            let mut c = vec!["ZRANGE".into(), k(rng), lo, hi];
+            for o in [by, rng.pick(&["", "REV"]), rng.pick(&["", "WITHSCORES"])] {
+                if !o.is_empty() {
+                    c.push(o.into());
+                }
+            }
+            if rng.below(3) == 0 {
+                c.push("LIMIT".into());
+                c.push(rng.pick(&["0", "1", "-1"]).into());
+                c.push(rng.pick(&["1", "2", "-1"]).into());
+            }
+            c
+        }
+        74 => {
+            let cmd = rng.pick(&[
+                "ZRANGEBYSCORE",
+                "ZREVRANGEBYSCORE",
+                "ZCOUNT",
+                "ZREMRANGEBYSCORE",
+            ]);
+            let mut c = vec![cmd.into(), k(rng), sb(rng), sb(rng)];
+            if cmd.contains("RANGEBY") && rng.below(2) == 0 {
+                c.push("WITHSCORES".into());
+            }
+            c
+        }
+        75 => vec![
+            rng.pick(&[
+                "ZRANGEBYLEX",
+                "ZREVRANGEBYLEX",
+                "ZLEXCOUNT",
+                "ZREMRANGEBYLEX",
+            ])
+            .into(),
+            k(rng),
+            lx(rng),
+            lx(rng),
+        ],
+        76 => vec!["ZREMRANGEBYRANK".into(), k(rng), n(rng), n(rng)],
+        77 => {
+            let mut c = vec![rng.pick(&["ZPOPMIN", "ZPOPMAX"]).into(), k(rng)];
+            if rng.below(2) == 0 {
+                c.push(rng.pick(&["0", "1", "2", "-1"]).into());
+            }
+            c
+        }
+        78 => {
+            let mut c = vec![
+                rng.pick(&["ZUNIONSTORE", "ZINTERSTORE"]).into(),
+                k(rng),
+                rng.pick(&["1", "2", "0"]).into(),
+                k(rng),
+                k(rng),
+            ];
+            if rng.below(2) == 0 {
+                c.extend(["WEIGHTS".to_string(), sc(rng), sc(rng)]);
+            }
+            if rng.below(2) == 0 {
+                c.push("AGGREGATE".into());
+                c.push(rng.pick(&["SUM", "MIN", "MAX"]).into());
+            }
+            c
+        }
+        79 => match rng.below(2) {
+            0 => vec!["ZCARD".into(), k(rng)],
+            _ => vec!["ZSCAN".into(), k(rng), "0".into()],
+        },
         _ => vec!["EXISTS".into(), k(rng)],
     };
     // GETEX PERSIST takes no argument.

@@ -1,0 +1,935 @@
+//! Sorted-set commands. A sorted set is one value of kind [`Kind::ZSet`]
+//! (`strata_format::zset`: entries sorted by score, then member): read whole, changed under
+//! the key's lock, deleted when left empty. Scores are `f64`, printed as Redis prints them
+//! (`%.17g`).
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use strata_engine::Kind;
+use strata_format::members::decode_members;
+use strata_format::zset::{decode_zset, encode_zset};
+use strata_resp::Reply;
+
+use super::typed::{
+    bulk, corrupt, matches, pop_count, random_args, random_positions, read_items, reply,
+    scan_options, scan_reply, store_items, write_items, Codec,
+};
+use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
+
+type Entry = (f64, Bytes);
+
+fn not_float() -> Reply {
+    Reply::err("ERR value is not a valid float")
+}
+
+/// Redis's order of entries: by score, then by member bytes.
+fn order(a: &(f64, impl AsRef<[u8]>), b: &(f64, impl AsRef<[u8]>)) -> Ordering {
+    a.0.partial_cmp(&b.0)
+        .unwrap_or(Ordering::Equal)
+        .then_with(|| a.1.as_ref().cmp(b.1.as_ref()))
+}
+
+/// A score as Redis reads one (`strtod`): `inf` and `-inf` allowed, NaN, spaces and values
+/// out of range refused.
+pub(crate) fn parse_score(b: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    let v: f64 = s.parse().ok()?;
+    let word = s.trim_start_matches(['+', '-']).to_ascii_lowercase();
+    let is_inf_word = word == "inf" || word == "infinity";
+    if v.is_nan()
+        || v.is_infinite() && !is_inf_word
+        || v == 0.0
+            && s.bytes()
+                .take_while(|&c| c != b'e' && c != b'E')
+                .any(|c| (b'1'..=b'9').contains(&c))
+    {
+        return None;
+    }
+    Some(v)
+}
+
+/// A sorted set's entries, in order.
+struct ZSetCodec;
+
+impl Codec for ZSetCodec {
+    type Item = Entry;
+    const KIND: Kind = Kind::ZSet;
+    fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Entry>> {
+        Ok(decode_zset(value)?
+            .into_iter()
+            .map(|(s, m)| (s, value.slice_ref(m)))
+            .collect())
+    }
+    fn encode(items: &[Entry]) -> Vec<u8> {
+        encode_zset(items)
+    }
+}
+
+/// Puts `member` at `score` in `entries`, keeping the order.
+fn place(entries: &mut Vec<Entry>, score: f64, member: Bytes) {
+    if let Some(i) = entries.iter().position(|(_, m)| *m == member) {
+        entries.remove(i);
+    }
+    let e = (score, member);
+    let at = entries.partition_point(|x| order(x, &e) == Ordering::Less);
+    entries.insert(at, e);
+}
+
+fn score_reply(s: f64) -> Reply {
+    Reply::Double(s)
+}
+
+/// Entries as a reply: members, with their scores after each when `with_scores` (RESP3
+/// gives pairs).
+fn entries_reply<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+    with_scores: bool,
+    resp3: bool,
+) -> Reply {
+    let mut out = Vec::new();
+    for (s, m) in entries {
+        match (with_scores, resp3) {
+            (false, _) => out.push(Reply::Bulk(m.clone())),
+            (true, false) => {
+                out.push(Reply::Bulk(m.clone()));
+                out.push(score_reply(*s));
+            }
+            (true, true) => out.push(Reply::Array(vec![Reply::Bulk(m.clone()), score_reply(*s)])),
+        }
+    }
+    Reply::Array(out)
+}
+
+/// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`.
+pub(crate) async fn zadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
+        (false, false, false, false, false, false);
+    let mut i = 2;
+    while i < a.len() {
+        match lower(&a[i]).as_str() {
+            "nx" => nx = true,
+            "xx" => xx = true,
+            "gt" => gt = true,
+            "lt" => lt = true,
+            "ch" => ch = true,
+            "incr" => incr = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    let rest = &a[i..];
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return syntax_error();
+    }
+    if nx && xx {
+        return Reply::err("ERR XX and NX options at the same time are not compatible");
+    }
+    if (gt || lt) && nx || gt && lt {
+        return Reply::err("ERR GT, LT, and/or NX options at the same time are not compatible");
+    }
+    if incr && rest.len() > 2 {
+        return Reply::err("ERR INCR option supports a single increment-element pair");
+    }
+    let mut pairs = Vec::with_capacity(rest.len() / 2);
+    for p in rest.chunks_exact(2) {
+        let Some(score) = parse_score(&p[0]) else {
+            return not_float();
+        };
+        pairs.push((score, p[1].clone()));
+    }
+    let key = ctx.key(&a[1]);
+    let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let (mut added, mut changed) = (0i64, 0i64);
+        let mut incr_result = None;
+        for (score, member) in pairs {
+            let cur = entries.iter().find(|(_, m)| *m == member).map(|(s, _)| *s);
+            let new = match (cur, incr) {
+                (Some(c), true) => c + score,
+                _ => score,
+            };
+            if new.is_nan() {
+                return Err(strata_engine::Error::Invalid(
+                    "resulting score is not a number (NaN)".into(),
+                ));
+            }
+            let allowed = match cur {
+                None => !xx,
+                Some(c) => !(nx || gt && new <= c || lt && new >= c),
+            };
+            if !allowed {
+                continue;
+            }
+            incr_result = Some(new);
+            match cur {
+                None => added += 1,
+                Some(c) if c != new => changed += 1,
+                Some(_) => continue,
+            }
+            place(entries, new, member);
+        }
+        let out = match incr {
+            true => incr_result.map_or(Reply::Null, score_reply),
+            false => Reply::Integer(if ch { added + changed } else { added }),
+        };
+        Ok((added + changed > 0, out))
+    });
+    reply(r.await, |r| r)
+}
+
+pub(crate) async fn zincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(delta) = parse_score(&a[2]) else {
+        return not_float();
+    };
+    let (member, key) = (a[3].clone(), ctx.key(&a[1]));
+    let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let cur = entries
+            .iter()
+            .find(|(_, m)| *m == member)
+            .map_or(0.0, |(s, _)| *s);
+        let new = cur + delta;
+        if new.is_nan() {
+            return Err(strata_engine::Error::Invalid(
+                "resulting score is not a number (NaN)".into(),
+            ));
+        }
+        place(entries, new, member);
+        Ok((true, new))
+    });
+    reply(r.await, score_reply)
+}
+
+pub(crate) async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let gone: Vec<Bytes> = a[2..].to_vec();
+    let key = ctx.key(&a[1]);
+    let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let before = entries.len();
+        entries.retain(|(_, m)| !gone.contains(m));
+        let n = before - entries.len();
+        Ok((n > 0, n as i64))
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn zcard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    reply(read_items::<ZSetCodec>(ctx, &a[1]).await, |e| {
+        Reply::Integer(e.len() as i64)
+    })
+}
+
+pub(crate) async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(r, |e| {
+        e.iter()
+            .find(|(_, m)| *m == a[2])
+            .map_or(Reply::Null, |(s, _)| score_reply(*s))
+    })
+}
+
+pub(crate) async fn zmscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(r, |e| {
+        let by: HashMap<&Bytes, f64> = e.iter().map(|(s, m)| (m, *s)).collect();
+        Reply::Array(
+            a[2..]
+                .iter()
+                .map(|m| by.get(m).map_or(Reply::Null, |s| score_reply(*s)))
+                .collect(),
+        )
+    })
+}
+
+async fn rank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Reply {
+    let with_score = match a.len() {
+        3 => false,
+        4 if lower(&a[3]) == "withscore" => true,
+        _ => return syntax_error(),
+    };
+    let resp3 = ctx.conn.proto == 3;
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(r, |e| {
+        let Some(i) = e.iter().position(|(_, m)| *m == a[2]) else {
+            return if with_score && resp3 {
+                Reply::NullArray
+            } else {
+                Reply::Null
+            };
+        };
+        let r = if rev { e.len() - 1 - i } else { i } as i64;
+        match with_score {
+            false => Reply::Integer(r),
+            true => Reply::Array(vec![Reply::Integer(r), score_reply(e[i].0)]),
+        }
+    })
+}
+
+pub(crate) async fn zrank(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    rank(ctx, a, false).await
+}
+
+pub(crate) async fn zrevrank(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    rank(ctx, a, true).await
+}
+
+/// A score bound of `ZRANGEBYSCORE` and friends: `(` for exclusive, `-inf`, `+inf`.
+#[derive(Clone, Copy)]
+struct ScoreBound {
+    value: f64,
+    exclusive: bool,
+}
+
+fn parse_score_bound(b: &[u8]) -> Option<ScoreBound> {
+    let (exclusive, rest) = match b.first() {
+        Some(b'(') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    let value = parse_score(rest)?;
+    Some(ScoreBound { value, exclusive })
+}
+
+/// A lex bound of `ZRANGEBYLEX`: `[x` inclusive, `(x` exclusive, `-` and `+` the ends.
+#[derive(Clone)]
+enum LexBound {
+    Min,
+    Max,
+    Incl(Bytes),
+    Excl(Bytes),
+}
+
+fn parse_lex_bound(b: &Bytes) -> Option<LexBound> {
+    match b.first() {
+        Some(b'-') if b.len() == 1 => Some(LexBound::Min),
+        Some(b'+') if b.len() == 1 => Some(LexBound::Max),
+        Some(b'[') => Some(LexBound::Incl(b.slice(1..))),
+        Some(b'(') => Some(LexBound::Excl(b.slice(1..))),
+        _ => None,
+    }
+}
+
+/// What a range selects.
+#[derive(Clone)]
+enum Range {
+    /// Ranks, negative from the end, both ends included.
+    Rank(i64, i64),
+    Score(ScoreBound, ScoreBound),
+    Lex(LexBound, LexBound),
+}
+
+fn above_min(score: f64, b: ScoreBound) -> bool {
+    if b.exclusive {
+        score > b.value
+    } else {
+        score >= b.value
+    }
+}
+
+fn below_max(score: f64, b: ScoreBound) -> bool {
+    if b.exclusive {
+        score < b.value
+    } else {
+        score <= b.value
+    }
+}
+
+fn lex_above(m: &[u8], b: &LexBound) -> bool {
+    match b {
+        LexBound::Min => true,
+        LexBound::Max => false,
+        LexBound::Incl(x) => m >= x.as_ref(),
+        LexBound::Excl(x) => m > x.as_ref(),
+    }
+}
+
+fn lex_below(m: &[u8], b: &LexBound) -> bool {
+    match b {
+        LexBound::Min => false,
+        LexBound::Max => true,
+        LexBound::Incl(x) => m <= x.as_ref(),
+        LexBound::Excl(x) => m < x.as_ref(),
+    }
+}
+
+/// The positions `range` selects in `len` entries (in ascending order), before `REV` and
+/// `LIMIT`. For `REV` the bounds come in as the client gave them (max first).
+fn select(entries: &[Entry], range: &Range, rev: bool) -> std::ops::Range<usize> {
+    let len = entries.len() as i64;
+    match range {
+        Range::Rank(start, stop) => {
+            // As Redis: negative ranks count from the end; only the start is clamped to 0.
+            let norm = |i: i64| if i < 0 { len + i } else { i };
+            let (s, e) = (norm(*start).max(0), norm(*stop));
+            if s > e || s >= len {
+                return 0..0;
+            }
+            let e = e.min(len - 1);
+            if rev {
+                (len - 1 - e) as usize..(len - s) as usize
+            } else {
+                s as usize..(e + 1) as usize
+            }
+        }
+        Range::Score(a, b) => {
+            let (min, max) = if rev { (*b, *a) } else { (*a, *b) };
+            let lo = entries.partition_point(|(s, _)| !above_min(*s, min));
+            let hi = entries.partition_point(|(s, _)| below_max(*s, max)).max(lo);
+            lo..hi
+        }
+        Range::Lex(a, b) => {
+            let (min, max) = if rev { (b, a) } else { (a, b) };
+            match lex_walk(entries, min, max, false, 0, -1).as_slice() {
+                [] => 0..0,
+                [first, .., last] => *first..*last + 1,
+                [one] => *one..*one + 1,
+            }
+        }
+    }
+}
+
+/// The entries a range query returns, in reply order, after `REV` and `LIMIT offset count`.
+/// Whether a lex range can hold anything: `min` not above `max`, and not equal with an end
+/// excluded.
+fn lex_range_possible(min: &LexBound, max: &LexBound) -> bool {
+    use LexBound::*;
+    let key = |b: &LexBound| match b {
+        Min => (0, Bytes::new(), false),
+        Max => (2, Bytes::new(), false),
+        Incl(x) => (1, x.clone(), false),
+        Excl(x) => (1, x.clone(), true),
+    };
+    let (a, b) = (key(min), key(max));
+    match (a.0, &a.1).cmp(&(b.0, &b.1)) {
+        Ordering::Greater => false,
+        Ordering::Equal => !(a.2 || b.2) && a.0 == 1,
+        Ordering::Less => true,
+    }
+}
+
+/// The positions a lex range reads, as Redis walks a small sorted set (whose members need
+/// not be in lex order when scores differ): forward from the first member at or above
+/// `min`, skipping `offset`, then while members stay at or below `max` (backward from the
+/// last member at or below `max`, while they stay at or above `min`, with `rev`); at most
+/// `limit` (negative: all).
+fn lex_walk(
+    entries: &[Entry],
+    min: &LexBound,
+    max: &LexBound,
+    rev: bool,
+    offset: i64,
+    limit: i64,
+) -> Vec<usize> {
+    let len = entries.len();
+    if len == 0
+        || offset < 0
+        || !lex_range_possible(min, max)
+        || !lex_above(&entries[len - 1].1, min)
+        || !lex_below(&entries[0].1, max)
+    {
+        return Vec::new();
+    }
+    let start = if rev {
+        match entries.iter().rposition(|(_, m)| lex_below(m, max)) {
+            Some(i) if lex_above(&entries[i].1, min) => i,
+            _ => return Vec::new(),
+        }
+    } else {
+        match entries.iter().position(|(_, m)| lex_above(m, min)) {
+            Some(i) if lex_below(&entries[i].1, max) => i,
+            _ => return Vec::new(),
+        }
+    };
+    let order: Box<dyn Iterator<Item = usize>> = if rev {
+        Box::new((0..=start).rev())
+    } else {
+        Box::new(start..len)
+    };
+    let in_range = |i: &usize| {
+        let m = &entries[*i].1;
+        if rev {
+            lex_above(m, min)
+        } else {
+            lex_below(m, max)
+        }
+    };
+    let it = order.skip(offset as usize).take_while(in_range);
+    if limit < 0 {
+        it.collect()
+    } else {
+        it.take(limit as usize).collect()
+    }
+}
+
+fn ranged(entries: &[Entry], range: &Range, rev: bool, limit: Option<(i64, i64)>) -> Vec<Entry> {
+    if let Range::Lex(a, b) = range {
+        let (min, max) = if rev { (b, a) } else { (a, b) };
+        let (offset, count) = limit.unwrap_or((0, -1));
+        return lex_walk(entries, min, max, rev, offset, count)
+            .into_iter()
+            .map(|i| entries[i].clone())
+            .collect();
+    }
+    let sel = select(entries, range, rev);
+    let mut picked: Vec<Entry> = entries[sel].to_vec();
+    if rev {
+        picked.reverse();
+    }
+    if let Some((offset, count)) = limit {
+        if offset < 0 {
+            return Vec::new();
+        }
+        let it = picked.into_iter().skip(offset as usize);
+        picked = if count < 0 {
+            it.collect()
+        } else {
+            it.take(count as usize).collect()
+        };
+    }
+    picked
+}
+
+/// The options after a range's bounds: `WITHSCORES`, `LIMIT offset count`, and (for
+/// `ZRANGE`) `BYSCORE`, `BYLEX`, `REV`.
+struct RangeOptions {
+    with_scores: bool,
+    limit: Option<(i64, i64)>,
+    by: Option<&'static str>,
+    rev: bool,
+}
+
+fn parse_range_options(args: &[Bytes], zrange: bool) -> Result<RangeOptions, Reply> {
+    let mut o = RangeOptions {
+        with_scores: false,
+        limit: None,
+        by: None,
+        rev: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        match lower(&args[i]).as_str() {
+            "withscores" => o.with_scores = true,
+            "limit" if i + 2 < args.len() => {
+                let (Some(off), Some(n)) = (parse_int(&args[i + 1]), parse_int(&args[i + 2]))
+                else {
+                    return Err(not_integer());
+                };
+                o.limit = Some((off, n));
+                i += 2;
+            }
+            "byscore" if zrange && o.by.is_none() => o.by = Some("score"),
+            "bylex" if zrange && o.by.is_none() => o.by = Some("lex"),
+            "rev" if zrange => o.rev = true,
+            _ => return Err(syntax_error()),
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+fn parse_range(by: Option<&str>, min: &Bytes, max: &Bytes) -> Result<Range, Reply> {
+    match by {
+        None => match (parse_int(min), parse_int(max)) {
+            (Some(a), Some(b)) => Ok(Range::Rank(a, b)),
+            _ => Err(not_integer()),
+        },
+        Some("score") => match (parse_score_bound(min), parse_score_bound(max)) {
+            (Some(a), Some(b)) => Ok(Range::Score(a, b)),
+            _ => Err(Reply::err("ERR min or max is not a float")),
+        },
+        _ => match (parse_lex_bound(min), parse_lex_bound(max)) {
+            (Some(a), Some(b)) => Ok(Range::Lex(a, b)),
+            _ => Err(Reply::err("ERR min or max not valid string range item")),
+        },
+    }
+}
+
+/// Every range read: `ZRANGE` (with `by` and `rev` from its options) and the older forms
+/// (`by`, `rev` fixed by the command).
+async fn range_command(
+    ctx: &mut Ctx<'_>,
+    a: &[Bytes],
+    by: Option<&'static str>,
+    rev: bool,
+    zrange: bool,
+) -> Reply {
+    let mut o = match parse_range_options(&a[4..], zrange) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    if !zrange {
+        o.by = by;
+        o.rev = rev;
+    }
+    // As Redis: a LIMIT with a count of -1 (all) is allowed, and ignored, on ranks.
+    if o.limit.is_some_and(|(_, n)| n != -1) && o.by.is_none() {
+        return Reply::err(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        );
+    }
+    if o.by.is_none() {
+        o.limit = None;
+    }
+    if o.by == Some("lex") && o.with_scores {
+        return Reply::err("ERR syntax error, WITHSCORES not supported in combination with BYLEX");
+    }
+    let range = match parse_range(o.by, &a[2], &a[3]) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let resp3 = ctx.conn.proto == 3;
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(r, |e| {
+        let picked = ranged(&e, &range, o.rev, o.limit);
+        entries_reply(picked.iter(), o.with_scores, resp3)
+    })
+}
+
+pub(crate) async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    range_command(ctx, a, None, false, true).await
+}
+
+pub(crate) async fn zrevrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    range_command(ctx, a, None, true, false).await
+}
+
+pub(crate) async fn zrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    range_command(ctx, a, Some("score"), false, false).await
+}
+
+pub(crate) async fn zrevrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    range_command(ctx, a, Some("score"), true, false).await
+}
+
+pub(crate) async fn zrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    range_command(ctx, a, Some("lex"), false, false).await
+}
+
+pub(crate) async fn zrevrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    range_command(ctx, a, Some("lex"), true, false).await
+}
+
+async fn count_in(ctx: &mut Ctx<'_>, a: &[Bytes], by: &'static str) -> Reply {
+    let range = match parse_range(Some(by), &a[2], &a[3]) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(
+        r,
+        |e| Reply::Integer(select(&e, &range, false).len() as i64),
+    )
+}
+
+pub(crate) async fn zcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    count_in(ctx, a, "score").await
+}
+
+pub(crate) async fn zlexcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    count_in(ctx, a, "lex").await
+}
+
+async fn remove_range(ctx: &mut Ctx<'_>, a: &[Bytes], by: Option<&'static str>) -> Reply {
+    let range = match parse_range(by, &a[2], &a[3]) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let key = ctx.key(&a[1]);
+    let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let sel = select(entries, &range, false);
+        let n = sel.len();
+        entries.drain(sel);
+        Ok((n > 0, n as i64))
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn zremrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    remove_range(ctx, a, Some("score")).await
+}
+
+pub(crate) async fn zremrangebyrank(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    remove_range(ctx, a, None).await
+}
+
+pub(crate) async fn zremrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    remove_range(ctx, a, Some("lex")).await
+}
+
+async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Reply {
+    let count = match pop_count(a) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let resp3 = ctx.conn.proto == 3;
+    let key = ctx.key(&a[1]);
+    let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let n = count.unwrap_or(1).min(entries.len());
+        let popped: Vec<Entry> = if max {
+            entries.drain(entries.len() - n..).rev().collect()
+        } else {
+            entries.drain(..n).collect()
+        };
+        Ok((n > 0, popped))
+    });
+    reply(r.await, |popped| match (count, resp3) {
+        // RESP3 answers one popped entry as a pair, several as pairs.
+        (None, true) => popped.first().map_or(Reply::Array(Vec::new()), |(s, m)| {
+            Reply::Array(vec![Reply::Bulk(m.clone()), score_reply(*s)])
+        }),
+        _ => entries_reply(popped.iter(), true, resp3),
+    })
+}
+
+pub(crate) async fn zpopmin(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    pop(ctx, a, false).await
+}
+
+pub(crate) async fn zpopmax(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    pop(ctx, a, true).await
+}
+
+pub(crate) async fn zscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (pattern, _) = match scan_options(a, false) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(r, |e| {
+        let mut out = Vec::new();
+        for (s, m) in e.iter().filter(|(_, m)| matches(&pattern, m)) {
+            out.push(bulk(m));
+            out.push(Reply::Bulk(Bytes::from(strata_resp::format_double(*s))));
+        }
+        scan_reply(out)
+    })
+}
+
+pub(crate) async fn zrandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (count, with_scores) = match random_args(a, Some("withscores")) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let resp3 = ctx.conn.proto == 3;
+    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
+    reply(r, |e| match count {
+        None if e.is_empty() => Reply::Null,
+        None => Reply::Bulk(e[random_positions(e.len(), -1)[0]].1.clone()),
+        Some(n) => {
+            let picked = random_positions(e.len(), n);
+            entries_reply(picked.iter().map(|&i| &e[i]), with_scores, resp3)
+        }
+    })
+}
+
+/// How `ZUNIONSTORE` and `ZINTERSTORE` combine the scores of one member.
+#[derive(Clone, Copy)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+fn aggregate(agg: Aggregate, a: f64, b: f64) -> f64 {
+    match agg {
+        // inf + -inf is NaN, which Redis stores as 0.
+        Aggregate::Sum => {
+            let s = a + b;
+            if s.is_nan() {
+                0.0
+            } else {
+                s
+            }
+        }
+        Aggregate::Min => a.min(b),
+        Aggregate::Max => a.max(b),
+    }
+}
+
+/// The entries of the sorted set, or the members of the set (score 1), at `key`.
+async fn read_scored(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<Entry>, Reply> {
+    let k = ctx.key(key);
+    ctx.shared.engine.note_access(ctx.conn.id, &k);
+    match ctx.shared.engine.get_value(&k).await {
+        Ok(None) => Ok(Vec::new()),
+        Ok(Some((Kind::ZSet, v))) => {
+            ZSetCodec::decode(&v, 0).map_err(|e| engine_error(&corrupt(Kind::ZSet, e)))
+        }
+        Ok(Some((Kind::Set, v))) => Ok(decode_members(&v)
+            .map_err(|e| engine_error(&corrupt(Kind::Set, e)))?
+            .into_iter()
+            .map(|m| (1.0, v.slice_ref(m)))
+            .collect()),
+        Ok(Some(_)) => Err(wrong_type()),
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// `ZUNIONSTORE` / `ZINTERSTORE destination numkeys key [key ...] [WEIGHTS w ...]
+/// [AGGREGATE SUM|MIN|MAX]`.
+async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], union: bool) -> Reply {
+    let name = if union { "zunionstore" } else { "zinterstore" };
+    let n = match parse_int(&a[2]) {
+        Some(n) if n > 0 => n as usize,
+        Some(_) => {
+            return Reply::err(format!(
+                "ERR at least 1 input key is needed for '{name}' command"
+            ))
+        }
+        None => return not_integer(),
+    };
+    if n > a.len() - 3 {
+        return syntax_error();
+    }
+    // As Redis: the inputs are read (and their kinds checked) before the options.
+    let mut inputs = Vec::with_capacity(n);
+    for k in &a[3..3 + n] {
+        match read_scored(ctx, k).await {
+            Ok(e) => inputs.push(e),
+            Err(r) => return r,
+        }
+    }
+    let mut weights = vec![1.0; n];
+    let mut agg = Aggregate::Sum;
+    let mut i = 3 + n;
+    while i < a.len() {
+        match lower(&a[i]).as_str() {
+            "weights" if i + n < a.len() => {
+                for (j, w) in weights.iter_mut().enumerate() {
+                    match parse_score(&a[i + 1 + j]) {
+                        Some(v) => *w = v,
+                        None => return Reply::err("ERR weight value is not a float"),
+                    }
+                }
+                i += n + 1;
+            }
+            "aggregate" if i + 1 < a.len() => {
+                agg = match lower(&a[i + 1]).as_str() {
+                    "sum" => Aggregate::Sum,
+                    "min" => Aggregate::Min,
+                    "max" => Aggregate::Max,
+                    _ => return syntax_error(),
+                };
+                i += 2;
+            }
+            _ => return syntax_error(),
+        }
+    }
+    let weigh = |s: f64, w: f64| {
+        let v = s * w;
+        if v.is_nan() {
+            0.0
+        } else {
+            v
+        }
+    };
+    let mut acc: HashMap<Bytes, f64> = HashMap::new();
+    let mut seen_in: HashMap<Bytes, usize> = HashMap::new();
+    for (input, &w) in inputs.iter().zip(&weights) {
+        for (s, m) in input {
+            let v = weigh(*s, w);
+            acc.entry(m.clone())
+                .and_modify(|cur| *cur = aggregate(agg, *cur, v))
+                .or_insert(v);
+            *seen_in.entry(m.clone()).or_default() += 1;
+        }
+    }
+    let mut out: Vec<Entry> = acc
+        .into_iter()
+        .filter(|(m, _)| union || seen_in[m] == n)
+        .map(|(m, s)| (s, m))
+        .collect();
+    out.sort_by(order);
+    store_items::<ZSetCodec>(ctx, &a[1], &out).await
+}
+
+pub(crate) async fn zunionstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_store(ctx, a, true).await
+}
+
+pub(crate) async fn zinterstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine_store(ctx, a, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(items: &[(f64, &str)]) -> Vec<Entry> {
+        items
+            .iter()
+            .map(|(s, m)| (*s, Bytes::from(m.to_string())))
+            .collect()
+    }
+
+    fn names(v: &[Entry]) -> Vec<&str> {
+        v.iter()
+            .map(|(_, m)| std::str::from_utf8(m).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn ranges_select_as_redis_does() {
+        let z = e(&[(1.0, "a"), (2.0, "b"), (2.0, "c"), (3.0, "d")]);
+        let incl = |v| ScoreBound {
+            value: v,
+            exclusive: false,
+        };
+        let excl = |v| ScoreBound {
+            value: v,
+            exclusive: true,
+        };
+        assert_eq!(
+            names(&ranged(&z, &Range::Rank(0, -1), false, None)),
+            ["a", "b", "c", "d"]
+        );
+        assert_eq!(
+            names(&ranged(&z, &Range::Rank(-2, 10), false, None)),
+            ["c", "d"]
+        );
+        assert_eq!(
+            names(&ranged(&z, &Range::Rank(0, 1), true, None)),
+            ["d", "c"]
+        );
+        assert!(ranged(&z, &Range::Rank(3, 1), false, None).is_empty());
+        assert_eq!(
+            names(&ranged(
+                &z,
+                &Range::Score(excl(1.0), incl(2.0)),
+                false,
+                None
+            )),
+            ["b", "c"]
+        );
+        // REV takes max first.
+        assert_eq!(
+            names(&ranged(
+                &z,
+                &Range::Score(incl(3.0), excl(1.0)),
+                true,
+                Some((1, 1))
+            )),
+            ["c"]
+        );
+        let lex = Range::Lex(LexBound::Incl(Bytes::from("b")), LexBound::Max);
+        assert_eq!(
+            names(&ranged(&z, &lex, false, Some((0, -1)))),
+            ["b", "c", "d"]
+        );
+        let mut z2 = z.clone();
+        place(&mut z2, 0.5, Bytes::from("d"));
+        assert_eq!(names(&z2), ["d", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn scores_parse_as_strtod_reads_them() {
+        assert_eq!(parse_score(b"1.5"), Some(1.5));
+        assert_eq!(parse_score(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_score(b"+inf"), Some(f64::INFINITY));
+        for bad in [&b"nan"[..], b"", b" 1", b"1e400", b"1e-400", b"x"] {
+            assert_eq!(parse_score(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_score(b"0e5"), Some(0.0));
+    }
+}
