@@ -33,7 +33,7 @@ def test_strings_expiry_and_errors(strata):
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         r.execute_command("GET")
     with pytest.raises(redis.ResponseError, match="unknown command"):
-        r.execute_command("LPUSH", "l", "x")
+        r.execute_command("XADD", "stream", "*", "f", "v")
 
 
 def test_pipelines_keep_order(strata):

@@ -165,3 +165,51 @@ def test_sorted_sets_rank_range_and_combine_like_a_leaderboard(strata):
     assert r.zlexcount("lex", "-", "+") == 6
     with pytest.raises(redis.ResponseError, match="not a valid float"):
         r.zadd("board", {"x": "abc"})
+
+
+def test_lists_as_queues_with_blocking_pops_and_timeouts(strata):
+    import threading
+    r = strata.client(decode_responses=True)
+    assert r.rpush("q", "a", "b", "c") == 3 and r.lpush("q", "z") == 4
+    assert r.lrange("q", 0, -1) == ["z", "a", "b", "c"]
+    assert r.lpop("q") == "z" and r.rpop("q", 2) == ["c", "b"]
+    assert r.linsert("q", "BEFORE", "a", "x") == 2 and r.lpos("q", "a") == 1
+    assert r.lmove("q", "done", "LEFT", "RIGHT") == "x"
+    # A blocked pop waits its timeout, then answers nil.
+    t0 = time.time()
+    assert r.blpop(["empty"], timeout=0.3) is None
+    assert 0.25 < time.time() - t0 < 5
+    # A pop blocked on two keys is woken by another client's push, which it takes.
+    got = {}
+    def waiter():
+        got["v"] = strata.client(decode_responses=True).brpop(["never", "jobs"], timeout=10)
+    w = threading.Thread(target=waiter)
+    w.start()
+    time.sleep(0.3)
+    # While it waits, commands that run alone still run (the wait holds no gate).
+    assert r.mset({"k1": "1", "k2": "2"})
+    assert r.lpush("jobs", "job1") == 1
+    w.join(10)
+    assert got["v"] == ("jobs", "job1") and r.llen("jobs") == 0
+    assert r.blmove("done", "q", 1, "RIGHT", "LEFT") == "x"
+    # Inside MULTI a blocking pop does not block.
+    p = r.pipeline(transaction=True)
+    p.blpop(["empty"], timeout=0)
+    assert p.execute() == [None]
+    with pytest.raises(redis.ResponseError, match="timeout is negative"):
+        r.blpop(["q"], timeout=-1)
+
+
+def test_a_list_larger_than_dram_is_demoted_and_read_back(tiny_strata):
+    r = tiny_strata.client(decode_responses=True)
+    p = r.pipeline(transaction=False)
+    for i in range(300):
+        p.rpush(f"list:{i:03d}", *[f"{i}-{j}-" + "y" * 30 for j in range(40)])
+    p.execute()
+    deadline = time.time() + 30
+    while int(r.info("strata")["cold_entries"]) < 50:
+        assert time.time() < deadline, "no list reached the cold tier"
+        time.sleep(0.1)
+    for i in range(300):
+        assert r.lrange(f"list:{i:03d}", 0, -1) == [f"{i}-{j}-" + "y" * 30 for j in range(40)]
+    assert r.type("list:000") == "list"

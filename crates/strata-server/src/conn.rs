@@ -309,6 +309,19 @@ async fn run_batch<S: AsyncWrite>(
             for r in replies.drain(..) {
                 out.push(&r);
             }
+        } else if crate::cmd::is_blocking(&args, conn) {
+            // A blocking command may wait for another client: the replies before it leave
+            // now, and it runs without the gate (it takes it for each attempt).
+            read_guard = None;
+            if !out.is_empty() {
+                write_out(wr, out, shared, &mut conn.pending).await?;
+            }
+            last_cmd = args.first().cloned();
+            conn.may_block = true;
+            let reply = crate::cmd::execute(shared, conn, args).await;
+            conn.may_block = false;
+            out.set_proto(conn.proto);
+            out.push(&reply);
         } else if crate::cmd::is_exclusive(&args, conn) {
             read_guard = None;
             let _w = shared.gate.write().await;

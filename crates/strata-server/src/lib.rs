@@ -173,6 +173,7 @@ impl Server {
                 counters: Default::default(),
                 auth_limiter: auth::AuthLimiter::default(),
                 backup: Mutex::new(Default::default()),
+                list_pushed: tokio::sync::Notify::new(),
             }),
         }
     }

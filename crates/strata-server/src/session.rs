@@ -76,6 +76,9 @@ pub(crate) struct Conn {
     pub(crate) pending: Ticket,
     /// Shared with the client list: the last command's table index plus one.
     pub(crate) last_cmd: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The command running is a blocking one, run outside the server's gate (not inside
+    /// `MULTI`): it may wait, taking the gate for each attempt.
+    pub(crate) may_block: bool,
 }
 
 impl Conn {
@@ -94,6 +97,7 @@ impl Conn {
             watched: Watched::default(),
             scan_cursors: HashMap::new(),
             next_cursor: 1,
+            may_block: false,
             quit: false,
             pending: Ticket::NONE,
             last_cmd: Default::default(),

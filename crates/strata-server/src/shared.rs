@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     pub(crate) counters: ServerCounters,
     pub(crate) auth_limiter: crate::auth::AuthLimiter,
     pub(crate) backup: Mutex<BackupState>,
+    /// Woken by every write that adds elements to a list: blocked pops try again.
+    pub(crate) list_pushed: tokio::sync::Notify,
 }
 
 impl Shared {

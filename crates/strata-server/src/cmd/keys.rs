@@ -339,6 +339,8 @@ async fn write_whole(
     match got {
         Ok(w) => {
             ctx.shared.watches.touch(to);
+            // A list under a new name is new elements there for a blocked pop.
+            ctx.shared.list_pushed.notify_waiters();
             Ok(ctx.defer(w))
         }
         Err(e) => Err(engine_error(&e)),

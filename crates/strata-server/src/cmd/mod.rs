@@ -7,6 +7,7 @@ mod hashes;
 mod info;
 mod keys;
 mod kvc;
+mod lists;
 mod server;
 mod sets;
 mod strata;
@@ -41,6 +42,9 @@ pub(crate) const EXCLUSIVE: u32 = 32;
 pub(crate) const FAST: u32 = 64;
 /// Connection commands: allowed to every role.
 pub(crate) const CONN: u32 = 128;
+/// May wait for another client's write (`BLPOP`): runs outside the gate, taking it for
+/// each attempt.
+pub(crate) const BLOCKING: u32 = 256;
 
 /// A command's handler: the checked arguments in, the reply out.
 pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<'a, Reply>;
@@ -75,6 +79,7 @@ macro_rules! c {
 
 use connection as cn;
 use hashes as h;
+use lists as l;
 use server as sv;
 use sets as se;
 use strata as st;
@@ -189,6 +194,27 @@ pub(crate) static COMMANDS: &[Spec] = &[
     ),
     c!("sintercard", -3, READ, 0, 0, 0, se::sintercard),
     c!("smove", 4, WRITE | EXCLUSIVE | FAST, 1, 2, 1, se::smove),
+    // Lists.
+    c!("lpush", -3, WRITE | FAST, 1, 1, 1, l::lpush),
+    c!("rpush", -3, WRITE | FAST, 1, 1, 1, l::rpush),
+    c!("lpushx", -3, WRITE | FAST, 1, 1, 1, l::lpushx),
+    c!("rpushx", -3, WRITE | FAST, 1, 1, 1, l::rpushx),
+    c!("lpop", -2, WRITE | FAST, 1, 1, 1, l::lpop),
+    c!("rpop", -2, WRITE | FAST, 1, 1, 1, l::rpop),
+    c!("llen", 2, READ | FAST, 1, 1, 1, l::llen),
+    c!("lrange", 4, READ, 1, 1, 1, l::lrange),
+    c!("ltrim", 4, WRITE, 1, 1, 1, l::ltrim),
+    c!("lindex", 3, READ, 1, 1, 1, l::lindex),
+    c!("lset", 4, WRITE, 1, 1, 1, l::lset),
+    c!("linsert", 5, WRITE, 1, 1, 1, l::linsert),
+    c!("lrem", 4, WRITE, 1, 1, 1, l::lrem),
+    c!("lpos", -3, READ, 1, 1, 1, l::lpos),
+    c!("lmove", 5, WRITE | EXCLUSIVE, 1, 2, 1, l::lmove),
+    c!("rpoplpush", 3, WRITE | EXCLUSIVE, 1, 2, 1, l::rpoplpush),
+    c!("blpop", -3, WRITE | BLOCKING, 1, -2, 1, l::blpop),
+    c!("brpop", -3, WRITE | BLOCKING, 1, -2, 1, l::brpop),
+    c!("blmove", 6, WRITE | BLOCKING, 1, 2, 1, l::blmove),
+    c!("brpoplpush", 4, WRITE | BLOCKING, 1, 2, 1, l::brpoplpush),
     // Sorted sets.
     c!("zadd", -4, WRITE | FAST, 1, 1, 1, z::zadd),
     c!("zincrby", 4, WRITE | FAST, 1, 1, 1, z::zincrby),
@@ -328,6 +354,15 @@ pub(crate) fn lookup(name: &[u8]) -> Option<usize> {
     }
     let s = std::str::from_utf8(&lower[..name.len()]).ok()?;
     table().get(s).copied()
+}
+
+/// Whether this request may block (see [`BLOCKING`]); inside `MULTI` it is only queued.
+pub(crate) fn is_blocking(args: &[Bytes], conn: &Conn) -> bool {
+    conn.multi.is_none()
+        && args
+            .first()
+            .and_then(|n| lookup(n))
+            .is_some_and(|i| COMMANDS[i].flags & BLOCKING != 0)
 }
 
 /// Whether this request must run alone (it holds the gate for writing).

@@ -7,31 +7,15 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use strata_engine::Kind;
-use strata_format::members::{decode_members, encode_members};
 use strata_resp::Reply;
 
 use super::typed::{
     bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, reply,
-    scan_options, scan_reply, store_items, write_items, Codec,
+    scan_options, scan_reply, store_items, write_items, MembersCodec,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
-/// A set's members, in the order they were added.
-pub(crate) struct SetCodec;
-
-impl Codec for SetCodec {
-    type Item = Bytes;
-    const KIND: Kind = Kind::Set;
-    fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Bytes>> {
-        Ok(decode_members(value)?
-            .into_iter()
-            .map(|m| value.slice_ref(m))
-            .collect())
-    }
-    fn encode(items: &[Bytes]) -> Vec<u8> {
-        encode_members(items)
-    }
-}
+type SetCodec = MembersCodec<false>;
 
 fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
     Reply::Set(members.into_iter().map(Reply::Bulk).collect())

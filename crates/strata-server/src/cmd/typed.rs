@@ -128,6 +128,24 @@ pub(crate) trait Codec {
     fn encode(items: &[Self::Item]) -> Vec<u8>;
 }
 
+/// The byte strings of a set (`LIST` false: in the order added) or a list (head first):
+/// one format, `strata_format::members`.
+pub(crate) struct MembersCodec<const LIST: bool>;
+
+impl<const LIST: bool> Codec for MembersCodec<LIST> {
+    type Item = Bytes;
+    const KIND: Kind = if LIST { Kind::List } else { Kind::Set };
+    fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Bytes>> {
+        Ok(strata_format::members::decode_members(value)?
+            .into_iter()
+            .map(|m| value.slice_ref(m))
+            .collect())
+    }
+    fn encode(items: &[Bytes]) -> Vec<u8> {
+        strata_format::members::encode_members(items)
+    }
+}
+
 /// The items of the value of `C`'s kind at the client key `key` (none if absent).
 pub(crate) async fn read_items<C: Codec>(
     ctx: &mut Ctx<'_>,

@@ -64,7 +64,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
     let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(80) {
+    let c: Vec<String> = match rng.below(90) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -352,6 +352,86 @@ fn command(rng: &mut Rng) -> Vec<String> {
         79 => match rng.below(2) {
             0 => vec!["ZCARD".into(), k(rng)],
             _ => vec!["ZSCAN".into(), k(rng), "0".into()],
+        },
+        80..=82 => {
+            let mut c = vec![
+                rng.pick(&["LPUSH", "RPUSH", "LPUSHX", "RPUSHX"]).into(),
+                k(rng),
+            ];
+            for _ in 0..=rng.below(3) {
+                c.push(m(rng));
+            }
+            c
+        }
+        83 => {
+            let mut c = vec![rng.pick(&["LPOP", "RPOP"]).into(), k(rng)];
+            if rng.below(2) == 0 {
+                c.push(rng.pick(&["0", "1", "3", "-1", "x"]).into());
+            }
+            c
+        }
+        84 => vec![
+            rng.pick(&["LRANGE", "LTRIM"]).into(),
+            k(rng),
+            n(rng),
+            n(rng),
+        ],
+        85 => match rng.below(3) {
+            0 => vec!["LLEN".into(), k(rng)],
+            1 => vec!["LINDEX".into(), k(rng), n(rng)],
+            _ => vec!["LSET".into(), k(rng), n(rng), m(rng)],
+        },
+        86 => vec![
+            "LINSERT".into(),
+            k(rng),
+            rng.pick(&["BEFORE", "AFTER", "x"]).into(),
+            m(rng),
+            m(rng),
+        ],
+        87 => vec![
+            "LREM".into(),
+            k(rng),
+            rng.pick(&["0", "1", "-1", "2", "x"]).into(),
+            m(rng),
+        ],
+        88 => {
+            let mut c = vec!["LPOS".into(), k(rng), m(rng)];
+            for (opt, vals) in [
+                ("RANK", ["1", "-1", "2", "0"]),
+                ("COUNT", ["0", "1", "2", "-1"]),
+                ("MAXLEN", ["0", "2", "-1", "1"]),
+            ] {
+                if rng.below(3) == 0 {
+                    c.push(opt.into());
+                    c.push(rng.pick(&vals).into());
+                }
+            }
+            c
+        }
+        89 => match rng.below(4) {
+            0 => vec!["RPOPLPUSH".into(), k(rng), k(rng)],
+            1 => vec![
+                "LMOVE".into(),
+                k(rng),
+                k(rng),
+                rng.pick(&["LEFT", "RIGHT", "UP"]).into(),
+                rng.pick(&["LEFT", "RIGHT"]).into(),
+            ],
+            // An empty list waits its 10 ms on both servers.
+            2 => vec![
+                rng.pick(&["BLPOP", "BRPOP"]).into(),
+                k(rng),
+                k(rng),
+                rng.pick(&["0.01", "-1", "x"]).into(),
+            ],
+            _ => vec![
+                "BLMOVE".into(),
+                k(rng),
+                k(rng),
+                "RIGHT".into(),
+                "LEFT".into(),
+                "0.01".into(),
+            ],
         },
         _ => vec!["EXISTS".into(), k(rng)],
     };

@@ -1,0 +1,511 @@
+//! List commands. A list is one value of kind [`Kind::List`] (`strata_format::members`, head
+//! first): read whole, changed under the key's lock, deleted when left empty. The blocking
+//! forms (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`) run outside the server's gate and take
+//! it for each attempt; every write that adds elements wakes them to try again.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_engine::Kind;
+use strata_resp::Reply;
+
+use super::typed::{pop_count, read_items, read_kind, reply, write_items, MembersCodec};
+use super::{lower, not_integer, parse_int, syntax_error, Ctx};
+
+type ListCodec = MembersCodec<true>;
+
+/// Changes the list at client key `key`; a change that adds elements wakes blocked pops.
+async fn write_list<R: Send + 'static>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    adds: bool,
+    f: impl FnOnce(&mut Vec<Bytes>) -> strata_engine::Result<(bool, R)> + Send,
+) -> Result<R, Reply> {
+    let key = ctx.key(key);
+    let r = write_items::<ListCodec, R>(ctx, &key, f).await;
+    if adds && r.is_ok() {
+        ctx.shared.list_pushed.notify_waiters();
+    }
+    r
+}
+
+async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool, only_if_exists: bool) -> Reply {
+    let new: Vec<Bytes> = a[2..].to_vec();
+    let r = write_list(ctx, &a[1], true, move |list| {
+        if only_if_exists && list.is_empty() {
+            return Ok((false, 0));
+        }
+        if left {
+            for e in new {
+                list.insert(0, e);
+            }
+        } else {
+            list.extend(new);
+        }
+        Ok((true, list.len() as i64))
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn lpush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    push(ctx, a, true, false).await
+}
+
+pub(crate) async fn rpush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    push(ctx, a, false, false).await
+}
+
+pub(crate) async fn lpushx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    push(ctx, a, true, true).await
+}
+
+pub(crate) async fn rpushx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    push(ctx, a, false, true).await
+}
+
+/// Takes up to `n` elements off one end of `list`, in the order they come off.
+fn take(list: &mut Vec<Bytes>, left: bool, n: usize) -> Vec<Bytes> {
+    let n = n.min(list.len());
+    if left {
+        list.drain(..n).collect()
+    } else {
+        list.drain(list.len() - n..).rev().collect()
+    }
+}
+
+async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
+    let count = match pop_count(a) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let r = write_list(ctx, &a[1], false, move |list| {
+        let existed = !list.is_empty();
+        let popped = take(list, left, count.unwrap_or(1));
+        Ok((!popped.is_empty(), (existed, popped)))
+    });
+    reply(r.await, |(existed, popped)| match count {
+        None => popped.into_iter().next().map_or(Reply::Null, Reply::Bulk),
+        Some(_) if !existed => Reply::NullArray,
+        Some(_) => Reply::Array(popped.into_iter().map(Reply::Bulk).collect()),
+    })
+}
+
+pub(crate) async fn lpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    pop(ctx, a, true).await
+}
+
+pub(crate) async fn rpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    pop(ctx, a, false).await
+}
+
+pub(crate) async fn llen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = read_items::<ListCodec>(ctx, &a[1]).await;
+    reply(r, |l| Reply::Integer(l.len() as i64))
+}
+
+/// Redis's range of `start..=stop` (negative from the end) over `len` elements.
+fn index_range(len: usize, start: i64, stop: i64) -> std::ops::Range<usize> {
+    let len = len as i64;
+    let norm = |i: i64| if i < 0 { len + i } else { i };
+    let (s, e) = (norm(start).max(0), norm(stop));
+    if s > e || s >= len {
+        return 0..0;
+    }
+    s as usize..(e.min(len - 1) + 1) as usize
+}
+
+fn two_ints(a: &[Bytes]) -> Result<(i64, i64), Reply> {
+    match (parse_int(&a[2]), parse_int(&a[3])) {
+        (Some(x), Some(y)) => Ok((x, y)),
+        _ => Err(not_integer()),
+    }
+}
+
+pub(crate) async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (start, stop) = match two_ints(a) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let r = read_items::<ListCodec>(ctx, &a[1]).await;
+    reply(r, |l| {
+        let range = index_range(l.len(), start, stop);
+        Reply::Array(l[range].iter().cloned().map(Reply::Bulk).collect())
+    })
+}
+
+pub(crate) async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (start, stop) = match two_ints(a) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let r = write_list(ctx, &a[1], false, move |list| {
+        let range = index_range(list.len(), start, stop);
+        let before = list.len();
+        *list = list[range].to_vec();
+        Ok((list.len() != before, ()))
+    });
+    reply(r.await, |_| Reply::ok())
+}
+
+/// The position of `index` (negative from the end) in `len` elements, if inside.
+fn position(len: usize, index: i64) -> Option<usize> {
+    let i = if index < 0 { len as i64 + index } else { index };
+    (0..len as i64).contains(&i).then_some(i as usize)
+}
+
+pub(crate) async fn lindex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(index) = parse_int(&a[2]) else {
+        return not_integer();
+    };
+    let r = read_items::<ListCodec>(ctx, &a[1]).await;
+    reply(r, |l| {
+        position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(l[i].clone()))
+    })
+}
+
+pub(crate) async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(index) = parse_int(&a[2]) else {
+        return not_integer();
+    };
+    let value = a[3].clone();
+    let r = write_list(ctx, &a[1], false, move |list| {
+        if list.is_empty() {
+            return Err(strata_engine::Error::Invalid("no such key".into()));
+        }
+        let i = position(list.len(), index)
+            .ok_or_else(|| strata_engine::Error::Invalid("index out of range".into()))?;
+        list[i] = value;
+        Ok((true, ()))
+    });
+    reply(r.await, |_| Reply::ok())
+}
+
+pub(crate) async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let after = match lower(&a[2]).as_str() {
+        "before" => false,
+        "after" => true,
+        _ => return syntax_error(),
+    };
+    let (pivot, value) = (a[3].clone(), a[4].clone());
+    let r = write_list(ctx, &a[1], true, move |list| {
+        if list.is_empty() {
+            return Ok((false, 0));
+        }
+        match list.iter().position(|e| *e == pivot) {
+            None => Ok((false, -1)),
+            Some(i) => {
+                list.insert(if after { i + 1 } else { i }, value);
+                Ok((true, list.len() as i64))
+            }
+        }
+    });
+    reply(r.await, Reply::Integer)
+}
+
+pub(crate) async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(count) = parse_int(&a[2]) else {
+        return not_integer();
+    };
+    let value = a[3].clone();
+    let r = write_list(ctx, &a[1], false, move |list| {
+        let limit = if count == 0 {
+            usize::MAX
+        } else {
+            count.unsigned_abs() as usize
+        };
+        let mut removed = 0;
+        let mut keep = vec![true; list.len()];
+        let order: Box<dyn Iterator<Item = usize>> = if count < 0 {
+            Box::new((0..list.len()).rev())
+        } else {
+            Box::new(0..list.len())
+        };
+        for i in order {
+            if removed == limit {
+                break;
+            }
+            if list[i] == value {
+                keep[i] = false;
+                removed += 1;
+            }
+        }
+        let mut k = keep.iter();
+        list.retain(|_| *k.next().expect("one flag per element"));
+        Ok((removed > 0, removed as i64))
+    });
+    reply(r.await, Reply::Integer)
+}
+
+/// `LPOS key element [RANK rank] [COUNT num] [MAXLEN len]`.
+pub(crate) async fn lpos(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (mut rank, mut count, mut maxlen) = (1i64, None::<i64>, 0i64);
+    let mut i = 3;
+    while i < a.len() {
+        let Some(v) = a.get(i + 1) else {
+            return syntax_error();
+        };
+        let Some(n) = parse_int(v) else {
+            return not_integer();
+        };
+        match lower(&a[i]).as_str() {
+            "rank" if n == i64::MIN => return Reply::err("ERR value is out of range"),
+            "rank" if n == 0 => {
+                return Reply::err(
+                    "ERR RANK can't be zero: use 1 to start from the first match, 2 from the \
+                     second ... or use negative to start from the end of the list",
+                )
+            }
+            "rank" => rank = n,
+            "count" if n < 0 => return Reply::err("ERR COUNT can't be negative"),
+            "count" => count = Some(n),
+            "maxlen" if n < 0 => return Reply::err("ERR MAXLEN can't be negative"),
+            "maxlen" => maxlen = n,
+            _ => return syntax_error(),
+        }
+        i += 2;
+    }
+    let element = a[2].clone();
+    let r = read_items::<ListCodec>(ctx, &a[1]).await;
+    reply(r, |l| {
+        let len = l.len();
+        let scan = if maxlen == 0 {
+            len
+        } else {
+            (maxlen as usize).min(len)
+        };
+        let order: Box<dyn Iterator<Item = usize>> = if rank < 0 {
+            Box::new((len - scan..len).rev())
+        } else {
+            Box::new(0..scan)
+        };
+        let want = match count {
+            Some(0) => usize::MAX,
+            Some(n) => n as usize,
+            None => 1,
+        };
+        let found: Vec<usize> = order
+            .filter(|&j| l[j] == element)
+            .skip(rank.unsigned_abs() as usize - 1)
+            .take(want)
+            .collect();
+        match count {
+            None => found
+                .first()
+                .map_or(Reply::Null, |&j| Reply::Integer(j as i64)),
+            Some(_) => Reply::Array(
+                found
+                    .into_iter()
+                    .map(|j| Reply::Integer(j as i64))
+                    .collect(),
+            ),
+        }
+    })
+}
+
+fn side(b: &[u8]) -> Option<bool> {
+    match lower(b).as_str() {
+        "left" => Some(true),
+        "right" => Some(false),
+        _ => None,
+    }
+}
+
+/// One attempt of a move: the element taken off `src` (at the `from_left` end) and put on
+/// `dst` (at the `to_left` end), or `None` if `src` holds nothing. `src` is checked first;
+/// `dst` only once `src` has an element (as Redis does).
+async fn move_once(
+    ctx: &mut Ctx<'_>,
+    src: &Bytes,
+    dst: &Bytes,
+    from_left: bool,
+    to_left: bool,
+) -> Result<Option<Bytes>, Reply> {
+    let src_list = read_items::<ListCodec>(ctx, src).await?;
+    if src_list.is_empty() {
+        return Ok(None);
+    }
+    let dst_key = ctx.key(dst);
+    read_kind(ctx, &dst_key, Kind::List).await?;
+    let Some(element) = write_list(ctx, src, false, move |list| {
+        let e = take(list, from_left, 1).pop();
+        Ok((e.is_some(), e))
+    })
+    .await?
+    else {
+        return Ok(None);
+    };
+    let e = element.clone();
+    write_list(ctx, dst, true, move |list| {
+        if to_left {
+            list.insert(0, e);
+        } else {
+            list.push(e);
+        }
+        Ok((true, ()))
+    })
+    .await?;
+    Ok(Some(element))
+}
+
+pub(crate) async fn lmove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (Some(from), Some(to)) = (side(&a[3]), side(&a[4])) else {
+        return syntax_error();
+    };
+    let r = move_once(ctx, &a[1], &a[2], from, to).await;
+    reply(r, |e| e.map_or(Reply::Null, Reply::Bulk))
+}
+
+pub(crate) async fn rpoplpush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let r = move_once(ctx, &a[1], &a[2], false, true).await;
+    reply(r, |e| e.map_or(Reply::Null, Reply::Bulk))
+}
+
+/// A blocking command's timeout in seconds (a float; 0 waits for ever).
+fn parse_timeout(b: &[u8]) -> Result<Option<Duration>, Reply> {
+    let s = std::str::from_utf8(b).ok();
+    let t: f64 = match s.and_then(|s| s.parse().ok()) {
+        Some(t) if f64::is_finite(t) => t,
+        _ => return Err(Reply::err("ERR timeout is not a float or out of range")),
+    };
+    if t < 0.0 {
+        return Err(Reply::err("ERR timeout is negative"));
+    }
+    Ok((t > 0.0).then(|| Duration::from_secs_f64(t)))
+}
+
+/// Runs `attempt` until it gives a reply, waiting between attempts for a write that adds
+/// elements to a list, until `timeout`; then `on_timeout`. Outside a blocking context
+/// (inside `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
+/// `exclusive`: the moves), so it never runs inside another client's transaction.
+async fn block_on<F>(
+    ctx: &mut Ctx<'_>,
+    timeout: Option<Duration>,
+    exclusive: bool,
+    on_timeout: Reply,
+    mut attempt: F,
+) -> Reply
+where
+    F: for<'c, 'd> FnMut(
+        &'c mut Ctx<'d>,
+    ) -> futures::future::BoxFuture<'c, Result<Option<Reply>, Reply>>,
+{
+    let shared = std::sync::Arc::clone(ctx.shared);
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let pushed = shared.list_pushed.notified();
+        tokio::pin!(pushed);
+        pushed.as_mut().enable();
+        let got = if ctx.conn.may_block {
+            if exclusive {
+                let _g = shared.gate.write().await;
+                attempt(ctx).await
+            } else {
+                let _g = shared.gate.read().await;
+                attempt(ctx).await
+            }
+        } else {
+            attempt(ctx).await
+        };
+        match got {
+            Err(r) => return r,
+            Ok(Some(r)) => return r,
+            Ok(None) if !ctx.conn.may_block => return on_timeout,
+            Ok(None) => {}
+        }
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut pushed => {}
+            _ = sleep => return on_timeout,
+            _ = shutdown.changed() => return on_timeout,
+        }
+    }
+}
+
+async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
+    let timeout = match parse_timeout(&a[a.len() - 1]) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let keys: Vec<Bytes> = a[1..a.len() - 1].to_vec();
+    block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
+        let keys = keys.clone();
+        Box::pin(async move {
+            for k in &keys {
+                let popped = write_list(ctx, k, false, move |list| {
+                    let e = take(list, left, 1).pop();
+                    Ok((e.is_some(), e))
+                })
+                .await?;
+                if let Some(e) = popped {
+                    return Ok(Some(Reply::Array(vec![
+                        Reply::Bulk(k.clone()),
+                        Reply::Bulk(e),
+                    ])));
+                }
+            }
+            Ok(None)
+        })
+    })
+    .await
+}
+
+pub(crate) async fn blpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    blocking_pop(ctx, a, true).await
+}
+
+pub(crate) async fn brpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    blocking_pop(ctx, a, false).await
+}
+
+async fn blocking_move(ctx: &mut Ctx<'_>, a: &[Bytes], from: bool, to: bool, t: &Bytes) -> Reply {
+    let timeout = match parse_timeout(t) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let (src, dst) = (a[1].clone(), a[2].clone());
+    if !ctx.conn.may_block {
+        // Inside MULTI: one attempt, answered as LMOVE answers.
+        let r = move_once(ctx, &src, &dst, from, to).await;
+        return reply(r, |e| e.map_or(Reply::Null, Reply::Bulk));
+    }
+    // As Redis: a timeout answers a null array.
+    block_on(ctx, timeout, true, Reply::NullArray, |ctx| {
+        let (src, dst) = (src.clone(), dst.clone());
+        Box::pin(async move { Ok(move_once(ctx, &src, &dst, from, to).await?.map(Reply::Bulk)) })
+    })
+    .await
+}
+
+pub(crate) async fn blmove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (Some(from), Some(to)) = (side(&a[3]), side(&a[4])) else {
+        return syntax_error();
+    };
+    blocking_move(ctx, a, from, to, &a[5]).await
+}
+
+pub(crate) async fn brpoplpush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    blocking_move(ctx, a, false, true, &a[3]).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_and_positions_follow_redis() {
+        assert_eq!(index_range(5, 0, -1), 0..5);
+        assert_eq!(index_range(5, -2, 100), 3..5);
+        assert_eq!(index_range(5, 3, 1), 0..0);
+        assert_eq!(index_range(5, -100, -6), 0..0);
+        assert_eq!(index_range(0, 0, -1), 0..0);
+        assert_eq!(position(3, -1), Some(2));
+        assert_eq!(position(3, 3), None);
+        assert_eq!(position(3, -4), None);
+    }
+}
