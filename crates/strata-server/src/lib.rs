@@ -173,7 +173,9 @@ impl Server {
                 counters: Default::default(),
                 auth_limiter: auth::AuthLimiter::default(),
                 backup: Mutex::new(Default::default()),
-                list_pushed: tokio::sync::Notify::new(),
+                pops_wake: tokio::sync::Notify::new(),
+                blocked_clients: Default::default(),
+                encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
         }
     }

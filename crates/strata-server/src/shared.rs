@@ -72,8 +72,12 @@ pub(crate) struct Shared {
     pub(crate) counters: ServerCounters,
     pub(crate) auth_limiter: crate::auth::AuthLimiter,
     pub(crate) backup: Mutex<BackupState>,
-    /// Woken by every write that adds elements to a list: blocked pops try again.
-    pub(crate) list_pushed: tokio::sync::Notify,
+    /// Woken by every write to a list or a sorted set: blocked pops try again.
+    pub(crate) pops_wake: tokio::sync::Notify,
+    /// Clients waiting in a blocking command now.
+    pub(crate) blocked_clients: std::sync::atomic::AtomicI64,
+    /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
+    pub(crate) encoding_params: Mutex<HashMap<&'static str, i64>>,
 }
 
 impl Shared {

@@ -10,6 +10,23 @@ use strata_resp::Reply;
 use super::connection::REDIS_VERSION;
 use super::{lower, Ctx};
 
+/// The process's user and system CPU seconds (from `/proc/self/stat`; 0 where there is
+/// none).
+fn cpu_seconds() -> (f64, f64) {
+    // Linux reports both in clock ticks of 1/100 s (USER_HZ).
+    const TICKS_PER_SECOND: f64 = 100.0;
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    let at = |i: usize| f.get(i).copied().unwrap_or(0.0) / TICKS_PER_SECOND;
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (at(11), at(12))
+}
+
 pub(crate) async fn info(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     Reply::Verbatim(text(ctx, a))
 }
@@ -29,11 +46,11 @@ fn section<V: std::fmt::Display>(
 
 fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
     let want: Vec<String> = a[1..].iter().map(|s| lower(s)).collect();
-    let all = want.is_empty()
-        || want
-            .iter()
-            .any(|w| w == "all" || w == "everything" || w == "default");
-    let show = |s: &str| all || want.iter().any(|w| w == s);
+    // As Redis: no argument or `default` is every section but the command statistics;
+    // `all` and `everything` are every section.
+    let default = want.is_empty() || want.iter().any(|w| w == "default");
+    let all = want.iter().any(|w| w == "all" || w == "everything");
+    let show = |s: &str| all || default && s != "commandstats" || want.iter().any(|w| w == s);
     let sh = ctx.shared;
     let st = sh.engine.stats();
     let server = sh.stats();
@@ -58,9 +75,25 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         let rows = [
             ("connected_clients", server.connected_clients),
             ("maxclients", sh.cfg.read().maxclients),
-            ("blocked_clients", 0),
+            (
+                "blocked_clients",
+                sh.blocked_clients
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .max(0) as u64,
+            ),
         ];
         section(&mut o, "Clients", rows);
+    }
+    if show("cpu") {
+        let (user, sys) = cpu_seconds();
+        section(
+            &mut o,
+            "CPU",
+            [
+                ("used_cpu_sys", format!("{sys:.6}")),
+                ("used_cpu_user", format!("{user:.6}")),
+            ],
+        );
     }
     if show("memory") {
         let rows: [(&str, String); 3] = [

@@ -120,6 +120,40 @@ pub(crate) async fn type_of(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
 }
 
+/// `MEMORY USAGE key [SAMPLES n]`: the bytes the key's entry counts against its tier's
+/// budget (stored key, record header, value), or nil.
+pub(crate) async fn memory(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if lower(&a[1]) != "usage" || !(a.len() == 3 || a.len() == 5) {
+        return Reply::err(
+            "ERR MEMORY USAGE <key> [SAMPLES <count>] is the MEMORY subcommand Strata has",
+        );
+    }
+    let key = ctx.key(&a[2]);
+    match ctx.shared.engine.locate(&key).await {
+        Ok(Some((_, len))) => Reply::Integer(
+            (key.stored().len() + strata_format::WARM_HEADER_BYTES) as i64 + len as i64,
+        ),
+        Ok(None) => Reply::Null,
+        Err(e) => engine_error(&e),
+    }
+}
+
+/// `OBJECT ENCODING key`: Strata's own name for how the value is kept (one encoding per
+/// kind, `strata-<kind>`), not one of Redis's. Other `OBJECT` subcommands are refused.
+pub(crate) async fn object(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match (lower(&a[1]).as_str(), a.len()) {
+        ("encoding", 3) => match ctx.shared.engine.kind_of(&ctx.key(&a[2])).await {
+            Ok(Some(kind)) => Reply::bulk(format!("strata-{}", kind.name())),
+            Ok(None) => Reply::Null,
+            Err(e) => engine_error(&e),
+        },
+        (sub, _) => Reply::err(format!(
+            "ERR OBJECT {} is not supported by Strata; OBJECT ENCODING is",
+            sub.to_ascii_uppercase()
+        )),
+    }
+}
+
 pub(crate) async fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let pattern = &a[1];
     let prefix = literal_prefix(pattern);
@@ -340,7 +374,7 @@ async fn write_whole(
         Ok(w) => {
             ctx.shared.watches.touch(to);
             // A list under a new name is new elements there for a blocked pop.
-            ctx.shared.list_pushed.notify_waiters();
+            ctx.shared.pops_wake.notify_waiters();
             Ok(ctx.defer(w))
         }
         Err(e) => Err(engine_error(&e)),
@@ -401,6 +435,40 @@ pub(crate) async fn move_to_db(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Err(e) => return engine_error(&e),
     };
     Reply::Integer(1)
+}
+
+/// `COPY source destination [DB db] [REPLACE]`: the value (of any kind) and its expiry
+/// under the new name; atomic to other clients (the command holds the gate).
+pub(crate) async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (mut db, mut replace) = (ctx.conn.db, false);
+    let mut i = 3;
+    while i < a.len() {
+        match lower(&a[i]).as_str() {
+            "replace" => replace = true,
+            "db" if i + 1 < a.len() => {
+                db = match super::parse_db(ctx, &a[i + 1]) {
+                    Ok(db) => db,
+                    Err(r) => return r,
+                };
+                i += 1;
+            }
+            _ => return syntax_error(),
+        }
+        i += 1;
+    }
+    let (from, to) = (ctx.key(&a[1]), ctx.key_in(db, &a[2]));
+    if from == to {
+        return Reply::err("ERR source and destination objects are the same");
+    }
+    let whole = match read_whole(ctx, &from).await {
+        Ok(Some(w)) => w,
+        Ok(None) => return Reply::Integer(0),
+        Err(r) => return r,
+    };
+    match write_whole(ctx, &to, whole, !replace).await {
+        Ok(written) => Reply::Integer(written as i64),
+        Err(r) => r,
+    }
 }
 
 pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

@@ -1,37 +1,33 @@
 //! List commands. A list is one value of kind [`Kind::List`] (`strata_format::members`, head
 //! first): read whole, changed under the key's lock, deleted when left empty. The blocking
-//! forms (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`) run outside the server's gate and take
-//! it for each attempt; every write that adds elements wakes them to try again.
-
-use std::time::Duration;
+//! forms (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`) run outside the server's gate
+//! and take it for each attempt; every write to a list wakes them to try again.
 
 use bytes::Bytes;
 use strata_engine::Kind;
 use strata_resp::Reply;
 
-use super::typed::{pop_count, read_items, read_kind, reply, write_items, MembersCodec};
+use super::typed::{
+    block_on, keys_then_timeout, mpop_args, parse_timeout, pop_count, read_items, read_kind, reply,
+    write_items, MembersCodec,
+};
 use super::{lower, not_integer, parse_int, syntax_error, Ctx};
 
 type ListCodec = MembersCodec<true>;
 
-/// Changes the list at client key `key`; a change that adds elements wakes blocked pops.
+/// Changes the list at client key `key` (any change wakes blocked pops: `write_kind`).
 async fn write_list<R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    adds: bool,
     f: impl FnOnce(&mut Vec<Bytes>) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(key);
-    let r = write_items::<ListCodec, R>(ctx, &key, f).await;
-    if adds && r.is_ok() {
-        ctx.shared.list_pushed.notify_waiters();
-    }
-    r
+    write_items::<ListCodec, R>(ctx, &key, f).await
 }
 
 async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool, only_if_exists: bool) -> Reply {
     let new: Vec<Bytes> = a[2..].to_vec();
-    let r = write_list(ctx, &a[1], true, move |list| {
+    let r = write_list(ctx, &a[1], move |list| {
         if only_if_exists && list.is_empty() {
             return Ok((false, 0));
         }
@@ -78,7 +74,7 @@ async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let r = write_list(ctx, &a[1], false, move |list| {
+    let r = write_list(ctx, &a[1], move |list| {
         let existed = !list.is_empty();
         let popped = take(list, left, count.unwrap_or(1));
         Ok((!popped.is_empty(), (existed, popped)))
@@ -138,7 +134,7 @@ pub(crate) async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let r = write_list(ctx, &a[1], false, move |list| {
+    let r = write_list(ctx, &a[1], move |list| {
         let range = index_range(list.len(), start, stop);
         let before = list.len();
         *list = list[range].to_vec();
@@ -168,7 +164,7 @@ pub(crate) async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return not_integer();
     };
     let value = a[3].clone();
-    let r = write_list(ctx, &a[1], false, move |list| {
+    let r = write_list(ctx, &a[1], move |list| {
         if list.is_empty() {
             return Err(strata_engine::Error::Invalid("no such key".into()));
         }
@@ -187,7 +183,7 @@ pub(crate) async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         _ => return syntax_error(),
     };
     let (pivot, value) = (a[3].clone(), a[4].clone());
-    let r = write_list(ctx, &a[1], true, move |list| {
+    let r = write_list(ctx, &a[1], move |list| {
         if list.is_empty() {
             return Ok((false, 0));
         }
@@ -207,7 +203,7 @@ pub(crate) async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return not_integer();
     };
     let value = a[3].clone();
-    let r = write_list(ctx, &a[1], false, move |list| {
+    let r = write_list(ctx, &a[1], move |list| {
         let limit = if count == 0 {
             usize::MAX
         } else {
@@ -326,7 +322,7 @@ async fn move_once(
     }
     let dst_key = ctx.key(dst);
     read_kind(ctx, &dst_key, Kind::List).await?;
-    let Some(element) = write_list(ctx, src, false, move |list| {
+    let Some(element) = write_list(ctx, src, move |list| {
         let e = take(list, from_left, 1).pop();
         Ok((e.is_some(), e))
     })
@@ -335,7 +331,7 @@ async fn move_once(
         return Ok(None);
     };
     let e = element.clone();
-    write_list(ctx, dst, true, move |list| {
+    write_list(ctx, dst, move |list| {
         if to_left {
             list.insert(0, e);
         } else {
@@ -360,84 +356,16 @@ pub(crate) async fn rpoplpush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     reply(r, |e| e.map_or(Reply::Null, Reply::Bulk))
 }
 
-/// A blocking command's timeout in seconds (a float; 0 waits for ever).
-fn parse_timeout(b: &[u8]) -> Result<Option<Duration>, Reply> {
-    let s = std::str::from_utf8(b).ok();
-    let t: f64 = match s.and_then(|s| s.parse().ok()) {
-        Some(t) if f64::is_finite(t) => t,
-        _ => return Err(Reply::err("ERR timeout is not a float or out of range")),
-    };
-    if t < 0.0 {
-        return Err(Reply::err("ERR timeout is negative"));
-    }
-    Ok((t > 0.0).then(|| Duration::from_secs_f64(t)))
-}
-
-/// Runs `attempt` until it gives a reply, waiting between attempts for a write that adds
-/// elements to a list, until `timeout`; then `on_timeout`. Outside a blocking context
-/// (inside `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
-/// `exclusive`: the moves), so it never runs inside another client's transaction.
-async fn block_on<F>(
-    ctx: &mut Ctx<'_>,
-    timeout: Option<Duration>,
-    exclusive: bool,
-    on_timeout: Reply,
-    mut attempt: F,
-) -> Reply
-where
-    F: for<'c, 'd> FnMut(
-        &'c mut Ctx<'d>,
-    ) -> futures::future::BoxFuture<'c, Result<Option<Reply>, Reply>>,
-{
-    let shared = std::sync::Arc::clone(ctx.shared);
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut shutdown = shared.shutdown.subscribe();
-    loop {
-        let pushed = shared.list_pushed.notified();
-        tokio::pin!(pushed);
-        pushed.as_mut().enable();
-        let got = if ctx.conn.may_block {
-            if exclusive {
-                let _g = shared.gate.write().await;
-                attempt(ctx).await
-            } else {
-                let _g = shared.gate.read().await;
-                attempt(ctx).await
-            }
-        } else {
-            attempt(ctx).await
-        };
-        match got {
-            Err(r) => return r,
-            Ok(Some(r)) => return r,
-            Ok(None) if !ctx.conn.may_block => return on_timeout,
-            Ok(None) => {}
-        }
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = &mut pushed => {}
-            _ = sleep => return on_timeout,
-            _ = shutdown.changed() => return on_timeout,
-        }
-    }
-}
-
 async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
-    let timeout = match parse_timeout(&a[a.len() - 1]) {
-        Ok(t) => t,
+    let (keys, timeout) = match keys_then_timeout(a) {
+        Ok(x) => x,
         Err(r) => return r,
     };
-    let keys: Vec<Bytes> = a[1..a.len() - 1].to_vec();
     block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move {
             for k in &keys {
-                let popped = write_list(ctx, k, false, move |list| {
+                let popped = write_list(ctx, k, move |list| {
                     let e = take(list, left, 1).pop();
                     Ok((e.is_some(), e))
                 })
@@ -451,6 +379,58 @@ async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
             }
             Ok(None)
         })
+    })
+    .await
+}
+
+/// One attempt of an `LMPOP`: up to `count` elements off the first of `keys` that has any,
+/// as `[key, [elements]]`.
+async fn mpop_once(
+    ctx: &mut Ctx<'_>,
+    keys: &[Bytes],
+    left: bool,
+    count: usize,
+) -> Result<Option<Reply>, Reply> {
+    for k in keys {
+        let popped = write_list(ctx, k, move |list| {
+            let e = take(list, left, count);
+            Ok((!e.is_empty(), e))
+        })
+        .await?;
+        if !popped.is_empty() {
+            let items = popped.into_iter().map(Reply::Bulk).collect();
+            return Ok(Some(Reply::Array(vec![
+                Reply::Bulk(k.clone()),
+                Reply::Array(items),
+            ])));
+        }
+    }
+    Ok(None)
+}
+
+/// `LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]`.
+pub(crate) async fn lmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (keys, left, count) = match mpop_args(a, 1, ["left", "right"]) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let r = mpop_once(ctx, &keys, left, count).await;
+    reply(r, |r| r.unwrap_or(Reply::NullArray))
+}
+
+/// `BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]`.
+pub(crate) async fn blmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let timeout = match parse_timeout(&a[1]) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let (keys, left, count) = match mpop_args(a, 2, ["left", "right"]) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
+        let keys = keys.clone();
+        Box::pin(async move { mpop_once(ctx, &keys, left, count).await })
     })
     .await
 }

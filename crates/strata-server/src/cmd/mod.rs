@@ -26,6 +26,8 @@ use futures::future::BoxFuture;
 use strata_engine::{Error, Key, Written};
 use strata_resp::Reply;
 
+pub(crate) use server::ENCODING_PARAMS;
+
 use crate::auth::Role;
 use crate::session::Conn;
 use crate::shared::Shared;
@@ -215,6 +217,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("brpop", -3, WRITE | BLOCKING, 1, -2, 1, l::brpop),
     c!("blmove", 6, WRITE | BLOCKING, 1, 2, 1, l::blmove),
     c!("brpoplpush", 4, WRITE | BLOCKING, 1, 2, 1, l::brpoplpush),
+    c!("lmpop", -4, WRITE, 0, 0, 0, l::lmpop),
+    c!("blmpop", -5, WRITE | BLOCKING, 0, 0, 0, l::blmpop),
     // Sorted sets.
     c!("zadd", -4, WRITE | FAST, 1, 1, 1, z::zadd),
     c!("zincrby", 4, WRITE | FAST, 1, 1, 1, z::zincrby),
@@ -257,6 +261,24 @@ pub(crate) static COMMANDS: &[Spec] = &[
         1,
         z::zinterstore
     ),
+    c!("zdiffstore", -4, WRITE | EXCLUSIVE, 1, 1, 1, z::zdiffstore),
+    c!("zmpop", -4, WRITE, 0, 0, 0, z::zmpop),
+    c!("bzmpop", -5, WRITE | BLOCKING, 0, 0, 0, z::bzmpop),
+    c!("bzpopmin", -3, WRITE | BLOCKING, 1, -2, 1, z::bzpopmin),
+    c!("bzpopmax", -3, WRITE | BLOCKING, 1, -2, 1, z::bzpopmax),
+    c!("zunion", -3, READ, 0, 0, 0, z::zunion),
+    c!("zinter", -3, READ, 0, 0, 0, z::zinter),
+    c!("zdiff", -3, READ, 0, 0, 0, z::zdiff),
+    c!("zintercard", -3, READ, 0, 0, 0, z::zintercard),
+    c!(
+        "zrangestore",
+        -5,
+        WRITE | EXCLUSIVE,
+        1,
+        2,
+        1,
+        z::zrangestore
+    ),
     // Keys.
     c!("del", -2, WRITE, 1, -1, 1, keys::del),
     c!("unlink", -2, WRITE | FAST, 1, -1, 1, keys::del),
@@ -271,12 +293,15 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("pttl", 2, READ | FAST, 1, 1, 1, keys::pttl),
     c!("persist", 2, WRITE | FAST, 1, 1, 1, keys::persist),
     c!("type", 2, READ | FAST, 1, 1, 1, keys::type_of),
+    c!("object", -2, READ, 2, 2, 1, keys::object),
+    c!("memory", -2, READ, 2, 2, 1, keys::memory),
     c!("rename", 3, WRITE | EXCLUSIVE, 1, 2, 1, keys::rename),
     c!("renamenx", 3, WRITE | EXCLUSIVE, 1, 2, 1, keys::renamenx),
     c!("scan", -2, READ, 0, 0, 0, keys::scan),
     c!("keys", 2, READ, 0, 0, 0, keys::keys),
     c!("dbsize", 1, READ | FAST, 0, 0, 0, keys::dbsize),
     c!("move", 3, WRITE | EXCLUSIVE, 1, 1, 1, keys::move_to_db),
+    c!("copy", -3, WRITE | EXCLUSIVE, 1, 2, 1, keys::copy),
     c!("randomkey", 1, READ, 0, 0, 0, keys::randomkey),
     c!(
         "flushdb",
@@ -305,6 +330,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     // Server.
     c!("info", -1, READ, 0, 0, 0, info::info),
     c!("config", -2, ADMIN, 0, 0, 0, sv::config),
+    c!("function", -2, ADMIN, 0, 0, 0, sv::function),
     c!("debug", -2, ADMIN, 0, 0, 0, sv::debug),
     c!("shutdown", -1, ADMIN | NOQUEUE, 0, 0, 0, sv::shutdown),
     c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),

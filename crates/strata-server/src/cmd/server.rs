@@ -111,10 +111,43 @@ fn command_reply(a: &[Bytes]) -> Reply {
 }
 
 /// The parameters `CONFIG GET` knows, with their current values.
+/// Redis's thresholds between its encodings of small and large values, with Redis's
+/// defaults. Strata keeps one encoding per kind, so they change nothing: `CONFIG GET` and
+/// `CONFIG SET` accept them (as integers) so that tools and tests written for Redis run.
+pub(crate) const ENCODING_PARAMS: &[(&str, i64)] = &[
+    ("hash-max-listpack-entries", 128),
+    ("hash-max-listpack-value", 64),
+    ("hash-max-ziplist-entries", 128),
+    ("hash-max-ziplist-value", 64),
+    ("set-max-intset-entries", 512),
+    ("zset-max-listpack-entries", 128),
+    ("zset-max-listpack-value", 64),
+    ("zset-max-ziplist-entries", 128),
+    ("zset-max-ziplist-value", 64),
+    ("list-max-listpack-size", -2),
+    ("list-max-ziplist-size", -2),
+    ("list-compress-depth", 0),
+];
+
+/// `FUNCTION`: Strata runs no Lua yet, so there are no functions: `FLUSH` (of nothing) and
+/// `LIST` answer as Redis does with none loaded; the rest are refused.
+pub(crate) async fn function(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    match (lower(&a[1]).as_str(), a.len()) {
+        ("flush", 2) => Reply::ok(),
+        ("flush", 3) if matches!(lower(&a[2]).as_str(), "async" | "sync") => Reply::ok(),
+        ("list", _) => Reply::Array(Vec::new()),
+        (sub, _) => Reply::err(format!(
+            "ERR FUNCTION {} is not supported: Strata does not run Lua yet",
+            sub.to_ascii_uppercase()
+        )),
+    }
+}
+
 fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
     let cfg = ctx.shared.cfg.read();
     let es = ctx.shared.engine.settings();
-    vec![
+    let encodings = ctx.shared.encoding_params.lock();
+    let mut params = vec![
         ("maxclients", cfg.maxclients.to_string()),
         ("timeout", cfg.timeout_secs.to_string()),
         ("requirepass", cfg.requirepass.clone()),
@@ -139,9 +172,11 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("appendfsync", es.warm.durability.as_str().into()),
-        ("databases", "1".into()),
+        ("databases", cfg.databases.to_string()),
         ("cluster-enabled", "no".into()),
-    ]
+    ];
+    params.extend(encodings.iter().map(|(k, v)| (*k, v.to_string())));
+    params
 }
 
 fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -208,6 +243,13 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                         }
                     }
                     "save" | "appendonly" => {}
+                    k if ENCODING_PARAMS.iter().any(|(name, _)| *name == k) => {
+                        let Ok(n) = val.parse::<i64>() else {
+                            return bad();
+                        };
+                        let name = ENCODING_PARAMS.iter().find(|(p, _)| *p == k).expect("found").0;
+                        ctx.shared.encoding_params.lock().insert(name, n);
+                    }
                     _ => {
                         return Reply::err(format!(
                             "ERR Unknown option or number of arguments for CONFIG SET - '{key}'"

@@ -3,6 +3,8 @@
 //! lock (the key keeps its expiry; a value left empty deletes its key, as in Redis), or
 //! overwrite it whole (the `STORE` forms).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use strata_engine::{Change, Key, Kind};
 use strata_resp::Reply;
@@ -71,9 +73,17 @@ pub(crate) async fn write_kind<R: Send + 'static>(
             Ok((change, out))
         })
         .await;
+    wake_pops(ctx, kind);
     match r {
         Ok(w) => Ok(ctx.defer(w)),
         Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// After a write of `kind`: a list or a sorted set may have what a blocked pop waits for.
+fn wake_pops(ctx: &Ctx<'_>, kind: Kind) {
+    if matches!(kind, Kind::List | Kind::ZSet) {
+        ctx.shared.pops_wake.notify_waiters();
     }
 }
 
@@ -100,6 +110,7 @@ pub(crate) async fn store_kind(
             Ok((change, ()))
         })
         .await;
+    wake_pops(ctx, kind);
     match r {
         Ok(w) => {
             ctx.defer(w);
@@ -311,4 +322,115 @@ pub(crate) fn matches(pattern: &Option<Bytes>, name: &[u8]) -> bool {
     pattern
         .as_ref()
         .is_none_or(|p| strata_engine::glob::glob_match(p, name))
+}
+
+/// A blocking command's timeout in seconds (a float; 0 waits for ever).
+pub(crate) fn parse_timeout(b: &[u8]) -> Result<Option<Duration>, Reply> {
+    let s = std::str::from_utf8(b).ok();
+    let t: f64 = match s.and_then(|s| s.parse().ok()) {
+        Some(t) if f64::is_finite(t) => t,
+        _ => return Err(Reply::err("ERR timeout is not a float or out of range")),
+    };
+    if t < 0.0 {
+        return Err(Reply::err("ERR timeout is negative"));
+    }
+    Ok((t > 0.0).then(|| Duration::from_secs_f64(t)))
+}
+
+/// Runs `attempt` until it gives a reply, waiting between attempts for a write that adds
+/// elements to a list, until `timeout`; then `on_timeout`. Outside a blocking context
+/// (inside `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
+/// `exclusive`: the moves), so it never runs inside another client's transaction.
+pub(crate) async fn block_on<F>(
+    ctx: &mut Ctx<'_>,
+    timeout: Option<Duration>,
+    exclusive: bool,
+    on_timeout: Reply,
+    mut attempt: F,
+) -> Reply
+where
+    F: for<'c, 'd> FnMut(
+        &'c mut Ctx<'d>,
+    ) -> futures::future::BoxFuture<'c, Result<Option<Reply>, Reply>>,
+{
+    let shared = std::sync::Arc::clone(ctx.shared);
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let pushed = shared.pops_wake.notified();
+        tokio::pin!(pushed);
+        pushed.as_mut().enable();
+        let got = if ctx.conn.may_block {
+            if exclusive {
+                let _g = shared.gate.write().await;
+                attempt(ctx).await
+            } else {
+                let _g = shared.gate.read().await;
+                attempt(ctx).await
+            }
+        } else {
+            attempt(ctx).await
+        };
+        match got {
+            Err(r) => return r,
+            Ok(Some(r)) => return r,
+            Ok(None) if !ctx.conn.may_block => return on_timeout,
+            Ok(None) => {}
+        }
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        shared.blocked_clients.fetch_add(1, Relaxed);
+        let woken = tokio::select! {
+            _ = &mut pushed => true,
+            _ = sleep => false,
+            _ = shutdown.changed() => false,
+        };
+        shared.blocked_clients.fetch_sub(1, Relaxed);
+        if !woken {
+            return on_timeout;
+        }
+    }
+}
+
+/// The arguments of an `LMPOP`/`ZMPOP` (from `numkeys` at `at`): the keys, which end
+/// (`ends`: `LEFT`/`RIGHT` or `MIN`/`MAX`; true for the first), and `COUNT` (1 if absent).
+pub(crate) fn mpop_args(
+    a: &[Bytes],
+    at: usize,
+    ends: [&str; 2],
+) -> Result<(Vec<Bytes>, bool, usize), Reply> {
+    use super::{lower, parse_int, syntax_error};
+    let n = match parse_int(&a[at]) {
+        Some(n) if n > 0 => n as usize,
+        _ => return Err(Reply::err("ERR numkeys should be greater than 0")),
+    };
+    let where_at = at + 1 + n;
+    if where_at >= a.len() {
+        return Err(syntax_error());
+    }
+    let first = match lower(&a[where_at]) {
+        w if w == ends[0] => true,
+        w if w == ends[1] => false,
+        _ => return Err(syntax_error()),
+    };
+    let count = match &a[where_at + 1..] {
+        [] => 1,
+        [opt, c] if lower(opt) == "count" => match parse_int(c) {
+            Some(c) if c > 0 => c as usize,
+            _ => return Err(Reply::err("ERR count should be greater than 0")),
+        },
+        _ => return Err(syntax_error()),
+    };
+    Ok((a[at + 1..where_at].to_vec(), first, count))
+}
+
+/// The arguments of `BLPOP`, `BZPOPMIN` and the like: `key [key ...] timeout`.
+pub(crate) fn keys_then_timeout(a: &[Bytes]) -> Result<(Vec<Bytes>, Option<Duration>), Reply> {
+    let timeout = parse_timeout(&a[a.len() - 1])?;
+    Ok((a[1..a.len() - 1].to_vec(), timeout))
 }

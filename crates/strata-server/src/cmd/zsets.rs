@@ -13,8 +13,9 @@ use strata_format::zset::{decode_zset, encode_zset};
 use strata_resp::Reply;
 
 use super::typed::{
-    bulk, corrupt, matches, pop_count, random_args, random_positions, read_items, reply,
-    scan_options, scan_reply, store_items, write_items, Codec,
+    block_on, bulk, corrupt, keys_then_timeout, matches, mpop_args, parse_timeout, pop_count,
+    random_args, random_positions, read_items, reply, scan_options, scan_reply, store_items,
+    write_items, Codec,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -690,6 +691,101 @@ pub(crate) async fn zpopmax(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     pop(ctx, a, true).await
 }
 
+/// Up to `count` entries off one end of the first of `keys` whose sorted set has any, with
+/// the key.
+async fn zpop_first(
+    ctx: &mut Ctx<'_>,
+    keys: &[Bytes],
+    max: bool,
+    count: usize,
+) -> Result<Option<(Bytes, Vec<Entry>)>, Reply> {
+    for k in keys {
+        let key = ctx.key(k);
+        let popped = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+            let n = count.min(entries.len());
+            let popped: Vec<Entry> = if max {
+                entries.drain(entries.len() - n..).rev().collect()
+            } else {
+                entries.drain(..n).collect()
+            };
+            Ok((n > 0, popped))
+        })
+        .await?;
+        if !popped.is_empty() {
+            return Ok(Some((k.clone(), popped)));
+        }
+    }
+    Ok(None)
+}
+
+/// `[key, [[member, score], ...]]`, as `ZMPOP` answers.
+fn mpop_reply(key: Bytes, popped: Vec<Entry>) -> Reply {
+    let items = popped
+        .into_iter()
+        .map(|(s, m)| Reply::Array(vec![Reply::Bulk(m), score_reply(s)]))
+        .collect();
+    Reply::Array(vec![Reply::Bulk(key), Reply::Array(items)])
+}
+
+/// `ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]`.
+pub(crate) async fn zmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (keys, min, count) = match mpop_args(a, 1, ["min", "max"]) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let r = zpop_first(ctx, &keys, !min, count).await;
+    reply(r, |got| {
+        got.map_or(Reply::NullArray, |(k, p)| mpop_reply(k, p))
+    })
+}
+
+/// `BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]`.
+pub(crate) async fn bzmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let timeout = match parse_timeout(&a[1]) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let (keys, min, count) = match mpop_args(a, 2, ["min", "max"]) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
+        let keys = keys.clone();
+        Box::pin(async move {
+            let got = zpop_first(ctx, &keys, !min, count).await?;
+            Ok(got.map(|(k, p)| mpop_reply(k, p)))
+        })
+    })
+    .await
+}
+
+/// `BZPOPMIN`/`BZPOPMAX key [key ...] timeout`: `[key, member, score]`.
+async fn bzpop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Reply {
+    let (keys, timeout) = match keys_then_timeout(a) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
+        let keys = keys.clone();
+        Box::pin(async move {
+            let got = zpop_first(ctx, &keys, max, 1).await?;
+            Ok(got.map(|(k, mut p)| {
+                let (s, m) = p.remove(0);
+                Reply::Array(vec![Reply::Bulk(k), Reply::Bulk(m), score_reply(s)])
+            }))
+        })
+    })
+    .await
+}
+
+pub(crate) async fn bzpopmin(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    bzpop(ctx, a, false).await
+}
+
+pub(crate) async fn bzpopmax(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    bzpop(ctx, a, true).await
+}
+
 pub(crate) async fn zscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let (pattern, _) = match scan_options(a, false) {
         Ok(o) => o,
@@ -766,11 +862,31 @@ async fn read_scored(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<Entry>, Reply>
     }
 }
 
-/// `ZUNIONSTORE` / `ZINTERSTORE destination numkeys key [key ...] [WEIGHTS w ...]
-/// [AGGREGATE SUM|MIN|MAX]`.
-async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], union: bool) -> Reply {
-    let name = if union { "zunionstore" } else { "zinterstore" };
-    let n = match parse_int(&a[2]) {
+/// How several sorted sets combine.
+#[derive(Clone, Copy, PartialEq)]
+enum SetOp {
+    Union,
+    Inter,
+    Diff,
+}
+
+/// What a combination does with its result.
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    /// Replies with it (`ZUNION`, `ZINTER`, `ZDIFF`; `WITHSCORES` allowed).
+    Reply,
+    /// Stores it at argument 1 and replies with its size (the `STORE` forms).
+    Store,
+    /// Replies with its size only (`ZINTERCARD`, `LIMIT` allowed).
+    Count,
+}
+
+/// `ZUNION`/`ZINTER`/`ZDIFF` and their `STORE` forms, and `ZINTERCARD`, as Redis's
+/// `zunionInterDiffGenericCommand`: `numkeys` at argument `at`, the keys after it (read
+/// and their kinds checked first; a set counts with score 1), then the options.
+async fn combine(ctx: &mut Ctx<'_>, a: &[Bytes], at: usize, op: SetOp, output: Output) -> Reply {
+    let name = lower(&a[0]);
+    let n = match parse_int(&a[at]) {
         Some(n) if n > 0 => n as usize,
         Some(_) => {
             return Reply::err(format!(
@@ -779,23 +895,24 @@ async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], union: bool) -> Reply {
         }
         None => return not_integer(),
     };
-    if n > a.len() - 3 {
+    if n > a.len() - at - 1 {
         return syntax_error();
     }
-    // As Redis: the inputs are read (and their kinds checked) before the options.
     let mut inputs = Vec::with_capacity(n);
-    for k in &a[3..3 + n] {
+    for k in &a[at + 1..at + 1 + n] {
         match read_scored(ctx, k).await {
             Ok(e) => inputs.push(e),
             Err(r) => return r,
         }
     }
     let mut weights = vec![1.0; n];
-    let mut agg = Aggregate::Sum;
-    let mut i = 3 + n;
+    let (mut agg, mut with_scores, mut limit) = (Aggregate::Sum, false, 0usize);
+    let mut i = at + 1 + n;
+    let plain = op != SetOp::Diff && output != Output::Count;
     while i < a.len() {
+        let left = a.len() - i;
         match lower(&a[i]).as_str() {
-            "weights" if i + n < a.len() => {
+            "weights" if plain && left > n => {
                 for (j, w) in weights.iter_mut().enumerate() {
                     match parse_score(&a[i + 1 + j]) {
                         Some(v) => *w = v,
@@ -804,12 +921,23 @@ async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], union: bool) -> Reply {
                 }
                 i += n + 1;
             }
-            "aggregate" if i + 1 < a.len() => {
+            "aggregate" if plain && left >= 2 => {
                 agg = match lower(&a[i + 1]).as_str() {
                     "sum" => Aggregate::Sum,
                     "min" => Aggregate::Min,
                     "max" => Aggregate::Max,
                     _ => return syntax_error(),
+                };
+                i += 2;
+            }
+            "withscores" if output == Output::Reply => {
+                with_scores = true;
+                i += 1;
+            }
+            "limit" if output == Output::Count && left >= 2 => {
+                limit = match parse_int(&a[i + 1]) {
+                    Some(l) if l >= 0 => l as usize,
+                    _ => return Reply::err("ERR LIMIT can't be negative"),
                 };
                 i += 2;
             }
@@ -824,32 +952,99 @@ async fn combine_store(ctx: &mut Ctx<'_>, a: &[Bytes], union: bool) -> Reply {
             v
         }
     };
-    let mut acc: HashMap<Bytes, f64> = HashMap::new();
-    let mut seen_in: HashMap<Bytes, usize> = HashMap::new();
-    for (input, &w) in inputs.iter().zip(&weights) {
-        for (s, m) in input {
-            let v = weigh(*s, w);
-            acc.entry(m.clone())
-                .and_modify(|cur| *cur = aggregate(agg, *cur, v))
-                .or_insert(v);
-            *seen_in.entry(m.clone()).or_default() += 1;
+    let mut out: Vec<Entry> = if op == SetOp::Diff {
+        let others: std::collections::HashSet<&Bytes> =
+            inputs[1..].iter().flatten().map(|(_, m)| m).collect();
+        inputs[0]
+            .iter()
+            .filter(|(_, m)| !others.contains(m))
+            .cloned()
+            .collect()
+    } else {
+        let mut acc: HashMap<Bytes, (f64, usize)> = HashMap::new();
+        for (input, &w) in inputs.iter().zip(&weights) {
+            for (s, m) in input {
+                let v = weigh(*s, w);
+                acc.entry(m.clone())
+                    .and_modify(|(cur, seen)| {
+                        *cur = aggregate(agg, *cur, v);
+                        *seen += 1;
+                    })
+                    .or_insert((v, 1));
+            }
         }
-    }
-    let mut out: Vec<Entry> = acc
-        .into_iter()
-        .filter(|(m, _)| union || seen_in[m] == n)
-        .map(|(m, s)| (s, m))
-        .collect();
+        acc.into_iter()
+            .filter(|(_, (_, seen))| op == SetOp::Union || *seen == n)
+            .map(|(m, (s, _))| (s, m))
+            .collect()
+    };
     out.sort_by(order);
-    store_items::<ZSetCodec>(ctx, &a[1], &out).await
+    match output {
+        Output::Store => store_items::<ZSetCodec>(ctx, &a[1], &out).await,
+        Output::Count => {
+            let len = if limit == 0 {
+                out.len()
+            } else {
+                out.len().min(limit)
+            };
+            Reply::Integer(len as i64)
+        }
+        Output::Reply => entries_reply(out.iter(), with_scores, ctx.conn.proto == 3),
+    }
 }
 
 pub(crate) async fn zunionstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    combine_store(ctx, a, true).await
+    combine(ctx, a, 2, SetOp::Union, Output::Store).await
 }
 
 pub(crate) async fn zinterstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    combine_store(ctx, a, false).await
+    combine(ctx, a, 2, SetOp::Inter, Output::Store).await
+}
+
+pub(crate) async fn zdiffstore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine(ctx, a, 2, SetOp::Diff, Output::Store).await
+}
+
+pub(crate) async fn zunion(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine(ctx, a, 1, SetOp::Union, Output::Reply).await
+}
+
+pub(crate) async fn zinter(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine(ctx, a, 1, SetOp::Inter, Output::Reply).await
+}
+
+pub(crate) async fn zdiff(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine(ctx, a, 1, SetOp::Diff, Output::Reply).await
+}
+
+pub(crate) async fn zintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    combine(ctx, a, 1, SetOp::Inter, Output::Count).await
+}
+
+/// `ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]`.
+pub(crate) async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let o = match parse_range_options(&a[5..], true) {
+        Ok(o) if !o.with_scores => o,
+        Ok(_) => return syntax_error(),
+        Err(r) => return r,
+    };
+    if o.limit.is_some_and(|(_, n)| n != -1) && o.by.is_none() {
+        return Reply::err(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        );
+    }
+    let range = match parse_range(o.by, &a[3], &a[4]) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let src = match read_items::<ZSetCodec>(ctx, &a[2]).await {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    let limit = if o.by.is_none() { None } else { o.limit };
+    let mut picked = ranged(&src, &range, o.rev, limit);
+    picked.sort_by(order);
+    store_items::<ZSetCodec>(ctx, &a[1], &picked).await
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
     let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(90) {
+    let c: Vec<String> = match rng.below(95) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -433,6 +433,69 @@ fn command(rng: &mut Rng) -> Vec<String> {
                 "0.01".into(),
             ],
         },
+        90 => {
+            let cmd = rng.pick(&["ZUNION", "ZINTER", "ZDIFF", "ZINTERCARD", "ZDIFFSTORE"]);
+            let mut c = vec![cmd.to_string()];
+            if cmd == "ZDIFFSTORE" {
+                c.push(k(rng));
+            }
+            c.extend([rng.pick(&["1", "2", "0"]).to_string(), k(rng), k(rng)]);
+            if rng.below(2) == 0 {
+                c.push(rng.pick(&["WITHSCORES", "LIMIT", "AGGREGATE"]).into());
+                if c.last().is_some_and(|o| o != "WITHSCORES") {
+                    c.push(rng.pick(&["1", "MAX", "-1"]).into());
+                }
+            }
+            c
+        }
+        91 => {
+            let mut c = vec![
+                "ZRANGESTORE".into(),
+                k(rng),
+                k(rng),
+                sb(rng),
+                sb(rng),
+                "BYSCORE".into(),
+            ];
+            if rng.below(2) == 0 {
+                c.push("REV".into());
+            }
+            c
+        }
+        92 => {
+            let (cmd, ends) = match rng.below(2) {
+                0 => ("ZMPOP", ["MIN", "MAX"]),
+                _ => ("LMPOP", ["LEFT", "RIGHT"]),
+            };
+            let mut c = vec![
+                cmd.to_string(),
+                rng.pick(&["1", "2", "0"]).into(),
+                k(rng),
+                k(rng),
+            ];
+            c.push(rng.pick(&ends).to_string());
+            if rng.below(2) == 0 {
+                c.extend(["COUNT".to_string(), rng.pick(&["1", "3", "0"]).to_string()]);
+            }
+            c
+        }
+        93 => {
+            let mut c = vec!["COPY".into(), k(rng), k(rng)];
+            if rng.below(2) == 0 {
+                c.push("REPLACE".into());
+            }
+            if rng.below(3) == 0 {
+                c.extend(["DB".to_string(), rng.pick(&["1", "0", "16"]).to_string()]);
+            }
+            c
+        }
+        // An empty sorted set waits its 10 ms on both servers.
+        94 => vec![
+            rng.pick(&["BZPOPMIN", "BZPOPMAX"]).into(),
+            k(rng),
+            k(rng),
+            "0.01".into(),
+        ],
         _ => vec!["EXISTS".into(), k(rng)],
     };
     // GETEX PERSIST takes no argument.
