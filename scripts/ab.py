@@ -102,12 +102,46 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+# The data-type rows: redis-benchmark's own tests for the writes, commands of our own over
+# collections filled first (`fill_collections`) for the reads. Writes use a keyspace of
+# TYPE_KEYSPACE members, so a collection grows to at most that many.
+TYPE_KEYSPACE = 1000
+TYPE_TESTS = {
+    "hset": ["-t", "hset"],
+    "hmget10": ["HMGET", "feat"] + [f"f{i}" for i in range(10)],
+    "hmget100": ["HMGET", "feat"] + [f"f{i}" for i in range(100)],
+    "hgetall": ["HGETALL", "feat"],
+    "zadd": ["-t", "zadd"],
+    "zrange10": ["ZRANGE", "board", "0", "9", "WITHSCORES"],
+    "lpush": ["-t", "lpush"],
+    "lrange10": ["LRANGE", "queue", "0", "9"],
+    "sadd": ["-t", "sadd"],
+    "sismember": ["SISMEMBER", "tags", "m__rand_int__"],
+}
+
+
+def fill_collections(port):
+    """The collections the type read rows read: a 100-field hash of 100-byte values, a
+    sorted set, a list and a set of 100 members each."""
+    import redis
+    r = redis.Redis(port=port)
+    r.delete("feat", "board", "queue", "tags")
+    r.hset("feat", mapping={f"f{i}": "v" * 100 for i in range(100)})
+    r.zadd("board", {f"p{i}": i for i in range(100)})
+    r.rpush("queue", *[f"job{i}" for i in range(100)])
+    r.sadd("tags", *[f"m{i:012d}" for i in range(100)])
+
+
 def redis_benchmark(port, test, size, clients, pipeline, requests):
     keyspace = 10_000_000 if test == "setwide" else 100_000
+    if test in TYPE_TESTS:
+        keyspace = TYPE_KEYSPACE
     args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
             "-r", str(keyspace), "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
             "-d", str(size)]
-    if test == "mget":
+    if test in TYPE_TESTS:
+        args += TYPE_TESTS[test]
+    elif test == "mget":
         args += ["MGET"] + ["key:__rand_int__"] * 10
     elif test == "mget100":
         args += ["MGET"] + ["key:__rand_int__"] * 100
@@ -136,6 +170,9 @@ def redis_rows(quick):
     for test in ["set", "incr"]:
         for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
             rows.append(("group", test, 3, clients, pipeline))
+    for test in TYPE_TESTS:
+        for clients, pipeline in [(50, 1), (50, 16)]:
+            rows.append(("none", test, 100, clients, pipeline))
     return rows
 
 
@@ -151,6 +188,8 @@ def run_redis(old, new, rounds, requests, results, tests):
                     d = tempfile.mkdtemp(prefix=f"ab-{label}-")
                     dirs.append(d)
                     servers[label] = start_server(binary, d, durability)
+                    if any(x[1] in TYPE_TESTS for x in rows):
+                        fill_collections(servers[label][1])
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row
                     n = requests if clients > 1 else max(requests // 10, 1000)

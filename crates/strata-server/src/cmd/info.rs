@@ -84,6 +84,18 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         ];
         section(&mut o, "Clients", rows);
     }
+    if show("replication") {
+        // No replication: a primary with no replicas.
+        section(
+            &mut o,
+            "Replication",
+            [
+                ("role", "master"),
+                ("connected_slaves", "0"),
+                ("master_repl_offset", "0"),
+            ],
+        );
+    }
     if show("cpu") {
         let (user, sys) = cpu_seconds();
         section(

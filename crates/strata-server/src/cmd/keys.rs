@@ -139,7 +139,7 @@ pub(crate) async fn memory(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 /// `OBJECT ENCODING key`: Strata's own name for how the value is kept (one encoding per
-/// kind, `strata-<kind>`), not one of Redis's. Other `OBJECT` subcommands are refused.
+/// kind, `strata-<kind>`), not one of Redis's; `REFCOUNT` is 1. Others are refused.
 pub(crate) async fn object(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match (lower(&a[1]).as_str(), a.len()) {
         ("encoding", 3) => match ctx.shared.engine.kind_of(&ctx.key(&a[2])).await {
@@ -147,8 +147,14 @@ pub(crate) async fn object(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             Ok(None) => Reply::Null,
             Err(e) => engine_error(&e),
         },
+        // One reference: the key's (Strata shares no values between keys).
+        ("refcount", 3) => match ctx.shared.engine.exists(&ctx.key(&a[2])).await {
+            Ok(true) => Reply::Integer(1),
+            Ok(false) => Reply::Null,
+            Err(e) => engine_error(&e),
+        },
         (sub, _) => Reply::err(format!(
-            "ERR OBJECT {} is not supported by Strata; OBJECT ENCODING is",
+            "ERR OBJECT {} is not supported by Strata; OBJECT ENCODING and REFCOUNT are",
             sub.to_ascii_uppercase()
         )),
     }

@@ -2,6 +2,7 @@
 //! authentication and roles, `MULTI` queueing, `WATCH` versions, metrics. Each entry holds
 //! its command's handler; there is no second dispatch by name.
 
+mod bits;
 mod connection;
 mod hashes;
 mod info;
@@ -137,6 +138,9 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("incrby", 3, WRITE | FAST, 1, 1, 1, s::incrby),
     c!("decrby", 3, WRITE | FAST, 1, 1, 1, s::decrby),
     c!("incrbyfloat", 3, WRITE | FAST, 1, 1, 1, s::incrbyfloat),
+    c!("setbit", 4, WRITE, 1, 1, 1, bits::setbit),
+    c!("getbit", 3, READ | FAST, 1, 1, 1, bits::getbit),
+    c!("bitcount", -2, READ, 1, 1, 1, bits::bitcount),
     // Hashes.
     c!("hset", -4, WRITE | FAST, 1, 1, 1, h::hset),
     c!("hmset", -4, WRITE | FAST, 1, 1, 1, h::hmset),

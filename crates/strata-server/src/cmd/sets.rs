@@ -13,7 +13,7 @@ use super::typed::{
     bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, reply,
     scan_options, scan_reply, store_items, write_items, MembersCodec,
 };
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
+use super::{engine_error, lower, parse_int, syntax_error, Ctx};
 
 type SetCodec = MembersCodec<false>;
 
@@ -236,8 +236,7 @@ pub(crate) async fn sintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         [] => {}
         [opt, l] if lower(opt) == "limit" => match parse_int(l) {
             Some(l) if l >= 0 => limit = l as usize,
-            Some(_) => return Reply::err("ERR LIMIT can't be negative"),
-            None => return not_integer(),
+            _ => return Reply::err("ERR LIMIT can't be negative"),
         },
         _ => return syntax_error(),
     }

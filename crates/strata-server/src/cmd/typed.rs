@@ -70,12 +70,18 @@ pub(crate) async fn write_kind<R: Send + 'static>(
                     expire_ms,
                 }),
             };
-            Ok((change, out))
+            let changed = change.is_some();
+            Ok((change, (changed, out)))
         })
         .await;
-    wake_pops(ctx, kind);
     match r {
-        Ok(w) => Ok(ctx.defer(w)),
+        Ok(w) => {
+            let (changed, out) = ctx.defer(w);
+            if changed {
+                wake_pops(ctx, kind);
+            }
+            Ok(out)
+        }
         Err(e) => Err(engine_error(&e)),
     }
 }
@@ -110,7 +116,9 @@ pub(crate) async fn store_kind(
             Ok((change, ()))
         })
         .await;
-    wake_pops(ctx, kind);
+    if r.is_ok() {
+        wake_pops(ctx, kind);
+    }
     match r {
         Ok(w) => {
             ctx.defer(w);
@@ -208,16 +216,20 @@ pub(crate) async fn store_items<C: Codec>(
     })
 }
 
-/// The count of a pop (`SPOP`, `ZPOPMIN`, `ZPOPMAX`): `key [count]`, not negative.
+/// The count of a pop (`SPOP`, `ZPOPMIN`, `LPOP`, ...): `key [count]`, not negative. More
+/// arguments are a syntax error, or for `LPOP`/`RPOP` (as Redis has it) the wrong number.
 pub(crate) fn pop_count(a: &[Bytes]) -> Result<Option<usize>, Reply> {
-    use super::{parse_int, syntax_error};
+    use super::{lower, parse_int, syntax_error, wrong_args};
     match a.len() {
         2 => Ok(None),
         3 => match parse_int(&a[2]) {
             Some(n) if n >= 0 => Ok(Some(n as usize)),
             _ => Err(Reply::err("ERR value is out of range, must be positive")),
         },
-        _ => Err(syntax_error()),
+        _ => match lower(&a[0]).as_str() {
+            name @ ("lpop" | "rpop") => Err(wrong_args(name)),
+            _ => Err(syntax_error()),
+        },
     }
 }
 
@@ -337,8 +349,8 @@ pub(crate) fn parse_timeout(b: &[u8]) -> Result<Option<Duration>, Reply> {
     Ok((t > 0.0).then(|| Duration::from_secs_f64(t)))
 }
 
-/// Runs `attempt` until it gives a reply, waiting between attempts for a write that adds
-/// elements to a list, until `timeout`; then `on_timeout`. Outside a blocking context
+/// Runs `attempt` until it gives a reply, waiting between attempts for a write that changes
+/// a list or a sorted set, until `timeout`; then `on_timeout`. Outside a blocking context
 /// (inside `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
 /// `exclusive`: the moves), so it never runs inside another client's transaction.
 pub(crate) async fn block_on<F>(
@@ -356,6 +368,7 @@ where
     let shared = std::sync::Arc::clone(ctx.shared);
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut shutdown = shared.shutdown.subscribe();
+    let mut first = true;
     loop {
         let pushed = shared.pops_wake.notified();
         tokio::pin!(pushed);
@@ -372,11 +385,15 @@ where
             attempt(ctx).await
         };
         match got {
+            // As Redis: a key that became another kind while the client waited does not
+            // wake it with an error; it waits on.
+            Err(Reply::Error(e)) if !first && e.starts_with("WRONGTYPE") => {}
             Err(r) => return r,
             Ok(Some(r)) => return r,
             Ok(None) if !ctx.conn.may_block => return on_timeout,
             Ok(None) => {}
         }
+        first = false;
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,

@@ -64,7 +64,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
     let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(95) {
+    let c: Vec<String> = match rng.below(96) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -496,6 +496,29 @@ fn command(rng: &mut Rng) -> Vec<String> {
             k(rng),
             "0.01".into(),
         ],
+        95 => match rng.below(3) {
+            0 => vec![
+                "SETBIT".into(),
+                k(rng),
+                rng.pick(&["0", "7", "100", "-1", "x"]).into(),
+                rng.pick(&["1", "0", "2"]).into(),
+            ],
+            1 => vec![
+                "GETBIT".into(),
+                k(rng),
+                rng.pick(&["0", "7", "100", "-1"]).into(),
+            ],
+            _ => {
+                let mut c = vec!["BITCOUNT".into(), k(rng)];
+                if rng.below(2) == 0 {
+                    c.extend([n(rng), n(rng)]);
+                    if rng.below(2) == 0 {
+                        c.push(rng.pick(&["BYTE", "BIT", "X"]).into());
+                    }
+                }
+                c
+            }
+        },
         _ => vec!["EXISTS".into(), k(rng)],
     };
     // GETEX PERSIST takes no argument.
