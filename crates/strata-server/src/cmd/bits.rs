@@ -108,7 +108,11 @@ pub(crate) async fn bitcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Some(u) if u == "bit" => true,
         Some(_) => return syntax_error(),
     };
-    let len = if bits { v.len() as i64 * 8 } else { v.len() as i64 };
+    let len = if bits {
+        v.len() as i64 * 8
+    } else {
+        v.len() as i64
+    };
     if start < 0 {
         start += len;
     }

@@ -315,18 +315,23 @@ async fn move_once(
     dst: &Bytes,
     from_left: bool,
     to_left: bool,
-) -> Result<Option<Bytes>, Reply> {
-    let src_list = read_items::<ListCodec>(ctx, src).await?;
+) -> Result<Option<Bytes>, Moved> {
+    let src_list = read_items::<ListCodec>(ctx, src)
+        .await
+        .map_err(Moved::Source)?;
     if src_list.is_empty() {
         return Ok(None);
     }
     let dst_key = ctx.key(dst);
-    read_kind(ctx, &dst_key, Kind::List).await?;
+    read_kind(ctx, &dst_key, Kind::List)
+        .await
+        .map_err(Moved::Destination)?;
     let Some(element) = write_list(ctx, src, move |list| {
         let e = take(list, from_left, 1).pop();
         Ok((e.is_some(), e))
     })
-    .await?
+    .await
+    .map_err(Moved::Source)?
     else {
         return Ok(None);
     };
@@ -339,8 +344,24 @@ async fn move_once(
         }
         Ok((true, ()))
     })
-    .await?;
+    .await
+    .map_err(Moved::Destination)?;
     Ok(Some(element))
+}
+
+/// Why a move failed: at its source (a blocked move that finds the source turned into
+/// another kind waits on, as in Redis) or at its destination (answered at once).
+enum Moved {
+    Source(Reply),
+    Destination(Reply),
+}
+
+impl Moved {
+    fn reply(self) -> Reply {
+        match self {
+            Moved::Source(r) | Moved::Destination(r) => r,
+        }
+    }
 }
 
 pub(crate) async fn lmove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -348,12 +369,16 @@ pub(crate) async fn lmove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return syntax_error();
     };
     let r = move_once(ctx, &a[1], &a[2], from, to).await;
-    reply(r, |e| e.map_or(Reply::Null, Reply::Bulk))
+    reply(r.map_err(Moved::reply), |e| {
+        e.map_or(Reply::Null, Reply::Bulk)
+    })
 }
 
 pub(crate) async fn rpoplpush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = move_once(ctx, &a[1], &a[2], false, true).await;
-    reply(r, |e| e.map_or(Reply::Null, Reply::Bulk))
+    reply(r.map_err(Moved::reply), |e| {
+        e.map_or(Reply::Null, Reply::Bulk)
+    })
 }
 
 async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
@@ -452,12 +477,21 @@ async fn blocking_move(ctx: &mut Ctx<'_>, a: &[Bytes], from: bool, to: bool, t: 
     if !ctx.conn.may_block {
         // Inside MULTI: one attempt, answered as LMOVE answers.
         let r = move_once(ctx, &src, &dst, from, to).await;
-        return reply(r, |e| e.map_or(Reply::Null, Reply::Bulk));
+        return reply(r.map_err(Moved::reply), |e| {
+            e.map_or(Reply::Null, Reply::Bulk)
+        });
     }
     // As Redis: a timeout answers a null array.
     block_on(ctx, timeout, true, Reply::NullArray, |ctx| {
         let (src, dst) = (src.clone(), dst.clone());
-        Box::pin(async move { Ok(move_once(ctx, &src, &dst, from, to).await?.map(Reply::Bulk)) })
+        Box::pin(async move {
+            match move_once(ctx, &src, &dst, from, to).await {
+                Ok(e) => Ok(e.map(Reply::Bulk)),
+                Err(Moved::Source(r)) => Err(r),
+                // A destination of another kind is the answer, even after waiting.
+                Err(Moved::Destination(r)) => Ok(Some(r)),
+            }
+        })
     })
     .await
 }

@@ -11,6 +11,7 @@ mod kvc;
 mod lists;
 mod server;
 mod sets;
+mod sort;
 mod strata;
 mod strings;
 mod txn;
@@ -222,6 +223,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("blmove", 6, WRITE | BLOCKING, 1, 2, 1, l::blmove),
     c!("brpoplpush", 4, WRITE | BLOCKING, 1, 2, 1, l::brpoplpush),
     c!("lmpop", -4, WRITE, 0, 0, 0, l::lmpop),
+    c!("sort", -2, WRITE | EXCLUSIVE, 1, 1, 1, sort::sort),
+    c!("sort_ro", -2, READ, 1, 1, 1, sort::sort_ro),
     c!("blmpop", -5, WRITE | BLOCKING, 0, 0, 0, l::blmpop),
     // Sorted sets.
     c!("zadd", -4, WRITE | FAST, 1, 1, 1, z::zadd),

@@ -64,7 +64,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
     let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(96) {
+    let c: Vec<String> = match rng.below(97) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -519,6 +519,25 @@ fn command(rng: &mut Rng) -> Vec<String> {
                 c
             }
         },
+        96 => {
+            let mut c = vec![rng.pick(&["SORT", "SORT_RO"]).into(), k(rng)];
+            for o in [rng.pick(&["", "ALPHA"]), rng.pick(&["", "DESC", "ASC"])] {
+                if !o.is_empty() {
+                    c.push(o.into());
+                }
+            }
+            if rng.below(3) == 0 {
+                c.extend([
+                    "LIMIT".to_string(),
+                    rng.pick(&["0", "1", "-1"]).to_string(),
+                    rng.pick(&["2", "-1", "0"]).to_string(),
+                ]);
+            }
+            if c[0] == "SORT" && rng.below(3) == 0 {
+                c.extend(["STORE".to_string(), k(rng)]);
+            }
+            c
+        }
         _ => vec!["EXISTS".into(), k(rng)],
     };
     // GETEX PERSIST takes no argument.
