@@ -361,6 +361,7 @@ async fn write_whole(
     whole: Whole,
     if_absent: bool,
 ) -> Result<bool, Reply> {
+    let kind = whole.kind;
     let got = ctx
         .shared
         .engine
@@ -379,9 +380,33 @@ async fn write_whole(
     match got {
         Ok(w) => {
             ctx.shared.watches.touch(to);
-            // A list under a new name is new elements there for a blocked pop.
-            ctx.shared.pops_wake.notify_waiters();
-            Ok(ctx.defer(w))
+            let written = ctx.defer(w);
+            if written {
+                // A list or sorted set under a new name may be what a blocked pop waits for.
+                super::typed::wake_pops(ctx, kind);
+            }
+            Ok(written)
+        }
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// Writes `whole` under `to` (see [`write_whole`]) and, once it is written, deletes `from`
+/// (`RENAME`, `MOVE`); says whether it moved.
+async fn relocate(
+    ctx: &mut Ctx<'_>,
+    from: &Key,
+    to: &Key,
+    whole: Whole,
+    if_absent: bool,
+) -> Result<bool, Reply> {
+    if !write_whole(ctx, to, whole, if_absent).await? {
+        return Ok(false);
+    }
+    match ctx.shared.engine.delete(from).await {
+        Ok(w) => {
+            ctx.defer(w);
+            Ok(true)
         }
         Err(e) => Err(engine_error(&e)),
     }
@@ -399,19 +424,11 @@ async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
     if from == to {
         return if nx { Reply::Integer(0) } else { Reply::ok() };
     }
-    match write_whole(ctx, &to, whole, nx).await {
-        Ok(true) => {}
-        Ok(false) => return Reply::Integer(0),
-        Err(r) => return r,
-    }
-    match ctx.shared.engine.delete(&from).await {
-        Ok(w) => ctx.defer(w),
-        Err(e) => return engine_error(&e),
-    };
-    if nx {
-        Reply::Integer(1)
-    } else {
-        Reply::ok()
+    match relocate(ctx, &from, &to, whole, nx).await {
+        Ok(false) => Reply::Integer(0),
+        Ok(true) if nx => Reply::Integer(1),
+        Ok(true) => Reply::ok(),
+        Err(r) => r,
     }
 }
 
@@ -431,16 +448,10 @@ pub(crate) async fn move_to_db(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(None) => return Reply::Integer(0),
         Err(r) => return r,
     };
-    match write_whole(ctx, &to, whole, true).await {
-        Ok(true) => {}
-        Ok(false) => return Reply::Integer(0),
-        Err(r) => return r,
+    match relocate(ctx, &from, &to, whole, true).await {
+        Ok(moved) => Reply::Integer(moved as i64),
+        Err(r) => r,
     }
-    match ctx.shared.engine.delete(&from).await {
-        Ok(w) => ctx.defer(w),
-        Err(e) => return engine_error(&e),
-    };
-    Reply::Integer(1)
 }
 
 /// `COPY source destination [DB db] [REPLACE]`: the value (of any kind) and its expiry

@@ -8,8 +8,8 @@ use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
-    block_on, keys_then_timeout, mpop_args, parse_timeout, pop_count, read_items, read_kind, reply,
-    write_items, MembersCodec,
+    block_on, blocking_mpop_args, keys_then_timeout, mpop_args, parse_timeout, pop_count,
+    read_items, read_kind, reply, write_items, MembersCodec,
 };
 use super::{lower, not_integer, parse_int, syntax_error, Ctx};
 
@@ -445,11 +445,7 @@ pub(crate) async fn lmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 /// `BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]`.
 pub(crate) async fn blmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let timeout = match parse_timeout(&a[1]) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let (keys, left, count) = match mpop_args(a, 2, ["left", "right"]) {
+    let (timeout, keys, left, count) = match blocking_mpop_args(a, ["left", "right"]) {
         Ok(x) => x,
         Err(r) => return r,
     };

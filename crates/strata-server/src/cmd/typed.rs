@@ -87,7 +87,7 @@ pub(crate) async fn write_kind<R: Send + 'static>(
 }
 
 /// After a write of `kind`: a list or a sorted set may have what a blocked pop waits for.
-fn wake_pops(ctx: &Ctx<'_>, kind: Kind) {
+pub(crate) fn wake_pops(ctx: &Ctx<'_>, kind: Kind) {
     if matches!(kind, Kind::List | Kind::ZSet) {
         ctx.shared.pops_wake.notify_waiters();
     }
@@ -412,6 +412,17 @@ where
             return on_timeout;
         }
     }
+}
+
+/// The arguments of a `BLMPOP`/`BZMPOP`: the timeout (argument 1), then [`mpop_args`]
+/// from `numkeys` (argument 2).
+pub(crate) fn blocking_mpop_args(
+    a: &[Bytes],
+    ends: [&str; 2],
+) -> Result<(Option<Duration>, Vec<Bytes>, bool, usize), Reply> {
+    let timeout = parse_timeout(&a[1])?;
+    let (keys, first, count) = mpop_args(a, 2, ends)?;
+    Ok((timeout, keys, first, count))
 }
 
 /// The arguments of an `LMPOP`/`ZMPOP` (from `numkeys` at `at`): the keys, which end

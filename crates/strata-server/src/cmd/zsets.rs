@@ -13,7 +13,7 @@ use strata_format::zset::{decode_zset, encode_zset};
 use strata_resp::Reply;
 
 use super::typed::{
-    block_on, bulk, corrupt, keys_then_timeout, matches, mpop_args, parse_timeout, pop_count,
+    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
     random_args, random_positions, read_items, reply, scan_options, scan_reply, store_items,
     write_items, Codec,
 };
@@ -741,11 +741,7 @@ pub(crate) async fn zmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 /// `BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]`.
 pub(crate) async fn bzmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let timeout = match parse_timeout(&a[1]) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let (keys, min, count) = match mpop_args(a, 2, ["min", "max"]) {
+    let (timeout, keys, min, count) = match blocking_mpop_args(a, ["min", "max"]) {
         Ok(x) => x,
         Err(r) => return r,
     };
