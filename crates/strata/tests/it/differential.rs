@@ -33,9 +33,10 @@ const SCORES: &[&str] = &[
 const SCORE_BOUNDS: &[&str] = &["-inf", "+inf", "0", "(0", "1", "(2.5", "3", "x", "(nan"];
 const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(a", "[c", "(10", "[", "a"];
 
-/// Commands whose reply is a set: Redis's order is its hash table's, so both replies are
-/// compared with their elements sorted.
-const UNORDERED: &[&str] = &["SMEMBERS", "SINTER", "SUNION", "SDIFF", "SSCAN"];
+/// Commands whose reply order Redis leaves to its hash table: sets, and `ZSCAN` (a sorted
+/// set Redis keeps as a skiplist scans in dict order), so both replies are compared with their
+/// elements sorted.
+const UNORDERED: &[&str] = &["SMEMBERS", "SINTER", "SUNION", "SDIFF", "SSCAN", "ZSCAN"];
 
 /// A reply with the elements of its (innermost) array of bulk strings sorted.
 fn sorted(reply: &str) -> String {
