@@ -200,6 +200,110 @@ def test_lists_as_queues_with_blocking_pops_and_timeouts(strata):
         r.blpop(["q"], timeout=-1)
 
 
+def test_blocked_pops_are_served_in_the_order_they_blocked(strata):
+    """As Redis: clients blocked on one key are served first come, first served, each
+    push to the longest waiter; a client that hangs up while blocked leaves the line and
+    takes nothing."""
+    import socket
+    import threading
+    r = strata.client(decode_responses=True)
+
+    def blocked_count():
+        return r.info("clients")["blocked_clients"]
+
+    def wait_blocked(n):
+        deadline = time.time() + 10
+        while blocked_count() != n:
+            assert time.time() < deadline, f"blocked_clients stayed {blocked_count()}, not {n}"
+            time.sleep(0.02)
+
+    # A raw client blocks, then hangs up: it must not take the next element.
+    gone = socket.create_connection(("127.0.0.1", strata.port))
+    gone.sendall(b"*3\r\n$5\r\nBLPOP\r\n$4\r\nline\r\n$1\r\n0\r\n")
+    wait_blocked(1)
+    gone.close()
+    wait_blocked(0)
+    got = [None] * 4
+    threads = []
+    for i in range(4):
+        def waiter(i=i):
+            got[i] = strata.client(decode_responses=True).blpop(["other", "line"], timeout=10)
+        t = threading.Thread(target=waiter)
+        t.start()
+        threads.append(t)
+        wait_blocked(i + 1)
+    # One push of three: the three longest waiters get one each, in order.
+    assert r.rpush("line", "a", "b", "c") == 3
+    for t in threads[:3]:
+        t.join(10)
+    assert got[:3] == [("line", "a"), ("line", "b"), ("line", "c")]
+    assert got[3] is None and blocked_count() == 1
+    assert r.lpush("other", "d") == 1
+    threads[3].join(10)
+    assert got[3] == ("other", "d") and r.exists("line", "other") == 0
+
+
+def test_swapdb_trades_databases_and_wakes_a_client_blocked_in_one(strata):
+    import threading
+    r = strata.client(db=1, decode_responses=True)
+    r.rpush("k", "hello")
+    r.hset("h", "f", "v")
+    got = {}
+
+    def waiter():
+        got["v"] = strata.client(db=9, decode_responses=True).brpop(["k"], timeout=10)
+    w = threading.Thread(target=waiter)
+    w.start()
+    deadline = time.time() + 10
+    while r.info("clients")["blocked_clients"] != 1:
+        assert time.time() < deadline
+        time.sleep(0.02)
+    assert r.swapdb(1, 9)
+    w.join(10)
+    assert got["v"] == ("k", "hello")
+    assert r.hgetall("h") == {} and r.dbsize() == 0
+    r9 = strata.client(db=9, decode_responses=True)
+    assert r9.hgetall("h") == {"f": "v"} and r9.dbsize() == 1
+    with pytest.raises(redis.ResponseError, match="DB index is out of range"):
+        r.swapdb(0, 16)
+    with pytest.raises(redis.ResponseError, match="invalid first DB index"):
+        r.execute_command("SWAPDB", "x", 1)
+
+
+def test_dump_and_restore_carry_every_type_and_refuse_damaged_payloads(strata):
+    r = strata.client()
+    r.set("s", "text")
+    r.hset("h", mapping={"f1": "1", "f2": "2"})
+    r.sadd("st", "a", "b")
+    r.zadd("z", {"m1": 1.5, "m2": -2})
+    r.rpush("l", "x", "y", "x")
+    read = {
+        "s": lambda k: r.get(k),
+        "h": lambda k: r.hgetall(k),
+        "st": lambda k: r.smembers(k),
+        "z": lambda k: r.zrange(k, 0, -1, withscores=True),
+        "l": lambda k: r.lrange(k, 0, -1),
+    }
+    for k, get in read.items():
+        payload = r.dump(k)
+        assert r.restore(k + ":copy", 0, payload)
+        assert get(k + ":copy") == get(k) and r.type(k + ":copy") == r.type(k)
+        with pytest.raises(redis.ResponseError, match="BUSYKEY"):
+            r.restore(k + ":copy", 0, payload)
+        damaged = bytearray(payload)
+        damaged[len(damaged) // 2] ^= 1
+        with pytest.raises(redis.ResponseError, match="payload version or checksum"):
+            r.restore(k + ":bad", 0, bytes(damaged))
+    # REPLACE over another kind, with a TTL; ABSTTL in the past creates nothing.
+    assert r.restore("s", 60000, r.dump("l"), replace=True)
+    assert r.type("s") == b"list" and 0 < r.pttl("s") <= 60000
+    assert r.restore("gone", 1000, r.dump("h"), absttl=True)
+    assert r.exists("gone") == 0
+    assert r.dump("nothing") is None
+    with pytest.raises(redis.ResponseError, match="Invalid TTL"):
+        r.restore("x", -1, r.dump("h"))
+
+
 def test_a_list_larger_than_dram_is_demoted_and_read_back(tiny_strata):
     r = tiny_strata.client(decode_responses=True)
     p = r.pipeline(transaction=False)

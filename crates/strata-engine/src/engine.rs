@@ -144,6 +144,7 @@ impl Engine {
         let counts = warm_tier.counts()?;
         sizes.set(counts);
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
+        warm_tier.load_db_map()?;
         let group = (settings.warm.durability == Durability::Group)
             .then(|| GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog)));
         // Write sequences only need to differ from every earlier record's; microseconds since
@@ -231,7 +232,14 @@ impl Engine {
 
     /// The stored key of `client` in database `db`.
     pub fn key(&self, db: u8, client: &[u8]) -> Key {
-        Key::new(db, 0, client)
+        Key::new(self.core.warm.stored_db(db), 0, client)
+    }
+
+    /// Databases `a` and `b` trade contents (`SWAPDB`): every tier's keys stay where they
+    /// are, a durable map from client to stored database changes. The caller keeps other
+    /// commands out while it runs.
+    pub fn swap_dbs(&self, a: u8, b: u8) -> Result<()> {
+        self.core.warm.swap_dbs(a, b)
     }
 
     // Reads.
@@ -338,6 +346,7 @@ impl Engine {
         end: Option<&[u8]>,
         count_max: usize,
     ) -> Result<ScanPage> {
+        let db = self.core.warm.stored_db(db);
         crate::scan::scan(&self.core, db, start, end, count_max)
     }
 
@@ -350,6 +359,7 @@ impl Engine {
         cursor: Option<&[u8]>,
         count_max: usize,
     ) -> Result<ScanPage> {
+        let db = self.core.warm.stored_db(db);
         crate::scan::scan_prefix(&self.core, db, prefix, cursor, count_max)
     }
 
@@ -430,13 +440,13 @@ impl Engine {
     /// Deletes every key of database `db` in every tier, a chunk of keys per batch; the
     /// other databases are untouched.
     pub async fn flush_db(&self, db: u8) -> Result<Written<()>> {
-        crate::write::flush_db(&self.core, db).await
+        crate::write::flush_db(&self.core, self.core.warm.stored_db(db)).await
     }
 
     /// Keys of database `db`, in both tiers (`DBSIZE`; a key past its expiry counts until
     /// it is removed, as in Redis).
     pub fn keys_in(&self, db: u8) -> u64 {
-        self.core.warm.keys_in(db)
+        self.core.warm.keys_in(self.core.warm.stored_db(db))
     }
 
     // Tiering.

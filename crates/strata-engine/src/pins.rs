@@ -44,13 +44,15 @@ fn matching(core: &Core, pattern: &[u8]) -> Result<Vec<(Key, Tier, u64)>> {
     };
     let mut out = Vec::new();
     let mut cursor: Option<Bytes> = None;
+    // Pins name keys of database 0.
+    let db = core.warm.stored_db(0);
     loop {
-        let page = crate::scan::scan_prefix(core, 0, &prefix, cursor.as_deref(), PAGE_KEYS)?;
+        let page = crate::scan::scan_prefix(core, db, &prefix, cursor.as_deref(), PAGE_KEYS)?;
         out.extend(
             page.items
                 .into_iter()
                 .filter(|i| pattern_matches(pattern, &i.key))
-                .map(|i| (Key::new(0, 0, &i.key), i.tier, i.value_len)),
+                .map(|i| (Key::new(db, 0, &i.key), i.tier, i.value_len)),
         );
         match page.next {
             Some(n) => cursor = Some(n),

@@ -36,6 +36,9 @@ pub(crate) const LAYOUT: &[u8] = b"layout";
 const DB_KEYS_PREFIX: &[u8] = b"db_keys/";
 /// Databases the layout can hold (the stored key's first byte).
 pub(crate) const DB_COUNT: usize = 256;
+/// Meta key of the database map (`SWAPDB`): byte `i` is the stored database that client
+/// database `i` names. Absent until the first swap (each names itself).
+const DB_MAP: &[u8] = b"db_map";
 
 /// The persistent counters, in the order they are stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -163,6 +166,8 @@ fn garbage_key(file: u64) -> Vec<u8> {
 pub(crate) struct Warm {
     pub(crate) store: Arc<dyn WarmStore>,
     db_keys: Box<[AtomicI64]>,
+    /// The database map in memory (see [`DB_MAP`]).
+    db_map: Box<[std::sync::atomic::AtomicU8]>,
 }
 
 /// A batch of changes to the warm tier, in the engine's terms, with the key count each
@@ -320,6 +325,9 @@ impl Warm {
         Warm {
             store,
             db_keys: (0..DB_COUNT).map(|_| AtomicI64::new(0)).collect(),
+            db_map: (0..DB_COUNT)
+                .map(|i| std::sync::atomic::AtomicU8::new(i as u8))
+                .collect(),
         }
     }
 
@@ -347,7 +355,46 @@ impl Warm {
         Ok(())
     }
 
-    /// Live keys of database `db` (both tiers; keys past their expiry count until removed).
+    /// Reads the database map left by earlier swaps.
+    pub(crate) fn load_db_map(&self) -> Result<()> {
+        if let Some(map) = self.meta(DB_MAP)? {
+            if map.len() != DB_COUNT {
+                return Err(crate::Error::Data(format!(
+                    "database map of {} bytes, not {DB_COUNT}",
+                    map.len()
+                )));
+            }
+            for (slot, &db) in self.db_map.iter().zip(map.iter()) {
+                slot.store(db, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored database that client database `db` names.
+    pub(crate) fn stored_db(&self, db: u8) -> u8 {
+        self.db_map[db as usize].load(Ordering::Relaxed)
+    }
+
+    /// Client databases `a` and `b` trade their stored databases, durably, in one write.
+    /// The caller keeps every other command out meanwhile (the map is read per command).
+    pub(crate) fn swap_dbs(&self, a: u8, b: u8) -> Result<()> {
+        let mut map: Vec<u8> = self
+            .db_map
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .collect();
+        map.swap(a as usize, b as usize);
+        let mut batch = self.store.batch();
+        batch.put(Family::Meta, DB_MAP, &map);
+        self.store.write(batch, true)?;
+        self.db_map[a as usize].store(map[a as usize], Ordering::Relaxed);
+        self.db_map[b as usize].store(map[b as usize], Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Live keys of stored database `db` (both tiers; keys past their expiry count until
+    /// removed).
     pub(crate) fn keys_in(&self, db: u8) -> u64 {
         self.db_keys[db as usize].load(Ordering::Relaxed).max(0) as u64
     }

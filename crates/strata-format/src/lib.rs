@@ -27,6 +27,7 @@
 //! ```
 
 mod block;
+pub mod dump;
 pub mod hash;
 pub mod keys;
 pub mod members;

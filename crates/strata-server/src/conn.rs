@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use strata_engine::Ticket;
 use strata_resp::{parse_request, Limits, Reply, ReplyBuf};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 
 use crate::session::{Conn, Peer};
 use crate::shared::{ClientEntry, Shared};
@@ -86,6 +86,7 @@ where
     let killed = Arc::new(AtomicBool::new(false));
     let last_cmd = Arc::new(AtomicUsize::new(0));
     let kill_wake = Arc::new(tokio::sync::Notify::new());
+    let unblock = Arc::new(crate::blocked::Unblock::default());
     let denied = {
         let cfg = shared.cfg.read();
         cfg.protected_mode && cfg.is_open() && !peer.is_local()
@@ -114,6 +115,7 @@ where
                     last_cmd: Arc::clone(&last_cmd),
                     killed: Arc::clone(&killed),
                     kill_wake: Arc::clone(&kill_wake),
+                    unblock: Arc::clone(&unblock),
                 },
             );
         }
@@ -135,6 +137,7 @@ where
     };
     let mut conn = Conn::new(id, peer, open);
     conn.last_cmd = last_cmd;
+    conn.unblock = unblock;
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut out = ReplyBuf::new(2);
@@ -182,9 +185,21 @@ where
             partial_since = None;
         }
         if !batch.is_empty()
-            && run_batch(&shared, &mut conn, batch, &mut out, &mut wr)
-                .await
-                .is_err()
+            && run_batch(
+                &shared,
+                &mut conn,
+                batch,
+                &mut out,
+                Io {
+                    rd: &mut rd,
+                    inbuf: &mut inbuf,
+                    query_limit,
+                    kill_wake: &kill_wake,
+                    wr: &mut wr,
+                },
+            )
+            .await
+            .is_err()
         {
             break 'conn;
         }
@@ -267,13 +282,29 @@ where
     shared.clients.lock().remove(&id);
 }
 
-async fn run_batch<S: AsyncWrite>(
+/// The connection's halves and buffers, as [`run_batch`] needs them.
+struct Io<'a, S> {
+    rd: &'a mut ReadHalf<S>,
+    inbuf: &'a mut BytesMut,
+    query_limit: usize,
+    kill_wake: &'a tokio::sync::Notify,
+    wr: &'a mut WriteHalf<S>,
+}
+
+async fn run_batch<S: AsyncRead + AsyncWrite>(
     shared: &Arc<Shared>,
     conn: &mut Conn,
     batch: Vec<Vec<Bytes>>,
     out: &mut ReplyBuf,
-    wr: &mut WriteHalf<S>,
+    io: Io<'_, S>,
 ) -> std::io::Result<()> {
+    let Io {
+        rd,
+        inbuf,
+        query_limit,
+        kill_wake,
+        wr,
+    } = io;
     let mut read_guard = None;
     let mut last_cmd = None;
     let mut batch = batch.into_iter().peekable();
@@ -318,7 +349,31 @@ async fn run_batch<S: AsyncWrite>(
             }
             last_cmd = args.first().cloned();
             conn.may_block = true;
-            let reply = crate::cmd::execute(shared, conn, args).await;
+            let unblock = Arc::clone(&conn.unblock);
+            let reply = {
+                let run = crate::cmd::execute(shared, conn, args);
+                tokio::pin!(run);
+                // While it waits, the socket is watched for the client leaving (what it sends
+                // meanwhile is kept for later, within the query buffer's limit).
+                let mut watching = true;
+                loop {
+                    tokio::select! {
+                        reply = &mut run => break reply,
+                        r = rd.read_buf(inbuf), if watching => match r {
+                            Ok(0) | Err(_) => {
+                                unblock.notify.notify_one();
+                                watching = false;
+                            }
+                            Ok(_) => watching = inbuf.len() < query_limit,
+                        },
+                        _ = kill_wake.notified(), if watching => {
+                            unblock.notify.notify_one();
+                            kill_wake.notify_one();
+                            watching = false;
+                        }
+                    }
+                }
+            };
             conn.may_block = false;
             out.set_proto(conn.proto);
             out.push(&reply);
@@ -347,6 +402,9 @@ async fn run_batch<S: AsyncWrite>(
         }
     }
     drop(read_guard);
+    // Clients these commands woke from a blocking pop try before the replies go (as in
+    // Redis, where they are served first).
+    shared.blocked.settled().await;
     if let Some(i) = last_cmd.and_then(|n| crate::cmd::lookup(&n)) {
         conn.last_cmd.store(i + 1, Ordering::Relaxed);
     }

@@ -16,6 +16,7 @@
 //! ```
 
 mod auth;
+mod blocked;
 mod cmd;
 mod conn;
 mod http;
@@ -173,8 +174,7 @@ impl Server {
                 counters: Default::default(),
                 auth_limiter: auth::AuthLimiter::default(),
                 backup: Mutex::new(Default::default()),
-                pops_wake: tokio::sync::Notify::new(),
-                blocked_clients: Default::default(),
+                blocked: Default::default(),
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
         }

@@ -79,6 +79,9 @@ pub(crate) struct Conn {
     /// The command running is a blocking one, run outside the server's gate (not inside
     /// `MULTI`): it may wait, taking the gate for each attempt.
     pub(crate) may_block: bool,
+    /// Ends a blocking command from outside (the client left, `CLIENT UNBLOCK`); shared
+    /// with the client list.
+    pub(crate) unblock: std::sync::Arc<crate::blocked::Unblock>,
 }
 
 impl Conn {
@@ -98,6 +101,7 @@ impl Conn {
             scan_cursors: HashMap::new(),
             next_cursor: 1,
             may_block: false,
+            unblock: Default::default(),
             quit: false,
             pending: Ticket::NONE,
             last_cmd: Default::default(),

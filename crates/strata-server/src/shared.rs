@@ -43,6 +43,7 @@ pub(crate) struct ClientEntry {
     pub(crate) last_cmd: Arc<std::sync::atomic::AtomicUsize>,
     pub(crate) killed: Arc<AtomicBool>,
     pub(crate) kill_wake: Arc<tokio::sync::Notify>,
+    pub(crate) unblock: Arc<crate::blocked::Unblock>,
 }
 
 /// The last `STRATA.BACKUP`: running or not, progress, outcome.
@@ -72,10 +73,8 @@ pub(crate) struct Shared {
     pub(crate) counters: ServerCounters,
     pub(crate) auth_limiter: crate::auth::AuthLimiter,
     pub(crate) backup: Mutex<BackupState>,
-    /// Woken by every write to a list or a sorted set: blocked pops try again.
-    pub(crate) pops_wake: tokio::sync::Notify,
-    /// Clients waiting in a blocking command now.
-    pub(crate) blocked_clients: std::sync::atomic::AtomicI64,
+    /// Clients waiting in a blocking pop, in the order they blocked.
+    pub(crate) blocked: crate::blocked::Blocked,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
     pub(crate) encoding_params: Mutex<HashMap<&'static str, i64>>,
 }

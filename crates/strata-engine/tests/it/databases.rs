@@ -75,3 +75,64 @@ async fn databases_keep_apart_in_every_tier_count_their_keys_and_flush_alone() {
     let engine = open(o).await.unwrap();
     assert_eq!([0, 1, 9].map(|db| engine.keys_in(db)), [0, 0, 1]);
 }
+
+/// The string under client key `client` of database `db`.
+async fn read(engine: &Engine, db: u8, client: &[u8]) -> Option<Bytes> {
+    engine.get(&engine.key(db, client)).await.unwrap()
+}
+
+#[tokio::test]
+async fn swapped_databases_trade_contents_in_every_tier_and_stay_swapped_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = small_options(dir.path());
+    let engine = open(o.clone()).await.unwrap();
+    for i in 0..150 {
+        put(
+            &engine,
+            &engine.key(1, format!("key:{i:04}").as_bytes()),
+            &[1; 300],
+        )
+        .await;
+    }
+    put(&engine, &engine.key(9, b"only-in-9"), b"nine").await;
+    engine.run_background_once().await.unwrap();
+    assert!(
+        engine.stats().cold_entries > 100,
+        "the small budget demotes"
+    );
+    engine.swap_dbs(1, 9).unwrap();
+    let check = |engine: &Engine| {
+        assert_eq!([1, 9].map(|db| engine.keys_in(db)), [1, 150]);
+    };
+    check(&engine);
+    assert_eq!(
+        read(&engine, 1, b"only-in-9").await.as_deref(),
+        Some(&b"nine"[..])
+    );
+    assert_eq!(read(&engine, 9, b"only-in-9").await, None);
+    // A key read from the cold tier under its new database.
+    assert_eq!(
+        read(&engine, 9, b"key:0000").await.as_deref(),
+        Some(&[1u8; 300][..])
+    );
+    let page = engine.scan(9, b"", None, 1000).unwrap();
+    assert_eq!(page.items.len(), 150);
+    engine.close().await.unwrap();
+    drop(engine);
+
+    let engine = open(o).await.unwrap();
+    check(&engine);
+    assert_eq!(
+        read(&engine, 1, b"only-in-9").await.as_deref(),
+        Some(&b"nine"[..])
+    );
+    // Flushing database 9 now empties what was written to database 1.
+    engine.flush_db(9).await.acked(&engine).await.unwrap();
+    assert_eq!([1, 9].map(|db| engine.keys_in(db)), [1, 0]);
+    assert_eq!(read(&engine, 9, b"key:0001").await, None);
+    engine.swap_dbs(1, 9).unwrap();
+    assert_eq!(
+        read(&engine, 9, b"only-in-9").await.as_deref(),
+        Some(&b"nine"[..])
+    );
+}

@@ -194,8 +194,13 @@ fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
         0 => "NULL",
         i => super::COMMANDS[i - 1].name,
     };
+    let flags = if c.unblock.waiting.load(Ordering::Relaxed) {
+        "b"
+    } else {
+        "N"
+    };
     Some(format!(
-        "id={id} addr={} laddr={} fd=0 name={name} age={age} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",
+        "id={id} addr={} laddr={} fd=0 name={name} age={age} idle=0 flags={flags} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",
         c.peer,
         match &c.peer {
             Peer::Tcp(_) => "127.0.0.1:0".to_string(),
@@ -277,6 +282,28 @@ fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 return Reply::ok();
             }
             Reply::Integer(killed)
+        }
+        "unblock" if (3..=4).contains(&a.len()) => {
+            let Some(id) = parse_int(&a[2]) else {
+                return not_integer();
+            };
+            let as_error = match a.get(3).map(|m| lower(m)) {
+                None => false,
+                Some(m) if m == "timeout" => false,
+                Some(m) if m == "error" => true,
+                Some(_) => {
+                    return Reply::err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+                }
+            };
+            let clients = ctx.shared.clients.lock();
+            match clients.get(&(id as u64)) {
+                Some(c) if c.unblock.waiting.load(Ordering::Relaxed) => {
+                    c.unblock.as_error.store(as_error, Ordering::Relaxed);
+                    c.unblock.notify.notify_one();
+                    Reply::Integer(1)
+                }
+                _ => Reply::Integer(0),
+            }
         }
         "setinfo" | "no-evict" | "no-touch" if a.len() >= 3 => Reply::ok(),
         _ => Reply::err(format!(

@@ -75,12 +75,7 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         let rows = [
             ("connected_clients", server.connected_clients),
             ("maxclients", sh.cfg.read().maxclients),
-            (
-                "blocked_clients",
-                sh.blocked_clients
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .max(0) as u64,
-            ),
+            ("blocked_clients", sh.blocked.waiting() as u64),
         ];
         section(&mut o, "Clients", rows);
     }

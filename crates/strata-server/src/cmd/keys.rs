@@ -239,6 +239,32 @@ pub(crate) async fn flushdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
 }
 
+/// `SWAPDB index1 index2`: the two databases trade contents at once (a durable map from
+/// client to stored database changes; no key moves). Watchers' transactions fail, and
+/// clients blocked in either database look again under the new map.
+pub(crate) async fn swapdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let first = match parse_int(&a[1]) {
+        Some(n) => n,
+        None => return Reply::err("ERR invalid first DB index"),
+    };
+    let second = match parse_int(&a[2]) {
+        Some(n) => n,
+        None => return Reply::err("ERR invalid second DB index"),
+    };
+    let (first, second) = match (super::db_index(ctx, first), super::db_index(ctx, second)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    if first != second {
+        if let Err(e) = ctx.shared.engine.swap_dbs(first, second) {
+            return engine_error(&e);
+        }
+        ctx.shared.watches.touch_all();
+        ctx.shared.blocked.rekey();
+    }
+    Reply::ok()
+}
+
 /// `FLUSHALL`: every key of every database.
 pub(crate) async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if !flush_args_ok(a) {
@@ -383,7 +409,7 @@ async fn write_whole(
             let written = ctx.defer(w);
             if written {
                 // A list or sorted set under a new name may be what a blocked pop waits for.
-                super::typed::wake_pops(ctx, kind);
+                super::typed::changed(ctx, to, kind);
             }
             Ok(written)
         }
@@ -452,6 +478,106 @@ pub(crate) async fn move_to_db(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(moved) => Reply::Integer(moved as i64),
         Err(r) => r,
     }
+}
+
+/// `DUMP key`: the value of any kind as a payload `RESTORE` takes back
+/// ([`strata_format::dump`], Strata's own, not Redis's RDB encoding); nil for no key.
+pub(crate) async fn dump(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    match read_whole(ctx, &key).await {
+        Ok(Some(w)) => Reply::Bulk(Bytes::from(strata_format::dump::encode_dump(
+            w.kind, &w.value,
+        ))),
+        Ok(None) => Reply::Null,
+        Err(r) => r,
+    }
+}
+
+/// `RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]`: the
+/// value `DUMP` gave, with `ttl` milliseconds to live (0: none; with `ABSTTL` a Unix time
+/// in milliseconds). `IDLETIME` and `FREQ` are checked and have no effect (Strata keeps
+/// its own access counts).
+pub(crate) async fn restore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(ttl) = parse_int(&a[2]) else {
+        return not_integer();
+    };
+    let (mut replace, mut absttl, mut idle, mut freq) = (false, false, false, false);
+    let mut i = 4;
+    while i < a.len() {
+        let opt = lower(&a[i]);
+        let arg = a.get(i + 1);
+        match (opt.as_str(), arg) {
+            ("replace", _) => replace = true,
+            ("absttl", _) => absttl = true,
+            ("idletime", Some(v)) if !freq => {
+                match parse_int(v) {
+                    Some(n) if n >= 0 => {}
+                    Some(_) => return Reply::err("ERR Invalid IDLETIME value, must be >= 0"),
+                    None => return not_integer(),
+                }
+                idle = true;
+                i += 1;
+            }
+            ("freq", Some(v)) if !idle => {
+                match parse_int(v) {
+                    Some(n) if (0..=255).contains(&n) => {}
+                    Some(_) => {
+                        return Reply::err("ERR Invalid FREQ value, must be >= 0 and <= 255")
+                    }
+                    None => return not_integer(),
+                }
+                freq = true;
+                i += 1;
+            }
+            _ => return syntax_error(),
+        }
+        i += 1;
+    }
+    if ttl < 0 {
+        return Reply::err("ERR Invalid TTL value, must be >= 0");
+    }
+    let (kind, value) = match strata_format::dump::decode_dump(&a[3]) {
+        Ok((kind, value)) => (kind, a[3].slice_ref(value)),
+        Err(_) => return Reply::err("ERR DUMP payload version or checksum are wrong"),
+    };
+    let now = ctx.shared.engine.now_ms();
+    let expire_ms = match (ttl, absttl) {
+        (0, _) => 0,
+        (t, true) => t as u64,
+        (t, false) => now.saturating_add(t as u64),
+    };
+    let key = ctx.key(&a[1]);
+    if expire_ms != 0 && expire_ms <= now {
+        // Already past its time: nothing is created (with REPLACE, what was there goes).
+        if !replace {
+            match ctx.shared.engine.get_value(&key).await {
+                Ok(Some(_)) => return busy_key(),
+                Ok(None) => return Reply::ok(),
+                Err(e) => return engine_error(&e),
+            }
+        }
+        return match ctx.shared.engine.delete(&key).await {
+            Ok(w) => {
+                ctx.defer(w);
+                Reply::ok()
+            }
+            Err(e) => engine_error(&e),
+        };
+    }
+    let whole = Whole {
+        kind,
+        value,
+        expire_ms,
+    };
+    match write_whole(ctx, &key, whole, !replace).await {
+        Ok(true) => Reply::ok(),
+        Ok(false) => busy_key(),
+        Err(r) => r,
+    }
+}
+
+fn busy_key() -> Reply {
+    Reply::err("BUSYKEY Target key name already exists.")
 }
 
 /// `COPY source destination [DB db] [REPLACE]`: the value (of any kind) and its expiry

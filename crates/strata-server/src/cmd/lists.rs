@@ -386,7 +386,7 @@ async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
+    block_on(ctx, &keys, timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move {
             for k in &keys {
@@ -449,7 +449,7 @@ pub(crate) async fn blmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    block_on(ctx, timeout, false, Reply::NullArray, |ctx| {
+    block_on(ctx, &keys, timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move { mpop_once(ctx, &keys, left, count).await })
     })
@@ -478,17 +478,24 @@ async fn blocking_move(ctx: &mut Ctx<'_>, a: &[Bytes], from: bool, to: bool, t: 
         });
     }
     // As Redis: a timeout answers a null array.
-    block_on(ctx, timeout, true, Reply::NullArray, |ctx| {
-        let (src, dst) = (src.clone(), dst.clone());
-        Box::pin(async move {
-            match move_once(ctx, &src, &dst, from, to).await {
-                Ok(e) => Ok(e.map(Reply::Bulk)),
-                Err(Moved::Source(r)) => Err(r),
-                // A destination of another kind is the answer, even after waiting.
-                Err(Moved::Destination(r)) => Ok(Some(r)),
-            }
-        })
-    })
+    block_on(
+        ctx,
+        std::slice::from_ref(&src),
+        timeout,
+        true,
+        Reply::NullArray,
+        |ctx| {
+            let (src, dst) = (src.clone(), dst.clone());
+            Box::pin(async move {
+                match move_once(ctx, &src, &dst, from, to).await {
+                    Ok(e) => Ok(e.map(Reply::Bulk)),
+                    Err(Moved::Source(r)) => Err(r),
+                    // A destination of another kind is the answer, even after waiting.
+                    Err(Moved::Destination(r)) => Ok(Some(r)),
+                }
+            })
+        },
+    )
     .await
 }
 

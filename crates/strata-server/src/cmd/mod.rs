@@ -308,6 +308,9 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("keys", 2, READ, 0, 0, 0, keys::keys),
     c!("dbsize", 1, READ | FAST, 0, 0, 0, keys::dbsize),
     c!("move", 3, WRITE | EXCLUSIVE, 1, 1, 1, keys::move_to_db),
+    c!("swapdb", 3, WRITE | EXCLUSIVE, 0, 0, 0, keys::swapdb),
+    c!("dump", 2, READ, 1, 1, 1, keys::dump),
+    c!("restore", -4, WRITE, 1, 1, 1, keys::restore),
     c!("copy", -3, WRITE | EXCLUSIVE, 1, 2, 1, keys::copy),
     c!("randomkey", 1, READ, 0, 0, 0, keys::randomkey),
     c!(
@@ -466,6 +469,11 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
 /// A database index as `SELECT` and `MOVE` take it: an integer below `databases`.
 pub(crate) fn parse_db(ctx: &Ctx<'_>, b: &[u8]) -> Result<u8, Reply> {
     let n = parse_int(b).ok_or_else(not_integer)?;
+    db_index(ctx, n)
+}
+
+/// Database `n`, if the `databases` setting has it.
+pub(crate) fn db_index(ctx: &Ctx<'_>, n: i64) -> Result<u8, Reply> {
     let count = ctx.shared.cfg.read().databases as i64;
     if (0..count).contains(&n) {
         Ok(n as u8)

@@ -76,9 +76,9 @@ pub(crate) async fn write_kind<R: Send + 'static>(
         .await;
     match r {
         Ok(w) => {
-            let (changed, out) = ctx.defer(w);
-            if changed {
-                wake_pops(ctx, kind);
+            let (written, out) = ctx.defer(w);
+            if written {
+                changed(ctx, key, kind);
             }
             Ok(out)
         }
@@ -86,10 +86,13 @@ pub(crate) async fn write_kind<R: Send + 'static>(
     }
 }
 
-/// After a write of `kind`: a list or a sorted set may have what a blocked pop waits for.
-pub(crate) fn wake_pops(ctx: &Ctx<'_>, kind: Kind) {
+/// After a write changed `key` (now of `kind`): its watchers' transactions fail (also when
+/// the write is a blocked pop's, which ran long after its command was dispatched), and a
+/// list or a sorted set may have what a blocked pop waits for.
+pub(crate) fn changed(ctx: &Ctx<'_>, key: &Key, kind: Kind) {
+    ctx.shared.watches.touch(key);
     if matches!(kind, Kind::List | Kind::ZSet) {
-        ctx.shared.pops_wake.notify_waiters();
+        ctx.shared.blocked.wake(key);
     }
 }
 
@@ -117,7 +120,7 @@ pub(crate) async fn store_kind(
         })
         .await;
     if r.is_ok() {
-        wake_pops(ctx, kind);
+        changed(ctx, key, kind);
     }
     match r {
         Ok(w) => {
@@ -349,12 +352,14 @@ pub(crate) fn parse_timeout(b: &[u8]) -> Result<Option<Duration>, Reply> {
     Ok((t > 0.0).then(|| Duration::from_secs_f64(t)))
 }
 
-/// Runs `attempt` until it gives a reply, waiting between attempts for a write that changes
-/// a list or a sorted set, until `timeout`; then `on_timeout`. Outside a blocking context
-/// (inside `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
+/// Runs `attempt` until it gives a reply, waiting between attempts for a change to one of
+/// the client's `keys` (served in the order clients blocked: [`crate::blocked`]), until
+/// `timeout` or the client leaves; then `on_timeout`. Outside a blocking context (inside
+/// `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
 /// `exclusive`: the moves), so it never runs inside another client's transaction.
 pub(crate) async fn block_on<F>(
     ctx: &mut Ctx<'_>,
+    keys: &[Bytes],
     timeout: Option<Duration>,
     exclusive: bool,
     on_timeout: Reply,
@@ -365,34 +370,48 @@ where
         &'c mut Ctx<'d>,
     ) -> futures::future::BoxFuture<'c, Result<Option<Reply>, Reply>>,
 {
+    if !ctx.conn.may_block {
+        // Inside MULTI: one attempt.
+        return match attempt(ctx).await {
+            Ok(Some(r)) | Err(r) => r,
+            Ok(None) => on_timeout,
+        };
+    }
+    use std::sync::atomic::Ordering::Relaxed;
     let shared = std::sync::Arc::clone(ctx.shared);
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut shutdown = shared.shutdown.subscribe();
+    let unblock = std::sync::Arc::clone(&ctx.conn.unblock);
+    // A wake left by a command that ended before it was used is not for this one.
+    use futures::FutureExt;
+    let _ = unblock.notify.notified().now_or_never();
+    unblock.as_error.store(false, Relaxed);
+    // Queued before the first attempt: a change between an attempt and the wait below
+    // leaves a permit, so it is not missed.
+    let mut place = shared
+        .blocked
+        .join(keys.iter().map(|k| ctx.key(k)).collect());
     let mut first = true;
     loop {
-        let pushed = shared.pops_wake.notified();
-        tokio::pin!(pushed);
-        pushed.as_mut().enable();
-        let got = if ctx.conn.may_block {
-            if exclusive {
-                let _g = shared.gate.write().await;
-                attempt(ctx).await
-            } else {
-                let _g = shared.gate.read().await;
-                attempt(ctx).await
-            }
+        if place.stale() {
+            place.rekey(keys.iter().map(|k| ctx.key(k)).collect());
+        }
+        place.trying();
+        let got = if exclusive {
+            let _g = shared.gate.write().await;
+            attempt(ctx).await
         } else {
+            let _g = shared.gate.read().await;
             attempt(ctx).await
         };
         match got {
             // As Redis: a key that became another kind while the client waited does not
             // wake it with an error; it waits on.
             Err(Reply::Error(e)) if !first && e.starts_with("WRONGTYPE") => {}
-            Err(r) => return r,
-            Ok(Some(r)) => return r,
-            Ok(None) if !ctx.conn.may_block => return on_timeout,
+            Err(r) | Ok(Some(r)) => return r,
             Ok(None) => {}
         }
+        place.tried();
         first = false;
         let sleep = async {
             match deadline {
@@ -400,15 +419,20 @@ where
                 None => std::future::pending().await,
             }
         };
-        use std::sync::atomic::Ordering::Relaxed;
-        shared.blocked_clients.fetch_add(1, Relaxed);
+        unblock.waiting.store(true, Relaxed);
         let woken = tokio::select! {
-            _ = &mut pushed => true,
+            _ = place.wake.notified() => true,
             _ = sleep => false,
             _ = shutdown.changed() => false,
+            // The client left (it is no longer in line; its reply goes nowhere), or
+            // `CLIENT UNBLOCK`.
+            _ = unblock.notify.notified() => false,
         };
-        shared.blocked_clients.fetch_sub(1, Relaxed);
+        unblock.waiting.store(false, Relaxed);
         if !woken {
+            if unblock.as_error.load(Relaxed) {
+                return Reply::err("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+            }
             return on_timeout;
         }
     }

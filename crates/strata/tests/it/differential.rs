@@ -155,6 +155,11 @@ fn command(rng: &mut Rng) -> Vec<String> {
         ],
         // Rarely, so the databases fill up between flushes.
         40 if rng.below(10) == 0 => vec!["FLUSHDB".into()],
+        40 if rng.below(2) == 0 => vec![
+            "SWAPDB".into(),
+            rng.pick(&["0", "1", "2", "x"]).into(),
+            rng.pick(&["0", "1", "2", "16"]).into(),
+        ],
         41..=44 => {
             let mut c = vec![rng.pick(&["HSET", "HSET", "HMSET"]).into(), k(rng)];
             for _ in 0..=rng.below(3) {

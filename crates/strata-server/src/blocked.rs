@@ -1,0 +1,270 @@
+//! Clients blocked in a pop (`BLPOP`, `BZPOPMIN`, `BLMOVE`, ...), served in the order they
+//! blocked, as Redis serves them: a change to a key wakes the client that has waited longest
+//! on it, and a client that leaves after being woken wakes the next one on its keys (what
+//! it took may have left more, or it may have taken nothing).
+//!
+//! Redis serves blocked clients before the command that fed them replies. Here a woken
+//! client tries on its own task, so a connection whose commands woke some waits, before
+//! it replies, until the woken have tried ([`Blocked::settled`]), for at most
+//! [`SETTLE_WAIT_MAX`]: what a client does after its push's reply sees the pops done.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use strata_format::keys::Key;
+use tokio::sync::Notify;
+
+/// Longest a reply waits for the clients its command woke to try.
+pub(crate) const SETTLE_WAIT_MAX: Duration = Duration::from_millis(500);
+
+/// How a client's blocking command is ended from outside: the client leaving, or another
+/// client's `CLIENT UNBLOCK`.
+#[derive(Default)]
+pub(crate) struct Unblock {
+    pub(crate) notify: Notify,
+    /// The client waits in a blocking command now (`CLIENT UNBLOCK` answers 1 only then).
+    pub(crate) waiting: AtomicBool,
+    /// Answer `-UNBLOCKED` rather than the timeout's reply.
+    pub(crate) as_error: AtomicBool,
+}
+
+#[derive(Default)]
+pub(crate) struct Blocked {
+    inner: Mutex<Inner>,
+    /// Woken clients that have not finished trying since.
+    unsettled: AtomicUsize,
+    settled: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    waiters: HashMap<u64, Waiter>,
+    /// For each key, its waiters' tickets: the order they blocked.
+    by_key: HashMap<Key, BTreeSet<u64>>,
+    /// Moves on when client keys name other stored keys (`SWAPDB`).
+    epoch: u64,
+}
+
+struct Waiter {
+    wake: Arc<Notify>,
+    /// Woken, and counted in `unsettled`, since its last try began.
+    woken: bool,
+}
+
+/// One client's place in the queues of its keys; leaving drops it from them.
+pub(crate) struct Place<'a> {
+    blocked: &'a Blocked,
+    ticket: u64,
+    keys: Vec<Key>,
+    epoch: u64,
+    /// A try under way that was woken for (counted in `unsettled` until it ends).
+    trying_woken: bool,
+    /// Woken (a permit is kept, so a wake between two attempts is not lost).
+    pub(crate) wake: Arc<Notify>,
+}
+
+impl Blocked {
+    /// Queues a client on `keys`, behind everyone already waiting on them.
+    pub(crate) fn join(&self, keys: Vec<Key>) -> Place<'_> {
+        let wake = Arc::new(Notify::new());
+        let mut g = self.inner.lock();
+        let ticket = g.next;
+        g.next += 1;
+        g.waiters.insert(
+            ticket,
+            Waiter {
+                wake: Arc::clone(&wake),
+                woken: false,
+            },
+        );
+        for k in &keys {
+            g.by_key.entry(k.clone()).or_default().insert(ticket);
+        }
+        let epoch = g.epoch;
+        Place {
+            blocked: self,
+            ticket,
+            keys,
+            epoch,
+            trying_woken: false,
+            wake,
+        }
+    }
+
+    /// `key` changed: the longest waiter on it tries again.
+    pub(crate) fn wake(&self, key: &Key) {
+        let mut g = self.inner.lock();
+        if let Some(&first) = g.by_key.get(key).and_then(|q| q.first()) {
+            self.wake_one(&mut g, first);
+        }
+    }
+
+    fn wake_one(&self, g: &mut Inner, ticket: u64) {
+        if let Some(w) = g.waiters.get_mut(&ticket) {
+            if !w.woken {
+                w.woken = true;
+                self.unsettled.fetch_add(1, Ordering::AcqRel);
+            }
+            w.wake.notify_one();
+        }
+    }
+
+    /// Client keys name other stored keys now (`SWAPDB`): every waiter looks again, and
+    /// [`Place::stale`] tells it to queue under its keys' new names.
+    pub(crate) fn rekey(&self) {
+        let mut g = self.inner.lock();
+        g.epoch += 1;
+        let all: Vec<u64> = g.waiters.keys().copied().collect();
+        for t in all {
+            self.wake_one(&mut g, t);
+        }
+    }
+
+    /// Clients queued now (`INFO`'s `blocked_clients`).
+    pub(crate) fn waiting(&self) -> usize {
+        self.inner.lock().waiters.len()
+    }
+
+    /// Returns once every woken client has tried (at once when none was woken: one atomic
+    /// load), or after [`SETTLE_WAIT_MAX`].
+    pub(crate) async fn settled(&self) {
+        if self.unsettled.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _ = tokio::time::timeout(SETTLE_WAIT_MAX, async {
+            loop {
+                let n = self.settled.notified();
+                tokio::pin!(n);
+                n.as_mut().enable();
+                if self.unsettled.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                n.await;
+            }
+        })
+        .await;
+    }
+
+    fn settle(&self) {
+        if self.unsettled.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.settled.notify_waiters();
+        }
+    }
+}
+
+impl Place<'_> {
+    /// A try begins: the wakes so far are answered by it.
+    pub(crate) fn trying(&mut self) {
+        let mut g = self.blocked.inner.lock();
+        if let Some(w) = g.waiters.get_mut(&self.ticket) {
+            if std::mem::take(&mut w.woken) {
+                if self.trying_woken {
+                    // The previous try's wake is settled by this one.
+                    self.blocked.settle();
+                }
+                self.trying_woken = true;
+            }
+        }
+    }
+
+    /// The try ended without a reply: the client waits on.
+    pub(crate) fn tried(&mut self) {
+        if std::mem::take(&mut self.trying_woken) {
+            self.blocked.settle();
+        }
+    }
+
+    /// The keys this place is queued under are named otherwise since (see
+    /// [`Blocked::rekey`]).
+    pub(crate) fn stale(&self) -> bool {
+        self.blocked.inner.lock().epoch != self.epoch
+    }
+
+    /// Queues under `keys` (the same client keys' new names), keeping its turn.
+    pub(crate) fn rekey(&mut self, keys: Vec<Key>) {
+        let mut g = self.blocked.inner.lock();
+        self.leave_queues(&mut g);
+        for k in &keys {
+            g.by_key.entry(k.clone()).or_default().insert(self.ticket);
+        }
+        self.keys = keys;
+        self.epoch = g.epoch;
+    }
+
+    fn leave_queues(&self, g: &mut Inner) {
+        for k in &self.keys {
+            let Some(q) = g.by_key.get_mut(k) else {
+                continue;
+            };
+            q.remove(&self.ticket);
+            match q.first().copied() {
+                None => {
+                    g.by_key.remove(k);
+                }
+                // What this client left, or a wake it took and did not use, is for the
+                // next in line.
+                Some(next) => self.blocked.wake_one(g, next),
+            }
+        }
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let mut g = self.blocked.inner.lock();
+        if let Some(w) = g.waiters.remove(&self.ticket) {
+            if w.woken {
+                self.blocked.settle();
+            }
+        }
+        self.leave_queues(&mut g);
+        drop(g);
+        self.tried();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        Key::new(0, 0, s.as_bytes())
+    }
+
+    fn woken(p: &Place<'_>) -> bool {
+        Box::pin(p.wake.notified()).now_or_never().is_some()
+    }
+
+    #[test]
+    fn the_longest_waiter_is_woken_and_hands_on_and_all_settle() {
+        let b = Blocked::default();
+        let mut first = b.join(vec![key("a"), key("b")]);
+        let mut second = b.join(vec![key("b")]);
+        assert_eq!(b.waiting(), 2);
+        b.wake(&key("b"));
+        assert!(woken(&first) && !woken(&second));
+        assert_eq!(b.unsettled.load(Ordering::Relaxed), 1);
+        first.trying();
+        first.tried();
+        assert_eq!(b.unsettled.load(Ordering::Relaxed), 0);
+        b.wake(&key("b"));
+        first.trying();
+        // It answers and leaves: the next in line is woken.
+        drop(first);
+        assert!(woken(&second));
+        assert_eq!(b.unsettled.load(Ordering::Relaxed), 1);
+        second.trying();
+        second.tried();
+        drop(second);
+        assert_eq!(b.waiting(), 0);
+        assert_eq!(b.unsettled.load(Ordering::Relaxed), 0);
+        assert!(b.inner.lock().by_key.is_empty());
+        assert!(b.settled().now_or_never().is_some());
+    }
+}
