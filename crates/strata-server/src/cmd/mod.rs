@@ -8,6 +8,7 @@ mod hashes;
 mod info;
 mod keys;
 mod kvc;
+mod lcs;
 mod lists;
 mod server;
 mod sets;
@@ -132,6 +133,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("strlen", 2, READ | FAST, 1, 1, 1, s::strlen),
     c!("append", 3, WRITE, 1, 1, 1, s::append),
     c!("getrange", 4, READ, 1, 1, 1, s::getrange),
+    c!("lcs", -3, READ, 1, 2, 1, lcs::lcs_cmd),
     c!("substr", 4, READ, 1, 1, 1, s::getrange),
     c!("setrange", 4, WRITE, 1, 1, 1, s::setrange),
     c!("incr", 2, WRITE | FAST, 1, 1, 1, s::incr),

@@ -65,7 +65,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
     let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(97) {
+    let c: Vec<String> = match rng.below(99) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -541,6 +541,19 @@ fn command(rng: &mut Rng) -> Vec<String> {
             }
             if c[0] == "SORT" && rng.below(3) == 0 {
                 c.extend(["STORE".to_string(), k(rng)]);
+            }
+            c
+        }
+        97 => vec!["APPEND".into(), k(rng), v(rng)],
+        98 => {
+            let mut c = vec!["LCS".into(), k(rng), k(rng)];
+            for o in ["LEN", "IDX", "WITHMATCHLEN", "MINMATCHLEN"] {
+                if rng.below(3) == 0 {
+                    c.push(o.into());
+                    if o == "MINMATCHLEN" {
+                        c.push(rng.pick(&["0", "2", "-1", "x"]).into());
+                    }
+                }
             }
             c
         }
