@@ -100,19 +100,72 @@ def test_hashes_larger_than_dram_are_demoted_and_read_back_in_order(tiny_strata)
     assert r.hget("entity:000", "feature0") == "changed"
 
 
+def test_hash_fields_expire_on_their_own_in_every_tier(tiny_strata):
+    """Redis 7.4's field expiry: HEXPIRE and friends answer per field; a field past its
+    time is gone from every read, also when its hash sits in the cold tier."""
+    r = tiny_strata.client(decode_responses=True)
+    r.hset("session", mapping={"token": "t", "user": "u", "csrf": "c"})
+    assert r.execute_command("HPEXPIRE", "session", 400, "FIELDS", 2, "token", "nope") == [1, -2]
+    assert r.execute_command("HEXPIRE", "session", 100, "NX", "FIELDS", 2, "token", "csrf") == [0, 1]
+    assert r.execute_command("HEXPIRE", "session", 50, "GT", "FIELDS", 1, "csrf") == [0]
+    assert r.execute_command("HEXPIRE", "session", 50, "LT", "FIELDS", 1, "user") == [1]
+    assert r.execute_command("HPERSIST", "session", "FIELDS", 2, "user", "nope") == [1, -2]
+    assert r.execute_command("HPERSIST", "session", "FIELDS", 1, "user") == [-1]
+    ttl = r.execute_command("HPTTL", "session", "FIELDS", 3, "token", "user", "nope")
+    assert 0 < ttl[0] <= 400 and ttl[1:] == [-1, -2]
+    assert r.execute_command("HTTL", "session", "FIELDS", 1, "csrf") == [100]
+    at = r.execute_command("HPEXPIRETIME", "session", "FIELDS", 1, "token")[0]
+    assert abs(at - time.time() * 1000) < 5000
+    assert r.execute_command("HEXPIRETIME", "session", "FIELDS", 1, "token") == [at // 1000]
+    # A time already past deletes the field at once.
+    r.hset("session", "old", "o")
+    assert r.execute_command("HEXPIREAT", "session", 1, "FIELDS", 1, "old") == [2]
+    assert r.hexists("session", "old") == 0
+    # Many hashes with a short-lived field, pushed to the cold tier by the tiny budget.
+    p = r.pipeline(transaction=False)
+    for i in range(300):
+        p.hset(f"h:{i:03d}", mapping={"keep": "k" * 400, "drop": "d" * 400})
+        p.execute_command("HPEXPIRE", f"h:{i:03d}", 1500, "FIELDS", 1, "drop")
+    p.execute()
+    assert r.hgetall("h:000") == {"keep": "k" * 400, "drop": "d" * 400}
+    deadline = time.time() + 30
+    while int(r.info("strata")["cold_entries"]) < 100:
+        assert time.time() < deadline, "no hash reached the cold tier"
+        time.sleep(0.1)
+    time.sleep(1.6)
+    tiers = {r.execute_command("TIER", f"h:{i:03d}") for i in range(0, 300, 10)}
+    assert "cold" in tiers
+    for i in range(300):
+        assert r.hgetall(f"h:{i:03d}") == {"keep": "k" * 400}
+    assert r.hgetall("session") == {"user": "u", "csrf": "c"}, "token's 400 ms are over"
+    assert r.hlen("session") == 2 and r.hget("session", "token") is None
+    with pytest.raises(redis.ResponseError, match="numfields"):
+        r.execute_command("HEXPIRE", "session", 10, "FIELDS", 2, "user")
+    with pytest.raises(redis.ResponseError, match="FIELDS is missing"):
+        r.execute_command("HTTL", "session", "FIELD", 1, "user")
+    with pytest.raises(redis.ResponseError, match="must be >= 0"):
+        r.execute_command("HEXPIRE", "session", -1, "FIELDS", 1, "user")
+
+
 def test_hashes_and_databases_survive_a_kill_and_restart(tmp_path):
     p = StrataProcess(data_dir=str(tmp_path))
     r = p.client(decode_responses=True, db=2)
     r.hset("h", mapping={"a": "1", "b": "2"})
     r.hdel("h", "a")
     p.client(decode_responses=True).set("h", "db0")
+    assert r.execute_command("HEXPIRE", "h", 3600, "FIELDS", 1, "b") == [1]
+    p.client(db=5).set("in5", "x")
+    assert r.swapdb(5, 6)
     p.stop()
     p = StrataProcess(data_dir=str(tmp_path))
     try:
         r = p.client(decode_responses=True, db=2)
         assert r.hgetall("h") == {"b": "2"} and r.type("h") == "hash"
+        assert 3500 < r.execute_command("HTTL", "h", "FIELDS", 1, "b")[0] <= 3600
         assert p.client(decode_responses=True).get("h") == "db0"
         assert r.dbsize() == 1
+        # SWAPDB holds across the restart.
+        assert p.client(db=6).get("in5") == b"x" and p.client(db=5).dbsize() == 0
     finally:
         p.stop()
 

@@ -340,6 +340,189 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     reply(r.await, |r| r)
 }
 
+// Field expiry (Redis 7.4's `HEXPIRE` family): each field carries its own expiry in the
+// hash's value, so it moves with the hash through every tier. An expired field is never
+// answered; it is dropped from the value at the hash's next write.
+
+/// The field-expiry readers' and `HPERSIST`'s error for a bad field count.
+const POSITIVE_FIELDS: &str = "Number of fields must be a positive integer";
+
+/// Latest field expiry Redis accepts (2^48 - 1 ms).
+const FIELD_EXPIRE_MS_MAX: u64 = (1 << 48) - 1;
+
+/// The field names after `FIELDS numfields` at argument `at`; `bad_count` is the error
+/// for a count that is not a positive integer (Redis words it per command).
+fn field_names<'a>(a: &'a [Bytes], at: usize, bad_count: &str) -> Result<&'a [Bytes], Reply> {
+    if a.len() <= at + 1 || !super::lower(&a[at]).eq("fields") {
+        return Err(Reply::err(
+            "ERR Mandatory argument FIELDS is missing or not at the right position",
+        ));
+    }
+    let n = match parse_int(&a[at + 1]) {
+        Some(n) if n > 0 => n as usize,
+        _ => return Err(Reply::err(format!("ERR {bad_count}"))),
+    };
+    if n != a.len() - at - 2 {
+        return Err(Reply::err(
+            "ERR The `numfields` parameter must match the number of arguments",
+        ));
+    }
+    Ok(&a[at + 2..])
+}
+
+/// `HEXPIRE`, `HPEXPIRE`, `HEXPIREAT`, `HPEXPIREAT key time [NX|XX|GT|LT] FIELDS n field...`:
+/// per field -2 (no such field), 0 (the condition kept it), 1 (set), 2 (a time already
+/// past: the field is deleted).
+async fn hexpire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], unit_ms: u64, absolute: bool) -> Reply {
+    let name = super::lower(&a[0]);
+    let Some(t) = parse_int(&a[2]) else {
+        return not_integer();
+    };
+    let (cond, at) = match a.get(3).map(|c| super::lower(c)) {
+        Some(c) if ["nx", "xx", "gt", "lt"].contains(&c.as_str()) => (Some(c), 4),
+        _ => (None, 3),
+    };
+    let names = match field_names(a, at, "Parameter `numFields` should be greater than 0") {
+        Ok(n) => n.to_vec(),
+        Err(r) => return r,
+    };
+    let now = ctx.shared.engine.now_ms();
+    if t < 0 {
+        return Reply::err("ERR invalid expire time, must be >= 0");
+    }
+    let when = (t as i128) * (unit_ms as i128) + if absolute { 0 } else { now as i128 };
+    if when > FIELD_EXPIRE_MS_MAX as i128 {
+        return Reply::err(format!("ERR invalid expire time in '{name}' command"));
+    }
+    let when = when as u64;
+    let key = ctx.key(&a[1]);
+    let r = write_hash(ctx, &key, move |fields| {
+        let mut out = Vec::with_capacity(names.len());
+        let mut changed = false;
+        for n in &names {
+            let Some(i) = fields.iter().position(|f| f.name == *n) else {
+                out.push(Reply::Integer(-2));
+                continue;
+            };
+            let cur = fields[i].expire_ms;
+            // No expiry counts as forever.
+            let ok = match cond.as_deref() {
+                Some("nx") => cur == 0,
+                Some("xx") => cur != 0,
+                Some("gt") => cur != 0 && when > cur,
+                Some("lt") => cur == 0 || when < cur,
+                _ => true,
+            };
+            if !ok {
+                out.push(Reply::Integer(0));
+            } else if when <= now {
+                fields.remove(i);
+                changed = true;
+                out.push(Reply::Integer(2));
+            } else {
+                fields[i].expire_ms = when;
+                changed = true;
+                out.push(Reply::Integer(1));
+            }
+        }
+        Ok((changed, out))
+    })
+    .await;
+    reply(r, Reply::Array)
+}
+
+pub(crate) async fn hexpire(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    hexpire_generic(ctx, a, 1000, false).await
+}
+
+pub(crate) async fn hpexpire(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    hexpire_generic(ctx, a, 1, false).await
+}
+
+pub(crate) async fn hexpireat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    hexpire_generic(ctx, a, 1000, true).await
+}
+
+pub(crate) async fn hpexpireat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    hexpire_generic(ctx, a, 1, true).await
+}
+
+/// What the field-expiry readers answer for a field with an expiry: from its absolute
+/// expiry in ms and now.
+type ExpiryView = fn(u64, u64) -> i64;
+
+/// `HTTL`, `HPTTL`, `HEXPIRETIME`, `HPEXPIRETIME key FIELDS n field...`: per field -2 (no
+/// such field), -1 (no expiry), else `view` of its expiry.
+async fn field_expiry(ctx: &mut Ctx<'_>, a: &[Bytes], view: ExpiryView) -> Reply {
+    let names = match field_names(a, 2, POSITIVE_FIELDS) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let now = ctx.shared.engine.now_ms();
+    let r = with_fields(ctx, a, |fields| {
+        names
+            .iter()
+            .map(|n| {
+                Reply::Integer(match find(fields, n) {
+                    None => -2,
+                    Some(f) if f.expire_ms == 0 => -1,
+                    Some(f) => view(f.expire_ms, now),
+                })
+            })
+            .collect()
+    });
+    reply(r.await, Reply::Array)
+}
+
+pub(crate) async fn httl(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    field_expiry(ctx, a, |at, now| {
+        (at.saturating_sub(now) + 999) as i64 / 1000
+    })
+    .await
+}
+
+pub(crate) async fn hpttl(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    field_expiry(ctx, a, |at, now| at.saturating_sub(now) as i64).await
+}
+
+pub(crate) async fn hexpiretime(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    field_expiry(ctx, a, |at, _| (at / 1000) as i64).await
+}
+
+pub(crate) async fn hpexpiretime(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    field_expiry(ctx, a, |at, _| at as i64).await
+}
+
+/// `HPERSIST key FIELDS n field...`: per field -2 (no such field), -1 (no expiry), 1
+/// (its expiry removed).
+pub(crate) async fn hpersist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let names = match field_names(a, 2, POSITIVE_FIELDS) {
+        Ok(n) => n.to_vec(),
+        Err(r) => return r,
+    };
+    let key = ctx.key(&a[1]);
+    let r = write_hash(ctx, &key, move |fields| {
+        let mut changed = false;
+        let out = names
+            .iter()
+            .map(|n| {
+                Reply::Integer(match fields.iter_mut().find(|f| f.name == *n) {
+                    None => -2,
+                    Some(f) if f.expire_ms == 0 => -1,
+                    Some(f) => {
+                        f.expire_ms = 0;
+                        changed = true;
+                        1
+                    }
+                })
+            })
+            .collect();
+        Ok((changed, out))
+    })
+    .await;
+    reply(r, Reply::Array)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
