@@ -102,6 +102,10 @@ pub struct ServerConfig {
     /// Logical databases (`SELECT 0` to `databases - 1`), each its own keyspace in every
     /// tier; at most [`DATABASES_MAX`].
     pub databases: u32,
+    /// Milliseconds a Lua script may run (Redis's `busy-reply-threshold`); past it the
+    /// script is stopped with an error (0 = no limit).
+    #[serde(rename = "busy_reply_threshold")]
+    pub busy_reply_threshold_ms: u64,
 }
 
 /// The most databases the key layout holds (its first byte).
@@ -122,6 +126,7 @@ impl Default for ServerConfig {
             protected_mode: true,
             auth_failures_per_minute_max: 10,
             databases: 16,
+            busy_reply_threshold_ms: 5000,
         }
     }
 }
@@ -175,6 +180,9 @@ impl Server {
                 auth_limiter: auth::AuthLimiter::default(),
                 backup: Mutex::new(Default::default()),
                 blocked: Default::default(),
+                scripts: Arc::new(parking_lot::Mutex::new(
+                    strata_script::Vm::new().expect("a Lua VM starts"),
+                )),
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
         }

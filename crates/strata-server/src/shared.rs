@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     pub(crate) backup: Mutex<BackupState>,
     /// Clients waiting in a blocking pop, in the order they blocked.
     pub(crate) blocked: crate::blocked::Blocked,
+    /// The Lua VM and its script cache (one script runs at a time: it holds the gate).
+    pub(crate) scripts: Arc<Mutex<strata_script::Vm>>,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
     pub(crate) encoding_params: Mutex<HashMap<&'static str, i64>>,
 }

@@ -10,6 +10,7 @@ mod keys;
 mod kvc;
 mod lcs;
 mod lists;
+mod scripting;
 mod server;
 mod sets;
 mod sort;
@@ -50,6 +51,8 @@ pub(crate) const CONN: u32 = 128;
 /// May wait for another client's write (`BLPOP`): runs outside the gate, taking it for
 /// each attempt.
 pub(crate) const BLOCKING: u32 = 256;
+/// Refused from a script (`redis.call`): transactions and scripts.
+pub(crate) const NOSCRIPT: u32 = 512;
 
 /// A command's handler: the checked arguments in, the reply out.
 pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<'a, Reply>;
@@ -343,11 +346,89 @@ pub(crate) static COMMANDS: &[Spec] = &[
         keys::flush
     ),
     // Transactions.
-    c!("multi", 1, CONN | FAST | NOQUEUE, 0, 0, 0, txn::multi),
-    c!("exec", 1, CONN | NOQUEUE | EXCLUSIVE, 0, 0, 0, txn::exec),
-    c!("discard", 1, CONN | FAST | NOQUEUE, 0, 0, 0, txn::discard),
-    c!("watch", -2, CONN | FAST | NOQUEUE, 1, -1, 1, txn::watch),
-    c!("unwatch", 1, CONN | FAST | NOQUEUE, 0, 0, 0, txn::unwatch),
+    c!(
+        "multi",
+        1,
+        CONN | FAST | NOQUEUE | NOSCRIPT,
+        0,
+        0,
+        0,
+        txn::multi
+    ),
+    c!(
+        "exec",
+        1,
+        CONN | NOQUEUE | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        txn::exec
+    ),
+    c!(
+        "discard",
+        1,
+        CONN | FAST | NOQUEUE | NOSCRIPT,
+        0,
+        0,
+        0,
+        txn::discard
+    ),
+    c!(
+        "watch",
+        -2,
+        CONN | FAST | NOQUEUE | NOSCRIPT,
+        1,
+        -1,
+        1,
+        txn::watch
+    ),
+    c!(
+        "unwatch",
+        1,
+        CONN | FAST | NOQUEUE | NOSCRIPT,
+        0,
+        0,
+        0,
+        txn::unwatch
+    ),
+    // Scripts: each holds the gate for its whole run (its calls run as the client's).
+    c!(
+        "eval",
+        -3,
+        WRITE | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::eval
+    ),
+    c!(
+        "evalsha",
+        -3,
+        WRITE | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::evalsha
+    ),
+    c!(
+        "eval_ro",
+        -3,
+        READ | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::eval_ro
+    ),
+    c!(
+        "evalsha_ro",
+        -3,
+        READ | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::evalsha_ro
+    ),
+    c!("script", -2, WRITE | NOSCRIPT, 0, 0, 0, scripting::script),
     // Server.
     c!("info", -1, READ, 0, 0, 0, info::info),
     c!("config", -2, ADMIN, 0, 0, 0, sv::config),

@@ -173,6 +173,11 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("appendonly", "no".into()),
         ("appendfsync", es.warm.durability.as_str().into()),
         ("databases", cfg.databases.to_string()),
+        (
+            "busy-reply-threshold",
+            cfg.busy_reply_threshold_ms.to_string(),
+        ),
+        ("lua-time-limit", cfg.busy_reply_threshold_ms.to_string()),
         ("cluster-enabled", "no".into()),
     ];
     params.extend(encodings.iter().map(|(k, v)| (*k, v.to_string())));
@@ -212,6 +217,12 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                     }
                     "timeout" => {
                         cfg.timeout_secs = match int() {
+                            Some(n) => n,
+                            None => return bad(),
+                        }
+                    }
+                    "busy-reply-threshold" | "lua-time-limit" => {
+                        cfg.busy_reply_threshold_ms = match int() {
                             Some(n) => n,
                             None => return bad(),
                         }

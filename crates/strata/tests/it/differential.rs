@@ -65,7 +65,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let sb = |r: &mut Rng| r.pick(SCORE_BOUNDS).to_string();
     let lx = |r: &mut Rng| r.pick(LEX_BOUNDS).to_string();
     let n = |r: &mut Rng| (r.below(41) as i64 - 20).to_string();
-    let c: Vec<String> = match rng.below(99) {
+    let c: Vec<String> = match rng.below(100) {
         0..=4 => {
             let mut c = vec!["SET".into(), k(rng), v(rng)];
             for opt in [
@@ -556,6 +556,20 @@ fn command(rng: &mut Rng) -> Vec<String> {
                 }
             }
             c
+        }
+        99 => {
+            let body = rng.pick(&[
+                "return redis.call('GET', KEYS[1])",
+                "return redis.call('INCR', KEYS[1])",
+                "return redis.pcall('LPUSH', KEYS[1], ARGV[1])",
+                "return {1, 2.5, ARGV[1], false, true, {KEYS[1]}}",
+                "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('STRLEN', KEYS[1])",
+                "return redis.call('HGETALL', KEYS[1])",
+                "return redis.error_reply('CUSTOM failure')",
+                "return nosuch",
+                "return (",
+            ]);
+            vec!["EVAL".into(), body.into(), "1".into(), k(rng), v(rng)]
         }
         _ => vec!["EXISTS".into(), k(rng)],
     };
