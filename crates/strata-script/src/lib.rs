@@ -19,11 +19,10 @@ pub const VM_BYTES_MAX: usize = 256 << 20;
 const HOOK_EVERY: u32 = 100_000;
 
 /// How a command reached from a script is run: its arguments in, its reply out.
-pub type Call<'a> = &'a mut (dyn FnMut(Vec<Bytes>) -> Reply + Send);
+pub type Call<'a> = &'a mut dyn FnMut(Vec<Bytes>) -> Reply;
 
 /// One run's state, kept in the VM while the script runs.
 struct Running {
-    call: Box<dyn FnMut(Vec<Bytes>) -> Reply + Send>,
     /// A `redis.call` that failed, and the script's line: the script's reply is that
     /// error, as in Redis.
     raised: Option<(String, usize)>,
@@ -113,13 +112,14 @@ impl Vm {
     }
 
     /// Runs the cached script `sha` with `KEYS` and `ARGV`, reaching commands through
-    /// `call`; past `limit` it is stopped with an error.
+    /// `call` (on the caller's thread: `redis.call` is bound to it for this run only);
+    /// past `limit` it is stopped with an error.
     pub fn run(
         &mut self,
         sha: &str,
         keys: &[Bytes],
         argv: &[Bytes],
-        call: Box<dyn FnMut(Vec<Bytes>) -> Reply + Send>,
+        call: Call<'_>,
         limit: Option<Duration>,
     ) -> Reply {
         let Some(f) = self.scripts.get(&sha.to_ascii_lowercase()).cloned() else {
@@ -136,11 +136,26 @@ impl Vm {
             return Reply::err(format!("ERR {}", lua_err(e)));
         }
         lua.set_app_data(Running {
-            call,
             raised: None,
             deadline: limit.map(|l| Instant::now() + l),
         });
-        let result = f.call::<Value>(());
+        let call = std::cell::RefCell::new(call);
+        let result = lua.scope(|scope| {
+            let redis: Table = lua.globals().raw_get("redis")?;
+            redis.raw_set(
+                "call",
+                scope.create_function(|lua, args: mlua::MultiValue| {
+                    command(lua, args, true, &call)
+                })?,
+            )?;
+            redis.raw_set(
+                "pcall",
+                scope.create_function(|lua, args: mlua::MultiValue| {
+                    command(lua, args, false, &call)
+                })?,
+            )?;
+            f.call::<Value>(())
+        });
         let running = lua.remove_app_data::<Running>();
         let reply = match result {
             Ok(v) => to_reply(&v, 0),
@@ -189,15 +204,8 @@ fn sandbox(lua: &Lua) -> mlua::Result<()> {
     ] {
         g.raw_set(name, Value::Nil)?;
     }
+    // `redis.call` and `redis.pcall` are bound for each run (see [`Vm::run`]).
     let redis = lua.create_table()?;
-    redis.raw_set(
-        "call",
-        lua.create_function(|lua, args: mlua::MultiValue| command(lua, args, true))?,
-    )?;
-    redis.raw_set(
-        "pcall",
-        lua.create_function(|lua, args: mlua::MultiValue| command(lua, args, false))?,
-    )?;
     // `redis.error_reply(m)` is `{err = m}`, `redis.status_reply(m)` is `{ok = m}`.
     for (name, field) in [("error_reply", "err"), ("status_reply", "ok")] {
         redis.raw_set(
@@ -291,7 +299,12 @@ fn show(v: &Value) -> String {
 
 /// `redis.call` (`raise`: an error reply raises a Lua error) and `redis.pcall` (it comes
 /// back as an error table).
-fn command(lua: &Lua, args: mlua::MultiValue, raise: bool) -> mlua::Result<Value> {
+fn command(
+    lua: &Lua,
+    args: mlua::MultiValue,
+    raise: bool,
+    call: &std::cell::RefCell<Call<'_>>,
+) -> mlua::Result<Value> {
     let mut argv = Vec::with_capacity(args.len());
     for a in args.iter() {
         match a {
@@ -310,12 +323,7 @@ fn command(lua: &Lua, args: mlua::MultiValue, raise: bool) -> mlua::Result<Value
             "ERR Please specify at least one argument for this redis lib call".into(),
         ));
     }
-    let reply = {
-        let mut running = lua
-            .app_data_mut::<Running>()
-            .ok_or_else(|| mlua::Error::RuntimeError("ERR no script is running".into()))?;
-        (running.call)(argv)
-    };
+    let reply = (call.borrow_mut())(argv);
     if let (true, Reply::Error(e)) = (raise, &reply) {
         let line = script_line(lua);
         if let Some(mut running) = lua.app_data_mut::<Running>() {
@@ -412,14 +420,20 @@ mod tests {
             |v: &[&str]| -> Vec<Bytes> { v.iter().map(|s| Bytes::from(s.to_string())).collect() };
         // A stand-in for the server: echoes the command's arguments back as an array, or
         // fails on "FAIL".
-        let call = Box::new(|args: Vec<Bytes>| {
+        let mut call = |args: Vec<Bytes>| {
             if args[0].as_ref() == b"FAIL" {
                 Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value")
             } else {
                 Reply::Array(args.into_iter().map(Reply::Bulk).collect())
             }
-        });
-        vm.run(&sha, &b(keys), &b(argv), call, Some(Duration::from_secs(5)))
+        };
+        vm.run(
+            &sha,
+            &b(keys),
+            &b(argv),
+            &mut call,
+            Some(Duration::from_secs(5)),
+        )
     }
 
     #[test]
@@ -506,14 +520,14 @@ mod tests {
             &sha,
             &[],
             &[],
-            Box::new(|_| Reply::Null),
+            &mut |_| Reply::Null,
             Some(Duration::from_millis(50)),
         );
         assert!(matches!(r, Reply::Error(e) if e.contains("time limit")));
         // The VM is usable after.
         let sha = vm.load(b"return 2").unwrap();
         assert_eq!(
-            vm.run(&sha, &[], &[], Box::new(|_| Reply::Null), None),
+            vm.run(&sha, &[], &[], &mut |_| Reply::Null, None),
             Reply::Integer(2)
         );
     }

@@ -1,6 +1,6 @@
 //! `EVAL`, `EVALSHA`, `EVAL_RO`, `EVALSHA_RO` and `SCRIPT`: Lua through `strata_script`.
-//! The script runs on a blocking thread; each `redis.call` comes back to the client's task
-//! and runs through the command table as the client's own command would (checks, `WATCH`
+//! The script runs on the client's task's thread; each `redis.call` runs there through the
+//! command table as the client's own command would (checks, `WATCH`
 //! touches, durability of its writes before the reply). The command holds the server's gate
 //! for writing, so no other client's command runs between a script's calls.
 
@@ -38,9 +38,6 @@ fn sha_of(b: &[u8]) -> Source {
     Source::Sha(String::from_utf8_lossy(b).to_ascii_lowercase())
 }
 
-/// A command a script asks for, and where its reply goes.
-type Request = (Vec<Bytes>, std::sync::mpsc::SyncSender<Reply>);
-
 async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], source: Source, read_only: bool) -> Reply {
     let n = match parse_int(&a[2]) {
         Some(n) if n < 0 => return Reply::err("ERR Number of keys can't be negative"),
@@ -53,11 +50,12 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], source: Source, read_only: bool) ->
     let keys = a[3..3 + n].to_vec();
     let argv = a[3 + n..].to_vec();
     let limit = Duration::from_millis(ctx.shared.cfg.read().busy_reply_threshold_ms);
-    let vm = Arc::clone(&ctx.shared.scripts);
-    // One request in flight at a time: the script waits for each reply.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Request>(1);
-    let job = tokio::task::spawn_blocking(move || {
-        let mut vm = vm.lock();
+    let shared = Arc::clone(ctx.shared);
+    let handle = tokio::runtime::Handle::current();
+    // The script runs on this task's thread (the runtime moves its other tasks away), and
+    // each call runs right here: no handoff between threads per call.
+    tokio::task::block_in_place(|| {
+        let mut vm = shared.scripts.lock();
         let sha = match source {
             Source::Body(body) => match vm.load(&body) {
                 Ok(sha) => sha,
@@ -65,36 +63,15 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], source: Source, read_only: bool) ->
             },
             Source::Sha(sha) => sha,
         };
-        let call = Box::new(move |args: Vec<Bytes>| {
-            let (back, answer) = std::sync::mpsc::sync_channel(1);
-            if tx.blocking_send((args, back)).is_err() {
-                return Reply::err("ERR the script's client is gone");
-            }
-            answer
-                .recv()
-                .unwrap_or_else(|_| Reply::err("ERR the script's client is gone"))
-        });
+        let mut call = |args: Vec<Bytes>| handle.block_on(call_from_script(ctx, args, read_only));
         vm.run(
             &sha,
             &keys,
             &argv,
-            call,
+            &mut call,
             (!limit.is_zero()).then_some(limit),
         )
-    });
-    tokio::pin!(job);
-    loop {
-        tokio::select! {
-            biased;
-            Some((args, back)) = rx.recv() => {
-                let reply = call_from_script(ctx, args, read_only).await;
-                let _ = back.send(reply);
-            }
-            done = &mut job => {
-                return done.unwrap_or_else(|e| Reply::err(format!("ERR script failed: {e}")));
-            }
-        }
-    }
+    })
 }
 
 /// One `redis.call` of a script, as the client would run it; what a script may not run
