@@ -142,18 +142,16 @@ impl Vm {
         let call = std::cell::RefCell::new(call);
         let result = lua.scope(|scope| {
             let redis: Table = lua.globals().raw_get("redis")?;
-            redis.raw_set(
-                "call",
-                scope.create_function(|lua, args: mlua::MultiValue| {
-                    command(lua, args, true, &call)
-                })?,
-            )?;
-            redis.raw_set(
-                "pcall",
-                scope.create_function(|lua, args: mlua::MultiValue| {
-                    command(lua, args, false, &call)
-                })?,
-            )?;
+            // `redis.call` raises a command's error; `redis.pcall` returns it as a table.
+            for (name, raise) in [("call", true), ("pcall", false)] {
+                let call = &call;
+                redis.raw_set(
+                    name,
+                    scope.create_function(move |lua, args: mlua::MultiValue| {
+                        command(lua, args, raise, call)
+                    })?,
+                )?;
+            }
             f.call::<Value>(())
         });
         let running = lua.remove_app_data::<Running>();
@@ -165,16 +163,19 @@ impl Vm {
                 }
                 None => {
                     let m = lua_err(e);
-                    if m.starts_with("ERR ") {
-                        return Reply::Error(m);
-                    }
                     // Lua's message starts with where: "user_script:<line>: ...".
                     let line = m
                         .strip_prefix("user_script:")
                         .and_then(|r| r.split(':').next())
-                        .and_then(|n| n.parse::<usize>().ok())
-                        .unwrap_or(0);
-                    Reply::Error(format!("ERR {m} script: {sha}, on @user_script:{line}."))
+                        .and_then(|n| n.parse::<usize>().ok());
+                    match line {
+                        Some(line) => {
+                            Reply::Error(format!("ERR {m} script: {sha}, on @user_script:{line}."))
+                        }
+                        // Strata's own stop (the time limit) is worded in full already.
+                        None if m.starts_with("ERR ") => Reply::Error(m),
+                        None => Reply::Error(format!("ERR {m} script: {sha}, on @user_script:0.")),
+                    }
                 }
             },
         };

@@ -161,13 +161,8 @@ impl Place<'_> {
     pub(crate) fn trying(&mut self) {
         let mut g = self.blocked.inner.lock();
         if let Some(w) = g.waiters.get_mut(&self.ticket) {
-            if std::mem::take(&mut w.woken) {
-                if self.trying_woken {
-                    // The previous try's wake is settled by this one.
-                    self.blocked.settle();
-                }
-                self.trying_woken = true;
-            }
+            // A wake is counted once, and the previous try settled its own ([`Self::tried`]).
+            self.trying_woken = std::mem::take(&mut w.woken);
         }
     }
 

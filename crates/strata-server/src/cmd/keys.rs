@@ -405,11 +405,13 @@ async fn write_whole(
         .await;
     match got {
         Ok(w) => {
-            ctx.shared.watches.touch(to);
             let written = ctx.defer(w);
             if written {
-                // A list or sorted set under a new name may be what a blocked pop waits for.
+                // Also: a list or sorted set under a new name may be what a blocked pop
+                // waits for.
                 super::typed::changed(ctx, to, kind);
+            } else {
+                ctx.shared.watches.touch(to);
             }
             Ok(written)
         }

@@ -687,12 +687,18 @@ pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Byt
         queue.push(args);
         return Reply::Simple("QUEUED".into());
     }
+    dispatch_counted(&mut Ctx { shared, conn }, idx, &args).await
+}
+
+/// [`dispatch`], timed and counted in the server's figures (a client's command, or one a
+/// script calls).
+pub(crate) async fn dispatch_counted(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
     let start = Instant::now();
-    let reply = dispatch(&mut Ctx { shared, conn }, idx, &args).await;
-    shared
+    let reply = dispatch(ctx, idx, a).await;
+    ctx.shared
         .metrics
         .record(idx, start.elapsed(), reply.is_error());
-    shared
+    ctx.shared
         .counters
         .total_commands_processed
         .fetch_add(1, Ordering::Relaxed);

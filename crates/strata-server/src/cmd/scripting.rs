@@ -90,12 +90,7 @@ async fn call_from_script(ctx: &mut Ctx<'_>, args: Vec<Bytes>, read_only: bool) 
     if let Some(r) = refusal(ctx.conn, spec, args.len()) {
         return r;
     }
-    let start = std::time::Instant::now();
-    let reply = super::dispatch(ctx, idx, &args).await;
-    ctx.shared
-        .metrics
-        .record(idx, start.elapsed(), reply.is_error());
-    reply
+    super::dispatch_counted(ctx, idx, &args).await
 }
 
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP`.

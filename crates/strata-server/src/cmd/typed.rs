@@ -388,13 +388,12 @@ where
     unblock.as_error.store(false, Relaxed);
     // Queued before the first attempt: a change between an attempt and the wait below
     // leaves a permit, so it is not missed.
-    let mut place = shared
-        .blocked
-        .join(keys.iter().map(|k| ctx.key(k)).collect());
+    let stored = |ctx: &Ctx<'_>| keys.iter().map(|k| ctx.key(k)).collect();
+    let mut place = shared.blocked.join(stored(ctx));
     let mut first = true;
     loop {
         if place.stale() {
-            place.rekey(keys.iter().map(|k| ctx.key(k)).collect());
+            place.rekey(stored(ctx));
         }
         place.trying();
         let got = if exclusive {
