@@ -6,7 +6,7 @@
 //!
 //! The one direction between tiers: values move down only through demotion (warm → cold,
 //! `background::demote`) and up only through reads (cold → warm → DRAM, `hook`); DRAM holds
-//! only copies of what the warm store holds or indexes.
+//! copies of what the warm store holds or indexes, or of what write-back holds for it.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -28,6 +28,7 @@ use crate::settings::{Durability, Settings};
 use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
 use crate::warm::{Counts, Stored, Warm};
+use crate::writeback::WriteBack;
 use crate::{Clock, Error, Result};
 
 /// The sizes of the warm and cold tiers, kept in memory beside their persistent copy (the
@@ -116,6 +117,8 @@ pub(crate) struct Core {
     /// What reads leave behind, done after them (see `hook`).
     pub(crate) after_read: crate::queue::AfterRead,
     pub(crate) prefetch: crate::prefetcher::Prefetcher,
+    /// Values written to DRAM and the hot log, not yet to the warm store.
+    pub(crate) writeback: WriteBack,
     /// Sequence of per-write ids: only needs to differ from every earlier record's.
     pub(crate) write_seq: AtomicU64,
     /// Average size of recent warm values (decides whether a warm batch is split).
@@ -183,6 +186,7 @@ impl Core {
     ) -> bool {
         let _g = self.locks.lock(key);
         self.locks.version(key) == seen_version
+            && !self.writeback.has_dirty(key)
             && self
                 .hot
                 .insert_tagged(key.stored(), value, expire_ms, kind as u8)

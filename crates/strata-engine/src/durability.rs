@@ -14,6 +14,7 @@ use strata_warm::WarmStore;
 use tokio::sync::watch;
 
 use crate::vlog::ValueLog;
+use crate::writeback::HotLog;
 use crate::{Engine, Error, Result};
 
 /// What a write must wait for before it is acknowledged: the group commit that covers it.
@@ -73,7 +74,11 @@ pub(crate) struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub(crate) fn start(warm: Arc<dyn WarmStore>, vlog: Arc<ValueLog>) -> Arc<Self> {
+    pub(crate) fn start(
+        warm: Arc<dyn WarmStore>,
+        vlog: Arc<ValueLog>,
+        hot: Arc<HotLog>,
+    ) -> Arc<Self> {
         let (tx, _rx) = watch::channel((0, None));
         let gc = Arc::new(GroupCommit {
             requests: Mutex::default(),
@@ -84,13 +89,13 @@ impl GroupCommit {
         let me = Arc::clone(&gc);
         let handle = std::thread::Builder::new()
             .name("strata-group-commit".into())
-            .spawn(move || me.run(warm.as_ref(), &vlog))
+            .spawn(move || me.run(warm.as_ref(), &vlog, &hot))
             .expect("spawn group commit thread");
         *gc.thread.lock() = Some(handle);
         gc
     }
 
-    fn run(&self, warm: &dyn WarmStore, vlog: &ValueLog) {
+    fn run(&self, warm: &dyn WarmStore, vlog: &ValueLog, hot: &HotLog) {
         let mut synced = 0;
         loop {
             let target = {
@@ -103,11 +108,14 @@ impl GroupCommit {
                 }
                 r.requested
             };
-            // Values before the records that point at them (see `vlog`).
+            // Values before the records that point at them (see `vlog`); the hot log after
+            // the warm store's, up to where it stood before (see `writeback`).
+            let hot_upto = hot.mark();
             if let Err(e) = vlog
                 .sync()
                 .map_err(|e| e.to_string())
                 .and_then(|()| warm.sync_log().map_err(|e| e.to_string()))
+                .and_then(|()| hot.write_out(hot_upto, true).map_err(|e| e.to_string()))
             {
                 tracing::error!(error = %e, "log fsync failed; refusing further writes");
                 self.synced.send_replace((synced, Some(e)));
@@ -154,6 +162,7 @@ impl GroupCommit {
 /// nothing was promised durable.
 pub(crate) async fn flush_log_every(
     warm: Arc<dyn WarmStore>,
+    hot: Arc<HotLog>,
     period: std::time::Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -164,8 +173,11 @@ pub(crate) async fn flush_log_every(
             _ = shutdown.changed() => return,
             _ = tick.tick() => {}
         }
+        let hot_upto = hot.mark();
         if let Err(e) = warm.flush_log() {
             tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
+        } else if let Err(e) = hot.write_out(hot_upto, false) {
+            tracing::warn!(error = %e, "handing the hot log to the OS failed; retrying");
         }
     }
 }

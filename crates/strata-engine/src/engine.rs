@@ -29,6 +29,7 @@ use crate::tier::Tier;
 use crate::vlog::ValueLog;
 use crate::warm::Warm;
 use crate::write::{Change, Existing, PutOptions, PutResult};
+use crate::writeback::WriteBack;
 use crate::{Clock, Result, SystemClock};
 
 /// Where the warm store keeps its files in a data directory.
@@ -145,8 +146,13 @@ impl Engine {
         sizes.set(counts);
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         warm_tier.load_db_map()?;
-        let group = (settings.warm.durability == Durability::Group)
-            .then(|| GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog)));
+        let dirty_max =
+            (settings.hot.hot_bytes_max as f64 * settings.hot.hot_dirty_fraction) as u64;
+        let writeback = WriteBack::open(&data_dir, dirty_max)?;
+        let group = (settings.warm.durability == Durability::Group).then(|| {
+            let hot_log = Arc::clone(writeback.log());
+            GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog), hot_log)
+        });
         // Write sequences only need to differ from every earlier record's; microseconds since
         // the epoch at start-up are larger than any sequence a previous run could reach.
         let seq_start = clock.now_ms().saturating_mul(1000);
@@ -178,13 +184,17 @@ impl Engine {
             load_model: Default::default(),
             gc_gate: tokio::sync::RwLock::new(()),
             after_read: Default::default(),
+            writeback,
             write_seq: AtomicU64::new(seq_start),
             warm_value_bytes_avg: AtomicU64::new(0),
         });
+        crate::writeback::recover(&core)?;
         let (tx, rx) = watch::channel(false);
         if core.settings.warm.durability == Durability::None {
             let period = std::time::Duration::from_millis(core.settings.warm.none_flush_ms);
-            let flush = crate::durability::flush_log_every(Arc::clone(&warm), period, rx.clone());
+            let hot_log = Arc::clone(core.writeback.log());
+            let flush =
+                crate::durability::flush_log_every(Arc::clone(&warm), hot_log, period, rx.clone());
             tokio::spawn(flush);
         }
         let handle =
@@ -211,9 +221,16 @@ impl Engine {
             let _ = h.await;
         }
         core.after_read.settle().await;
+        // The hot log's values into the warm store, so a restart has nothing to replay; if
+        // that fails, they stay in the hot log, which the next open replays.
+        if let Err(e) = crate::writeback::checkpoint(core) {
+            tracing::warn!(error = %e, "checkpoint at close failed; the hot log keeps the values");
+        }
         if let Some(g) = &core.group {
             g.stop();
         }
+        let hot_log = core.writeback.log();
+        hot_log.write_out(hot_log.mark(), true)?;
         core.sync_values_and_log()?;
         core.warm.store.flush()?;
         // Large values in DRAM hold the store open (they are its own buffers).
@@ -346,6 +363,7 @@ impl Engine {
         end: Option<&[u8]>,
         count_max: usize,
     ) -> Result<ScanPage> {
+        self.settle_writes()?;
         let db = self.core.warm.stored_db(db);
         crate::scan::scan(&self.core, db, start, end, count_max)
     }
@@ -359,6 +377,7 @@ impl Engine {
         cursor: Option<&[u8]>,
         count_max: usize,
     ) -> Result<ScanPage> {
+        self.settle_writes()?;
         let db = self.core.warm.stored_db(db);
         crate::scan::scan_prefix(&self.core, db, prefix, cursor, count_max)
     }
@@ -446,7 +465,16 @@ impl Engine {
     /// Keys of database `db`, in both tiers (`DBSIZE`; a key past its expiry counts until
     /// it is removed, as in Redis).
     pub fn keys_in(&self, db: u8) -> u64 {
+        let _ = self.settle_writes();
         self.core.warm.keys_in(self.core.warm.stored_db(db))
+    }
+
+    /// Writes what write-back holds to the warm store, before an operation that reads the
+    /// warm store as a whole (scans, counts, backups, the change log).
+    fn settle_writes(&self) -> Result<()> {
+        crate::writeback::settle_all(&self.core)
+            .map(|_| ())
+            .inspect_err(|e| tracing::warn!(error = %e, "write-back could not settle"))
     }
 
     // Tiering.
@@ -455,6 +483,7 @@ impl Engine {
     /// back. Refused when all pins together would hold more than `pinned_bytes_max`.
     /// Returns the value bytes the pattern holds.
     pub async fn pin(&self, pattern: &[u8]) -> Result<u64> {
+        self.settle_writes()?;
         crate::pins::pin(&self.core, pattern).await
     }
 
@@ -508,6 +537,8 @@ impl Engine {
 
     /// Every figure the engine reports (see [`crate::stats::STATS`]).
     pub fn stats(&self) -> Stats {
+        // The tiers' figures count what write-back holds where it is bound.
+        let _ = self.settle_writes();
         let core = &self.core;
         let mut s = Stats::default();
         core.counters.load_into(&mut s);
@@ -517,6 +548,7 @@ impl Engine {
         s.hot_entries = hot.entries;
         s.hot_bytes = hot.bytes;
         s.hot_bytes_max = hot.bytes_max;
+        s.hot_dirty_bytes = core.writeback.dirty_bytes();
         s.hot_evictions = hot.evictions;
         s.warm_entries = sizes.warm_entries as u64;
         s.warm_bytes = sizes.warm_bytes as u64;
@@ -539,12 +571,14 @@ impl Engine {
 
     /// Drops every cached value from DRAM (tests use it to force reads from lower tiers).
     pub fn clear_hot(&self) {
+        let _ = self.settle_writes();
         self.core.hot.clear();
     }
 
     /// Runs one round of background work now: expire, demote until warm is under budget,
     /// collect segments. Returns the number of keys demoted.
     pub async fn run_background_once(&self) -> Result<u64> {
+        crate::writeback::checkpoint(&self.core)?;
         crate::background::round(&self.core, true).await
     }
 
@@ -557,11 +591,13 @@ impl Engine {
     /// Writes a consistent snapshot of the store to `to` (`file:///dir` or
     /// `s3://bucket/prefix`, with this store's S3 settings). Runs while the store serves.
     pub async fn backup(&self, to: &str, progress: Progress<'_>) -> Result<BackupSummary> {
+        self.settle_writes()?;
         crate::backup::backup(&self.core, to, progress).await
     }
 
     /// The sequence number of the latest committed change.
     pub fn last_sequence(&self) -> u64 {
+        let _ = self.settle_writes();
         self.core.warm.store.last_sequence()
     }
 
@@ -569,6 +605,7 @@ impl Engine {
     /// first; pass the last one's `sequence` back to read on. Values in the value log are
     /// read out; an error says when the log no longer reaches back that far.
     pub fn changes_after(&self, after: u64, batches_max: usize) -> Result<Vec<ChangeEvent>> {
+        self.settle_writes()?;
         crate::changes::changes_after(&self.core, after, batches_max)
     }
 }

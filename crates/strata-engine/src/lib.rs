@@ -57,6 +57,7 @@ mod tier;
 mod vlog;
 mod warm;
 mod write;
+mod writeback;
 
 pub use backup::{restore, BackupSummary, Progress};
 pub use changes::{ChangeEvent, KeyChange};

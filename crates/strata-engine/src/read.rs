@@ -16,6 +16,7 @@ use crate::hook::{after_read, Read};
 use crate::stats::add;
 use crate::tier::Tier;
 use crate::warm::{record_value, Loc, Stored};
+use crate::writeback::Dirty;
 use crate::{Error, Result};
 
 /// Where a value lies in the value log (see [`crate::Engine::locate_local`]): `len` bytes
@@ -43,13 +44,29 @@ fn hot_hit(core: &Core, key: &Key) {
 
 /// Reads `key` (its value and kind) from the first tier that holds it.
 pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
-    if let Some((v, _, kind)) = core.hot_get(key, core.now_ms())? {
+    let now = core.now_ms();
+    if let Some((v, _, kind)) = core.hot_get(key, now)? {
         hot_hit(core, key);
         return Ok(Some((v, kind)));
+    }
+    if let Some(d) = core.writeback.get(key) {
+        return Ok(written_back(core, key, d, now));
     }
     let got = get_uncached(core, key).await?;
     core.access.count_read(key, got.is_some());
     Ok(got)
+}
+
+/// A read of a key whose newest value write-back holds (DRAM let its copy go): that value,
+/// or nothing if it expired, whatever the warm store holds.
+fn written_back(core: &Core, key: &Key, d: Dirty, now: u64) -> Option<(Bytes, Kind)> {
+    if d.is_live(now) {
+        hot_hit(core, key);
+        Some((d.value, d.kind))
+    } else {
+        add(&core.counters.misses);
+        None
+    }
 }
 
 /// The slow path of a read: the warm store, then the cold index and the object store.
@@ -228,6 +245,13 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
                 hot_hit(core, k);
                 found.push(Found::Value(v, Tier::Hot, kind));
             }
+            None if core.writeback.has_dirty(k) => {
+                let d = core.writeback.get(k).expect("dirty under its check");
+                found.push(match written_back(core, k, d, now) {
+                    Some((v, kind)) => Found::Value(v, Tier::Hot, kind),
+                    None => Found::Missing,
+                });
+            }
             None => {
                 found.push(Found::Missing);
                 pending.push(i);
@@ -353,6 +377,21 @@ async fn read_warm_batch(core: &Arc<Core>, keys: &[&Key], now: u64) -> Result<Ve
 /// The live stored entry of `key`, without its value.
 fn live(core: &Core, key: &Key) -> Result<Option<Stored>> {
     let now = core.now_ms();
+    if let Some(d) = core.writeback.get(key) {
+        // Stands for the value write-back holds: never written, never located.
+        let stored = Stored {
+            loc: Loc::Warm {
+                charge: 0,
+                value: None,
+                logged: None,
+                checksum: 0,
+            },
+            kind: d.kind,
+            expire_ms: d.expire_ms,
+            value_len: d.value.len() as u64,
+        };
+        return Ok(Some(stored).filter(|s| s.is_live(now)));
+    }
     Ok(core.lookup(key, false)?.filter(|s| s.is_live(now)))
 }
 
@@ -381,8 +420,12 @@ pub(crate) fn expire_time_ms(core: &Core, key: &Key) -> Result<Option<u64>> {
 pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
     // DRAM holds only copies of stored, live keys: a hit there needs no warm read (which
     // would copy a large value out of a memtable or a blob file).
-    if let Some(len) = core.hot.value_len(key.stored(), core.now_ms()) {
+    let now = core.now_ms();
+    if let Some(len) = core.hot.value_len(key.stored(), now) {
         return Ok(Some((Tier::Hot, len as u64)));
+    }
+    if let Some(d) = core.writeback.get(key) {
+        return Ok(d.is_live(now).then(|| (Tier::Hot, d.value.len() as u64)));
     }
     Ok(live(core, key)?.map(|s| {
         let tier = match s.loc {

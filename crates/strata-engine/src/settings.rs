@@ -106,6 +106,10 @@ pub struct HotSettings {
     pub hot_policy: HotPolicy,
     /// Shards of the DRAM tier (each with its own lock and policy).
     pub hot_shard_count: usize,
+    /// Write-back: the share of `hot_bytes_max` that values written to DRAM and its log,
+    /// and not yet to the warm store, may hold (a plain `SET` of a small value goes there;
+    /// the warm store is filled behind in batches). 0 sends every write to the warm store.
+    pub hot_dirty_fraction: f64,
 }
 
 impl Default for HotSettings {
@@ -114,6 +118,7 @@ impl Default for HotSettings {
             hot_bytes_max: 256 << 20,
             hot_policy: HotPolicy::Strata,
             hot_shard_count: 16,
+            hot_dirty_fraction: 0.25,
         }
     }
 }
@@ -313,6 +318,9 @@ impl Settings {
         }
         if w.warm_bytes_hard_max != 0 && w.warm_bytes_hard_max < w.warm_bytes_max {
             return bad("warm_bytes_hard_max must be 0 (automatic) or at least warm_bytes_max");
+        }
+        if !(0.0..=0.5).contains(&self.hot.hot_dirty_fraction) {
+            return bad("hot_dirty_fraction must be between 0 and 0.5");
         }
         if !(1..=60_000).contains(&w.none_flush_ms) {
             return bad("none_flush_ms must be between 1 and 60000");

@@ -14,6 +14,7 @@ use crate::core::Core;
 use crate::durability::{Ticket, Written};
 use crate::stats::add;
 use crate::warm::{warm_charge, Batch, Counts, Loc, Stored};
+use crate::writeback;
 use crate::{Error, Result};
 
 /// What a write does to a key's expiry.
@@ -270,12 +271,37 @@ fn next_write_seq(core: &Core) -> u64 {
 pub(crate) fn commit_staged(
     core: &Core,
     staged: Vec<Staged<'_>>,
-    mut batch: Batch,
+    batch: Batch,
     d: &Counts,
     sync: bool,
 ) -> Result<Ticket> {
-    if d.warm_bytes > 0 {
-        let warm = core.sizes.warm_bytes();
+    commit(core, staged, batch, d, sync, false)
+}
+
+/// [`commit_staged`] of writes already acknowledged (write-back's dirty values reaching the
+/// warm store): not held to the hard limit, not synced here, and DRAM keeps what it has.
+pub(crate) fn commit_acknowledged(
+    core: &Core,
+    staged: Vec<Staged<'_>>,
+    batch: Batch,
+    d: &Counts,
+) -> Result<()> {
+    commit(core, staged, batch, d, false, true).map(|_| ())
+}
+
+fn commit(
+    core: &Core,
+    staged: Vec<Staged<'_>>,
+    mut batch: Batch,
+    d: &Counts,
+    sync: bool,
+    acknowledged: bool,
+) -> Result<Ticket> {
+    if d.warm_bytes > 0 && acknowledged {
+        core.disk.claim(d.warm_bytes as u64)?;
+    } else if d.warm_bytes > 0 {
+        // What write-back holds is bound for the warm tier too.
+        let warm = core.sizes.warm_bytes() + core.writeback.dirty_bytes();
         if warm + d.warm_bytes as u64 > core.settings.warm.warm_hard_limit() {
             return Err(Error::WarmFull(String::new()));
         }
@@ -309,8 +335,11 @@ pub(crate) fn commit_staged(
         return Err(e);
     }
     for s in staged {
-        add(&core.counters.writes);
         core.locks.bump(s.key);
+        if acknowledged {
+            continue;
+        }
+        add(&core.counters.writes);
         match s.hot_value {
             Some(v) => {
                 core.hot
@@ -340,7 +369,7 @@ pub(crate) async fn wait_for_room(core: &Core, need: u64, since: Instant) -> Res
     let stall = Duration::from_millis(core.settings.warm.write_stall_ms_max);
     let mut counted = false;
     loop {
-        let warm = core.sizes.warm_bytes();
+        let warm = core.sizes.warm_bytes() + core.writeback.dirty_bytes();
         if warm.saturating_add(need) <= hard {
             return Ok(());
         }
@@ -440,6 +469,7 @@ pub(crate) fn commit_batch(core: &Core, mut batch: Batch, d: &Counts, sync: bool
 /// Deletes `key` if it is stored and expired at `expire_ms` (the expiry sweep's step).
 pub(crate) fn expire_if_due(core: &Core, key: &Key, expire_ms: u64) -> Result<bool> {
     let _g = core.locks.lock(key);
+    writeback::settle_locked(core, key)?;
     let now = core.now_ms();
     match core.lookup(key, false)? {
         Some(s) if s.expire_ms == expire_ms && !s.is_live(now) => {
@@ -473,6 +503,7 @@ pub(crate) async fn update<R>(
     let mut fetched: Option<(strata_format::BlockRef, Bytes)> = None;
     for _attempt in 0..8 {
         let _g = core.locks.lock(key);
+        writeback::settle_locked(core, key)?;
         let now = core.now_ms();
         let stored = core.lookup(key, want_value)?;
         let live = stored.as_ref().filter(|s| s.is_live(now));
@@ -550,6 +581,7 @@ async fn apply_when_room(
         wait_for_room(core, need, since).await?;
         let r = {
             let _g = core.locks.lock(key);
+            writeback::settle_locked(core, key)?;
             let now = core.lookup(key, false)?;
             if !same_state(stored.as_ref(), now.as_ref()) {
                 // Another write changed the key meanwhile: what this change was computed
@@ -583,6 +615,22 @@ pub(crate) async fn put(
     opts: PutOptions,
 ) -> Result<Written<PutResult>> {
     check_sizes(key, Some(&value))?;
+    let plain_expire = match opts.expire {
+        Expire::Persist => Some(0),
+        Expire::AtMs(t) => Some(t),
+        Expire::Keep => None,
+    };
+    if let (Condition::Always, false, Some(expire_ms)) =
+        (&opts.condition, opts.return_old, plain_expire)
+    {
+        if let Some(ticket) = writeback::try_put(core, key, Kind::String, &value, expire_ms)? {
+            let done = PutResult {
+                written: true,
+                old: None,
+            };
+            return Ok(Written::new(done, ticket));
+        }
+    }
     let want_value = opts.return_old || matches!(opts.condition, Condition::IfEquals(_));
     update(core, key, want_value, move |cur| {
         if want_value && cur.as_ref().is_some_and(|c| c.kind != Kind::String) {
@@ -633,6 +681,15 @@ pub(crate) async fn put_many(
     for (k, v) in pairs {
         check_sizes(k, Some(v))?;
     }
+    let refs: Vec<(&Key, &Bytes)> = pairs.iter().map(|(k, v)| (*k, v)).collect();
+    if writeback::takes(core, &refs, expire_ms) {
+        core.check_writable()?;
+        let _locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
+        for (k, v) in pairs {
+            writeback::put_locked(core, k, Kind::String, v, expire_ms);
+        }
+        return Ok(Written::new((), core.ticket()));
+    }
     let last: std::collections::HashMap<&Key, usize> = pairs
         .iter()
         .enumerate()
@@ -650,6 +707,7 @@ pub(crate) async fn put_many(
         let mut d = Counts::default();
         let mut staged = Vec::with_capacity(last.len());
         let keys: Vec<&Key> = pairs.iter().map(|(k, _)| *k).collect();
+        writeback::settle_many_locked(core, &keys)?;
         let olds = core.lookup_many(&keys)?;
         for (i, ((k, v), old)) in pairs.iter().zip(olds).enumerate() {
             if last[k] != i {
@@ -776,6 +834,7 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
     let mut out = Vec::with_capacity(items.len());
     for &(k, delta) in items {
         if !state.contains_key(k) {
+            writeback::settle_locked(core, k)?;
             let stored = core.lookup(k, true)?;
             let live = stored.as_ref().filter(|s| s.is_live(now));
             let (cur, expire_ms) = match live {
@@ -844,6 +903,7 @@ const FLUSH_CHUNK_KEYS: usize = 1024;
 /// garbage, expiry entries), a chunk of keys per batch.
 pub(crate) async fn flush_db(core: &Core, db: u8) -> Result<Written<()>> {
     core.check_writable()?;
+    writeback::settle_all(core)?;
     let prefix = strata_format::keys::db_prefix(db);
     let mut ticket = Ticket::NONE;
     for family in [Family::Records, Family::Cold] {
@@ -857,6 +917,7 @@ pub(crate) async fn flush_db(core: &Core, db: u8) -> Result<Written<()>> {
             let mut d = Counts::default();
             let mut staged = Vec::with_capacity(keys.len());
             for key in &keys {
+                writeback::settle_locked(core, key)?;
                 let old = core.lookup(key, false)?;
                 if let Some(s) = stage(core, key, old.as_ref(), Change::Delete, &mut batch, &mut d)?
                 {
@@ -893,6 +954,7 @@ fn first_keys(core: &Core, family: Family, prefix: &[u8], n: usize) -> Result<Ve
 pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
     core.check_writable()?;
     let _all = core.locks.lock_all();
+    writeback::flush_all_locked(core);
     let mut b = core.warm.batch();
     for f in [
         Family::Records,

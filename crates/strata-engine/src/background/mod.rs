@@ -59,6 +59,9 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
 /// keys demoted.
 pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
     let _one_at_a_time = core.rounds.lock().await;
+    if core.writeback.wants_checkpoint() {
+        crate::writeback::checkpoint(core)?;
+    }
     expire::sweep(core)?;
     let now = core.now_ms();
     core.leases.lock().retain(|_, &mut until| until > now);

@@ -275,8 +275,8 @@ async fn ttl_holds_in_every_tier_and_expired_keys_are_never_demoted() {
         .await
         .unwrap();
     fill(&engine, 60, 300).await;
-    clock.advance_ms(60);
     let before = engine.stats().expired;
+    clock.advance_ms(60);
     engine.run_background_once().await.unwrap();
     assert_eq!(
         engine.stats().expired,

@@ -1,0 +1,671 @@
+//! Write-back: a plain write of a small string (`SET`, `SET EX`, `MSET`) lands in DRAM and
+//! in the hot log, not in the warm store. The warm store is filled behind it in large
+//! batches (a checkpoint), where overwrites of a hot key have coalesced, or as soon as
+//! another command needs the key's stored state (`settle_locked`). Until then [`WriteBack`]
+//! holds the key's newest value: reads look there after DRAM, every other write settles the
+//! key first, and operations on the whole keyspace (scans, backups, the change log,
+//! `FLUSHDB`, `DBSIZE`, figures) settle everything first ([`settle_all`]).
+//!
+//! The hot log is files `hotlog/<gen>.log` of records `body_len u32 | crc32c(body) u32 |
+//! body`, body `op u8 | kind u8 | expire_ms u64 | key_len u32 | stored key | value`. `PUT`
+//! gives a key a value; `SETTLED` says the warm store now answers for the key and its
+//! earlier records are void (logged when another write changes a key that has records);
+//! `FLUSHED` voids every earlier record (`FLUSHALL`). The log is handed to the OS (with
+//! `group`, fsynced) by the tasks that do so for the warm store's log, right after it and
+//! only up to where it stood before it, so a `SETTLED` record never reaches the disk ahead
+//! of the warm-store writes it stands for. Opening replays the files; a checkpoint starts a
+//! new file, writes every dirty value to the warm store, syncs it and deletes the older
+//! files.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strata_format::{Key, Kind};
+
+use crate::core::Core;
+use crate::durability::Ticket;
+use crate::stats::add;
+use crate::warm::Counts;
+use crate::write::{commit_acknowledged, stage, Change};
+use crate::{Error, Result};
+
+const OP_PUT: u8 = 1;
+const OP_SETTLED: u8 = 2;
+const OP_FLUSHED: u8 = 3;
+/// Bytes of a record before its key: length, checksum, op, kind, expiry, key length.
+const RECORD_HEAD_BYTES: usize = 4 + 4 + 1 + 1 + 8 + 4;
+/// What a dirty entry costs against its budget beyond its key and value.
+const ENTRY_OVERHEAD_BYTES: u64 = 96;
+/// A checkpoint starts once the current log file holds this many bytes.
+const LOG_FILE_BYTES_MAX: u64 = 64 << 20;
+/// A checkpoint starts at least this often while anything is dirty.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+/// Keys settled per warm-store batch.
+const SETTLE_CHUNK_KEYS: usize = 512;
+const SHARD_COUNT: usize = 64;
+
+/// A key's value that DRAM and the hot log hold and the warm store does not yet.
+#[derive(Debug, Clone)]
+pub(crate) struct Dirty {
+    pub(crate) kind: Kind,
+    pub(crate) value: Bytes,
+    pub(crate) expire_ms: u64,
+}
+
+impl Dirty {
+    fn charge(&self, key: &Key) -> u64 {
+        key.stored().len() as u64 + self.value.len() as u64 + ENTRY_OVERHEAD_BYTES
+    }
+    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
+        self.expire_ms == 0 || self.expire_ms > now_ms
+    }
+}
+
+/// A key the hot log has records of since the last checkpoint: its dirty value, if the
+/// warm store does not hold it yet, and the log file of its last record.
+struct Entry {
+    dirty: Option<Dirty>,
+    gen: u64,
+}
+
+pub(crate) struct WriteBack {
+    /// Most bytes dirty values may hold; 0 turns write-back off.
+    bytes_max: u64,
+    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
+    dirty_bytes: AtomicU64,
+    /// Keys with entries (dirty or not): 0 lets every check skip the maps.
+    entries: AtomicU64,
+    log: Arc<HotLog>,
+    last_checkpoint: Mutex<Instant>,
+}
+
+fn shard_of(key: &Key) -> usize {
+    crc32c::crc32c(key.stored()) as usize % SHARD_COUNT
+}
+
+impl WriteBack {
+    /// Opens the hot log under `data_dir`; what it holds is read by [`recover`].
+    pub(crate) fn open(data_dir: &Path, bytes_max: u64) -> Result<WriteBack> {
+        Ok(WriteBack {
+            bytes_max,
+            shards: (0..SHARD_COUNT).map(|_| Mutex::default()).collect(),
+            dirty_bytes: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+            log: Arc::new(HotLog::open(&data_dir.join("hotlog"))?),
+            last_checkpoint: Mutex::new(Instant::now()),
+        })
+    }
+
+    pub(crate) fn log(&self) -> &Arc<HotLog> {
+        &self.log
+    }
+
+    pub(crate) fn dirty_bytes(&self) -> u64 {
+        self.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.load(Ordering::Acquire) == 0
+    }
+
+    /// The dirty value of `key`, if write-back holds one (live or not: an expired one
+    /// means the key is gone, whatever the warm store says).
+    pub(crate) fn get(&self, key: &Key) -> Option<Dirty> {
+        if self.is_empty() {
+            return None;
+        }
+        self.shards[shard_of(key)]
+            .lock()
+            .get(key)
+            .and_then(|e| e.dirty.clone())
+    }
+
+    pub(crate) fn has_dirty(&self, key: &Key) -> bool {
+        !self.is_empty()
+            && self.shards[shard_of(key)]
+                .lock()
+                .get(key)
+                .is_some_and(|e| e.dirty.is_some())
+    }
+
+    /// Sets `key`'s entry (the caller holds its stripe lock), moving the figures.
+    fn set(&self, key: &Key, dirty: Option<Dirty>, gen: u64) {
+        let new = dirty.as_ref().map_or(0, |d| d.charge(key));
+        let mut shard = self.shards[shard_of(key)].lock();
+        let old = match shard.insert(key.clone(), Entry { dirty, gen }) {
+            Some(e) => e.dirty.map_or(0, |d| d.charge(key)),
+            None => {
+                self.entries.fetch_add(1, Ordering::AcqRel);
+                0
+            }
+        };
+        drop(shard);
+        self.dirty_bytes.fetch_add(new, Ordering::Relaxed);
+        self.dirty_bytes.fetch_sub(old, Ordering::Relaxed);
+    }
+
+    fn remove(&self, key: &Key) {
+        let mut shard = self.shards[shard_of(key)].lock();
+        if let Some(e) = shard.remove(key) {
+            self.entries.fetch_sub(1, Ordering::AcqRel);
+            let old = e.dirty.map_or(0, |d| d.charge(key));
+            self.dirty_bytes.fetch_sub(old, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks `key`'s value as held by the warm store (its records stay live until their
+    /// file is retired).
+    fn mark_settled(&self, key: &Key) {
+        let mut shard = self.shards[shard_of(key)].lock();
+        if let Some(e) = shard.get_mut(key) {
+            if let Some(d) = e.dirty.take() {
+                self.dirty_bytes.fetch_sub(d.charge(key), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Every key with a dirty value now.
+    fn dirty_keys(&self) -> Vec<Key> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            out.extend(
+                s.lock()
+                    .iter()
+                    .filter(|(_, e)| e.dirty.is_some())
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        out
+    }
+
+    /// Drops the entries of keys settled whose last record is in a retired file.
+    fn forget_settled(&self, retired_gen: u64) {
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let before = s.len();
+            s.retain(|_, e| e.dirty.is_some() || e.gen > retired_gen);
+            self.entries
+                .fetch_sub((before - s.len()) as u64, Ordering::AcqRel);
+        }
+    }
+
+    fn clear(&self) {
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            self.entries.fetch_sub(s.len() as u64, Ordering::AcqRel);
+            s.clear();
+        }
+        self.dirty_bytes.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the background task should checkpoint now.
+    pub(crate) fn wants_checkpoint(&self) -> bool {
+        !self.is_empty()
+            && (self.dirty_bytes() >= self.bytes_max / 2
+                || self.log.file_bytes() >= LOG_FILE_BYTES_MAX
+                || self.last_checkpoint.lock().elapsed() >= CHECKPOINT_INTERVAL)
+    }
+}
+
+/// Writes `value` to `key` through write-back, if it takes the write: then returns the
+/// ticket to wait for. `None`: the caller writes through the warm store (write-back off,
+/// `durability = sync`, a value for the value log, its budget full, or the warm tier at its
+/// hard limit, where writes must wait for demotion).
+pub(crate) fn try_put(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    value: &Bytes,
+    expire_ms: u64,
+) -> Result<Option<Ticket>> {
+    if !takes(core, &[(key, value)], expire_ms) {
+        return Ok(None);
+    }
+    core.check_writable()?;
+    let _g = core.locks.lock(key);
+    put_locked(core, key, kind, value, expire_ms);
+    Ok(Some(core.ticket()))
+}
+
+/// Whether write-back takes all of `pairs` (strings expiring at `expire_ms`), or none.
+pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bool {
+    let wb = &core.writeback;
+    let value_max = core.settings.vlog.vlog_value_bytes_min.max(1);
+    if wb.bytes_max == 0
+        || core.syncs_client_writes()
+        || (expire_ms != 0 && expire_ms <= core.now_ms())
+        || pairs.iter().any(|(_, v)| v.len() as u64 >= value_max)
+    {
+        return false;
+    }
+    let charge: u64 = pairs
+        .iter()
+        .map(|(k, v)| k.stored().len() as u64 + v.len() as u64 + ENTRY_OVERHEAD_BYTES)
+        .sum();
+    let dirty = wb.dirty_bytes() + charge;
+    dirty <= wb.bytes_max && core.sizes.warm_bytes() + dirty <= core.settings.warm.warm_hard_limit()
+}
+
+/// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
+/// held. The ticket is the caller's to take, once for all of its writes.
+pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
+    let wb = &core.writeback;
+    let dirty = Dirty {
+        kind,
+        value: value.clone(),
+        expire_ms,
+    };
+    let gen = wb
+        .log
+        .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
+    wb.set(key, Some(dirty), gen);
+    add(&core.counters.writes);
+    add(&core.counters.writes_back);
+    core.locks.bump(key);
+    core.hot
+        .insert_tagged(key.stored(), value.clone(), expire_ms, kind as u8);
+    if wb.dirty_bytes() >= wb.bytes_max / 2 {
+        core.background_wake.notify_one();
+    }
+}
+
+/// Before a write that is not write-back's changes `key` (its stripe lock held): writes the
+/// key's dirty value to the warm store, and logs that the warm store answers for it now.
+pub(crate) fn settle_locked(core: &Core, key: &Key) -> Result<()> {
+    let wb = &core.writeback;
+    if wb.is_empty() {
+        return Ok(());
+    }
+    let (had, dirty) = {
+        let shard = wb.shards[shard_of(key)].lock();
+        match shard.get(key) {
+            None => (false, None),
+            Some(e) => (true, e.dirty.clone()),
+        }
+    };
+    if !had {
+        return Ok(());
+    }
+    if let Some(d) = dirty {
+        write_dirty(core, &[(key, d)])?;
+    }
+    wb.log.append(OP_SETTLED, 0, 0, key.stored(), b"");
+    wb.remove(key);
+    Ok(())
+}
+
+/// [`settle_locked`] for many keys, all their stripes locked.
+pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
+    if core.writeback.is_empty() {
+        return Ok(());
+    }
+    keys.iter().try_for_each(|k| settle_locked(core, k))
+}
+
+/// Writes the dirty values `items` to the warm store as one batch; their stripes are
+/// locked. Already acknowledged, they are not held to the hard limit, and DRAM keeps what
+/// it has.
+fn write_dirty(core: &Core, items: &[(&Key, Dirty)]) -> Result<()> {
+    let keys: Vec<&Key> = items.iter().map(|(k, _)| *k).collect();
+    let olds = core.lookup_many(&keys)?;
+    let mut batch = core.warm.batch();
+    let mut d = Counts::default();
+    let mut staged = Vec::with_capacity(items.len());
+    let now = core.now_ms();
+    for ((k, dirty), old) in items.iter().zip(olds) {
+        if !dirty.is_live(now) {
+            // Expired before it reached the warm store: it goes, as the sweep would.
+            add(&core.counters.expired);
+        }
+        let change = Change::Put {
+            kind: dirty.kind,
+            value: dirty.value.clone(),
+            expire_ms: dirty.expire_ms,
+        };
+        staged.extend(stage(core, k, old.as_ref(), change, &mut batch, &mut d)?);
+    }
+    commit_acknowledged(core, staged, batch, &d)?;
+    for (k, _) in items {
+        core.writeback.mark_settled(k);
+    }
+    Ok(())
+}
+
+/// Writes every dirty value to the warm store (before an operation that reads the warm
+/// store as a whole), a chunk of keys per batch. Returns how many it wrote.
+pub(crate) fn settle_all(core: &Core) -> Result<u64> {
+    let keys = core.writeback.dirty_keys();
+    let mut written = 0;
+    for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
+        let _locks = core.locks.lock_many(chunk.iter());
+        let items: Vec<(&Key, Dirty)> = chunk
+            .iter()
+            .filter_map(|k| Some((k, core.writeback.get(k)?)))
+            .collect();
+        if !items.is_empty() {
+            write_dirty(core, &items)?;
+            written += items.len() as u64;
+        }
+    }
+    Ok(written)
+}
+
+/// A checkpoint: a new log file, every dirty value into the warm store, the warm store
+/// synced, the older log files deleted. Returns how many values it wrote.
+pub(crate) fn checkpoint(core: &Core) -> Result<u64> {
+    let wb = &core.writeback;
+    *wb.last_checkpoint.lock() = Instant::now();
+    let retired = wb.log.rotate()?;
+    let written = settle_all(core)?;
+    core.sync_values_and_log()?;
+    wb.log.delete_through(retired)?;
+    wb.forget_settled(retired);
+    add(&core.counters.checkpoints);
+    Ok(written)
+}
+
+/// `FLUSHALL` (every stripe locked): every entry goes, and the log says so.
+pub(crate) fn flush_all_locked(core: &Core) {
+    let wb = &core.writeback;
+    wb.log.append(OP_FLUSHED, 0, 0, b"", b"");
+    wb.clear();
+}
+
+/// Opening: reads the hot log's files into dirty entries, then checkpoints them into the
+/// warm store. A torn or damaged record ends its file (what follows it was never
+/// acknowledged as durable beyond what the durability setting promises). Returns how many
+/// values it replayed.
+pub(crate) fn recover(core: &Core) -> Result<u64> {
+    let wb = &core.writeback;
+    let mut values: HashMap<Key, (Dirty, u64)> = HashMap::new();
+    for (gen, path) in wb.log.files()? {
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Error::Storage(format!("cannot read {}: {e}", path.display())))?;
+        let mut at = 0;
+        while let Some((rec, next)) = decode(&bytes, at) {
+            at = next;
+            match rec.op {
+                OP_PUT => {
+                    let key = Key::from_stored(rec.key)?;
+                    let dirty = Dirty {
+                        kind: Kind::from_u8(rec.kind)?,
+                        value: Bytes::copy_from_slice(rec.value),
+                        expire_ms: rec.expire_ms,
+                    };
+                    values.insert(key, (dirty, gen));
+                }
+                OP_SETTLED => {
+                    values.remove(&Key::from_stored(rec.key)?);
+                }
+                OP_FLUSHED => values.clear(),
+                _ => break,
+            }
+        }
+        if at < bytes.len() {
+            tracing::warn!(
+                file = %path.display(),
+                dropped = bytes.len() - at,
+                "hot log ends in a torn or damaged record; replayed what precedes it"
+            );
+        }
+    }
+    let replayed = values.len() as u64;
+    for (key, (dirty, gen)) in values {
+        wb.set(&key, Some(dirty), gen);
+    }
+    if let Err(e) = checkpoint(core) {
+        // The values stay dirty, served from here; their files stay until a checkpoint
+        // writes them.
+        tracing::warn!(error = %e, "checkpoint after replaying the hot log failed; retried later");
+    }
+    Ok(replayed)
+}
+
+struct Record<'a> {
+    op: u8,
+    kind: u8,
+    expire_ms: u64,
+    key: &'a [u8],
+    value: &'a [u8],
+}
+
+fn encode(out: &mut Vec<u8>, op: u8, kind: u8, expire_ms: u64, key: &[u8], value: &[u8]) {
+    let body_len = RECORD_HEAD_BYTES - 8 + key.len() + value.len();
+    out.reserve(8 + body_len);
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    let crc_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let body_at = out.len();
+    out.push(op);
+    out.push(kind);
+    out.extend_from_slice(&expire_ms.to_le_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    let crc = crc32c::crc32c(&out[body_at..]);
+    out[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The record at `at` of `bytes` and where the next one starts; `None` at the end, or at a
+/// torn or damaged record.
+fn decode(bytes: &[u8], at: usize) -> Option<(Record<'_>, usize)> {
+    let u32_at = |i: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(i..i + 4)?.try_into().ok()?))
+    };
+    let body_len = u32_at(at)? as usize;
+    let crc = u32_at(at + 4)?;
+    let body = bytes.get(at + 8..(at + 8).checked_add(body_len)?)?;
+    if body.len() < RECORD_HEAD_BYTES - 8 || crc32c::crc32c(body) != crc {
+        return None;
+    }
+    let key_len = u32::from_le_bytes(body[10..14].try_into().ok()?) as usize;
+    let key = body.get(14..14usize.checked_add(key_len)?)?;
+    Some((
+        Record {
+            op: body[0],
+            kind: body[1],
+            expire_ms: u64::from_le_bytes(body[2..10].try_into().ok()?),
+            key,
+            value: &body[14 + key_len..],
+        },
+        at + 8 + body_len,
+    ))
+}
+
+/// The hot log's files: records are appended to a buffer in the process, and written out
+/// (and synced) by whoever makes writes durable.
+pub(crate) struct HotLog {
+    dir: PathBuf,
+    state: Mutex<LogState>,
+    /// Held while writing to the current file, and while switching files.
+    file: Mutex<LogFile>,
+    file_bytes: AtomicU64,
+}
+
+struct LogState {
+    buf: Vec<u8>,
+    /// Bytes ever appended, and of those, taken out of `buf` to be written.
+    appended: u64,
+    taken: u64,
+    gen: u64,
+}
+
+struct LogFile {
+    file: File,
+}
+
+fn file_name(gen: u64) -> String {
+    format!("{gen:016x}.log")
+}
+
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::Storage(format!("cannot {what} {}: {e}", path.display()))
+}
+
+impl HotLog {
+    fn open(dir: &Path) -> Result<HotLog> {
+        std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
+        let mut log = HotLog {
+            dir: dir.to_path_buf(),
+            state: Mutex::new(LogState {
+                buf: Vec::new(),
+                appended: 0,
+                taken: 0,
+                gen: 0,
+            }),
+            file: Mutex::new(LogFile {
+                file: File::open(dir).map_err(|e| io_error("open", dir, e))?,
+            }),
+            file_bytes: AtomicU64::new(0),
+        };
+        let gen = log.files()?.last().map_or(0, |f| f.0) + 1;
+        log.file.get_mut().file = log.create(gen)?;
+        log.state.get_mut().gen = gen;
+        Ok(log)
+    }
+
+    fn create(&self, gen: u64) -> Result<File> {
+        let path = self.dir.join(file_name(gen));
+        let f = File::options()
+            .append(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_error("create", &path, e))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_error("sync", &self.dir, e))?;
+        Ok(f)
+    }
+
+    /// The log files, oldest first.
+    fn files(&self) -> Result<Vec<(u64, PathBuf)>> {
+        let mut out = Vec::new();
+        let dir = std::fs::read_dir(&self.dir).map_err(|e| io_error("list", &self.dir, e))?;
+        for e in dir {
+            let e = e.map_err(|e| io_error("list", &self.dir, e))?;
+            let name = e.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".log")) else {
+                continue;
+            };
+            if let Ok(gen) = u64::from_str_radix(stem, 16) {
+                out.push((gen, e.path()));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Appends one record to the buffer; returns the generation of the file it goes to.
+    fn append(&self, op: u8, kind: u8, expire_ms: u64, key: &[u8], value: &[u8]) -> u64 {
+        let mut s = self.state.lock();
+        let before = s.buf.len();
+        encode(&mut s.buf, op, kind, expire_ms, key, value);
+        s.appended += (s.buf.len() - before) as u64;
+        s.gen
+    }
+
+    /// Where the log ends now: pass it to [`HotLog::write_out`] after the warm store's own
+    /// log has been written out.
+    pub(crate) fn mark(&self) -> u64 {
+        self.state.lock().appended
+    }
+
+    /// Writes what was appended before `upto` to the current file, and with `sync` makes
+    /// it durable.
+    pub(crate) fn write_out(&self, upto: u64, sync: bool) -> Result<()> {
+        let mut f = self.file.lock();
+        let chunk = {
+            let mut s = self.state.lock();
+            let n = upto.saturating_sub(s.taken).min(s.buf.len() as u64) as usize;
+            let rest = s.buf.split_off(n);
+            s.taken += n as u64;
+            std::mem::replace(&mut s.buf, rest)
+        };
+        if !chunk.is_empty() {
+            f.file
+                .write_all(&chunk)
+                .map_err(|e| io_error("write", &self.dir, e))?;
+            self.file_bytes
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        if sync {
+            f.file
+                .sync_data()
+                .map_err(|e| io_error("sync", &self.dir, e))?;
+        }
+        Ok(())
+    }
+
+    fn file_bytes(&self) -> u64 {
+        self.file_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Writes out and syncs the current file, then starts the next one; returns the
+    /// generation of the file it closed.
+    fn rotate(&self) -> Result<u64> {
+        let mut f = self.file.lock();
+        // Only a rotation changes the generation, and rotations hold the file lock.
+        let gen = self.state.lock().gen;
+        let next = self.create(gen + 1)?;
+        // Records appended from here on name the new file, and are written to it.
+        let chunk = {
+            let mut s = self.state.lock();
+            s.taken = s.appended;
+            s.gen = gen + 1;
+            std::mem::take(&mut s.buf)
+        };
+        f.file
+            .write_all(&chunk)
+            .and_then(|()| f.file.sync_data())
+            .map_err(|e| io_error("write", &self.dir, e))?;
+        f.file = next;
+        self.file_bytes.store(0, Ordering::Relaxed);
+        Ok(gen)
+    }
+
+    /// Deletes the files of generations up to `gen`.
+    fn delete_through(&self, gen: u64) -> Result<()> {
+        for (g, path) in self.files()? {
+            if g <= gen {
+                std::fs::remove_file(&path).map_err(|e| io_error("delete", &path, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_and_a_torn_tail_ends_the_file() {
+        let mut buf = Vec::new();
+        encode(&mut buf, OP_PUT, 0, 42, b"key", b"value");
+        encode(&mut buf, OP_SETTLED, 0, 0, b"key", b"");
+        let (r, next) = decode(&buf, 0).unwrap();
+        assert_eq!(
+            (r.op, r.expire_ms, r.key, r.value),
+            (OP_PUT, 42, &b"key"[..], &b"value"[..])
+        );
+        let (r, end) = decode(&buf, next).unwrap();
+        assert_eq!((r.op, r.key), (OP_SETTLED, &b"key"[..]));
+        assert_eq!(end, buf.len());
+        assert!(decode(&buf, end).is_none());
+        // A torn tail, and a flipped byte, each end the file.
+        assert!(decode(&buf[..buf.len() - 1], next).is_none());
+        let mut bad = buf.clone();
+        bad[12] ^= 1;
+        assert!(decode(&bad, 0).is_none());
+    }
+}
