@@ -144,3 +144,83 @@ def test_durability_none_loses_at_most_none_flush_ms_of_writes_on_sigkill(tmp_pa
         else:
             lost_ms.append(0.0)
     print(f"durability=none, none_flush_ms={flush_ms}: lost the last {', '.join(f'{x:.0f}' for x in lost_ms)} ms of acknowledged writes")
+
+
+def test_write_back_replays_after_sigkill_without_resurrecting_older_values(tmp_path):
+    """Plain SETs go to DRAM and the hot log (write-back), RocksDB filled behind them. A
+    SIGKILL before any checkpoint: the restart replays the hot log, and a key that another
+    write changed afterwards through RocksDB (DEL, INCR, APPEND, EXPIRE, FLUSHALL) keeps
+    that write, never the older SET the log still holds. With a small DRAM budget the
+    write-back budget fills, checkpoints run and later SETs fall through to RocksDB; every
+    acknowledged value reads back after the kill either way."""
+    data_dir = str(tmp_path / "data")
+    settings = {"durability": "group", "hot_bytes_max": "1MiB"}
+    p = StrataProcess(settings, data_dir=data_dir)
+    try:
+        c = p.client(socket_timeout=10)
+        opened = int(c.info("strata")["checkpoints"])  # the one after replay at open
+        c.set("kept", "v1")
+        c.set("deleted", "v1")
+        c.delete("deleted")
+        c.set("counter", "5")
+        assert c.incr("counter") == 6
+        c.set("appended", "ab")
+        c.append("appended", "cd")
+        c.set("expiring", "x")
+        c.pexpire("expiring", 1)
+        c.set("rewritten", "old")
+        c.delete("rewritten")
+        c.set("rewritten", "new")
+        c.select(1)
+        c.set("flushed", "v")
+        c.flushdb()
+        c.select(0)
+        assert int(c.info("strata")["checkpoints"]) == opened, "a checkpoint ran: nothing to replay"
+        p.proc.send_signal(signal.SIGKILL)
+        p.proc.wait()
+    finally:
+        p.stop()
+    p = StrataProcess(settings, data_dir=data_dir)
+    try:
+        c = p.client(socket_timeout=10)
+        assert c.get("kept") == b"v1"
+        assert c.get("deleted") is None
+        assert c.get("counter") == b"6"
+        assert c.get("appended") == b"abcd"
+        assert c.get("expiring") is None
+        assert c.get("rewritten") == b"new"
+        c.select(1)
+        assert c.get("flushed") is None
+        c.select(0)
+        # Past the write-back budget (a quarter of 1 MiB): checkpoints, then fall-through.
+        values = {f"bulk:{i:05}": os.urandom(300) for i in range(6000)}
+        pipe = c.pipeline(transaction=False)
+        for k, v in values.items():
+            pipe.set(k, v)
+        pipe.execute()
+        info = c.info("strata")
+        assert int(info["writes_back"]) > 0
+        assert int(info["checkpoints"]) > 0, info
+        p.proc.send_signal(signal.SIGKILL)
+        p.proc.wait()
+    finally:
+        p.stop()
+    p = StrataProcess(settings, data_dir=data_dir)
+    try:
+        c = p.client(socket_timeout=10)
+        assert c.get("kept") == b"v1"
+        assert c.get("deleted") is None
+        assert c.get("counter") == b"6"
+        assert c.get("appended") == b"abcd"
+        assert c.get("expiring") is None
+        assert c.get("rewritten") == b"new"
+        c.select(1)
+        assert c.get("flushed") is None
+        c.select(0)
+        keys = list(values)
+        for j in range(0, len(keys), 500):
+            got = c.mget(keys[j : j + 500])
+            assert got == [values[k] for k in keys[j : j + 500]]
+        assert c.dbsize() == len(values) + 4
+    finally:
+        p.stop()

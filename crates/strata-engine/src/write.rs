@@ -737,6 +737,14 @@ pub(crate) async fn put_many(
 /// Atomically adds `delta` to the integer stored at `key` (absent counts as 0); keeps the
 /// key's expiry.
 pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Written<i64>> {
+    check_sizes(key, None)?;
+    let back = {
+        let _g = core.locks.lock(key);
+        incr_back_locked(core, &[(key, delta)])?
+    };
+    if let Some((mut out, ticket)) = back {
+        return Ok(Written::new(out.remove(0)?, ticket));
+    }
     update(core, key, true, move |cur| {
         let (old, expire_ms) = match &cur {
             None => (0, 0),
@@ -779,6 +787,13 @@ pub(crate) async fn incr_many(
     for (k, _) in items {
         check_sizes(k, None)?;
     }
+    let back = {
+        let _locks = core.locks.lock_many(items.iter().map(|(k, _)| *k));
+        incr_back_locked(core, items)?
+    };
+    if let Some((out, ticket)) = back {
+        return Ok(Written::new(out, ticket));
+    }
     let since = Instant::now();
     loop {
         let attempt = {
@@ -807,6 +822,64 @@ pub(crate) async fn incr_many(
             }
         }
     }
+}
+
+/// Counter commands through write-back, when DRAM or write-back holds every key's current
+/// value (their stripes locked) and write-back takes the results: each item's result, and
+/// the ticket. `None`: nothing was written; the caller goes through the warm store.
+#[allow(clippy::type_complexity)]
+fn incr_back_locked(
+    core: &Core,
+    items: &[(&Key, i64)],
+) -> Result<Option<(Vec<Result<i64>>, Ticket)>> {
+    let now = core.now_ms();
+    // Per key: its integer (or why it has none), its expiry, whether an item changed it.
+    let mut state: Vec<(&Key, Result<i64>, u64, bool)> = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for &(k, delta) in items {
+        let at = match state.iter().position(|s| s.0 == k) {
+            Some(at) => at,
+            None => {
+                let (cur, expire_ms) = match writeback::current_locked(core, k, now)? {
+                    None => return Ok(None),
+                    Some(None) => (Ok(0), 0),
+                    Some(Some((_, _, kind))) if kind != Kind::String => (Err(Error::WrongType), 0),
+                    Some(Some((v, e, _))) => (counter_of(&v), e),
+                };
+                state.push((k, cur, expire_ms, false));
+                state.len() - 1
+            }
+        };
+        let s = &mut state[at];
+        let r = match &s.1 {
+            Ok(c) => counter_plus(*c, delta),
+            Err(e) => Err(e.clone()),
+        };
+        if let Ok(n) = r {
+            s.1 = Ok(n);
+            s.3 = true;
+        }
+        out.push(r);
+    }
+    let changed: Vec<(&Key, Bytes, u64)> = state
+        .iter()
+        .filter_map(|(k, cur, e, changed)| match (changed, cur) {
+            (true, Ok(n)) => Some((*k, Bytes::from(n.to_string()), *e)),
+            _ => None,
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(Some((out, Ticket::NONE)));
+    }
+    let pairs: Vec<(&Key, &Bytes)> = changed.iter().map(|(k, v, _)| (*k, v)).collect();
+    if !writeback::takes(core, &pairs, 0) {
+        return Ok(None);
+    }
+    core.check_writable()?;
+    for (k, v, e) in &changed {
+        writeback::put_locked(core, k, Kind::String, v, *e);
+    }
+    Ok(Some((out, core.ticket())))
 }
 
 enum IncrMany {

@@ -43,8 +43,10 @@ const OP_FLUSHED: u8 = 3;
 const RECORD_HEAD_BYTES: usize = 4 + 4 + 1 + 1 + 8 + 4;
 /// What a dirty entry costs against its budget beyond its key and value.
 const ENTRY_OVERHEAD_BYTES: u64 = 96;
-/// A checkpoint starts once the current log file holds this many bytes.
-const LOG_FILE_BYTES_MAX: u64 = 64 << 20;
+/// A checkpoint starts once the current log file holds this many times the dirty budget
+/// (overwrites coalesce this much at most), or at least this many bytes.
+const LOG_FILE_BUDGETS: u64 = 4;
+const LOG_FILE_BYTES_MIN: u64 = 64 << 20;
 /// A checkpoint starts at least this often while anything is dirty.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// Keys settled per warm-store batch.
@@ -78,13 +80,16 @@ struct Entry {
 pub(crate) struct WriteBack {
     /// Most bytes dirty values may hold; 0 turns write-back off.
     bytes_max: u64,
-    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
+    /// Keyed by stored key, hashed with a random key per process (clients choose keys).
+    shards: Box<[Mutex<DirtyMap>]>,
     dirty_bytes: AtomicU64,
     /// Keys with entries (dirty or not): 0 lets every check skip the maps.
     entries: AtomicU64,
     log: Arc<HotLog>,
     last_checkpoint: Mutex<Instant>,
 }
+
+type DirtyMap = HashMap<Key, Entry, ahash::RandomState>;
 
 fn shard_of(key: &Key) -> usize {
     crc32c::crc32c(key.stored()) as usize % SHARD_COUNT
@@ -139,9 +144,14 @@ impl WriteBack {
     fn set(&self, key: &Key, dirty: Option<Dirty>, gen: u64) {
         let new = dirty.as_ref().map_or(0, |d| d.charge(key));
         let mut shard = self.shards[shard_of(key)].lock();
-        let old = match shard.insert(key.clone(), Entry { dirty, gen }) {
-            Some(e) => e.dirty.map_or(0, |d| d.charge(key)),
+        // An overwrite (the common case) needs no copy of the key.
+        let old = match shard.get_mut(key) {
+            Some(e) => {
+                let old = std::mem::replace(e, Entry { dirty, gen });
+                old.dirty.map_or(0, |d| d.charge(key))
+            }
             None => {
+                shard.insert(key.clone(), Entry { dirty, gen });
                 self.entries.fetch_add(1, Ordering::AcqRel);
                 0
             }
@@ -212,7 +222,8 @@ impl WriteBack {
     pub(crate) fn wants_checkpoint(&self) -> bool {
         !self.is_empty()
             && (self.dirty_bytes() >= self.bytes_max / 2
-                || self.log.file_bytes() >= LOG_FILE_BYTES_MAX
+                || self.log.file_bytes()
+                    >= (self.bytes_max * LOG_FILE_BUDGETS).max(LOG_FILE_BYTES_MIN)
                 || self.last_checkpoint.lock().elapsed() >= CHECKPOINT_INTERVAL)
     }
 }
@@ -277,6 +288,25 @@ pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expi
     if wb.dirty_bytes() >= wb.bytes_max / 2 {
         core.background_wake.notify_one();
     }
+}
+
+/// The current value of `key` as DRAM or write-back knows it (its stripe lock held), for a
+/// read-modify-write that may stay in write-back: `Some(Some((value, expiry, kind)))` if
+/// live, `Some(None)` if write-back knows it is gone, `None` if only the warm store knows.
+#[allow(clippy::type_complexity)]
+pub(crate) fn current_locked(
+    core: &Core,
+    key: &Key,
+    now: u64,
+) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
+    if let Some(d) = core.writeback.get(key) {
+        return Ok(Some(d.is_live(now).then_some((
+            d.value,
+            d.expire_ms,
+            d.kind,
+        ))));
+    }
+    Ok(core.hot_get(key, now)?.map(Some))
 }
 
 /// Before a write that is not write-back's changes `key` (its stripe lock held): writes the
