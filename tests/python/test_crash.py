@@ -146,6 +146,19 @@ def test_durability_none_loses_at_most_none_flush_ms_of_writes_on_sigkill(tmp_pa
     print(f"durability=none, none_flush_ms={flush_ms}: lost the last {', '.join(f'{x:.0f}' for x in lost_ms)} ms of acknowledged writes")
 
 
+def check_small_writes(c):
+    """What the first phase of the write-back test left, as Redis would have it."""
+    assert c.get("kept") == b"v1"
+    assert c.get("deleted") is None
+    assert c.get("counter") == b"6"
+    assert c.get("appended") == b"abcd"
+    assert c.get("expiring") is None
+    assert c.get("rewritten") == b"new"
+    c.select(1)
+    assert c.get("flushed") is None
+    c.select(0)
+
+
 def test_write_back_replays_after_sigkill_without_resurrecting_older_values(tmp_path):
     """Plain SETs go to DRAM and the hot log (write-back), RocksDB filled behind them. A
     SIGKILL before any checkpoint: the restart replays the hot log, and a key that another
@@ -183,15 +196,7 @@ def test_write_back_replays_after_sigkill_without_resurrecting_older_values(tmp_
     p = StrataProcess(settings, data_dir=data_dir)
     try:
         c = p.client(socket_timeout=10)
-        assert c.get("kept") == b"v1"
-        assert c.get("deleted") is None
-        assert c.get("counter") == b"6"
-        assert c.get("appended") == b"abcd"
-        assert c.get("expiring") is None
-        assert c.get("rewritten") == b"new"
-        c.select(1)
-        assert c.get("flushed") is None
-        c.select(0)
+        check_small_writes(c)
         # Past the write-back budget (a quarter of 1 MiB): checkpoints, then fall-through.
         values = {f"bulk:{i:05}": os.urandom(300) for i in range(6000)}
         pipe = c.pipeline(transaction=False)
@@ -208,15 +213,7 @@ def test_write_back_replays_after_sigkill_without_resurrecting_older_values(tmp_
     p = StrataProcess(settings, data_dir=data_dir)
     try:
         c = p.client(socket_timeout=10)
-        assert c.get("kept") == b"v1"
-        assert c.get("deleted") is None
-        assert c.get("counter") == b"6"
-        assert c.get("appended") == b"abcd"
-        assert c.get("expiring") is None
-        assert c.get("rewritten") == b"new"
-        c.select(1)
-        assert c.get("flushed") is None
-        c.select(0)
+        check_small_writes(c)
         keys = list(values)
         for j in range(0, len(keys), 500):
             got = c.mget(keys[j : j + 500])
