@@ -824,8 +824,9 @@ pub(crate) async fn incr_many(
     }
 }
 
-/// Counter commands through write-back, when DRAM or write-back holds every key's current
-/// value (their stripes locked) and write-back takes the results: each item's result, and
+/// Counter commands through write-back, when DRAM, write-back or a read of the warm store
+/// gives every key's current value (their stripes locked; a cold value does not count) and
+/// write-back takes the results: each item's result, and
 /// the ticket. `None`: nothing was written; the caller goes through the warm store.
 #[allow(clippy::type_complexity)]
 fn incr_back_locked(
@@ -840,11 +841,22 @@ fn incr_back_locked(
         let at = match state.iter().position(|s| s.0 == k) {
             Some(at) => at,
             None => {
-                let (cur, expire_ms) = match writeback::current_locked(core, k, now)? {
-                    None => return Ok(None),
-                    Some(None) => (Ok(0), 0),
-                    Some(Some((_, _, kind))) if kind != Kind::String => (Err(Error::WrongType), 0),
-                    Some(Some((v, e, _))) => (counter_of(&v), e),
+                let known = match writeback::current_locked(core, k, now)? {
+                    Some(known) => known,
+                    // Only the warm store knows: one read of it (no write) tells, unless
+                    // the value is cold.
+                    None => match core.lookup(k, true)?.filter(|s| s.is_live(now)) {
+                        None => None,
+                        Some(s) => match s.loc {
+                            Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
+                            _ => return Ok(None),
+                        },
+                    },
+                };
+                let (cur, expire_ms) = match known {
+                    None => (Ok(0), 0),
+                    Some((_, _, kind)) if kind != Kind::String => (Err(Error::WrongType), 0),
+                    Some((v, e, _)) => (counter_of(&v), e),
                 };
                 state.push((k, cur, expire_ms, false));
                 state.len() - 1
