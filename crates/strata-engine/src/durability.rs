@@ -177,7 +177,9 @@ pub(crate) async fn flush_log_every(
         if let Err(e) = warm.flush_log() {
             tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
         } else if let Err(e) = hot.write_out(hot_upto, false) {
-            tracing::warn!(error = %e, "handing the hot log to the OS failed; retrying");
+            // Those records are dropped from the log; their values stay dirty in memory
+            // until a checkpoint writes them.
+            tracing::warn!(error = %e, "handing the hot log to the OS failed");
         }
     }
 }

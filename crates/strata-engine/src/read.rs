@@ -245,17 +245,16 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
                 hot_hit(core, k);
                 found.push(Found::Value(v, Tier::Hot, kind));
             }
-            None if core.writeback.has_dirty(k) => {
-                let d = core.writeback.get(k).expect("dirty under its check");
-                found.push(match written_back(core, k, d, now) {
+            None => match core.writeback.get(k) {
+                Some(d) => found.push(match written_back(core, k, d, now) {
                     Some((v, kind)) => Found::Value(v, Tier::Hot, kind),
                     None => Found::Missing,
-                });
-            }
-            None => {
-                found.push(Found::Missing);
-                pending.push(i);
-            }
+                }),
+                None => {
+                    found.push(Found::Missing);
+                    pending.push(i);
+                }
+            },
         }
     }
     if pending.is_empty() {

@@ -746,12 +746,11 @@ pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Writte
         return Ok(Written::new(out.remove(0)?, ticket));
     }
     update(core, key, true, move |cur| {
-        let (old, expire_ms) = match &cur {
-            None => (0, 0),
-            Some(c) if c.kind != Kind::String => return Err(Error::WrongType),
-            Some(c) => (counter_of(c.value.expect("value requested"))?, c.expire_ms),
-        };
-        let new = counter_plus(old, delta)?;
+        let live = cur
+            .as_ref()
+            .map(|c| (&c.value.expect("value requested")[..], c.expire_ms, c.kind));
+        let (old, expire_ms) = counter_start(live);
+        let new = counter_plus(old?, delta)?;
         let value = Bytes::from(new.to_string());
         let change = Change::Put {
             kind: Kind::String,
@@ -826,72 +825,106 @@ pub(crate) async fn incr_many(
 
 /// Counter commands through write-back, when DRAM, write-back or a read of the warm store
 /// gives every key's current value (their stripes locked; a cold value does not count) and
-/// write-back takes the results: each item's result, and
-/// the ticket. `None`: nothing was written; the caller goes through the warm store.
+/// write-back takes the results: each item's result, and the ticket. `None`: nothing was
+/// written; the caller goes through the warm store.
 #[allow(clippy::type_complexity)]
 fn incr_back_locked(
     core: &Core,
     items: &[(&Key, i64)],
 ) -> Result<Option<(Vec<Result<i64>>, Ticket)>> {
     let now = core.now_ms();
-    // Per key: its integer (or why it has none), its expiry, whether an item changed it.
-    let mut state: Vec<(&Key, Result<i64>, u64, bool)> = Vec::new();
-    let mut out = Vec::with_capacity(items.len());
-    for &(k, delta) in items {
-        let at = match state.iter().position(|s| s.0 == k) {
-            Some(at) => at,
-            None => {
-                let known = match writeback::current_locked(core, k, now)? {
-                    Some(known) => known,
-                    // Only the warm store knows: one read of it (no write) tells, unless
-                    // the value is cold.
-                    None => match core.lookup(k, true)?.filter(|s| s.is_live(now)) {
-                        None => None,
-                        Some(s) => match s.loc {
-                            Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
-                            _ => return Ok(None),
-                        },
-                    },
-                };
-                let (cur, expire_ms) = match known {
-                    None => (Ok(0), 0),
-                    Some((_, _, kind)) if kind != Kind::String => (Err(Error::WrongType), 0),
-                    Some((v, e, _)) => (counter_of(&v), e),
-                };
-                state.push((k, cur, expire_ms, false));
-                state.len() - 1
-            }
+    let counted = count(items, |k| {
+        let known = match writeback::current_locked(core, k, now)? {
+            Some(known) => known,
+            // Only the warm store knows: one read of it (no write) tells, unless the value
+            // is cold.
+            None => match core.lookup(k, true)?.filter(|s| s.is_live(now)) {
+                None => None,
+                Some(s) => match s.loc {
+                    Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
+                    _ => return Ok(None),
+                },
+            },
         };
-        let s = &mut state[at];
-        let r = match &s.1 {
-            Ok(c) => counter_plus(*c, delta),
-            Err(e) => Err(e.clone()),
-        };
-        if let Ok(n) = r {
-            s.1 = Ok(n);
-            s.3 = true;
-        }
-        out.push(r);
-    }
-    let changed: Vec<(&Key, Bytes, u64)> = state
-        .iter()
-        .filter_map(|(k, cur, e, changed)| match (changed, cur) {
-            (true, Ok(n)) => Some((*k, Bytes::from(n.to_string()), *e)),
-            _ => None,
-        })
-        .collect();
+        let (cur, expire_ms) =
+            counter_start(known.as_ref().map(|(v, e, kind)| (&v[..], *e, *kind)));
+        Ok(Some((cur, expire_ms, ())))
+    })?;
+    let Some((out, changed)) = counted else {
+        return Ok(None);
+    };
     if changed.is_empty() {
         return Ok(Some((out, Ticket::NONE)));
     }
-    let pairs: Vec<(&Key, &Bytes)> = changed.iter().map(|(k, v, _)| (*k, v)).collect();
+    let values: Vec<Bytes> = changed
+        .iter()
+        .map(|c| Bytes::from(c.1.to_string()))
+        .collect();
+    let pairs: Vec<(&Key, &Bytes)> = changed.iter().zip(&values).map(|(c, v)| (c.0, v)).collect();
     if !writeback::takes(core, &pairs, 0) {
         return Ok(None);
     }
     core.check_writable()?;
-    for (k, v, e) in &changed {
+    for ((k, _, e, ()), v) in changed.iter().zip(&values) {
         writeback::put_locked(core, k, Kind::String, v, *e);
     }
     Ok(Some((out, core.ticket())))
+}
+
+/// A counter's integer (or why it has none) and expiry, from its live value (value,
+/// expiry, kind), if any: an absent key counts as 0.
+fn counter_start(live: Option<(&[u8], u64, Kind)>) -> (Result<i64>, u64) {
+    match live {
+        None => (Ok(0), 0),
+        Some((_, _, kind)) if kind != Kind::String => (Err(Error::WrongType), 0),
+        Some((v, e, _)) => (counter_of(v), e),
+    }
+}
+
+/// Runs counter `items` in order (a key named twice sees its first result). `start` gives
+/// a key's integer, expiry and whatever the caller keeps of its state, or `None` to give
+/// up. Returns each item's result, and each key an item changed (in first-seen order) with
+/// its new integer, its expiry and the kept state.
+#[allow(clippy::type_complexity)]
+fn count<'k, S>(
+    items: &[(&'k Key, i64)],
+    mut start: impl FnMut(&'k Key) -> Result<Option<(Result<i64>, u64, S)>>,
+) -> Result<Option<(Vec<Result<i64>>, Vec<(&'k Key, i64, u64, S)>)>> {
+    // Per key: its integer as the items so far left it, expiry, kept state, changed.
+    let mut keys: Vec<(&'k Key, Result<i64>, u64, S, bool)> = Vec::new();
+    let mut at: std::collections::HashMap<&Key, usize> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(items.len());
+    for &(k, delta) in items {
+        let i = match at.get(k) {
+            Some(&i) => i,
+            None => {
+                let Some((cur, expire_ms, kept)) = start(k)? else {
+                    return Ok(None);
+                };
+                keys.push((k, cur, expire_ms, kept, false));
+                at.insert(k, keys.len() - 1);
+                keys.len() - 1
+            }
+        };
+        let c = &mut keys[i];
+        let r = match &c.1 {
+            Ok(n) => counter_plus(*n, delta),
+            Err(e) => Err(e.clone()),
+        };
+        if let Ok(n) = r {
+            c.1 = Ok(n);
+            c.4 = true;
+        }
+        out.push(r);
+    }
+    let changed = keys
+        .into_iter()
+        .filter_map(|(k, cur, e, kept, changed)| match (changed, cur) {
+            (true, Ok(n)) => Some((k, n, e, kept)),
+            _ => None,
+        })
+        .collect();
+    Ok(Some((out, changed)))
 }
 
 enum IncrMany {
@@ -902,75 +935,37 @@ enum IncrMany {
     Cold,
 }
 
-/// One key of an [`incr_many`]: its stored state, and its integer (or why it has none) as
-/// the items so far left it.
-struct Counter {
-    stored: Option<Stored>,
-    cur: Result<i64>,
-    expire_ms: u64,
-    changed: bool,
-}
-
 fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
     core.check_writable()?;
     let now = core.now_ms();
-    let mut keys: Vec<&Key> = Vec::new();
-    let mut state: std::collections::HashMap<&Key, Counter> = std::collections::HashMap::new();
-    let mut out = Vec::with_capacity(items.len());
-    for &(k, delta) in items {
-        if !state.contains_key(k) {
-            writeback::settle_locked(core, k)?;
-            let stored = core.lookup(k, true)?;
-            let live = stored.as_ref().filter(|s| s.is_live(now));
-            let (cur, expire_ms) = match live {
-                None => (Ok(0), 0),
-                Some(s) => match &s.loc {
-                    Loc::Cold(_) => return Ok(IncrMany::Cold),
-                    Loc::Warm { .. } if s.kind != Kind::String => (Err(Error::WrongType), 0),
-                    Loc::Warm { value, .. } => {
-                        let v = value.as_ref().expect("value requested");
-                        (counter_of(v), s.expire_ms)
-                    }
-                },
-            };
-            keys.push(k);
-            let c = Counter {
-                stored,
-                cur,
-                expire_ms,
-                changed: false,
-            };
-            state.insert(k, c);
-        }
-        let Counter { cur, changed, .. } = state.get_mut(k).expect("just inserted");
-        let r = match cur {
-            Ok(c) => counter_plus(*c, delta),
-            Err(e) => Err(e.clone()),
+    let counted = count(items, |k| {
+        writeback::settle_locked(core, k)?;
+        let stored = core.lookup(k, true)?;
+        let (cur, expire_ms) = match stored.as_ref().filter(|s| s.is_live(now)) {
+            Some(s) => match &s.loc {
+                Loc::Cold(_) => return Ok(None),
+                Loc::Warm { value, .. } => {
+                    let v = value.as_ref().expect("value requested");
+                    counter_start(Some((v, s.expire_ms, s.kind)))
+                }
+            },
+            None => counter_start(None),
         };
-        if let Ok(n) = r {
-            *cur = Ok(n);
-            *changed = true;
-        }
-        out.push(r);
-    }
+        Ok(Some((cur, expire_ms, stored)))
+    })?;
+    let Some((out, changed)) = counted else {
+        return Ok(IncrMany::Cold);
+    };
     let mut batch = core.warm.batch();
     let mut d = Counts::default();
     let mut staged = Vec::new();
-    for k in keys {
-        let Counter {
-            stored,
-            cur,
-            expire_ms,
-            changed,
-        } = &state[k];
-        if let (true, Ok(n)) = (changed, cur) {
-            let change = Change::Put {
-                kind: Kind::String,
-                value: Bytes::from(n.to_string()),
-                expire_ms: *expire_ms,
-            };
-            staged.extend(stage(core, k, stored.as_ref(), change, &mut batch, &mut d)?);
-        }
+    for (k, n, expire_ms, stored) in &changed {
+        let change = Change::Put {
+            kind: Kind::String,
+            value: Bytes::from(n.to_string()),
+            expire_ms: *expire_ms,
+        };
+        staged.extend(stage(core, k, stored.as_ref(), change, &mut batch, &mut d)?);
     }
     if staged.is_empty() {
         return Ok(IncrMany::Done(Written::new(out, Ticket::NONE)));

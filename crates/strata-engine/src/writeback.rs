@@ -61,9 +61,14 @@ pub(crate) struct Dirty {
     pub(crate) expire_ms: u64,
 }
 
+/// What a dirty value of `value_len` bytes under `key` counts against write-back's budget.
+fn charge(key: &Key, value_len: usize) -> u64 {
+    key.stored().len() as u64 + value_len as u64 + ENTRY_OVERHEAD_BYTES
+}
+
 impl Dirty {
     fn charge(&self, key: &Key) -> u64 {
-        key.stored().len() as u64 + self.value.len() as u64 + ENTRY_OVERHEAD_BYTES
+        charge(key, self.value.len())
     }
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         self.expire_ms == 0 || self.expire_ms > now_ms
@@ -259,11 +264,7 @@ pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bo
     {
         return false;
     }
-    let charge: u64 = pairs
-        .iter()
-        .map(|(k, v)| k.stored().len() as u64 + v.len() as u64 + ENTRY_OVERHEAD_BYTES)
-        .sum();
-    let dirty = wb.dirty_bytes() + charge;
+    let dirty = wb.dirty_bytes() + pairs.iter().map(|(k, v)| charge(k, v.len())).sum::<u64>();
     dirty <= wb.bytes_max && core.sizes.warm_bytes() + dirty <= core.settings.warm.warm_hard_limit()
 }
 
@@ -312,34 +313,38 @@ pub(crate) fn current_locked(
 /// Before a write that is not write-back's changes `key` (its stripe lock held): writes the
 /// key's dirty value to the warm store, and logs that the warm store answers for it now.
 pub(crate) fn settle_locked(core: &Core, key: &Key) -> Result<()> {
+    settle_many_locked(core, &[key])
+}
+
+/// [`settle_locked`] for many keys, all their stripes locked: their dirty values in one
+/// batch.
+pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
     let wb = &core.writeback;
     if wb.is_empty() {
         return Ok(());
     }
-    let (had, dirty) = {
-        let shard = wb.shards[shard_of(key)].lock();
-        match shard.get(key) {
-            None => (false, None),
-            Some(e) => (true, e.dirty.clone()),
+    // Keys with entries, each once (a pipeline may name a key twice).
+    let mut held: Vec<&Key> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut dirty = Vec::new();
+    for &k in keys.iter().filter(|k| seen.insert(**k)) {
+        if let Some(d) = wb.shards[shard_of(k)]
+            .lock()
+            .get(k)
+            .map(|e| e.dirty.clone())
+        {
+            held.push(k);
+            dirty.extend(d.map(|d| (k, d)));
         }
-    };
-    if !had {
-        return Ok(());
     }
-    if let Some(d) = dirty {
-        write_dirty(core, &[(key, d)])?;
+    if !dirty.is_empty() {
+        write_dirty(core, &dirty)?;
     }
-    wb.log.append(OP_SETTLED, 0, 0, key.stored(), b"");
-    wb.remove(key);
+    for k in held {
+        wb.log.append(OP_SETTLED, 0, 0, k.stored(), b"");
+        wb.remove(k);
+    }
     Ok(())
-}
-
-/// [`settle_locked`] for many keys, all their stripes locked.
-pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
-    if core.writeback.is_empty() {
-        return Ok(());
-    }
-    keys.iter().try_for_each(|k| settle_locked(core, k))
 }
 
 /// Writes the dirty values `items` to the warm store as one batch; their stripes are
