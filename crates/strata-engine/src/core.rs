@@ -74,8 +74,8 @@ pub(crate) struct Core {
     pub(crate) settings: Settings,
     pub(crate) data_dir: PathBuf,
     pub(crate) clock: Arc<dyn Clock>,
-    /// DRAM: copies of what the warm store holds or indexes.
-    pub(crate) hot: HotCache,
+    /// DRAM: copies of what the warm store holds or indexes, and write-back's dirty values.
+    pub(crate) hot: Arc<HotCache>,
     /// The warm store and the engine's key layout on it.
     pub(crate) warm: Warm,
     /// Large warm values, beside the warm store.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::Mutex;
 use strata_format::{Key, Kind};
-use strata_hot::{HotCache, Lru};
+use strata_hot::{HotCache, PolicyKind};
 use strata_warm::WarmStore;
 use tokio::sync::{watch, Notify};
 
@@ -82,17 +82,11 @@ pub struct Engine {
 
 fn hot_cache(s: &Settings) -> HotCache {
     let h = &s.hot;
-    // A first guess at 1 KiB per entry; a shard's policy resizes itself to the entries it
-    // holds when it first evicts (strata_hot::StrataHot).
-    let shard_entries = (h.hot_bytes_max / 1024 / h.hot_shard_count as u64).clamp(64, 1 << 20);
-    match h.hot_policy {
-        HotPolicy::Lru => HotCache::new(h.hot_bytes_max as usize, h.hot_shard_count, || {
-            Box::new(Lru::default())
-        }),
-        HotPolicy::Strata => HotCache::new(h.hot_bytes_max as usize, h.hot_shard_count, || {
-            Box::new(strata_hot::StrataHot::new(shard_entries as usize))
-        }),
-    }
+    let policy = match h.hot_policy {
+        HotPolicy::Lru => PolicyKind::Lru,
+        HotPolicy::Strata => PolicyKind::Strata,
+    };
+    HotCache::new(h.hot_bytes_max as usize, h.hot_shard_count, policy)
 }
 
 /// A multi-key read's value if it is a string (`MGET` answers nil for a key of another
@@ -148,7 +142,8 @@ impl Engine {
         warm_tier.load_db_map()?;
         let dirty_max =
             (settings.hot.hot_bytes_max as f64 * settings.hot.hot_dirty_fraction) as u64;
-        let writeback = WriteBack::open(&data_dir, dirty_max)?;
+        let hot = Arc::new(hot_cache(&settings));
+        let writeback = WriteBack::open(&data_dir, dirty_max, Arc::clone(&hot))?;
         let group = (settings.warm.durability == Durability::Group).then(|| {
             let hot_log = Arc::clone(writeback.log());
             GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog), hot_log)
@@ -157,7 +152,7 @@ impl Engine {
         // the epoch at start-up are larger than any sequence a previous run could reach.
         let seq_start = clock.now_ms().saturating_mul(1000);
         let core = Arc::new(Core {
-            hot: hot_cache(&settings),
+            hot,
             access: AccessCounts::new(settings.warm.cold_reads_return_to_warm),
             disk: DiskGuard::new(&data_dir, settings.warm.disk_free_min_bytes),
             prefetch: crate::prefetcher::Prefetcher::new(settings.prefetch.prefetch),

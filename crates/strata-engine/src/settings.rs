@@ -62,7 +62,8 @@ impl From<Durability> for String {
 #[serde(try_from = "String", into = "String")]
 pub enum HotPolicy {
     Lru,
-    /// Frequency-weighted aging (see `strata-policy`): keeps reused keys through scans.
+    /// Frequency-weighted aging (`strata_hot::PolicyKind::Strata`): keeps reused keys through
+    /// scans.
     Strata,
 }
 

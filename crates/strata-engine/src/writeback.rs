@@ -29,6 +29,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use strata_format::{Key, Kind};
 
+use strata_hot::HotCache;
+
 use crate::core::Core;
 use crate::durability::Ticket;
 use crate::stats::add;
@@ -41,8 +43,6 @@ const OP_SETTLED: u8 = 2;
 const OP_FLUSHED: u8 = 3;
 /// Bytes of a record before its key: length, checksum, op, kind, expiry, key length.
 const RECORD_HEAD_BYTES: usize = 4 + 4 + 1 + 1 + 8 + 4;
-/// What a dirty entry costs against its budget beyond its key and value.
-const ENTRY_OVERHEAD_BYTES: u64 = 96;
 /// A checkpoint starts once the current log file holds this many times the dirty budget
 /// (overwrites coalesce this much at most), or at least this many bytes.
 const LOG_FILE_BUDGETS: u64 = 4;
@@ -61,55 +61,47 @@ pub(crate) struct Dirty {
     pub(crate) expire_ms: u64,
 }
 
-/// What a dirty value of `value_len` bytes under `key` counts against write-back's budget.
-fn charge(key: &Key, value_len: usize) -> u64 {
-    key.stored().len() as u64 + value_len as u64 + ENTRY_OVERHEAD_BYTES
-}
-
 impl Dirty {
-    fn charge(&self, key: &Key) -> u64 {
-        charge(key, self.value.len())
-    }
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         self.expire_ms == 0 || self.expire_ms > now_ms
     }
 }
 
-/// A key the hot log has records of since the last checkpoint: its dirty value, if the
-/// warm store does not hold it yet, and the log file of its last record.
-struct Entry {
-    dirty: Option<Dirty>,
-    gen: u64,
-}
-
+/// Dirty values live in DRAM as dirty entries (never evicted); beside them, write-back
+/// keeps only which keys the live log files have records of.
 pub(crate) struct WriteBack {
     /// Most bytes dirty values may hold; 0 turns write-back off.
     bytes_max: u64,
-    /// Keyed by stored key, hashed with a random key per process (clients choose keys).
-    shards: Box<[Mutex<DirtyMap>]>,
-    dirty_bytes: AtomicU64,
-    /// Keys with entries (dirty or not): 0 lets every check skip the maps.
+    hot: Arc<HotCache>,
+    /// Keys the hot log has records of since the last checkpoint, dirty or settled, by a
+    /// hash of the stored key: the log file of their last record. Two keys with one hash
+    /// cost only a needless `SETTLED` record.
+    records: Box<[Mutex<Records>]>,
+    /// Hashes stored keys for `records`, with a random key per process (clients choose keys).
+    hasher: ahash::RandomState,
+    /// Keys with records: 0 lets every check skip the maps (a dirty key always has one).
     entries: AtomicU64,
     log: Arc<HotLog>,
     last_checkpoint: Mutex<Instant>,
+    /// Held for the whole of a checkpoint (the background task's, one on request, one at
+    /// close): two at once would each delete the files the other retired.
+    checkpointing: Mutex<()>,
 }
 
-type DirtyMap = HashMap<Key, Entry, ahash::RandomState>;
-
-fn shard_of(key: &Key) -> usize {
-    crc32c::crc32c(key.stored()) as usize % SHARD_COUNT
-}
+type Records = HashMap<u64, u64, ahash::RandomState>;
 
 impl WriteBack {
     /// Opens the hot log under `data_dir`; what it holds is read by [`recover`].
-    pub(crate) fn open(data_dir: &Path, bytes_max: u64) -> Result<WriteBack> {
+    pub(crate) fn open(data_dir: &Path, bytes_max: u64, hot: Arc<HotCache>) -> Result<WriteBack> {
         Ok(WriteBack {
             bytes_max,
-            shards: (0..SHARD_COUNT).map(|_| Mutex::default()).collect(),
-            dirty_bytes: AtomicU64::new(0),
+            hot,
+            records: (0..SHARD_COUNT).map(|_| Mutex::default()).collect(),
+            hasher: ahash::RandomState::new(),
             entries: AtomicU64::new(0),
             log: Arc::new(HotLog::open(&data_dir.join("hotlog"))?),
             last_checkpoint: Mutex::new(Instant::now()),
+            checkpointing: Mutex::new(()),
         })
     }
 
@@ -118,11 +110,22 @@ impl WriteBack {
     }
 
     pub(crate) fn dirty_bytes(&self) -> u64 {
-        self.dirty_bytes.load(Ordering::Relaxed)
+        self.hot.dirty_bytes() as u64
     }
 
     fn is_empty(&self) -> bool {
         self.entries.load(Ordering::Acquire) == 0
+    }
+
+    /// `key`'s hash in `records`, and its shard.
+    fn record_of(&self, key: &Key) -> (u64, &Mutex<Records>) {
+        let h = self.hasher.hash_one(key.stored());
+        (h, &self.records[(h >> 40) as usize % SHARD_COUNT])
+    }
+
+    fn has_records(&self, key: &Key) -> bool {
+        let (h, shard) = self.record_of(key);
+        !self.is_empty() && shard.lock().contains_key(&h)
     }
 
     /// The dirty value of `key`, if write-back holds one (live or not: an expired one
@@ -131,96 +134,86 @@ impl WriteBack {
         if self.is_empty() {
             return None;
         }
-        self.shards[shard_of(key)]
-            .lock()
-            .get(key)
-            .and_then(|e| e.dirty.clone())
+        let (value, expire_ms, tag) = self.hot.dirty(key.stored())?;
+        Some(Dirty {
+            kind: Kind::from_u8(tag).expect("write-back tags entries with their kind"),
+            value,
+            expire_ms,
+        })
     }
 
     pub(crate) fn has_dirty(&self, key: &Key) -> bool {
-        !self.is_empty()
-            && self.shards[shard_of(key)]
-                .lock()
-                .get(key)
-                .is_some_and(|e| e.dirty.is_some())
+        !self.is_empty() && self.hot.is_dirty(key.stored())
     }
 
-    /// Sets `key`'s entry (the caller holds its stripe lock), moving the figures.
-    fn set(&self, key: &Key, dirty: Option<Dirty>, gen: u64) {
-        let new = dirty.as_ref().map_or(0, |d| d.charge(key));
-        let mut shard = self.shards[shard_of(key)].lock();
-        // An overwrite (the common case) needs no copy of the key.
-        let old = match shard.get_mut(key) {
-            Some(e) => {
-                let old = std::mem::replace(e, Entry { dirty, gen });
-                old.dirty.map_or(0, |d| d.charge(key))
-            }
-            None => {
-                shard.insert(key.clone(), Entry { dirty, gen });
-                self.entries.fetch_add(1, Ordering::AcqRel);
-                0
-            }
-        };
-        drop(shard);
-        self.dirty_bytes.fetch_add(new, Ordering::Relaxed);
-        self.dirty_bytes.fetch_sub(old, Ordering::Relaxed);
+    /// Holds `value` as `key`'s dirty value (the caller holds its stripe lock), its last
+    /// record in log file `gen`. False if DRAM cannot hold it ([`takes`] checks first).
+    fn put(&self, key: &Key, kind: Kind, value: Bytes, expire_ms: u64, gen: u64) -> bool {
+        let (h, shard) = self.record_of(key);
+        if shard.lock().insert(h, gen).is_none() {
+            self.entries.fetch_add(1, Ordering::AcqRel);
+        }
+        self.hot
+            .insert_dirty(key.stored(), value, expire_ms, kind as u8)
     }
 
+    /// Forgets `key`'s records (a `SETTLED` record voids them).
     fn remove(&self, key: &Key) {
-        let mut shard = self.shards[shard_of(key)].lock();
-        if let Some(e) = shard.remove(key) {
+        let (h, shard) = self.record_of(key);
+        if shard.lock().remove(&h).is_some() {
             self.entries.fetch_sub(1, Ordering::AcqRel);
-            let old = e.dirty.map_or(0, |d| d.charge(key));
-            self.dirty_bytes.fetch_sub(old, Ordering::Relaxed);
         }
     }
 
     /// Marks `key`'s value as held by the warm store (its records stay live until their
-    /// file is retired).
+    /// file is retired); DRAM keeps it as a copy.
     fn mark_settled(&self, key: &Key) {
-        let mut shard = self.shards[shard_of(key)].lock();
-        if let Some(e) = shard.get_mut(key) {
-            if let Some(d) = e.dirty.take() {
-                self.dirty_bytes.fetch_sub(d.charge(key), Ordering::Relaxed);
+        self.hot.mark_clean(key.stored());
+    }
+
+    /// Every key with a dirty value now, a DRAM shard at a time (a checkpoint's lists stay
+    /// small).
+    fn dirty_keys(&self) -> impl Iterator<Item = Vec<Key>> + '_ {
+        let shards = if self.is_empty() {
+            0
+        } else {
+            self.hot.shard_count()
+        };
+        (0..shards).map(|i| {
+            self.hot
+                .dirty_keys_in(i)
+                .iter()
+                .filter_map(|k| Key::from_stored(k).ok())
+                .collect()
+        })
+    }
+
+    /// Forgets the keys whose last record is in a retired file (a checkpoint settled every
+    /// value logged before it).
+    fn forget_settled(&self, retired_gen: u64) {
+        for s in self.records.iter() {
+            let mut s = s.lock();
+            let before = s.len();
+            s.retain(|_, gen| *gen > retired_gen);
+            self.entries
+                .fetch_sub((before - s.len()) as u64, Ordering::AcqRel);
+            // The map does not shrink by itself: after a burst it would hold its largest
+            // size for good.
+            if s.capacity() > 4 * s.len() + 1024 {
+                let len = s.len();
+                s.shrink_to(2 * len);
             }
         }
     }
 
-    /// Every key with a dirty value now.
-    fn dirty_keys(&self) -> Vec<Key> {
-        if self.is_empty() {
-            return Vec::new();
-        }
-        let mut out = Vec::new();
-        for s in self.shards.iter() {
-            out.extend(
-                s.lock()
-                    .iter()
-                    .filter(|(_, e)| e.dirty.is_some())
-                    .map(|(k, _)| k.clone()),
-            );
-        }
-        out
-    }
-
-    /// Drops the entries of keys settled whose last record is in a retired file.
-    fn forget_settled(&self, retired_gen: u64) {
-        for s in self.shards.iter() {
-            let mut s = s.lock();
-            let before = s.len();
-            s.retain(|_, e| e.dirty.is_some() || e.gen > retired_gen);
-            self.entries
-                .fetch_sub((before - s.len()) as u64, Ordering::AcqRel);
-        }
-    }
-
+    /// Forgets every record and every dirty value (`FLUSHALL`).
     fn clear(&self) {
-        for s in self.shards.iter() {
+        for s in self.records.iter() {
             let mut s = s.lock();
             self.entries.fetch_sub(s.len() as u64, Ordering::AcqRel);
-            s.clear();
+            *s = Records::default();
         }
-        self.dirty_bytes.store(0, Ordering::Relaxed);
+        self.hot.clear_all();
     }
 
     /// Whether the background task should checkpoint now.
@@ -260,11 +253,17 @@ pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bo
     if wb.bytes_max == 0
         || core.syncs_client_writes()
         || (expire_ms != 0 && expire_ms <= core.now_ms())
-        || pairs.iter().any(|(_, v)| v.len() as u64 >= value_max)
+        || pairs
+            .iter()
+            .any(|(k, v)| v.len() as u64 >= value_max || !core.hot.fits(k.stored().len(), v.len()))
     {
         return false;
     }
-    let dirty = wb.dirty_bytes() + pairs.iter().map(|(k, v)| charge(k, v.len())).sum::<u64>();
+    let added: usize = pairs
+        .iter()
+        .map(|(k, v)| strata_hot::charge(k.stored().len(), v.len()))
+        .sum();
+    let dirty = wb.dirty_bytes() + added as u64;
     dirty <= wb.bytes_max && core.sizes.warm_bytes() + dirty <= core.settings.warm.warm_hard_limit()
 }
 
@@ -272,20 +271,21 @@ pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bo
 /// held. The ticket is the caller's to take, once for all of its writes.
 pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
     let wb = &core.writeback;
-    let dirty = Dirty {
-        kind,
-        value: value.clone(),
-        expire_ms,
-    };
     let gen = wb
         .log
         .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
-    wb.set(key, Some(dirty), gen);
+    // DRAM copies a small value into its entry; a larger one is copied here, so that it
+    // does not keep alive the client's input buffer it was cut from.
+    let value = if value.len() > strata_hot::INLINE_VALUE_BYTES_MAX {
+        Bytes::copy_from_slice(value)
+    } else {
+        value.clone()
+    };
+    let held = wb.put(key, kind, value, expire_ms, gen);
+    debug_assert!(held, "takes() checked that DRAM holds it");
     add(&core.counters.writes);
     add(&core.counters.writes_back);
     core.locks.bump(key);
-    core.hot
-        .insert_tagged(key.stored(), value.clone(), expire_ms, kind as u8);
     if wb.dirty_bytes() >= wb.bytes_max / 2 {
         core.background_wake.notify_one();
     }
@@ -328,13 +328,9 @@ pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
     let mut seen = std::collections::HashSet::new();
     let mut dirty = Vec::new();
     for &k in keys.iter().filter(|k| seen.insert(**k)) {
-        if let Some(d) = wb.shards[shard_of(k)]
-            .lock()
-            .get(k)
-            .map(|e| e.dirty.clone())
-        {
+        if wb.has_records(k) {
             held.push(k);
-            dirty.extend(d.map(|d| (k, d)));
+            dirty.extend(wb.get(k).map(|d| (k, d)));
         }
     }
     if !dirty.is_empty() {
@@ -379,7 +375,15 @@ fn write_dirty(core: &Core, items: &[(&Key, Dirty)]) -> Result<()> {
 /// Writes every dirty value to the warm store (before an operation that reads the warm
 /// store as a whole), a chunk of keys per batch. Returns how many it wrote.
 pub(crate) fn settle_all(core: &Core) -> Result<u64> {
-    let keys = core.writeback.dirty_keys();
+    let mut written = 0;
+    for keys in core.writeback.dirty_keys() {
+        written += settle_keys(core, &keys)?;
+    }
+    Ok(written)
+}
+
+/// Writes the dirty values of `keys` to the warm store, a chunk of keys per batch.
+fn settle_keys(core: &Core, keys: &[Key]) -> Result<u64> {
     let mut written = 0;
     for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
         let _locks = core.locks.lock_many(chunk.iter());
@@ -399,6 +403,7 @@ pub(crate) fn settle_all(core: &Core) -> Result<u64> {
 /// synced, the older log files deleted. Returns how many values it wrote.
 pub(crate) fn checkpoint(core: &Core) -> Result<u64> {
     let wb = &core.writeback;
+    let _alone = wb.checkpointing.lock();
     *wb.last_checkpoint.lock() = Instant::now();
     let retired = wb.log.rotate()?;
     let written = settle_all(core)?;
@@ -455,8 +460,16 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
         }
     }
     let replayed = values.len() as u64;
+    // What DRAM cannot hold (its budget shrank since) goes to the warm store at once.
+    let mut apart = Vec::new();
     for (key, (dirty, gen)) in values {
-        wb.set(&key, Some(dirty), gen);
+        if !wb.put(&key, dirty.kind, dirty.value.clone(), dirty.expire_ms, gen) {
+            apart.push((key, dirty));
+        }
+    }
+    for chunk in apart.chunks(SETTLE_CHUNK_KEYS) {
+        let items: Vec<(&Key, Dirty)> = chunk.iter().map(|(k, d)| (k, d.clone())).collect();
+        write_dirty(core, &items)?;
     }
     if let Err(e) = checkpoint(core) {
         // The values stay dirty, served from here; their files stay until a checkpoint

@@ -1,74 +1,47 @@
 //! Strata's DRAM tier: a concurrent, sharded cache with an honest byte budget.
 //!
 //! The cache holds copies of values whose durable home is the warm or the cold tier, so an
-//! eviction never loses data and needs no write-back. Each shard is a hash map plus an
-//! eviction [`Policy`] that sees only slot numbers; later policies (prefix-aware,
-//! chain-aware, admission filters) plug in through that trait. What it is not: a store.
-//! It does no I/O, knows nothing of RocksDB, and keeps nothing across restarts.
+//! eviction never loses data and needs no write-back. Each shard is a hash table over a
+//! dense array of compact entries: a small value is packed with its key into one
+//! allocation, and each entry carries its own eviction state ([`PolicyKind`]), so the policy
+//! costs no memory or cache misses of its own. What it is not: a store. It does no I/O,
+//! knows nothing of RocksDB, and keeps nothing across restarts.
 //!
 //! ```
-//! use strata_hot::{HotCache, Lru};
-//! let cache = HotCache::new(1 << 20, 4, || Box::new(Lru::default()));
+//! use strata_hot::{HotCache, PolicyKind};
+//! let cache = HotCache::new(1 << 20, 4, PolicyKind::Lru);
 //! cache.insert(b"k", bytes::Bytes::from_static(b"v"), 0);
 //! assert_eq!(cache.get(b"k", 0).unwrap().0, "v");
 //! ```
 
-mod lru;
-mod strata;
+mod entry;
+mod shard;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-pub use lru::Lru;
-pub use strata::StrataHot;
+use entry::Data;
+pub use entry::INLINE_VALUE_BYTES_MAX;
+use shard::Shard;
 
-/// Bytes charged per entry on top of key and value: the map slot, the slab slot with its
-/// two `Bytes` handles, the policy's links and the allocator's headers.
-pub const ENTRY_OVERHEAD_BYTES: usize = 128;
+/// Bytes charged per entry on top of key and value: the entry (three words), its slot in
+/// the hash table and the spare room of the table and the array, the packed block's header
+/// and the allocator's. `strata-bench memory` measures what an entry really costs.
+pub const ENTRY_OVERHEAD_BYTES: usize = 64;
 
-/// An eviction policy over the slots of one shard.
-///
-/// The shard calls `on_insert` once per new slot (with a hash of its key, stable for the
-/// process's life), `on_hit` on every read hit, and `on_remove` when a slot leaves for any
-/// reason other than being chosen by `victim`.
-pub trait Policy: Send + 'static {
-    fn name(&self) -> &'static str;
-    fn on_insert(&mut self, slot: u32, key_hash: u64);
-    fn on_hit(&mut self, slot: u32);
-    fn on_remove(&mut self, slot: u32);
-    /// Chooses and forgets the slot to evict next, or `None` if the shard is empty.
-    fn victim(&mut self) -> Option<u32>;
-}
-
-struct Slot {
-    key: Bytes,
-    value: Bytes,
-    expire_ms: u64,
-    charge: usize,
-    /// What the caller says the value is (the engine: its kind); returned with it.
-    tag: u8,
-}
-
-struct Shard {
-    /// Its place in `HotCache::shards` (and `loads`).
-    index: usize,
-    map: std::collections::HashMap<Bytes, u32, ahash::RandomState>,
-    slots: Vec<Option<Slot>>,
-    free: Vec<u32>,
-    bytes: usize,
-    policy: Box<dyn Policy>,
-}
-
-impl Shard {
-    fn remove_slot(&mut self, slot: u32) -> Slot {
-        let s = self.slots[slot as usize].take().expect("live slot");
-        self.map.remove(&s.key);
-        self.free.push(slot);
-        self.bytes -= s.charge;
-        s
-    }
+/// How a shard chooses what to evict. Both keep their state in the entries (a priority
+/// and a frequency count) and evict the lowest priority among a random sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// The entry read or written least recently.
+    Lru,
+    /// Frequency-weighted aging: an entry's priority is the shard's inflation (the last
+    /// victim's priority) at its last access plus a weight that grows with how often it
+    /// was accessed; an entry seen once weighs least, so a scan does not push out reused
+    /// entries, and entries not touched for a while fall behind.
+    Strata,
 }
 
 /// A snapshot of the cache's counters.
@@ -88,48 +61,47 @@ pub struct HotCache {
     bytes_max: usize,
     /// Bytes held by all shards together; the budget is global, so one large value may
     /// take more than its shard's share.
-    used: std::sync::atomic::AtomicUsize,
+    used: AtomicUsize,
     /// Bytes held by each shard, as of its last change (read without its lock, to find
     /// the shard that should give way).
-    loads: Box<[std::sync::atomic::AtomicUsize]>,
+    loads: Box<[AtomicUsize]>,
+    /// Bytes of dirty entries (included in `used`).
+    dirty: AtomicUsize,
     evictions: AtomicU64,
     rejected: AtomicU64,
 }
 
+/// What an entry of `key_len` and `value_len` bytes counts against the budget.
+pub fn charge(key_len: usize, value_len: usize) -> usize {
+    key_len + value_len + ENTRY_OVERHEAD_BYTES
+}
+
+fn data_charge(data: &Data) -> usize {
+    data.len() + ENTRY_OVERHEAD_BYTES
+}
+
 impl HotCache {
     /// A cache of at most `bytes_max` bytes (keys, values and [`ENTRY_OVERHEAD_BYTES`] each),
-    /// split over `shard_count` shards, each with its own policy from `policy`.
-    pub fn new(bytes_max: usize, shard_count: usize, policy: impl Fn() -> Box<dyn Policy>) -> Self {
+    /// split over `shard_count` shards, each evicting by `policy`.
+    pub fn new(bytes_max: usize, shard_count: usize, policy: PolicyKind) -> Self {
         let shard_count = shard_count.clamp(1, 1024);
-        let shards = (0..shard_count)
-            .map(|index| {
-                Mutex::new(Shard {
-                    index,
-                    map: Default::default(),
-                    slots: Vec::new(),
-                    free: Vec::new(),
-                    bytes: 0,
-                    policy: policy(),
-                })
-            })
-            .collect();
         HotCache {
-            shards,
+            shards: (0..shard_count)
+                .map(|i| Mutex::new(Shard::new(i, policy)))
+                .collect(),
             hasher: ahash::RandomState::new(),
             bytes_max,
-            used: std::sync::atomic::AtomicUsize::new(0),
+            used: AtomicUsize::new(0),
             loads: (0..shard_count).map(|_| Default::default()).collect(),
+            dirty: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
-        self.shard_of(self.hasher.hash_one(key))
-    }
-
     fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
-        &self.shards[(hash % self.shards.len() as u64) as usize]
+        // The table uses the hash's low bits and its top seven; the shard takes others.
+        &self.shards[((hash >> 32) % self.shards.len() as u64) as usize]
     }
 
     /// Records `sh`'s bytes for `trim` (called with its lock held, after every change).
@@ -137,34 +109,69 @@ impl HotCache {
         self.loads[sh.index].store(sh.bytes, Ordering::Relaxed);
     }
 
-    /// The value, expiry and tag of `key`, if cached and not expired at `now_ms`.
-    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64, u8)> {
-        let mut sh = self.shard(key).lock();
-        let slot = *sh.map.get(key)?;
-        let s = sh.slots[slot as usize]
-            .as_ref()
-            .expect("mapped slot is live");
-        if s.expire_ms != 0 && s.expire_ms <= now_ms {
-            sh.policy.on_remove(slot);
-            let gone = sh.remove_slot(slot);
-            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
-            self.publish(&sh);
+    /// Takes `slot` out of `sh`, moving the figures.
+    fn remove_slot(&self, sh: &mut Shard, slot: usize) {
+        let gone = sh.remove(slot, &self.hasher);
+        self.forget(sh, &gone);
+    }
+
+    /// Moves the figures for `gone`, taken out of `sh`.
+    fn forget(&self, sh: &mut Shard, gone: &shard::Entry) {
+        let c = data_charge(&gone.data);
+        sh.bytes -= c;
+        self.used.fetch_sub(c, Ordering::Relaxed);
+        if gone.dirty {
+            self.dirty.fetch_sub(c, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `f` on `key`'s entry, with its shard locked.
+    fn with_entry<T>(&self, key: &[u8], f: impl FnOnce(&mut Shard, usize) -> T) -> Option<T> {
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
+        let slot = sh.find(hash, key)?;
+        Some(f(&mut sh, slot))
+    }
+
+    /// Runs `f` on `key`'s live entry, with its shard locked. An expired clean entry is
+    /// dropped; an expired dirty one stays (it says the key is gone) for its owner to settle.
+    fn with_live<T>(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&mut Shard, usize) -> T,
+    ) -> Option<T> {
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
+        let slot = sh.find(hash, key)?;
+        let e = sh.entry(slot);
+        if !e.data.is_live(now_ms) {
+            if !e.dirty {
+                self.remove_slot(&mut sh, slot);
+                self.publish(&sh);
+            }
             return None;
         }
-        let out = (s.value.clone(), s.expire_ms, s.tag);
-        sh.policy.on_hit(slot);
-        Some(out)
+        Some(f(&mut sh, slot))
+    }
+
+    /// The value, expiry and tag of `key`, if cached and not expired at `now_ms`; counts
+    /// as an access.
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64, u8)> {
+        self.with_live(key, now_ms, |sh, slot| {
+            sh.touch(slot);
+            let e = sh.entry(slot);
+            (e.value(), e.data.expire_ms(), e.tag)
+        })
     }
 
     /// The value and tag of `key` if cached and live at `now_ms`, without touching the
     /// policy.
     pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u8)> {
-        let sh = self.shard(key).lock();
-        let slot = *sh.map.get(key)?;
-        let s = sh.slots[slot as usize]
-            .as_ref()
-            .expect("mapped slot is live");
-        (s.expire_ms == 0 || s.expire_ms > now_ms).then(|| (s.value.clone(), s.tag))
+        self.with_live(key, now_ms, |sh, slot| {
+            let e = sh.entry(slot);
+            (e.value(), e.tag)
+        })
     }
 
     /// Whether `key` is cached (expired entries count as absent); does not count as a hit.
@@ -174,7 +181,7 @@ impl HotCache {
 
     /// The length of `key`'s value if it is held and live, without touching the policy.
     pub fn value_len(&self, key: &[u8], now_ms: u64) -> Option<usize> {
-        self.peek(key, now_ms).map(|(v, _)| v.len())
+        self.with_live(key, now_ms, |sh, slot| sh.entry(slot).data.value().len())
     }
 
     /// [`HotCache::insert_tagged`] with tag 0.
@@ -182,90 +189,145 @@ impl HotCache {
         self.insert_tagged(key, value, expire_ms, 0)
     }
 
+    /// Whether an entry of `key_len` and `value_len` bytes is small enough to be held.
+    pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        charge(key_len, value_len) <= self.bytes_max / 2
+    }
+
     /// Caches `value` (with `tag`) for `key`, replacing any cached value, evicting as needed.
     /// Returns false (and caches nothing) when the entry is too large for the cache to be
-    /// useful.
+    /// useful. The caller must not replace a dirty entry this way (it would lose the only
+    /// copy of its value): it settles the entry first.
     pub fn insert_tagged(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8) -> bool {
-        let charge = key.len() + value.len() + ENTRY_OVERHEAD_BYTES;
+        self.put(key, value, expire_ms, tag, false)
+    }
+
+    /// Holds `value` for `key` as a dirty entry: the only copy of an acknowledged write,
+    /// never evicted until [`HotCache::mark_clean`]. Returns false (and changes nothing)
+    /// when it does not [`HotCache::fits`]; the caller checks that first.
+    pub fn insert_dirty(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8) -> bool {
+        self.fits(key.len(), value.len()) && self.put(key, value, expire_ms, tag, true)
+    }
+
+    fn put(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8, dirty: bool) -> bool {
         let hash = self.hasher.hash_one(key);
+        let data = self
+            .fits(key.len(), value.len())
+            .then(|| Data::new(key, value, expire_ms));
         let mut sh = self.shard_of(hash).lock();
-        if let Some(&slot) = sh.map.get(key) {
-            if charge <= self.bytes_max / 2 {
-                // An overwrite keeps its slot: the new value takes the old one's place, and
-                // the write counts as an access.
-                let s = sh.slots[slot as usize]
-                    .as_mut()
-                    .expect("mapped slot is live");
-                let old_charge = std::mem::replace(&mut s.charge, charge);
-                s.value = value;
-                s.expire_ms = expire_ms;
-                s.tag = tag;
-                sh.bytes = sh.bytes - old_charge + charge;
-                self.used.fetch_add(charge, Ordering::Relaxed);
-                self.used.fetch_sub(old_charge, Ordering::Relaxed);
-                sh.policy.on_hit(slot);
-                self.publish(&sh);
-                drop(sh);
-                self.trim();
-                return true;
+        let held = sh.find(hash, key);
+        debug_assert!(
+            dirty || held.is_none_or(|s| !sh.entry(s).dirty),
+            "a dirty entry replaced by a clean one"
+        );
+        let Some(data) = data else {
+            if let Some(slot) = held {
+                self.remove_slot(&mut sh, slot);
             }
-            sh.policy.on_remove(slot);
-            let gone = sh.remove_slot(slot);
-            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
-        }
-        if charge > self.bytes_max / 2 {
             self.publish(&sh);
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return false;
-        }
-        // Make room in this shard while it holds its share of the budget or more; past that
-        // the shards holding the most give way, once this lock is released. (Evicting only
-        // from the shard written to would let shard sizes drift apart for good: one whose
-        // space was freed by removals keeps it, and a shard's policy would decide for a
-        // cache of any size.)
-        let share = self.bytes_max / self.shards.len();
-        while self.used.load(Ordering::Relaxed) + charge > self.bytes_max
-            && sh.bytes + charge > share
-        {
-            let Some(victim) = sh.policy.victim() else {
-                break;
-            };
-            let gone = sh.remove_slot(victim);
-            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
-            self.evictions.fetch_add(1, Ordering::Relaxed);
-        }
-        let key = Bytes::copy_from_slice(key);
-        let slot = match sh.free.pop() {
-            Some(s) => s,
-            None => {
-                sh.slots.push(None);
-                (sh.slots.len() - 1) as u32
-            }
         };
-        sh.slots[slot as usize] = Some(Slot {
-            key: key.clone(),
-            value,
-            expire_ms,
-            charge,
-            tag,
-        });
-        sh.map.insert(key, slot);
-        sh.bytes += charge;
-        self.used.fetch_add(charge, Ordering::Relaxed);
-        sh.policy.on_insert(slot, hash);
+        let new = data_charge(&data);
+        if let Some(slot) = held {
+            // An overwrite keeps its slot: the new value takes the old one's place, and the
+            // write counts as an access.
+            let (old_data, was_dirty) = sh.replace(slot, data, tag, dirty);
+            let old = data_charge(&old_data);
+            sh.bytes = sh.bytes - old + new;
+            self.used.fetch_add(new, Ordering::Relaxed);
+            self.used.fetch_sub(old, Ordering::Relaxed);
+            if was_dirty {
+                self.dirty.fetch_sub(old, Ordering::Relaxed);
+            }
+        } else {
+            self.make_room(&mut sh, new);
+            sh.insert(hash, data, tag, dirty, &self.hasher);
+            sh.bytes += new;
+            self.used.fetch_add(new, Ordering::Relaxed);
+        }
+        if dirty {
+            self.dirty.fetch_add(new, Ordering::Relaxed);
+        }
         self.publish(&sh);
         drop(sh);
         self.trim();
         true
     }
 
-    /// Drops `key` from the cache if present.
+    /// The value, expiry and tag of `key`'s dirty entry, live or not (an expired one says
+    /// the key is gone); no access is counted.
+    pub fn dirty(&self, key: &[u8]) -> Option<(Bytes, u64, u8)> {
+        self.with_entry(key, |sh, slot| {
+            let e = sh.entry(slot);
+            e.dirty.then(|| (e.value(), e.data.expire_ms(), e.tag))
+        })
+        .flatten()
+    }
+
+    /// Whether `key` has a dirty entry.
+    pub fn is_dirty(&self, key: &[u8]) -> bool {
+        self.with_entry(key, |sh, slot| sh.entry(slot).dirty) == Some(true)
+    }
+
+    /// `key`'s entry is a copy from now on (its value reached durable storage): it may be
+    /// evicted.
+    pub fn mark_clean(&self, key: &[u8]) {
+        self.with_entry(key, |sh, slot| {
+            let e = sh.entry_mut(slot);
+            if std::mem::take(&mut e.dirty) {
+                self.dirty
+                    .fetch_sub(data_charge(&e.data), Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// The number of shards (for walking the dirty keys a shard at a time).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The keys of the dirty entries of shard `shard`.
+    pub fn dirty_keys_in(&self, shard: usize) -> Vec<Vec<u8>> {
+        if self.dirty_bytes() == 0 {
+            return Vec::new();
+        }
+        let sh = self.shards[shard].lock();
+        (0..sh.len())
+            .map(|s| sh.entry(s))
+            .filter(|e| e.dirty)
+            .map(|e| e.data.key().to_vec())
+            .collect()
+    }
+
+    /// Bytes of dirty entries, as the budget counts them.
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
+    /// Evicts from `sh` while it holds its share of the budget or more and `new` more bytes
+    /// would not fit; past that the shards holding the most give way, once this lock is
+    /// released. (Evicting only from the shard written to would let shard sizes drift
+    /// apart for good: one whose space was freed by removals keeps it, and a shard's
+    /// policy would decide for a cache of any size.)
+    fn make_room(&self, sh: &mut Shard, new: usize) {
+        let share = self.bytes_max / self.shards.len();
+        while self.used.load(Ordering::Relaxed) + new > self.bytes_max && sh.bytes + new > share {
+            let Some(victim) = sh.victim() else {
+                break;
+            };
+            self.remove_slot(sh, victim);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops `key` from the cache if present. The caller settles a dirty entry first.
     pub fn remove(&self, key: &[u8]) {
-        let mut sh = self.shard(key).lock();
-        if let Some(&slot) = sh.map.get(key) {
-            sh.policy.on_remove(slot);
-            let gone = sh.remove_slot(slot);
-            self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
+        if let Some(slot) = sh.find(hash, key) {
+            debug_assert!(!sh.entry(slot).dirty, "a dirty entry removed");
+            self.remove_slot(&mut sh, slot);
             self.publish(&sh);
         }
     }
@@ -285,10 +347,9 @@ impl HotCache {
                 return;
             };
             let mut sh = self.shards[i].lock();
-            match sh.policy.victim() {
+            match sh.victim() {
                 Some(victim) => {
-                    let gone = sh.remove_slot(victim);
-                    self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+                    self.remove_slot(&mut sh, victim);
                     self.evictions.fetch_add(1, Ordering::Relaxed);
                 }
                 None => stuck[i] = true,
@@ -297,15 +358,22 @@ impl HotCache {
         }
     }
 
-    /// Drops everything.
+    /// Drops every clean entry (dirty ones hold the only copy of their values).
     pub fn clear(&self) {
+        self.remove_where(|e| !e.dirty);
+    }
+
+    /// Drops every entry, dirty ones too (`FLUSHALL`, or closing once their values are
+    /// durable elsewhere).
+    pub fn clear_all(&self) {
+        self.remove_where(|_| true);
+    }
+
+    fn remove_where(&self, drop: impl Fn(&shard::Entry) -> bool) {
         for m in self.shards.iter() {
             let mut sh = m.lock();
-            let slots: Vec<u32> = sh.map.values().copied().collect();
-            for slot in slots {
-                sh.policy.on_remove(slot);
-                let gone = sh.remove_slot(slot);
-                self.used.fetch_sub(gone.charge, Ordering::Relaxed);
+            for gone in sh.remove_where(&drop, &self.hasher) {
+                self.forget(&mut sh, &gone);
             }
             self.publish(&sh);
         }
@@ -320,7 +388,7 @@ impl HotCache {
         };
         for m in self.shards.iter() {
             let sh = m.lock();
-            st.entries += sh.map.len() as u64;
+            st.entries += sh.len() as u64;
             st.bytes += sh.bytes as u64;
         }
         st
@@ -332,50 +400,46 @@ mod tests {
     use super::*;
 
     fn cache(bytes: usize) -> HotCache {
-        HotCache::new(bytes, 1, || Box::new(Lru::default()))
+        HotCache::new(bytes, 1, PolicyKind::Lru)
     }
 
-    /// A cache of `shards` with the policy named `policy` ("lru" or "strata").
-    fn cache_with(policy: &str, bytes: usize, shards: usize) -> HotCache {
-        let lru = policy == "lru";
-        HotCache::new(bytes, shards, move || -> Box<dyn Policy> {
-            if lru {
-                Box::new(Lru::default())
-            } else {
-                Box::new(StrataHot::new(64))
-            }
-        })
-    }
+    const POLICIES: [PolicyKind; 2] = [PolicyKind::Lru, PolicyKind::Strata];
 
     #[test]
     fn strata_policy_keeps_reused_entries_through_a_scan() {
-        let each = ENTRY_OVERHEAD_BYTES + 6;
-        for (name, make) in [
-            (
-                "lru",
-                Box::new(|| Box::new(Lru::default()) as Box<dyn Policy>)
-                    as Box<dyn Fn() -> Box<dyn Policy>>,
-            ),
-            (
-                "strata",
-                Box::new(|| Box::new(StrataHot::new(64)) as Box<dyn Policy>),
-            ),
-        ] {
-            let c = HotCache::new(10 * each, 1, make);
-            for _ in 0..3 {
-                for k in 0..5u8 {
-                    if c.get(&[b'h', k], 0).is_none() {
-                        c.insert(&[b'h', k], Bytes::from_static(b"v"), 0);
+        for policy in POLICIES {
+            for shard_entries in [10, 1000] {
+                // Half the cache reused three times, then a scan of as many new keys as the
+                // cache holds.
+                let each = ENTRY_OVERHEAD_BYTES + 6;
+                let c = HotCache::new(shard_entries * each, 1, policy);
+                let hot = shard_entries / 2;
+                for _ in 0..3 {
+                    for k in 0..hot {
+                        let key = format!("h{k:04}");
+                        if c.get(key.as_bytes(), 0).is_none() {
+                            c.insert(key.as_bytes(), Bytes::from_static(b"v"), 0);
+                        }
                     }
                 }
-            }
-            for n in 0..10u32 {
-                c.insert(format!("s{n:03}").as_bytes(), Bytes::from_static(b"v"), 0);
-            }
-            let kept = (0..5u8).filter(|&k| c.get(&[b'h', k], 0).is_some()).count();
-            match name {
-                "lru" => assert_eq!(kept, 0, "LRU loses the reused keys to a scan"),
-                _ => assert_eq!(kept, 5, "Strata's policy keeps the reused keys"),
+                for n in 0..shard_entries {
+                    c.insert(format!("s{n:04}").as_bytes(), Bytes::from_static(b"v"), 0);
+                }
+                let kept = (0..hot)
+                    .filter(|k| c.get(format!("h{k:04}").as_bytes(), 0).is_some())
+                    .count();
+                match policy {
+                    PolicyKind::Lru => {
+                        assert!(
+                            kept * 5 < hot,
+                            "LRU loses the reused keys to a scan: kept {kept} of {hot}"
+                        )
+                    }
+                    PolicyKind::Strata => assert_eq!(
+                        kept, hot,
+                        "Strata's policy keeps the reused keys ({shard_entries} entries)"
+                    ),
+                }
             }
         }
     }
@@ -384,10 +448,11 @@ mod tests {
     fn shards_keep_their_share_when_space_is_freed_in_one_of_them() {
         // Keys removed from shard 0 free space there; new keys in other shards must not keep
         // it (evicting only from the shard written to let shard 0 drain to nothing).
-        for policy in ["lru", "strata"] {
+        for policy in POLICIES {
             let each = ENTRY_OVERHEAD_BYTES + 6 + 1;
-            let c = cache_with(policy, 400 * each, 4);
-            let in_shard_0 = |k: &[u8]| std::ptr::eq(c.shard(k), &c.shards[0]);
+            let c = HotCache::new(400 * each, 4, policy);
+            let in_shard_0 =
+                |k: &[u8]| std::ptr::eq(c.shard_of(c.hasher.hash_one(k)), &c.shards[0]);
             for i in 0..20_000u32 {
                 let key = format!("k{i:05}");
                 c.insert(key.as_bytes(), Bytes::from_static(b"v"), 0);
@@ -398,13 +463,28 @@ mod tests {
                     c.remove(old.as_bytes());
                 }
             }
-            let held: Vec<usize> = c.shards.iter().map(|s| s.lock().map.len()).collect();
+            let held: Vec<usize> = c.shards.iter().map(|s| s.lock().len()).collect();
             assert!(
                 held.iter().all(|&n| n >= 80),
-                "{policy}: entries per shard {held:?}"
+                "{policy:?}: entries per shard {held:?}"
             );
             assert!(c.stats().bytes <= c.stats().bytes_max);
         }
+    }
+
+    #[test]
+    fn lru_evicts_close_to_the_least_recently_used_in_a_large_shard() {
+        // 10,000 entries, then 1,000 more: sampling evicts old entries, almost never the
+        // most recent half.
+        let each = ENTRY_OVERHEAD_BYTES + 6 + 1;
+        let c = HotCache::new(10_000 * each, 1, PolicyKind::Lru);
+        for i in 0..11_000u32 {
+            c.insert(format!("k{i:05}").as_bytes(), Bytes::from_static(b"v"), 0);
+        }
+        let recent_lost = (5_000..10_000u32)
+            .filter(|i| !c.contains(format!("k{i:05}").as_bytes(), 0))
+            .count();
+        assert!(recent_lost < 50, "{recent_lost} of the newer half evicted");
     }
 
     #[test]
@@ -457,9 +537,9 @@ mod tests {
 
     #[test]
     fn an_overwrite_replaces_in_place_and_keeps_the_budget() {
-        for policy in ["lru", "strata"] {
+        for policy in POLICIES {
             let each = ENTRY_OVERHEAD_BYTES + 4 + 10;
-            let c = cache_with(policy, 10 * each, 1);
+            let c = HotCache::new(10 * each, 1, policy);
             for i in 0..10u32 {
                 c.insert(format!("k{i:03}").as_bytes(), Bytes::from(vec![1u8; 10]), 0);
             }
@@ -471,18 +551,18 @@ mod tests {
             );
             assert!(c.insert_tagged(b"k003", Bytes::from(vec![2u8; 10]), 500, 3));
             assert_eq!(c.peek(b"k003", 0), Some((Bytes::from(vec![2u8; 10]), 3)));
-            assert_eq!(c.stats().entries, 10, "{policy}");
-            assert_eq!(c.stats().bytes, 10 * each as u64, "{policy}");
+            assert_eq!(c.stats().entries, 10, "{policy:?}");
+            assert_eq!(c.stats().bytes, 10 * each as u64, "{policy:?}");
             // Larger: the budget holds, by evicting.
             assert!(c.insert(b"k004", Bytes::from(vec![3u8; 100]), 0));
             let st = c.stats();
-            assert!(st.bytes <= st.bytes_max, "{policy}: {st:?}");
-            assert!(st.evictions > 0, "{policy}: {st:?}");
+            assert!(st.bytes <= st.bytes_max, "{policy:?}: {st:?}");
+            assert!(st.evictions > 0, "{policy:?}: {st:?}");
             // Smaller: the bytes shrink with it.
             let before = c.stats().bytes;
             if c.get(b"k003", 0).is_some() {
                 assert!(c.insert(b"k003", Bytes::from_static(b"x"), 0));
-                assert_eq!(c.stats().bytes, before - 9, "{policy}");
+                assert_eq!(c.stats().bytes, before - 9, "{policy:?}");
             }
         }
     }
@@ -499,5 +579,45 @@ mod tests {
         assert_eq!(c.stats().bytes, 0);
         c.insert(b"c", Bytes::from_static(b"3"), 0);
         assert!(c.get(b"c", 0).is_some());
+    }
+
+    #[test]
+    fn dirty_entries_are_never_evicted_or_cleared_until_marked_clean() {
+        for policy in POLICIES {
+            let each = ENTRY_OVERHEAD_BYTES + 5 + 1;
+            let c = HotCache::new(100 * each, 2, policy);
+            for i in 0..20u32 {
+                assert!(c.insert_dirty(
+                    format!("d{i:04}").as_bytes(),
+                    Bytes::from_static(b"v"),
+                    50,
+                    2
+                ));
+            }
+            assert_eq!(c.dirty_bytes(), 20 * each);
+            for i in 0..5_000u32 {
+                c.insert(format!("c{i:04}").as_bytes(), Bytes::from_static(b"v"), 0);
+            }
+            c.clear();
+            // Expired, still there: a dirty entry says the key is gone until it is settled.
+            assert!(c.get(b"d0003", 60).is_none());
+            assert_eq!(c.dirty(b"d0003"), Some((Bytes::from_static(b"v"), 50, 2)));
+            let dirty: usize = (0..c.shard_count()).map(|i| c.dirty_keys_in(i).len()).sum();
+            assert_eq!(dirty, 20, "{policy:?}");
+            assert_eq!(c.stats().entries, 20);
+            // A dirty entry overwritten stays dirty once, counted once.
+            assert!(c.insert_dirty(b"d0003", Bytes::from_static(b"w"), 0, 2));
+            assert_eq!(c.dirty_bytes(), 20 * each);
+            for i in 0..20u32 {
+                c.mark_clean(format!("d{i:04}").as_bytes());
+            }
+            assert_eq!(c.dirty_bytes(), 0);
+            assert!(!c.is_dirty(b"d0003"));
+            c.clear();
+            assert_eq!(c.stats().entries, 0);
+            assert!(c.insert_dirty(b"x", Bytes::from_static(b"v"), 0, 0));
+            c.clear_all();
+            assert_eq!((c.stats().bytes, c.dirty_bytes()), (0, 0));
+        }
     }
 }
