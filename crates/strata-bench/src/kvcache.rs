@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,7 +15,7 @@ use serde::Serialize;
 use strata_kvcache::Namespace;
 
 use crate::resp::{Client, Value};
-use crate::servers::{free_port, redis_server, wait_port, Proc};
+use crate::servers::{free_port, redis_server, rss_anon_bytes, strata_server, wait_port, Proc};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -406,20 +405,6 @@ async fn run_backend(
     })
 }
 
-/// Resident anonymous memory (heap and other private buffers) of process `pid`, from /proc.
-/// File-backed pages are left out: Strata reads RocksDB's files through mmap, so the page
-/// cache it touches would otherwise count as its memory.
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("RssAnon:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Server memory held per in-flight read: with the store already full, reads the longest
 /// prefix `reps` times (one request in flight) while a thread samples the server's RSS every
 /// millisecond; returns (RSS before, peak RSS during, bytes per read).
@@ -431,14 +416,14 @@ async fn inflight_memory(
     reps: usize,
 ) -> anyhow::Result<(u64, u64, usize)> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let base = rss_bytes(pid);
+    let base = rss_anon_bytes(pid);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let peak = std::sync::Arc::new(AtomicU64::new(base));
     let sampler = {
         let (stop, peak) = (stop.clone(), peak.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_bytes(pid), Ordering::Relaxed);
+                peak.fetch_max(rss_anon_bytes(pid), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
             }
         })
@@ -503,30 +488,14 @@ fn memcpy_gib_per_sec() -> f64 {
 
 /// Starts a Strata server on `port` with the benchmark's settings plus `extra`.
 fn spawn_strata(a: &Args, dir: &Path, port: u16, extra: &[String]) -> anyhow::Result<Proc> {
-    Ok(Proc(
-        Command::new(&a.strata)
-            .args(["serve", "--data-dir"])
-            .arg(dir)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--set",
-                "metrics_port=0",
-                "--set",
-                "durability=none",
-            ])
-            .args(["--set", &format!("hot_bytes_max={}", a.hot_mib << 20)])
-            .args(
-                a.strata_set
-                    .iter()
-                    .chain(extra)
-                    .flat_map(|kv| ["--set", kv.as_str()]),
-            )
-            .env("STRATA_LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    ))
+    let hot = format!("hot_bytes_max={}", a.hot_mib << 20);
+    let base = ["durability=none".to_string(), hot];
+    strata_server(
+        &a.strata,
+        dir,
+        port,
+        base.iter().chain(&a.strata_set).chain(extra),
+    )
 }
 
 /// One run of every backend against fresh servers: the rows, and the in-flight memory of the

@@ -7,9 +7,11 @@
 //! - `redis`: `redis-benchmark` against a real `redis-server` and against `strata serve`.
 //! - `kvcache`: multi-turn conversations reading their KV prefix back, on Strata, Redis,
 //!   local files and the object store, beside loopback and memcpy ceilings.
+//! - `memory`: resident memory per key after a million SETs, beside `redis-server`.
 
 mod engine;
 mod kvcache;
+mod memory;
 mod prefetch;
 mod redis;
 mod report;
@@ -42,6 +44,8 @@ enum Command {
     /// Multi-turn KV-cache workload (after MLPerf Storage's KV-cache test) on Strata,
     /// redis-server, one file per chunk, and the object store read directly.
     Kvcache(kvcache::Args),
+    /// Resident memory per key after writing many keys, beside redis-server.
+    Memory(memory::Args),
     /// Cold reads of a session-sequential workload with prefetch off and on, beside plain
     /// GETs from the same S3-compatible server (moto).
     Prefetch(prefetch::Args),
@@ -90,5 +94,6 @@ fn main() -> anyhow::Result<()> {
         } => redis::run(requests, &strata, durable, &cli.out),
         Command::Prefetch(args) => runtime()?.block_on(prefetch::run(args, &cli.out)),
         Command::Kvcache(args) => runtime()?.block_on(kvcache::run(args, &cli.out)),
+        Command::Memory(args) => memory::run(args, &cli.out),
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::servers::{free_port, redis_server_with, wait_port, Proc};
+use crate::servers::{free_port, redis_server_with, strata_server, wait_port};
 
 #[derive(Debug, Clone, Serialize)]
 struct Figures {
@@ -123,11 +123,6 @@ impl Mode {
 }
 
 pub fn run(requests: u64, strata_bin: &Path, durable: bool, out: &Path) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        strata_bin.exists(),
-        "{} not found; run `cargo build --release -p strata` first",
-        strata_bin.display()
-    );
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
     let mode = Mode::new(durable, dir.path());
@@ -135,23 +130,12 @@ pub fn run(requests: u64, strata_bin: &Path, durable: bool, out: &Path) -> anyho
     let redis_args: Vec<&str> = mode.redis.iter().map(String::as_str).collect();
     let _redis = redis_server_with(redis_port, &redis_args)?;
     let strata_port = free_port()?;
-    let _strata = Proc(
-        Command::new(strata_bin)
-            .args(["serve", "--data-dir"])
-            .arg(dir.path())
-            .args([
-                "--port",
-                &strata_port.to_string(),
-                "--set",
-                "metrics_port=0",
-                "--set",
-                &format!("durability={}", mode.strata_durability),
-            ])
-            .env("STRATA_LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let _strata = strata_server(
+        strata_bin,
+        dir.path(),
+        strata_port,
+        [format!("durability={}", mode.strata_durability)],
+    )?;
     wait_port(redis_port)?;
     wait_port(strata_port)?;
 

@@ -2,6 +2,7 @@
 //! process that is killed when dropped.
 
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::Context;
@@ -53,4 +54,50 @@ pub fn redis_server_with(port: u16, extra: &[&str]) -> anyhow::Result<Proc> {
         .spawn()
         .context("redis-server must be installed (Debian redis-server)")?;
     Ok(Proc(child))
+}
+
+/// `strata serve` from `bin` on `port` with its data in `dir`, metrics off, and `settings`
+/// (`key=value` each) on top.
+pub fn strata_server(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    settings: impl IntoIterator<Item = impl AsRef<str>>,
+) -> anyhow::Result<Proc> {
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found; run `cargo build --release -p strata` first",
+        bin.display()
+    );
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--data-dir"]).arg(dir).args([
+        "--port",
+        &port.to_string(),
+        "--set",
+        "metrics_port=0",
+    ]);
+    for kv in settings {
+        cmd.args(["--set", kv.as_ref()]);
+    }
+    let child = cmd
+        .env("STRATA_LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    Ok(Proc(child))
+}
+
+/// Resident anonymous memory (heap and other private buffers) of process `pid`, from /proc.
+/// File-backed pages are left out: Strata reads RocksDB's files through mmap, so the page
+/// cache it touches would otherwise count as its memory.
+pub fn rss_anon_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }

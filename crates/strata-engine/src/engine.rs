@@ -140,10 +140,9 @@ impl Engine {
         sizes.set(counts);
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         warm_tier.load_db_map()?;
-        let dirty_max =
-            (settings.hot.hot_bytes_max as f64 * settings.hot.hot_dirty_fraction) as u64;
         let hot = Arc::new(hot_cache(&settings));
-        let writeback = WriteBack::open(&data_dir, dirty_max, Arc::clone(&hot))?;
+        let writeback =
+            WriteBack::open(&data_dir, settings.hot.hot_dirty_fraction, Arc::clone(&hot))?;
         let group = (settings.warm.durability == Durability::Group).then(|| {
             let hot_log = Arc::clone(writeback.log());
             GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog), hot_log)
@@ -544,6 +543,7 @@ impl Engine {
         s.hot_bytes = hot.bytes;
         s.hot_bytes_max = hot.bytes_max;
         s.hot_dirty_bytes = core.writeback.dirty_bytes();
+        s.warm_memory_bytes = core.warm.store.memory_bytes();
         s.hot_evictions = hot.evictions;
         s.warm_entries = sizes.warm_entries as u64;
         s.warm_bytes = sizes.warm_bytes as u64;
@@ -562,6 +562,17 @@ impl Engine {
     /// Where the cold tier is, as `INFO` shows it.
     pub fn cold_url(&self) -> &str {
         &self.core.cold.url
+    }
+
+    /// DRAM's budget now.
+    pub fn hot_bytes_max(&self) -> u64 {
+        self.core.hot.bytes_max() as u64
+    }
+
+    /// Sets DRAM's budget (at most `hot_bytes_max`) and evicts down to it: what a process
+    /// memory limit moves under pressure. Write-back's share follows it.
+    pub fn set_hot_bytes_max(&self, bytes: u64) {
+        self.core.hot.set_bytes_max(bytes as usize);
     }
 
     /// Drops every cached value from DRAM (tests use it to force reads from lower tiers).

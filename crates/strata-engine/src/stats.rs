@@ -153,6 +153,7 @@ define_stats! {
         cold_bytes: "strata_tier_bytes" "tier=\"cold\"" "Value bytes in the object store.",
         hot_bytes_max: "strata_tier_bytes_max" "tier=\"hot\"" "DRAM budget.",
         hot_dirty_bytes: "strata_hot_dirty_bytes" "" "Bytes of values write-back holds that the warm store does not yet.",
+        warm_memory_bytes: "strata_warm_memory_bytes" "" "Memory the warm store holds: RocksDB's memtables, block cache and table readers.",
         warm_bytes_max: "strata_tier_bytes_max" "tier=\"warm\"" "RocksDB budget; above it keys are demoted.",
         warm_bytes_hard_max: "strata_warm_bytes_hard_max" "" "Warm bytes past which writes wait for demotion (refused after write_stall_ms_max).",
         hot_evictions: "strata_hot_evictions_total" "" "Entries evicted from DRAM.",

@@ -70,8 +70,9 @@ impl Dirty {
 /// Dirty values live in DRAM as dirty entries (never evicted); beside them, write-back
 /// keeps only which keys the live log files have records of.
 pub(crate) struct WriteBack {
-    /// Most bytes dirty values may hold; 0 turns write-back off.
-    bytes_max: u64,
+    /// The share of DRAM's budget (as it is now) dirty values may hold; 0 turns write-back
+    /// off.
+    fraction: f64,
     hot: Arc<HotCache>,
     /// Keys the hot log has records of since the last checkpoint, dirty or settled, by a
     /// hash of the stored key: the log file of their last record. Two keys with one hash
@@ -92,9 +93,9 @@ type Records = HashMap<u64, u64, ahash::RandomState>;
 
 impl WriteBack {
     /// Opens the hot log under `data_dir`; what it holds is read by [`recover`].
-    pub(crate) fn open(data_dir: &Path, bytes_max: u64, hot: Arc<HotCache>) -> Result<WriteBack> {
+    pub(crate) fn open(data_dir: &Path, fraction: f64, hot: Arc<HotCache>) -> Result<WriteBack> {
         Ok(WriteBack {
-            bytes_max,
+            fraction,
             hot,
             records: (0..SHARD_COUNT).map(|_| Mutex::default()).collect(),
             hasher: ahash::RandomState::new(),
@@ -111,6 +112,11 @@ impl WriteBack {
 
     pub(crate) fn dirty_bytes(&self) -> u64 {
         self.hot.dirty_bytes() as u64
+    }
+
+    /// Most bytes dirty values may hold now.
+    fn bytes_max(&self) -> u64 {
+        (self.hot.bytes_max() as f64 * self.fraction) as u64
     }
 
     fn is_empty(&self) -> bool {
@@ -219,9 +225,9 @@ impl WriteBack {
     /// Whether the background task should checkpoint now.
     pub(crate) fn wants_checkpoint(&self) -> bool {
         !self.is_empty()
-            && (self.dirty_bytes() >= self.bytes_max / 2
+            && (self.dirty_bytes() >= self.bytes_max() / 2
                 || self.log.file_bytes()
-                    >= (self.bytes_max * LOG_FILE_BUDGETS).max(LOG_FILE_BYTES_MIN)
+                    >= (self.bytes_max() * LOG_FILE_BUDGETS).max(LOG_FILE_BYTES_MIN)
                 || self.last_checkpoint.lock().elapsed() >= CHECKPOINT_INTERVAL)
     }
 }
@@ -250,7 +256,8 @@ pub(crate) fn try_put(
 pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bool {
     let wb = &core.writeback;
     let value_max = core.settings.vlog.vlog_value_bytes_min.max(1);
-    if wb.bytes_max == 0
+    let dirty_max = wb.bytes_max();
+    if dirty_max == 0
         || core.syncs_client_writes()
         || (expire_ms != 0 && expire_ms <= core.now_ms())
         || pairs
@@ -264,7 +271,7 @@ pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bo
         .map(|(k, v)| strata_hot::charge(k.stored().len(), v.len()))
         .sum();
     let dirty = wb.dirty_bytes() + added as u64;
-    dirty <= wb.bytes_max && core.sizes.warm_bytes() + dirty <= core.settings.warm.warm_hard_limit()
+    dirty <= dirty_max && core.sizes.warm_bytes() + dirty <= core.settings.warm.warm_hard_limit()
 }
 
 /// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
@@ -286,7 +293,7 @@ pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expi
     add(&core.counters.writes);
     add(&core.counters.writes_back);
     core.locks.bump(key);
-    if wb.dirty_bytes() >= wb.bytes_max / 2 {
+    if wb.dirty_bytes() >= wb.bytes_max() / 2 {
         core.background_wake.notify_one();
     }
 }

@@ -58,7 +58,11 @@ pub struct HotStats {
 pub struct HotCache {
     shards: Box<[Mutex<Shard>]>,
     hasher: ahash::RandomState,
-    bytes_max: usize,
+    /// The budget it was made with: the most `bytes_max` may be, and what decides whether an
+    /// entry is small enough to hold ([`HotCache::fits`]).
+    bytes_cap: usize,
+    /// The budget now ([`HotCache::set_bytes_max`] lowers it under memory pressure).
+    bytes_max: AtomicUsize,
     /// Bytes held by all shards together; the budget is global, so one large value may
     /// take more than its shard's share.
     used: AtomicUsize,
@@ -90,7 +94,8 @@ impl HotCache {
                 .map(|i| Mutex::new(Shard::new(i, policy)))
                 .collect(),
             hasher: ahash::RandomState::new(),
-            bytes_max,
+            bytes_cap: bytes_max,
+            bytes_max: AtomicUsize::new(bytes_max),
             used: AtomicUsize::new(0),
             loads: (0..shard_count).map(|_| Default::default()).collect(),
             dirty: AtomicUsize::new(0),
@@ -191,7 +196,7 @@ impl HotCache {
 
     /// Whether an entry of `key_len` and `value_len` bytes is small enough to be held.
     pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
-        charge(key_len, value_len) <= self.bytes_max / 2
+        charge(key_len, value_len) <= self.bytes_cap / 2
     }
 
     /// Caches `value` (with `tag`) for `key`, replacing any cached value, evicting as needed.
@@ -311,14 +316,28 @@ impl HotCache {
     /// apart for good: one whose space was freed by removals keeps it, and a shard's
     /// policy would decide for a cache of any size.)
     fn make_room(&self, sh: &mut Shard, new: usize) {
-        let share = self.bytes_max / self.shards.len();
-        while self.used.load(Ordering::Relaxed) + new > self.bytes_max && sh.bytes + new > share {
+        let bytes_max = self.bytes_max();
+        let share = bytes_max / self.shards.len();
+        while self.used.load(Ordering::Relaxed) + new > bytes_max && sh.bytes + new > share {
             let Some(victim) = sh.victim() else {
                 break;
             };
             self.remove_slot(sh, victim);
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// The budget now.
+    pub fn bytes_max(&self) -> usize {
+        self.bytes_max.load(Ordering::Relaxed)
+    }
+
+    /// Sets the budget (at most the one the cache was made with) and evicts down to it.
+    /// Dirty entries stay, so the cache may hold more than a budget below them.
+    pub fn set_bytes_max(&self, bytes: usize) {
+        self.bytes_max
+            .store(bytes.min(self.bytes_cap), Ordering::Relaxed);
+        self.trim();
     }
 
     /// Drops `key` from the cache if present. The caller settles a dirty entry first.
@@ -335,11 +354,12 @@ impl HotCache {
     /// Evicts until under the budget, each time from the shard holding the most bytes, one
     /// lock at a time.
     fn trim(&self) {
-        if self.used.load(Ordering::Relaxed) <= self.bytes_max {
+        let bytes_max = self.bytes_max();
+        if self.used.load(Ordering::Relaxed) <= bytes_max {
             return;
         }
         let mut stuck = vec![false; self.shards.len()];
-        while self.used.load(Ordering::Relaxed) > self.bytes_max {
+        while self.used.load(Ordering::Relaxed) > bytes_max {
             let Some(i) = (0..self.shards.len())
                 .filter(|&i| !stuck[i])
                 .max_by_key(|&i| self.loads[i].load(Ordering::Relaxed))
@@ -381,7 +401,7 @@ impl HotCache {
 
     pub fn stats(&self) -> HotStats {
         let mut st = HotStats {
-            bytes_max: self.bytes_max as u64,
+            bytes_max: self.bytes_max() as u64,
             evictions: self.evictions.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             ..Default::default()
@@ -619,5 +639,20 @@ mod tests {
             c.clear_all();
             assert_eq!((c.stats().bytes, c.dirty_bytes()), (0, 0));
         }
+    }
+
+    #[test]
+    fn a_lower_budget_evicts_down_to_it_and_never_past_the_first() {
+        let each = ENTRY_OVERHEAD_BYTES + 5 + 1;
+        let c = HotCache::new(1000 * each, 4, PolicyKind::Strata);
+        for i in 0..1000u32 {
+            c.insert(format!("k{i:04}").as_bytes(), Bytes::from_static(b"v"), 0);
+        }
+        c.set_bytes_max(100 * each);
+        assert!(c.stats().bytes <= 100 * each as u64);
+        assert!(c.stats().entries >= 90);
+        c.set_bytes_max(1_000_000 * each);
+        assert_eq!(c.bytes_max(), 1000 * each);
+        assert!(c.fits(1, 400 * each), "what fits follows the first budget");
     }
 }

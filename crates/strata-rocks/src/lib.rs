@@ -49,6 +49,10 @@ pub struct RocksSettings {
     /// be read that far back (0 keeps only the live log).
     #[serde(with = "strata_settings::size")]
     pub change_log_bytes_max: u64,
+    /// Memory all memtables together may hold before RocksDB flushes the largest (0: each
+    /// family's own limit, two memtables of 64 MiB for records).
+    #[serde(with = "strata_settings::size")]
+    pub rocksdb_memtables_bytes_max: u64,
 }
 
 impl Default for RocksSettings {
@@ -58,6 +62,7 @@ impl Default for RocksSettings {
             blob_bytes_min: 4096,
             compaction_bytes_per_sec: 256 << 20,
             change_log_bytes_max: 64 << 20,
+            rocksdb_memtables_bytes_max: 0,
         }
     }
 }
@@ -96,6 +101,17 @@ pub struct RocksWarm {
     /// RocksDB's column family ids, for reading the write-ahead log back.
     ids: HashMap<u32, Family>,
     log_bytes_dropped_at_open: u64,
+    /// The block cache every family shares.
+    cache: Cache,
+}
+
+/// Size of one memtable of the records family: 64 MiB, or a quarter of what all memtables
+/// may hold together.
+fn memtable_bytes(s: &RocksSettings) -> usize {
+    match s.rocksdb_memtables_bytes_max {
+        0 => MEMTABLE_BYTES,
+        total => MEMTABLE_BYTES.min(total as usize / 4).max(1 << 20),
+    }
 }
 
 fn family_options(f: Family, s: &RocksSettings, cache: &Cache) -> Options {
@@ -114,7 +130,7 @@ fn family_options(f: Family, s: &RocksSettings, cache: &Cache) -> Options {
             o.set_enable_blob_files(true);
             o.set_min_blob_size(s.blob_bytes_min);
             o.set_enable_blob_gc(true);
-            o.set_write_buffer_size(MEMTABLE_BYTES);
+            o.set_write_buffer_size(memtable_bytes(s));
             // Every read that misses DRAM, and every write (which reads the key's record
             // first), looks the key up here and in the cold index: a bloom filter over each
             // memtable's keys turns look-ups of absent keys into a few bit tests instead of
@@ -164,6 +180,7 @@ impl RocksWarm {
         // recovery there: everything before it is replayed, nothing after it is guessed at.
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         db_opts.set_manual_wal_flush(buffered_log);
+        db_opts.set_db_write_buffer_size(s.rocksdb_memtables_bytes_max as usize);
         if s.change_log_bytes_max > 0 {
             db_opts.set_wal_size_limit_mb((s.change_log_bytes_max >> 20).max(1));
         }
@@ -201,6 +218,7 @@ impl RocksWarm {
             present,
             ids,
             log_bytes_dropped_at_open: wal_bytes_dropped_at_open(dir),
+            cache,
         })
     }
 
@@ -494,6 +512,23 @@ impl WarmStore for RocksWarm {
 
     fn log_bytes_dropped_at_open(&self) -> u64 {
         self.log_bytes_dropped_at_open
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let family = |f: Family, property: &str| {
+            self.cf(f)
+                .and_then(|cf| self.db.property_int_value_cf(cf, property).ok().flatten())
+                .unwrap_or(0)
+        };
+        let tables: u64 = self
+            .present
+            .iter()
+            .map(|&f| {
+                family(f, "rocksdb.cur-size-all-mem-tables")
+                    + family(f, "rocksdb.estimate-table-readers-mem")
+            })
+            .sum();
+        tables + self.cache.get_usage() as u64
     }
 }
 

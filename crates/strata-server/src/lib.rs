@@ -21,6 +21,7 @@ mod cmd;
 mod conn;
 mod http;
 mod longdouble;
+mod memory;
 mod metrics;
 mod session;
 mod shared;
@@ -37,6 +38,7 @@ use strata_engine::Engine;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
+pub use memory::rss_anon_bytes;
 pub use shared::{ServerStats, SERVER_STATS};
 
 use shared::Shared;
@@ -106,10 +108,19 @@ pub struct ServerConfig {
     /// script is stopped with an error (0 = no limit).
     #[serde(rename = "busy_reply_threshold")]
     pub busy_reply_threshold_ms: u64,
+    /// The most anonymous memory the process may hold (Redis's name; 0 = no limit). RocksDB's
+    /// budgets are carved out of it at start, DRAM's budget is what remains and moves at
+    /// run time to keep the process within it (`memory.rs`).
+    #[serde(with = "strata_settings::size")]
+    pub maxmemory: u64,
 }
 
 /// The most databases the key layout holds (its first byte).
 pub const DATABASES_MAX: u32 = 256;
+
+/// The least `maxmemory` other than 0: below it the process's fixed needs (RocksDB's
+/// tables, the runtime, the Lua VM) leave DRAM nothing.
+pub const MAXMEMORY_MIN: u64 = 64 << 20;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -127,6 +138,7 @@ impl Default for ServerConfig {
             auth_failures_per_minute_max: 10,
             databases: 16,
             busy_reply_threshold_ms: 5000,
+            maxmemory: 0,
         }
     }
 }
@@ -151,6 +163,12 @@ impl ServerConfig {
         }
         if self.databases == 0 || self.databases > DATABASES_MAX {
             return Err(format!("databases must be between 1 and {DATABASES_MAX}"));
+        }
+        if self.maxmemory != 0 && self.maxmemory < MAXMEMORY_MIN {
+            return Err(format!(
+                "maxmemory must be 0 (no limit) or at least {} MiB",
+                MAXMEMORY_MIN >> 20
+            ));
         }
         Ok(())
     }
@@ -210,6 +228,10 @@ impl Server {
         } = listeners;
         if let Some(m) = metrics {
             tokio::spawn(http::serve_http(Arc::clone(&self.shared), m));
+        }
+        let maxmemory = self.shared.cfg.read().maxmemory;
+        if maxmemory > 0 {
+            tokio::spawn(memory::govern(Arc::clone(&self.shared), maxmemory));
         }
         let (tls_listener, acceptor) = match tls {
             Some((l, cfg)) => (Some(l), Some(tokio_rustls::TlsAcceptor::from(cfg))),

@@ -258,6 +258,10 @@ pub trait WarmStore: Send + Sync + 'static {
     fn changes_after(&self, after: u64) -> Result<Box<dyn Iterator<Item = Result<Changes>> + '_>>;
     /// Bytes of the store's log that recovery dropped at open (a torn or corrupt tail).
     fn log_bytes_dropped_at_open(&self) -> u64;
+    /// Bytes of memory the store holds (buffers, caches, indexes), as far as it knows.
+    fn memory_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The add merge rule of [`Family::Meta`]: the existing value and each operand are runs of

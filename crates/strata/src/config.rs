@@ -53,6 +53,9 @@ impl Default for NodeSettings {
     }
 }
 
+/// The least memory `maxmemory` keeps back for what no budget counts.
+const MAXMEMORY_RESERVE_BYTES_MIN: u64 = 32 << 20;
+
 /// Every setting, by component.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -75,12 +78,13 @@ impl Config {
         env: &BTreeMap<String, String>,
         overrides: &[(String, String)],
     ) -> Result<Config> {
-        let cfg: Config =
+        let mut cfg: Config =
             strata_settings::load(file.map(|p| p.as_path()), env, "STRATA_", overrides)?;
-        cfg.engine
+        cfg.server
             .validate()
             .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
-        cfg.server
+        cfg.apply_maxmemory();
+        cfg.engine
             .validate()
             .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
         let n = &cfg.node;
@@ -89,6 +93,27 @@ impl Config {
         }
         cfg.unixsocket_mode()?;
         Ok(cfg)
+    }
+
+    /// With `maxmemory` set, carves the process's memory up: RocksDB's memtables get an
+    /// eighth and its block cache a sixteenth (or less, if set lower), a reserve is kept for
+    /// the rest of the process (the runtime, connection buffers, RocksDB's table readers,
+    /// the allocator's slack), and DRAM's budget (`hot_bytes_max`) is what remains; the
+    /// server moves DRAM's budget below that at run time to hold the limit.
+    fn apply_maxmemory(&mut self) {
+        let limit = self.server.maxmemory;
+        if limit == 0 {
+            return;
+        }
+        let memtables = match self.rocks.rocksdb_memtables_bytes_max {
+            0 => limit / 8,
+            set => set.min(limit / 8),
+        };
+        self.rocks.rocksdb_memtables_bytes_max = memtables;
+        let cache = self.rocks.rocksdb_block_cache_bytes.min(limit / 16);
+        self.rocks.rocksdb_block_cache_bytes = cache;
+        let reserve = (limit / 8).max(MAXMEMORY_RESERVE_BYTES_MIN);
+        self.engine.hot.hot_bytes_max = limit - memtables - cache - reserve;
     }
 
     /// The Unix socket's permission bits, from `unixsocketperm`.

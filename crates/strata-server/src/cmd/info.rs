@@ -103,9 +103,13 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         );
     }
     if show("memory") {
-        let rows: [(&str, String); 3] = [
-            ("used_memory", st.hot_bytes.to_string()),
-            ("maxmemory", st.hot_bytes_max.to_string()),
+        // The process's memory is what `maxmemory` limits; the dataset is DRAM's tier.
+        let rss = crate::memory::rss_anon_bytes();
+        let rows: [(&str, String); 5] = [
+            ("used_memory", rss.to_string()),
+            ("used_memory_rss", rss.to_string()),
+            ("used_memory_dataset", st.hot_bytes.to_string()),
+            ("maxmemory", sh.cfg.read().maxmemory.to_string()),
             ("maxmemory_policy", "strata-tiered".into()),
         ];
         section(&mut o, "Memory", rows);

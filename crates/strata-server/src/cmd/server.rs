@@ -167,7 +167,7 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
                 cfg.client_output_buffer_limit
             ),
         ),
-        ("maxmemory", es.hot.hot_bytes_max.to_string()),
+        ("maxmemory", cfg.maxmemory.to_string()),
         ("maxmemory-policy", "strata-tiered".into()),
         ("save", String::new()),
         ("appendonly", "no".into()),
