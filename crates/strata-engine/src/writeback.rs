@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,9 @@ const LOG_FILE_BYTES_MIN: u64 = 64 << 20;
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// Keys settled per warm-store batch.
 const SETTLE_CHUNK_KEYS: usize = 512;
-const SHARD_COUNT: usize = 64;
+/// Bounds of the table of keys with records (`WriteBack::records`), in slots.
+const RECORD_SLOTS_MIN: usize = 1 << 12;
+const RECORD_SLOTS_MAX: usize = 1 << 22;
 
 /// A key's value that DRAM and the hot log hold and the warm store does not yet.
 #[derive(Debug, Clone)]
@@ -74,14 +76,15 @@ pub(crate) struct WriteBack {
     /// off.
     fraction: f64,
     hot: Arc<HotCache>,
-    /// Keys the hot log has records of since the last checkpoint, dirty or settled, by a
-    /// hash of the stored key: the log file of their last record. Two keys with one hash
-    /// cost only a needless `SETTLED` record.
-    records: Box<[Mutex<Records>]>,
+    /// Which keys the live log files have records of, dirty or settled: a slot per hash of
+    /// the stored key, holding the newest log file any key hashed there has a record in (0:
+    /// none). Keys that share a slot only cost needless `SETTLED` records; a slot is
+    /// cleared when its file is retired.
+    records: Box<[AtomicU32]>,
     /// Hashes stored keys for `records`, with a random key per process (clients choose keys).
     hasher: ahash::RandomState,
-    /// Keys with records: 0 lets every check skip the maps (a dirty key always has one).
-    entries: AtomicU64,
+    /// Slots of `records` in use: 0 lets every check skip DRAM (a dirty key always has one).
+    slots_used: AtomicU64,
     log: Arc<HotLog>,
     last_checkpoint: Mutex<Instant>,
     /// Held for the whole of a checkpoint (the background task's, one on request, one at
@@ -89,17 +92,20 @@ pub(crate) struct WriteBack {
     checkpointing: Mutex<()>,
 }
 
-type Records = HashMap<u64, u64, ahash::RandomState>;
-
 impl WriteBack {
     /// Opens the hot log under `data_dir`; what it holds is read by [`recover`].
     pub(crate) fn open(data_dir: &Path, fraction: f64, hot: Arc<HotCache>) -> Result<WriteBack> {
+        // About a slot per smallest dirty entry the budget holds.
+        let dirty_max = (hot.bytes_max() as f64 * fraction) as usize;
+        let slots = (dirty_max / strata_hot::charge(0, 0))
+            .next_power_of_two()
+            .clamp(RECORD_SLOTS_MIN, RECORD_SLOTS_MAX);
         Ok(WriteBack {
             fraction,
             hot,
-            records: (0..SHARD_COUNT).map(|_| Mutex::default()).collect(),
+            records: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             hasher: ahash::RandomState::new(),
-            entries: AtomicU64::new(0),
+            slots_used: AtomicU64::new(0),
             log: Arc::new(HotLog::open(&data_dir.join("hotlog"))?),
             last_checkpoint: Mutex::new(Instant::now()),
             checkpointing: Mutex::new(()),
@@ -120,18 +126,18 @@ impl WriteBack {
     }
 
     fn is_empty(&self) -> bool {
-        self.entries.load(Ordering::Acquire) == 0
+        self.slots_used.load(Ordering::Acquire) == 0
     }
 
-    /// `key`'s hash in `records`, and its shard.
-    fn record_of(&self, key: &Key) -> (u64, &Mutex<Records>) {
-        let h = self.hasher.hash_one(key.stored());
-        (h, &self.records[(h >> 40) as usize % SHARD_COUNT])
+    /// `key`'s slot in `records`.
+    fn record_slot(&self, key: &Key) -> &AtomicU32 {
+        let h = self.hasher.hash_one(key.stored()) as usize;
+        &self.records[h % self.records.len()]
     }
 
+    /// Whether the live log files may have records of `key`.
     fn has_records(&self, key: &Key) -> bool {
-        let (h, shard) = self.record_of(key);
-        !self.is_empty() && shard.lock().contains_key(&h)
+        !self.is_empty() && self.record_slot(key).load(Ordering::Acquire) != 0
     }
 
     /// The dirty value of `key`, if write-back holds one (live or not: an expired one
@@ -155,20 +161,16 @@ impl WriteBack {
     /// Holds `value` as `key`'s dirty value (the caller holds its stripe lock), its last
     /// record in log file `gen`. False if DRAM cannot hold it ([`takes`] checks first).
     fn put(&self, key: &Key, kind: Kind, value: Bytes, expire_ms: u64, gen: u64) -> bool {
-        let (h, shard) = self.record_of(key);
-        if shard.lock().insert(h, gen).is_none() {
-            self.entries.fetch_add(1, Ordering::AcqRel);
+        // Generations only grow: the slot keeps the newest of the keys hashed to it.
+        if self
+            .record_slot(key)
+            .fetch_max(gen as u32, Ordering::AcqRel)
+            == 0
+        {
+            self.slots_used.fetch_add(1, Ordering::AcqRel);
         }
         self.hot
             .insert_dirty(key.stored(), value, expire_ms, kind as u8)
-    }
-
-    /// Forgets `key`'s records (a `SETTLED` record voids them).
-    fn remove(&self, key: &Key) {
-        let (h, shard) = self.record_of(key);
-        if shard.lock().remove(&h).is_some() {
-            self.entries.fetch_sub(1, Ordering::AcqRel);
-        }
     }
 
     /// Marks `key`'s value as held by the warm store (its records stay live until their
@@ -197,27 +199,28 @@ impl WriteBack {
     /// Forgets the keys whose last record is in a retired file (a checkpoint settled every
     /// value logged before it).
     fn forget_settled(&self, retired_gen: u64) {
-        for s in self.records.iter() {
-            let mut s = s.lock();
-            let before = s.len();
-            s.retain(|_, gen| *gen > retired_gen);
-            self.entries
-                .fetch_sub((before - s.len()) as u64, Ordering::AcqRel);
-            // The map does not shrink by itself: after a burst it would hold its largest
-            // size for good.
-            if s.capacity() > 4 * s.len() + 1024 {
-                let len = s.len();
-                s.shrink_to(2 * len);
+        if self.is_empty() {
+            return;
+        }
+        for slot in self.records.iter() {
+            let gen = slot.load(Ordering::Acquire);
+            if gen != 0
+                && u64::from(gen) <= retired_gen
+                && slot
+                    .compare_exchange(gen, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                self.slots_used.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 
     /// Forgets every record and every dirty value (`FLUSHALL`).
     fn clear(&self) {
-        for s in self.records.iter() {
-            let mut s = s.lock();
-            self.entries.fetch_sub(s.len() as u64, Ordering::AcqRel);
-            *s = Records::default();
+        for slot in self.records.iter() {
+            if slot.swap(0, Ordering::AcqRel) != 0 {
+                self.slots_used.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         self.hot.clear_all();
     }
@@ -307,14 +310,16 @@ pub(crate) fn current_locked(
     key: &Key,
     now: u64,
 ) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
-    if let Some(d) = core.writeback.get(key) {
-        return Ok(Some(d.is_live(now).then_some((
-            d.value,
-            d.expire_ms,
-            d.kind,
-        ))));
-    }
-    Ok(core.hot_get(key, now)?.map(Some))
+    let Some((value, expire_ms, tag, dirty)) = core.hot.current(key.stored(), now) else {
+        return Ok(None);
+    };
+    let live = expire_ms == 0 || expire_ms > now;
+    debug_assert!(live || dirty, "DRAM answers only live clean entries");
+    Ok(Some(live.then_some((
+        value,
+        expire_ms,
+        Kind::from_u8(tag)?,
+    ))))
 }
 
 /// Before a write that is not write-back's changes `key` (its stripe lock held): writes the
@@ -343,9 +348,10 @@ pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
     if !dirty.is_empty() {
         write_dirty(core, &dirty)?;
     }
+    // The keys' earlier records are void from here on; their slots stay set until their
+    // files are retired (other keys may share them).
     for k in held {
         wb.log.append(OP_SETTLED, 0, 0, k.stored(), b"");
-        wb.remove(k);
     }
     Ok(())
 }

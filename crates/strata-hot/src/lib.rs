@@ -260,6 +260,22 @@ impl HotCache {
         true
     }
 
+    /// `key`'s value, expiry, tag and whether it is dirty, in one look-up: a dirty entry
+    /// live or not (an expired one says the key is gone), a clean one only if live (an
+    /// expired clean entry is dropped). No access is counted.
+    pub fn current(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64, u8, bool)> {
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
+        let slot = sh.find(hash, key)?;
+        let e = sh.entry(slot);
+        if e.dirty || e.data.is_live(now_ms) {
+            return Some((e.value(), e.data.expire_ms(), e.tag, e.dirty));
+        }
+        self.remove_slot(&mut sh, slot);
+        self.publish(&sh);
+        None
+    }
+
     /// The value, expiry and tag of `key`'s dirty entry, live or not (an expired one says
     /// the key is gone); no access is counted.
     pub fn dirty(&self, key: &[u8]) -> Option<(Bytes, u64, u8)> {
@@ -298,8 +314,7 @@ impl HotCache {
             return Vec::new();
         }
         let sh = self.shards[shard].lock();
-        (0..sh.len())
-            .map(|s| sh.entry(s))
+        sh.entries()
             .filter(|e| e.dirty)
             .map(|e| e.data.key().to_vec())
             .collect()

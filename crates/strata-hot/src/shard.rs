@@ -1,8 +1,9 @@
-//! One shard: a hash table of slot numbers over a dense array of entries, each entry
-//! carrying its own eviction state (a priority and a small frequency count), so a hit reads
-//! the table, the entry and its block and nothing else, and the policy costs no memory of
-//! its own. Eviction samples entries at random and takes the lowest priority (Redis's
-//! approximation of LRU and LFU), exactly when the shard holds few entries.
+//! One shard: a hash table of compact entries, each carrying its own eviction state (a
+//! priority and a small frequency count), so a hit reads the table, the entry and its block
+//! and nothing else, and the policy costs no memory of its own. Eviction samples entries
+//! at random (buckets of the table) and takes the lowest priority (Redis's approximation of
+//! LRU and LFU), exactly when the shard holds few entries. A slot is a bucket of the table:
+//! valid until the next insert or removal.
 
 use bytes::Bytes;
 use hashbrown::HashTable;
@@ -41,10 +42,7 @@ pub(crate) struct Entry {
 pub(crate) struct Shard {
     /// Its place in `HotCache::shards` (and `loads`).
     pub(crate) index: usize,
-    /// Slot numbers, hashed by their entries' keys.
-    table: HashTable<u32>,
-    /// Dense: a removal moves the last entry into the hole.
-    pub(crate) entries: Vec<Entry>,
+    table: HashTable<Entry>,
     pub(crate) bytes: usize,
     policy: PolicyKind,
     /// `Lru`: counts touches. `Strata`: the priority of the last victim (the inflation).
@@ -57,7 +55,6 @@ impl Shard {
         Shard {
             index,
             table: HashTable::new(),
-            entries: Vec::new(),
             bytes: 0,
             policy,
             clock: 0,
@@ -66,41 +63,45 @@ impl Shard {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.table.len()
     }
 
     /// The slot of `key`, hashed to `hash`.
     pub(crate) fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
-        let entries = &self.entries;
-        self.table
-            .find(hash, |&s| entries[s as usize].data.key() == key)
-            .map(|&s| s as usize)
+        self.table.find_bucket_index(hash, |e| e.data.key() == key)
     }
 
     pub(crate) fn entry(&self, slot: usize) -> &Entry {
-        &self.entries[slot]
+        self.table.get_bucket(slot).expect("a live slot")
+    }
+
+    pub(crate) fn entry_mut(&mut self, slot: usize) -> &mut Entry {
+        self.table.get_bucket_mut(slot).expect("a live slot")
+    }
+
+    /// The priority an access gives `e` now (moving the shard's clock, under `Lru`).
+    fn touched(&mut self, frequency: u8) -> (u32, u8) {
+        if self.clock >= CLOCK_REBASE_AT {
+            self.rebase();
+        }
+        match self.policy {
+            PolicyKind::Lru => {
+                self.clock += 1;
+                (self.clock, frequency)
+            }
+            PolicyKind::Strata => {
+                let f = (frequency + 1).min(FREQUENCY_MAX);
+                (self.clock + weight(f), f)
+            }
+        }
     }
 
     /// Records an access of `slot`.
     pub(crate) fn touch(&mut self, slot: usize) {
-        let e = &mut self.entries[slot];
-        match self.policy {
-            PolicyKind::Lru => {
-                self.clock += 1;
-                e.prio = self.clock;
-            }
-            PolicyKind::Strata => {
-                e.frequency = (e.frequency + 1).min(FREQUENCY_MAX);
-                e.prio = self.clock + weight(e.frequency);
-            }
-        }
-        if self.clock >= CLOCK_REBASE_AT {
-            self.rebase();
-        }
-    }
-
-    pub(crate) fn entry_mut(&mut self, slot: usize) -> &mut Entry {
-        &mut self.entries[slot]
+        let (prio, frequency) = self.touched(self.entry(slot).frequency);
+        let e = self.entry_mut(slot);
+        e.prio = prio;
+        e.frequency = frequency;
     }
 
     /// Gives `slot` new contents, as an access; returns its old data and whether it was
@@ -112,11 +113,11 @@ impl Shard {
         tag: u8,
         dirty: bool,
     ) -> (Data, bool) {
-        let e = &mut self.entries[slot];
+        self.touch(slot);
+        let e = self.entry_mut(slot);
         e.tag = tag;
         let was_dirty = std::mem::replace(&mut e.dirty, dirty);
         let old = std::mem::replace(&mut e.data, data);
-        self.touch(slot);
         (old, was_dirty)
     }
 
@@ -129,79 +130,82 @@ impl Shard {
         dirty: bool,
         hasher: &ahash::RandomState,
     ) {
-        let slot = self.entries.len() as u32;
-        self.entries.push(Entry {
+        let (prio, frequency) = self.touched(0);
+        let e = Entry {
             data,
-            prio: 0,
-            frequency: 0,
+            prio,
+            frequency,
             tag,
             dirty,
-        });
-        let entries = &self.entries;
-        self.table.insert_unique(hash, slot, |&s| {
-            hasher.hash_one(entries[s as usize].data.key())
-        });
-        self.touch(slot as usize);
+        };
+        self.table
+            .insert_unique(hash, e, |e| hasher.hash_one(e.data.key()));
     }
 
-    /// Takes `slot` out (the last entry moves into its place) and returns it.
+    /// Takes `slot` out and returns it.
     pub(crate) fn remove(&mut self, slot: usize, hasher: &ahash::RandomState) -> Entry {
-        let hash = hasher.hash_one(self.entries[slot].data.key());
-        self.table
-            .find_entry(hash, |&s| s as usize == slot)
-            .expect("a live slot is in the table")
-            .remove();
-        let last = self.entries.len() - 1;
-        if slot != last {
-            let moved = hasher.hash_one(self.entries[last].data.key());
-            *self
-                .table
-                .find_mut(moved, |&s| s as usize == last)
-                .expect("a live slot is in the table") = slot as u32;
-        }
-        let gone = self.entries.swap_remove(slot);
+        let gone = match self.table.get_bucket_entry(slot) {
+            Ok(e) => e.remove().0,
+            Err(_) => panic!("a live slot"),
+        };
         // Give back what a shard that held far more than it does now no longer needs.
-        if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
-            self.entries.shrink_to(self.entries.len() * 2);
-            let entries = &self.entries;
-            self.table.shrink_to(entries.len(), |&s| {
-                hasher.hash_one(entries[s as usize].data.key())
-            });
+        if self.table.capacity() > 64 && self.table.len() < self.table.capacity() / 4 {
+            let len = self.table.len();
+            self.table
+                .shrink_to(len * 2, |e| hasher.hash_one(e.data.key()));
         }
         gone
+    }
+
+    /// The next random bucket number.
+    fn random_bucket(&mut self) -> usize {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng % self.table.num_buckets() as u64) as usize
     }
 
     /// Chooses the slot to evict next: the lowest priority among a sample of clean entries
     /// (or among all, in a small shard). Under `Strata` the shard's inflation rises to the
     /// victim's priority, so entries not touched since fall behind the ones touched.
     pub(crate) fn victim(&mut self) -> Option<usize> {
-        let n = self.entries.len();
-        let entries = &self.entries;
-        let lowest = |slots: &mut dyn Iterator<Item = usize>| {
-            slots
-                .filter(|&s| !entries[s].dirty)
-                .min_by_key(|&s| entries[s].prio)
-        };
-        let mut slot = None;
-        if n > 2 * SAMPLES {
-            let picks: [usize; SAMPLES] = std::array::from_fn(|_| {
-                self.rng ^= self.rng << 13;
-                self.rng ^= self.rng >> 7;
-                self.rng ^= self.rng << 17;
-                (self.rng % n as u64) as usize
-            });
-            slot = lowest(&mut picks.into_iter());
-        }
-        // A small shard, or a sample of dirty entries only: look at every entry.
-        let slot = match slot {
-            Some(s) => s,
-            None => lowest(&mut (0..n))?,
-        };
-        if self.policy == PolicyKind::Strata {
-            self.clock = self.clock.max(self.entries[slot].prio);
-            if self.clock >= CLOCK_REBASE_AT {
-                self.rebase();
+        fn consider(best: &mut Option<(u32, usize)>, slot: usize, e: &Entry) {
+            if !e.dirty && best.is_none_or(|(p, _)| e.prio < p) {
+                *best = Some((e.prio, slot));
             }
+        }
+        let mut best = None;
+        if self.table.len() > 2 * SAMPLES {
+            // Each sample is the first occupied bucket from a random one (the table is at
+            // least 3/8 full, so a few steps at most). When the best of the first round is
+            // an entry seen more than once, a second round looks further: evicting a reused
+            // entry while entries seen once remain would, under `Strata`, raise the
+            // inflation past the other reused entries and let a scan push them all out.
+            for i in 0..2 * SAMPLES {
+                if i == SAMPLES && best.is_some_and(|(_, s)| self.entry(s).frequency <= 1) {
+                    break;
+                }
+                let mut b = self.random_bucket();
+                loop {
+                    if let Some(e) = self.table.get_bucket(b) {
+                        consider(&mut best, b, e);
+                        break;
+                    }
+                    b = (b + 1) % self.table.num_buckets();
+                }
+            }
+        }
+        if best.is_none() {
+            // A small shard, or a sample of dirty entries only: look at every entry.
+            for b in 0..self.table.num_buckets() {
+                if let Some(e) = self.table.get_bucket(b) {
+                    consider(&mut best, b, e);
+                }
+            }
+        }
+        let (prio, slot) = best?;
+        if self.policy == PolicyKind::Strata {
+            self.clock = self.clock.max(prio);
         }
         Some(slot)
     }
@@ -211,9 +215,14 @@ impl Shard {
     fn rebase(&mut self) {
         let by = self.clock / 2;
         self.clock -= by;
-        for e in &mut self.entries {
+        for e in self.table.iter_mut() {
             e.prio = e.prio.saturating_sub(by);
         }
+    }
+
+    /// Every entry, for reading.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.table.iter()
     }
 
     /// Takes out every entry for which `drop` says so; returns them.
@@ -222,19 +231,9 @@ impl Shard {
         drop: impl Fn(&Entry) -> bool,
         hasher: &ahash::RandomState,
     ) -> Vec<Entry> {
-        if self.entries.iter().all(&drop) {
-            self.table = HashTable::new();
-            return std::mem::take(&mut self.entries);
-        }
-        let mut gone = Vec::new();
-        let mut slot = 0;
-        while slot < self.entries.len() {
-            if drop(&self.entries[slot]) {
-                gone.push(self.remove(slot, hasher));
-            } else {
-                slot += 1;
-            }
-        }
+        let gone: Vec<Entry> = self.table.extract_if(|e| drop(e)).collect();
+        let len = self.table.len();
+        self.table.shrink_to(len, |e| hasher.hash_one(e.data.key()));
         gone
     }
 }
@@ -255,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn removal_keeps_the_table_and_the_dense_array_in_step() {
+    fn removal_keeps_every_other_entry_findable() {
         let h = ahash::RandomState::with_seeds(1, 2, 3, 4);
         let mut s = Shard::new(0, PolicyKind::Lru);
         let key = |i: u32| format!("key{i}").into_bytes();
@@ -279,6 +278,7 @@ mod tests {
                 assert_eq!(s.entry(slot).data.key(), &key(i)[..]);
             }
         }
+        assert_eq!(s.len(), 666);
     }
 
     #[test]
@@ -294,11 +294,12 @@ mod tests {
                 &h,
             );
         }
-        s.clock = CLOCK_REBASE_AT - 2;
-        s.touch(2);
-        s.touch(1);
+        s.clock = CLOCK_REBASE_AT;
+        let slot = |s: &Shard, i: u8| s.find(h.hash_one([i]), &[i]).unwrap();
+        s.touch(slot(&s, 2));
+        s.touch(slot(&s, 1));
         assert!(s.clock < CLOCK_REBASE_AT);
-        assert_eq!(s.victim(), Some(0));
-        assert!(s.entries[2].prio < s.entries[1].prio);
+        assert_eq!(s.victim(), Some(slot(&s, 0)));
+        assert!(s.entry(slot(&s, 2)).prio < s.entry(slot(&s, 1)).prio);
     }
 }
