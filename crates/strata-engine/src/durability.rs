@@ -172,14 +172,24 @@ pub(crate) async fn flush_log_every(
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = tick.tick() => {}
+            _ = hot.full.notified() => {}
         }
         let hot_upto = hot.mark();
-        if let Err(e) = warm.flush_log() {
-            tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
-        } else if let Err(e) = hot.write_out(hot_upto, false) {
-            // Those records are dropped from the log; their values stay dirty in memory
-            // until a checkpoint writes them.
-            tracing::warn!(error = %e, "handing the hot log to the OS failed");
+        // A second's worth of writes can take a while to copy into the page cache: off the
+        // runtime's workers, which serve clients meanwhile.
+        let (w, h) = (Arc::clone(&warm), Arc::clone(&hot));
+        let flushed = tokio::task::spawn_blocking(move || {
+            if let Err(e) = w.flush_log() {
+                tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
+            } else if let Err(e) = h.write_out(hot_upto, false) {
+                // Those records are dropped from the log; their values stay dirty in memory
+                // until a checkpoint writes them.
+                tracing::warn!(error = %e, "handing the hot log to the OS failed");
+            }
+        })
+        .await;
+        if flushed.is_err() {
+            tracing::warn!("the log flush task panicked");
         }
     }
 }

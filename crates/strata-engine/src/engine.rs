@@ -588,6 +588,14 @@ impl Engine {
         crate::background::round(&self.core, true).await
     }
 
+    /// Compacts write-back's log now: the dirty values logged again into a new file, the
+    /// older files deleted, nothing written to the warm store (the background task does
+    /// this when the log grows; tests call it to see it happen). Returns how many values it
+    /// logged again.
+    pub fn compact_hot_log(&self) -> Result<u64> {
+        crate::writeback::compact(&self.core)
+    }
+
     /// Waits until what reads left to do after them (returns to the warm tier, prefetches)
     /// is done: tests and replays use it to see the state reads leave.
     pub async fn settle(&self) {

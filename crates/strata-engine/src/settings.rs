@@ -116,10 +116,10 @@ pub struct HotSettings {
 impl Default for HotSettings {
     fn default() -> Self {
         HotSettings {
-            hot_bytes_max: 256 << 20,
+            hot_bytes_max: 1 << 30,
             hot_policy: HotPolicy::Strata,
             hot_shard_count: 16,
-            hot_dirty_fraction: 0.25,
+            hot_dirty_fraction: 0.5,
         }
     }
 }
@@ -320,8 +320,8 @@ impl Settings {
         if w.warm_bytes_hard_max != 0 && w.warm_bytes_hard_max < w.warm_bytes_max {
             return bad("warm_bytes_hard_max must be 0 (automatic) or at least warm_bytes_max");
         }
-        if !(0.0..=0.5).contains(&self.hot.hot_dirty_fraction) {
-            return bad("hot_dirty_fraction must be between 0 and 0.5");
+        if !(0.0..=0.75).contains(&self.hot.hot_dirty_fraction) {
+            return bad("hot_dirty_fraction must be between 0 and 0.75");
         }
         if !(1..=60_000).contains(&w.none_flush_ms) {
             return bad("none_flush_ms must be between 1 and 60000");

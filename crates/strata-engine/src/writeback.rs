@@ -1,10 +1,12 @@
-//! Write-back: a plain write of a small string (`SET`, `SET EX`, `MSET`) lands in DRAM and
-//! in the hot log, not in the warm store. The warm store is filled behind it in large
-//! batches (a checkpoint), where overwrites of a hot key have coalesced, or as soon as
-//! another command needs the key's stored state (`settle_locked`). Until then [`WriteBack`]
-//! holds the key's newest value: reads look there after DRAM, every other write settles the
-//! key first, and operations on the whole keyspace (scans, backups, the change log,
-//! `FLUSHDB`, `DBSIZE`, figures) settle everything first ([`settle_all`]).
+//! Write-back: a plain write of a small string (`SET`, `SET EX`, `MSET`, the `INCR`
+//! family) lands in DRAM, as a dirty entry, and in the hot log, not in the warm store.
+//! Overwrites of a hot key coalesce there. The warm store is filled behind it: with the
+//! colder half of the dirty values once they pass three quarters of their budget
+//! ([`settle_colder_half`]), with all of them before an operation on the whole keyspace
+//! (scans, backups, the change log, `FLUSHDB`, `DBSIZE`, figures: [`settle_all`]) or at a
+//! checkpoint (close, recovery), and with one key as soon as another command needs its
+//! stored state (`settle_locked`). Until then DRAM holds the key's newest value: reads find
+//! it there before the warm store, and every other write settles the key first.
 //!
 //! The hot log is files `hotlog/<gen>.log` of records `body_len u32 | crc32c(body) u32 |
 //! body`, body `op u8 | kind u8 | expire_ms u64 | key_len u32 | stored key | value`. `PUT`
@@ -13,9 +15,10 @@
 //! `FLUSHED` voids every earlier record (`FLUSHALL`). The log is handed to the OS (with
 //! `group`, fsynced) by the tasks that do so for the warm store's log, right after it and
 //! only up to where it stood before it, so a `SETTLED` record never reaches the disk ahead
-//! of the warm-store writes it stands for. Opening replays the files; a checkpoint starts a
-//! new file, writes every dirty value to the warm store, syncs it and deletes the older
-//! files.
+//! of the warm-store writes it stands for. Opening replays the files. A compaction
+//! ([`compact`], when the log file grows or ages) starts a new file, logs every dirty value
+//! into it again, syncs it and deletes the older files; a checkpoint ([`checkpoint`]) does
+//! the same but writes the dirty values to the warm store instead.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,12 +46,16 @@ const OP_SETTLED: u8 = 2;
 const OP_FLUSHED: u8 = 3;
 /// Bytes of a record before its key: length, checksum, op, kind, expiry, key length.
 const RECORD_HEAD_BYTES: usize = 4 + 4 + 1 + 1 + 8 + 4;
-/// A checkpoint starts once the current log file holds this many times the dirty budget
-/// (overwrites coalesce this much at most), or at least this many bytes.
-const LOG_FILE_BUDGETS: u64 = 4;
-const LOG_FILE_BYTES_MIN: u64 = 64 << 20;
-/// A checkpoint starts at least this often while anything is dirty.
+/// A compaction starts once the current log file holds this many times the dirty budget
+/// (so rewriting the dirty values costs at most half as much again as logging them, and a
+/// replay at open reads at most about that much), or at least this many bytes.
+const LOG_FILE_BUDGETS: u64 = 2;
+const LOG_FILE_BYTES_MIN: u64 = 1 << 20;
+/// A compaction starts at least this often while the log has records.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+/// Bytes the hot log buffers in the process before it asks to be written out early (with
+/// `durability = none` it is written out every `none_flush_ms` otherwise).
+const LOG_BUFFER_BYTES_MAX: usize = 4 << 20;
 /// Keys settled per warm-store batch.
 const SETTLE_CHUNK_KEYS: usize = 512;
 /// Bounds of the table of keys with records (`WriteBack::records`), in slots.
@@ -67,6 +74,16 @@ impl Dirty {
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         self.expire_ms == 0 || self.expire_ms > now_ms
     }
+}
+
+/// What write-back needs of the background task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    Nothing,
+    /// [`settle_colder_half`]: the colder half of the dirty values into the warm store.
+    Settle,
+    /// [`compact`]: the log rewritten to what is dirty now.
+    Compaction,
 }
 
 /// Dirty values live in DRAM as dirty entries (never evicted); beside them, write-back
@@ -135,6 +152,18 @@ impl WriteBack {
         &self.records[h % self.records.len()]
     }
 
+    /// Notes that log file `gen` has a record of `key`.
+    fn note_record(&self, key: &Key, gen: u64) {
+        // Generations only grow: the slot keeps the newest of the keys hashed to it.
+        if self
+            .record_slot(key)
+            .fetch_max(gen as u32, Ordering::AcqRel)
+            == 0
+        {
+            self.slots_used.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     /// Whether the live log files may have records of `key`.
     fn has_records(&self, key: &Key) -> bool {
         !self.is_empty() && self.record_slot(key).load(Ordering::Acquire) != 0
@@ -161,14 +190,7 @@ impl WriteBack {
     /// Holds `value` as `key`'s dirty value (the caller holds its stripe lock), its last
     /// record in log file `gen`. False if DRAM cannot hold it ([`takes`] checks first).
     fn put(&self, key: &Key, kind: Kind, value: Bytes, expire_ms: u64, gen: u64) -> bool {
-        // Generations only grow: the slot keeps the newest of the keys hashed to it.
-        if self
-            .record_slot(key)
-            .fetch_max(gen as u32, Ordering::AcqRel)
-            == 0
-        {
-            self.slots_used.fetch_add(1, Ordering::AcqRel);
-        }
+        self.note_record(key, gen);
         self.hot
             .insert_dirty(key.stored(), value, expire_ms, kind as u8)
     }
@@ -225,13 +247,28 @@ impl WriteBack {
         self.hot.clear_all();
     }
 
-    /// Whether the background task should checkpoint now.
-    pub(crate) fn wants_checkpoint(&self) -> bool {
-        !self.is_empty()
-            && (self.dirty_bytes() >= self.bytes_max() / 2
-                || self.log.file_bytes()
-                    >= (self.bytes_max() * LOG_FILE_BUDGETS).max(LOG_FILE_BYTES_MIN)
-                || self.last_checkpoint.lock().elapsed() >= CHECKPOINT_INTERVAL)
+    /// Whether dirty values hold three quarters of their budget or more.
+    fn settle_due(&self) -> bool {
+        self.dirty_bytes() >= self.bytes_max() / 4 * 3
+    }
+
+    /// What the background task should do for write-back now: write the colder half of the
+    /// dirty values to the warm store once they pass three quarters of their budget (DRAM
+    /// needs room, and writes a margin while it runs), compact the log once its file is
+    /// large or old.
+    pub(crate) fn due(&self) -> Due {
+        if self.is_empty() {
+            Due::Nothing
+        } else if self.settle_due() {
+            Due::Settle
+        } else if self.log.file_bytes()
+            >= (self.bytes_max() * LOG_FILE_BUDGETS).max(LOG_FILE_BYTES_MIN)
+            || self.last_checkpoint.lock().elapsed() >= CHECKPOINT_INTERVAL
+        {
+            Due::Compaction
+        } else {
+            Due::Nothing
+        }
     }
 }
 
@@ -296,7 +333,7 @@ pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expi
     add(&core.counters.writes);
     add(&core.counters.writes_back);
     core.locks.bump(key);
-    if wb.dirty_bytes() >= wb.bytes_max() / 2 {
+    if wb.settle_due() {
         core.background_wake.notify_one();
     }
 }
@@ -412,6 +449,24 @@ fn settle_keys(core: &Core, keys: &[Key]) -> Result<u64> {
     Ok(written)
 }
 
+/// Writes the colder half (by priority in DRAM, so mostly the least recently written) of
+/// each DRAM shard's dirty values to the warm store; they stay in DRAM as copies. Their log
+/// records stay until a compaction retires their file. Returns how many values it wrote.
+pub(crate) fn settle_colder_half(core: &Core) -> Result<u64> {
+    let mut written = 0;
+    for shard in 0..core.hot.shard_count() {
+        let keys: Vec<Key> = core
+            .hot
+            .coldest_dirty_keys_in(shard, 0.5)
+            .iter()
+            .filter_map(|k| Key::from_stored(k).ok())
+            .collect();
+        written += settle_keys(core, &keys)?;
+    }
+    add(&core.counters.write_back_settles);
+    Ok(written)
+}
+
 /// A checkpoint: a new log file, every dirty value into the warm store, the warm store
 /// synced, the older log files deleted. Returns how many values it wrote.
 pub(crate) fn checkpoint(core: &Core) -> Result<u64> {
@@ -425,6 +480,47 @@ pub(crate) fn checkpoint(core: &Core) -> Result<u64> {
     wb.forget_settled(retired);
     add(&core.counters.checkpoints);
     Ok(written)
+}
+
+/// A compaction: a new log file, every dirty value logged again into it, the older files
+/// deleted; nothing goes to the warm store. One sequential write per dirty value instead of
+/// a read and a write of the warm store: it bounds the log while the dirty values fit their
+/// budget, and overwrites of a hot key keep coalescing in DRAM. Returns how many values it
+/// logged again.
+pub(crate) fn compact(core: &Core) -> Result<u64> {
+    let wb = &core.writeback;
+    let _alone = wb.checkpointing.lock();
+    *wb.last_checkpoint.lock() = Instant::now();
+    let retired = wb.log.rotate()?;
+    let mut relogged = 0;
+    for keys in wb.dirty_keys() {
+        for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
+            // Under the keys' locks, so that no newer record of a key precedes this one.
+            let _locks = core.locks.lock_many(chunk.iter());
+            for k in chunk {
+                if let Some(d) = wb.get(k) {
+                    let gen =
+                        wb.log
+                            .append(OP_PUT, d.kind as u8, d.expire_ms, k.stored(), &d.value);
+                    wb.note_record(k, gen);
+                    relogged += 1;
+                }
+            }
+        }
+        // Hand what this shard logged to the OS as it goes (the log's buffer stays small),
+        // behind the warm store's log as always.
+        let upto = wb.log.mark();
+        core.warm.store.flush_log()?;
+        wb.log.write_out(upto, false)?;
+    }
+    // The new file is durable before the older ones go.
+    let upto = wb.log.mark();
+    core.sync_values_and_log()?;
+    wb.log.write_out(upto, true)?;
+    wb.log.delete_through(retired)?;
+    wb.forget_settled(retired);
+    add(&core.counters.hot_log_compactions);
+    Ok(relogged)
 }
 
 /// `FLUSHALL` (every stripe locked): every entry goes, and the log says so.
@@ -548,6 +644,9 @@ fn decode(bytes: &[u8], at: usize) -> Option<(Record<'_>, usize)> {
 pub(crate) struct HotLog {
     dir: PathBuf,
     state: Mutex<LogState>,
+    /// Notified when the buffer passes [`LOG_BUFFER_BYTES_MAX`]: whoever writes the log out
+    /// periodically does so now.
+    pub(crate) full: tokio::sync::Notify,
     /// Held while writing to the current file, and while switching files.
     file: Mutex<LogFile>,
     file_bytes: AtomicU64,
@@ -578,6 +677,7 @@ impl HotLog {
         std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
         let mut log = HotLog {
             dir: dir.to_path_buf(),
+            full: tokio::sync::Notify::new(),
             state: Mutex::new(LogState {
                 buf: Vec::new(),
                 appended: 0,
@@ -632,6 +732,9 @@ impl HotLog {
         let before = s.buf.len();
         encode(&mut s.buf, op, kind, expire_ms, key, value);
         s.appended += (s.buf.len() - before) as u64;
+        if before < LOG_BUFFER_BYTES_MAX && s.buf.len() >= LOG_BUFFER_BYTES_MAX {
+            self.full.notify_one();
+        }
         s.gen
     }
 

@@ -301,11 +301,36 @@ impl HotCache {
                     .fetch_sub(data_charge(&e.data), Ordering::Relaxed);
             }
         });
+        // Dirty entries may have held the cache over its budget: it can give way now.
+        self.trim();
     }
 
     /// The number of shards (for walking the dirty keys a shard at a time).
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// The keys of the coldest dirty entries of shard `shard` (lowest priority first) that
+    /// together hold at least `fraction` of its dirty bytes.
+    pub fn coldest_dirty_keys_in(&self, shard: usize, fraction: f64) -> Vec<Vec<u8>> {
+        let sh = self.shards[shard].lock();
+        let mut dirty: Vec<(u32, usize, &[u8])> = sh
+            .entries()
+            .filter(|e| e.dirty)
+            .map(|e| (e.prio(), data_charge(&e.data), e.data.key()))
+            .collect();
+        dirty.sort_unstable_by_key(|d| d.0);
+        let want = (dirty.iter().map(|d| d.1).sum::<usize>() as f64 * fraction) as usize;
+        let mut taken = 0;
+        dirty
+            .into_iter()
+            .take_while(|d| {
+                let more = taken < want;
+                taken += d.1;
+                more
+            })
+            .map(|d| d.2.to_vec())
+            .collect()
     }
 
     /// The keys of the dirty entries of shard `shard`.
@@ -643,6 +668,16 @@ mod tests {
             // A dirty entry overwritten stays dirty once, counted once.
             assert!(c.insert_dirty(b"d0003", Bytes::from_static(b"w"), 0, 2));
             assert_eq!(c.dirty_bytes(), 20 * each);
+            // Dirty entries past the budget: clean, the cache comes back under it.
+            for i in 0..200u32 {
+                let k = format!("e{i:04}");
+                assert!(c.insert_dirty(k.as_bytes(), Bytes::from_static(b"v"), 0, 2));
+            }
+            assert!(c.stats().bytes > c.stats().bytes_max);
+            for i in 0..200u32 {
+                c.mark_clean(format!("e{i:04}").as_bytes());
+            }
+            assert!(c.stats().bytes <= c.stats().bytes_max);
             for i in 0..20u32 {
                 c.mark_clean(format!("d{i:04}").as_bytes());
             }

@@ -239,6 +239,11 @@ impl Shard {
 }
 
 impl Entry {
+    /// Its priority: lower is evicted (or, dirty, written back) first.
+    pub(crate) fn prio(&self) -> u32 {
+        self.prio
+    }
+
     pub(crate) fn value(&self) -> Bytes {
         self.data.value_bytes()
     }

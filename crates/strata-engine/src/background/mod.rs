@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::core::Core;
 use crate::stats::add;
+use crate::writeback::Due;
 use crate::Result;
 
 /// Collection runs on every this many rounds.
@@ -59,8 +60,16 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
 /// keys demoted.
 pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
     let _one_at_a_time = core.rounds.lock().await;
-    if core.writeback.wants_checkpoint() {
-        crate::writeback::checkpoint(core)?;
+    let due = core.writeback.due();
+    if due != Due::Nothing {
+        // Many warm-store writes or a long sequential write: off the runtime's workers.
+        let me = Arc::clone(core);
+        tokio::task::spawn_blocking(move || match due {
+            Due::Settle => crate::writeback::settle_colder_half(&me),
+            _ => crate::writeback::compact(&me),
+        })
+        .await
+        .map_err(|e| crate::Error::Internal(format!("write-back task failed: {e}")))??;
     }
     expire::sweep(core)?;
     let now = core.now_ms();

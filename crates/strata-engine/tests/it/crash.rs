@@ -1,10 +1,13 @@
-//! SIGKILL during `sync` writes: every acknowledged write survives with exact bytes, whether
-//! its value sits in RocksDB, in the value log, or (demoted) in the cold tier.
+//! SIGKILL during writes: every acknowledged write survives with exact bytes, whether its
+//! value sits in RocksDB, in the value log, (demoted) in the cold tier, or only in
+//! write-back's hot log, compacted or not.
 //!
 //! The parent test re-runs this test binary as a child (`crash_child_writer`), which writes
 //! and deletes keys in a deterministic order, printing `ack N` after each acknowledged
-//! operation, with budgets small enough that keys are demoted to the cold tier while it
-//! runs. The parent kills it with SIGKILL at a random moment and checks the store.
+//! operation. In `sync` mode budgets are small enough that keys are demoted to the cold tier
+//! while it runs; in `write-back` mode (`durability = group`) small values go to DRAM and
+//! the hot log, and the child compacts the log every few operations (printing
+//! `compacted`). The parent kills it with SIGKILL at a random moment and checks the store.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -30,8 +33,20 @@ fn op(i: u64) -> (Vec<u8>, Option<Vec<u8>>) {
     (key, Some(v))
 }
 
-fn options(dir: &std::path::Path) -> crate::support::Opts {
+/// Operations between the write-back child's compactions.
+const COMPACT_EVERY: u64 = 40;
+
+fn options(dir: &std::path::Path, write_back: bool) -> crate::support::Opts {
     let mut o = small_options(dir);
+    if write_back {
+        o.s.warm.durability = Durability::Group;
+        // Dirty values of a quarter of this, checkpointed at half of that now and then.
+        o.s.hot.hot_bytes_max = 4 << 20;
+        o.s.warm.warm_bytes_max = 64 << 20;
+        o.s.warm.background_interval_ms = 20;
+        o.background = true;
+        return o;
+    }
     o.s.warm.durability = Durability::Sync;
     o.s.warm.warm_bytes_max = 64 << 10;
     o.s.warm.background_interval_ms = 20;
@@ -52,7 +67,10 @@ async fn crash_child_writer() {
         .unwrap()
         .parse()
         .unwrap();
-    let engine = open(options(std::path::Path::new(&dir))).await.unwrap();
+    let write_back = std::env::var("STRATA_CRASH_WRITE_BACK").is_ok();
+    let engine = open(options(std::path::Path::new(&dir), write_back))
+        .await
+        .unwrap();
     let mut out = std::io::stdout().lock();
     for i in start.. {
         let (k, value) = op(i);
@@ -70,36 +88,78 @@ async fn crash_child_writer() {
             }
         }
         writeln!(out, "ack {i}").unwrap();
+        if write_back && i % COMPACT_EVERY == COMPACT_EVERY - 1 {
+            engine.compact_hot_log().unwrap();
+            writeln!(out, "compacted").unwrap();
+        }
         out.flush().unwrap();
     }
 }
 
 #[tokio::test]
 async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
-    let mut rng = Rng::from_env("sigkill_during_sync_writes_loses_no_acknowledged_write");
+    let seen = sigkill_cycles(
+        "sigkill_during_sync_writes_loses_no_acknowledged_write",
+        false,
+    )
+    .await;
+    assert!(
+        seen.demoted,
+        "no key reached the cold tier during the crash test"
+    );
+}
+
+#[tokio::test]
+async fn sigkill_during_write_back_with_compactions_loses_no_acknowledged_write() {
+    let seen = sigkill_cycles(
+        "sigkill_during_write_back_with_compactions_loses_no_acknowledged_write",
+        true,
+    )
+    .await;
+    assert!(seen.compacted, "the child never compacted its log");
+}
+
+/// What the cycles of a crash test saw.
+struct Seen {
+    demoted: bool,
+    compacted: bool,
+}
+
+/// Runs the child writer and kills it, at least five times and until the cycle's aim is
+/// seen (a demotion in `sync` mode, a compaction in write-back mode), checking every
+/// acknowledged operation after each restart.
+async fn sigkill_cycles(test: &str, write_back: bool) -> Seen {
+    let mut rng = Rng::from_env(test);
     let dir = tempfile::tempdir().unwrap();
     // What each key must hold: the value of its last applied operation.
     let mut state: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
     let mut next_op = 0u64;
     let mut checked = 0usize;
-    let mut demoted_seen = false;
-    // Five cycles, and more (up to twenty) until one ends with keys in the cold tier: on a
+    let mut seen = Seen {
+        demoted: false,
+        compacted: false,
+    };
+    // Five cycles, and more (up to twenty) until one ends with what the test is after: on a
     // loaded machine the writer may die before its first demotion round.
     let mut cycles = 0;
     for cycle in 0..20 {
-        if cycle >= 5 && demoted_seen {
+        if cycle >= 5 && (seen.demoted || write_back) && (seen.compacted || !write_back) {
             break;
         }
         cycles += 1;
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "crash::crash_child_writer",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("STRATA_CRASH_DIR", dir.path())
-            .env("STRATA_CRASH_START", next_op.to_string())
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "crash::crash_child_writer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("STRATA_CRASH_DIR", dir.path())
+        .env("STRATA_CRASH_START", next_op.to_string());
+        if write_back {
+            cmd.env("STRATA_CRASH_WRITE_BACK", "1");
+        }
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -109,10 +169,9 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut ack = |line: std::io::Result<String>| {
-            let n = line
-                .unwrap()
-                .strip_prefix("ack ")
-                .map(|n| n.parse::<u64>().unwrap());
+            let line = line.unwrap();
+            seen.compacted |= line == "compacted";
+            let n = line.strip_prefix("ack ").map(|n| n.parse::<u64>().unwrap());
             if n.is_some() {
                 last_ack = n;
             }
@@ -136,7 +195,7 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
             let (k, v) = op(i);
             state.insert(k, v);
         }
-        let engine = open(options(dir.path())).await.unwrap();
+        let engine = open(options(dir.path(), write_back)).await.unwrap();
         // The operation after the last ack was in flight: it may or may not have landed.
         let (inflight_key, inflight_value) = op(last_ack + 1);
         for (k, want) in &state {
@@ -160,13 +219,10 @@ async fn sigkill_during_sync_writes_loses_no_acknowledged_write() {
         if got == inflight_value {
             state.insert(inflight_key, inflight_value);
         }
-        demoted_seen |= engine.stats().cold_entries > 0;
+        seen.demoted |= engine.stats().cold_entries > 0;
         engine.close().await.unwrap();
         next_op = last_ack + 2;
     }
-    eprintln!("checked {checked} acknowledged keys over {cycles} SIGKILL cycles");
-    assert!(
-        demoted_seen,
-        "no key reached the cold tier during the crash test"
-    );
+    eprintln!("{test}: checked {checked} acknowledged keys over {cycles} SIGKILL cycles");
+    seen
 }

@@ -95,9 +95,11 @@ fn scan_covers_a_keyspace_spanning_all_three_tiers() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let tiers: std::collections::HashSet<String> = ["key:0000", "key:0599"]
-        .iter()
-        .map(|k| s.cli(&["TIER", k]).trim().to_string())
+    // Which keys went cold depends on which stayed in DRAM as write-back's dirty values
+    // while the burst ran: look at a spread of them.
+    let tiers: std::collections::HashSet<String> = (0..600)
+        .step_by(37)
+        .map(|i| s.cli(&["TIER", &format!("key:{i:04}")]).trim().to_string())
         .collect();
     assert!(tiers.contains("cold"), "{tiers:?}");
     s.cli(&["GET", "key:0300"]);
