@@ -132,6 +132,23 @@ def fill_collections(port):
     r.sadd("tags", *[f"m{i:012d}" for i in range(100)])
 
 
+# The read rows read every key of redis-benchmark's keyspace (`key:` and 12 digits), written
+# first with the row's value size, so that they measure hits ("all keys in DRAM"), not the
+# share of the keyspace earlier write rows happened to cover.
+READ_TESTS = {"get", "mget", "mget100"}
+
+
+def prefill(port, size):
+    import redis
+    r = redis.Redis(port=port)
+    value = b"v" * size
+    for start in range(0, 100_000, 1000):
+        pipe = r.pipeline(transaction=False)
+        for i in range(start, start + 1000):
+            pipe.set(f"key:{i:012d}", value)
+        pipe.execute()
+
+
 def redis_benchmark(port, test, size, clients, pipeline, requests):
     keyspace = 10_000_000 if test == "setwide" else 100_000
     if test in TYPE_TESTS:
@@ -190,8 +207,15 @@ def run_redis(old, new, rounds, requests, results, tests):
                     servers[label] = start_server(binary, d, durability)
                     if any(x[1] in TYPE_TESTS for x in rows):
                         fill_collections(servers[label][1])
+                filled = None
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row
+                    if test in READ_TESTS and filled != size:
+                        for label, _ in order:
+                            prefill(servers[label][1], size)
+                        filled = size
+                    elif test not in READ_TESTS:
+                        filled = None
                     n = requests if clients > 1 else max(requests // 10, 1000)
                     for label, _ in order:
                         proc, port = servers[label]

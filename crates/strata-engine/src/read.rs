@@ -35,11 +35,27 @@ pub struct LocalValue {
 /// Multi-key warm reads use two threads once warm values average this many bytes.
 const SPLIT_VALUE_BYTES_MIN: u64 = 256 * 1024;
 
-/// A DRAM hit's bookkeeping: the hit counts, and a prefetched value counts as used.
+/// DRAM hits of which one counts for the warm tier's clock hand (each count is a cache miss
+/// in its table): a key read often from DRAM still builds a count.
+const HOT_HITS_PER_COUNT: u32 = 8;
+
+thread_local! {
+    static HOT_HITS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A DRAM hit's bookkeeping: the hit counts, a prefetched value counts as used, and one hit
+/// in [`HOT_HITS_PER_COUNT`] counts as a read for the warm tier.
 fn hot_hit(core: &Core, key: &Key) {
     add(&core.counters.hot_hits);
     crate::hook::on_hot_hit(core, key);
-    core.access.count_read(key, true);
+    let n = HOT_HITS.with(|c| {
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n
+    });
+    if n.is_multiple_of(HOT_HITS_PER_COUNT) {
+        core.access.count_read(key, true);
+    }
 }
 
 /// Reads `key` (its value and kind) from the first tier that holds it.

@@ -340,57 +340,60 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
             for r in replies.drain(..) {
                 out.push(&r);
             }
-        } else if crate::cmd::is_blocking(&args, conn) {
-            // A blocking command may wait for another client: the replies before it leave
-            // now, and it runs without the gate (it takes it for each attempt).
-            read_guard = None;
-            if !out.is_empty() {
-                write_out(wr, out, shared, &mut conn.pending).await?;
-            }
-            last_cmd = args.first().cloned();
-            conn.may_block = true;
-            let unblock = Arc::clone(&conn.unblock);
-            let reply = {
-                let run = crate::cmd::execute(shared, conn, args);
-                tokio::pin!(run);
-                // While it waits, the socket is watched for the client leaving (what it sends
-                // meanwhile is kept for later, within the query buffer's limit).
-                let mut watching = true;
-                loop {
-                    tokio::select! {
-                        reply = &mut run => break reply,
-                        r = rd.read_buf(inbuf), if watching => match r {
-                            Ok(0) | Err(_) => {
+        } else {
+            let idx = crate::cmd::lookup_request(&args);
+            if crate::cmd::is_blocking(idx, conn) {
+                // A blocking command may wait for another client: the replies before it leave
+                // now, and it runs without the gate (it takes it for each attempt).
+                read_guard = None;
+                if !out.is_empty() {
+                    write_out(wr, out, shared, &mut conn.pending).await?;
+                }
+                last_cmd = args.first().cloned();
+                conn.may_block = true;
+                let unblock = Arc::clone(&conn.unblock);
+                let reply = {
+                    let run = crate::cmd::execute(shared, conn, args, idx);
+                    tokio::pin!(run);
+                    // While it waits, the socket is watched for the client leaving (what it sends
+                    // meanwhile is kept for later, within the query buffer's limit).
+                    let mut watching = true;
+                    loop {
+                        tokio::select! {
+                            reply = &mut run => break reply,
+                            r = rd.read_buf(inbuf), if watching => match r {
+                                Ok(0) | Err(_) => {
+                                    unblock.notify.notify_one();
+                                    watching = false;
+                                }
+                                Ok(_) => watching = inbuf.len() < query_limit,
+                            },
+                            _ = kill_wake.notified(), if watching => {
                                 unblock.notify.notify_one();
+                                kill_wake.notify_one();
                                 watching = false;
                             }
-                            Ok(_) => watching = inbuf.len() < query_limit,
-                        },
-                        _ = kill_wake.notified(), if watching => {
-                            unblock.notify.notify_one();
-                            kill_wake.notify_one();
-                            watching = false;
                         }
                     }
+                };
+                conn.may_block = false;
+                out.set_proto(conn.proto);
+                out.push(&reply);
+            } else if crate::cmd::is_exclusive(idx, conn) {
+                read_guard = None;
+                let _w = shared.gate.write().await;
+                let reply = crate::cmd::execute(shared, conn, args, idx).await;
+                out.set_proto(conn.proto);
+                out.push(&reply);
+            } else {
+                if read_guard.is_none() {
+                    read_guard = Some(shared.gate.read().await);
                 }
-            };
-            conn.may_block = false;
-            out.set_proto(conn.proto);
-            out.push(&reply);
-        } else if crate::cmd::is_exclusive(&args, conn) {
-            read_guard = None;
-            let _w = shared.gate.write().await;
-            let reply = crate::cmd::execute(shared, conn, args).await;
-            out.set_proto(conn.proto);
-            out.push(&reply);
-        } else {
-            if read_guard.is_none() {
-                read_guard = Some(shared.gate.read().await);
+                last_cmd = args.first().cloned();
+                let reply = crate::cmd::execute(shared, conn, args, idx).await;
+                out.set_proto(conn.proto);
+                out.push(&reply);
             }
-            last_cmd = args.first().cloned();
-            let reply = crate::cmd::execute(shared, conn, args).await;
-            out.set_proto(conn.proto);
-            out.push(&reply);
         }
         if out.len() >= FLUSH_BYTES {
             // Never wait on a slow client while holding the gate.

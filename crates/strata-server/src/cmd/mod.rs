@@ -457,13 +457,13 @@ pub(crate) fn names() -> Vec<&'static str> {
     COMMANDS.iter().map(|s| s.name).collect()
 }
 
-fn table() -> &'static HashMap<&'static str, usize> {
-    static T: OnceLock<HashMap<&'static str, usize>> = OnceLock::new();
+fn table() -> &'static HashMap<&'static [u8], usize, ahash::RandomState> {
+    static T: OnceLock<HashMap<&'static [u8], usize, ahash::RandomState>> = OnceLock::new();
     T.get_or_init(|| {
         COMMANDS
             .iter()
             .enumerate()
-            .map(|(i, s)| (s.name, i))
+            .map(|(i, s)| (s.name.as_bytes(), i))
             .collect()
     })
 }
@@ -471,7 +471,7 @@ fn table() -> &'static HashMap<&'static str, usize> {
 /// Longest command name looked up.
 const NAME_BYTES_MAX: usize = 32;
 
-/// Finds a command by name, in any letter case.
+/// The index in [`COMMANDS`] of the command `name` names (in any case).
 pub(crate) fn lookup(name: &[u8]) -> Option<usize> {
     if name.len() > NAME_BYTES_MAX {
         return None;
@@ -480,22 +480,23 @@ pub(crate) fn lookup(name: &[u8]) -> Option<usize> {
     for (d, s) in lower.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();
     }
-    let s = std::str::from_utf8(&lower[..name.len()]).ok()?;
-    table().get(s).copied()
+    table().get(&lower[..name.len()]).copied()
 }
 
-/// Whether this request may block (see [`BLOCKING`]); inside `MULTI` it is only queued.
-pub(crate) fn is_blocking(args: &[Bytes], conn: &Conn) -> bool {
-    conn.multi.is_none()
-        && args
-            .first()
-            .and_then(|n| lookup(n))
-            .is_some_and(|i| COMMANDS[i].flags & BLOCKING != 0)
+/// The index in [`COMMANDS`] of the command a request names, if any.
+pub(crate) fn lookup_request(args: &[Bytes]) -> Option<usize> {
+    args.first().and_then(|n| lookup(n))
 }
 
-/// Whether this request must run alone (it holds the gate for writing).
-pub(crate) fn is_exclusive(args: &[Bytes], conn: &Conn) -> bool {
-    let Some(i) = args.first().and_then(|n| lookup(n)) else {
+/// Whether a request of command `idx` may block (see [`BLOCKING`]); inside `MULTI` it is
+/// only queued.
+pub(crate) fn is_blocking(idx: Option<usize>, conn: &Conn) -> bool {
+    conn.multi.is_none() && idx.is_some_and(|i| COMMANDS[i].flags & BLOCKING != 0)
+}
+
+/// Whether a request of command `idx` must run alone (it holds the gate for writing).
+pub(crate) fn is_exclusive(idx: Option<usize>, conn: &Conn) -> bool {
+    let Some(i) = idx else {
         return false;
     };
     let spec = &COMMANDS[i];
@@ -656,13 +657,18 @@ fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
     }
 }
 
-/// Runs one request and returns its reply; the tickets of its writes join
-/// `conn.pending`.
-pub(crate) async fn execute(shared: &Arc<Shared>, conn: &mut Conn, args: Vec<Bytes>) -> Reply {
+/// Runs one request, of command `idx` ([`lookup_request`]), and returns its reply; the
+/// tickets of its writes join `conn.pending`.
+pub(crate) async fn execute(
+    shared: &Arc<Shared>,
+    conn: &mut Conn,
+    args: Vec<Bytes>,
+    idx: Option<usize>,
+) -> Reply {
     if args.is_empty() {
         return Reply::Array(vec![]);
     }
-    let Some(idx) = lookup(&args[0]) else {
+    let Some(idx) = idx else {
         if conn.multi.is_some() {
             conn.multi_failed = true;
         }
