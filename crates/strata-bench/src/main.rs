@@ -8,6 +8,7 @@
 //! - `kvcache`: multi-turn conversations reading their KV prefix back, on Strata, Redis,
 //!   local files and the object store, beside loopback and memcpy ceilings.
 //! - `memory`: resident memory per key after a million SETs, beside `redis-server`.
+//! - `tails`: GET p99.9 idle and while a writer pushes the warm tier past its budget.
 
 mod engine;
 mod kvcache;
@@ -17,6 +18,7 @@ mod redis;
 mod report;
 mod resp;
 mod servers;
+mod tails;
 
 use clap::{Parser, Subcommand};
 
@@ -46,6 +48,8 @@ enum Command {
     Kvcache(kvcache::Args),
     /// Resident memory per key after writing many keys, beside redis-server.
     Memory(memory::Args),
+    /// GET tails idle and while a writer pushes the warm tier past its budget.
+    Tails(tails::Args),
     /// Cold reads of a session-sequential workload with prefetch off and on, beside plain
     /// GETs from the same S3-compatible server (moto).
     Prefetch(prefetch::Args),
@@ -95,5 +99,6 @@ fn main() -> anyhow::Result<()> {
         Command::Prefetch(args) => runtime()?.block_on(prefetch::run(args, &cli.out)),
         Command::Kvcache(args) => runtime()?.block_on(kvcache::run(args, &cli.out)),
         Command::Memory(args) => memory::run(args, &cli.out),
+        Command::Tails(args) => tails::run(args, &cli.out),
     }
 }

@@ -1,7 +1,7 @@
-//! What a read leaves behind, in one place: the copy into DRAM and, for a value read from
-//! the object store, its return to the warm tier (both at once, under the key's stripe
-//! lock, so the next read hits it), and, off the read's path, the prefetch it triggers:
-//! queued (`queue`) for one worker started here.
+//! What a read leaves behind, in one place: the copy into DRAM at once (so the next read
+//! hits it), and, off the read's path, what a value read from the object store also brings
+//! about, its return to the warm tier and the prefetch it triggers: queued (`queue`) for
+//! one worker started here.
 
 use std::sync::{Arc, Weak};
 
@@ -68,16 +68,17 @@ pub(crate) fn after_read(core: &Core, key: &Key, read: Read) {
             value,
             block,
         } => {
-            // Back to the warm tier at once (which puts it in DRAM too), as the prefetcher
-            // expects of a value read from the object store.
-            if !crate::returns::return_read(core, key, seen, &r, &value) {
-                promote(core, key, seen, value, r.kind, r.expire_ms);
-            }
+            // Into DRAM now; back to the warm tier (a write of the warm store) after the
+            // reply, in the worker, with whatever prefetch the read triggers.
+            let back = core.settings.warm.cold_reads_return_to_warm;
             let job = Job {
                 key: key.clone(),
                 block: Some((r, block)),
+                back: back.then(|| (seen, value.clone())),
+                prefetch: core.prefetch.wants_job(),
             };
-            submit_prefetch(core, job);
+            promote(core, key, seen, value, r.kind, r.expire_ms);
+            submit(core, job);
         }
     }
 }
@@ -91,14 +92,17 @@ pub(crate) fn on_hot_hit(core: &Core, key: &Key) {
         let job = Job {
             key: key.clone(),
             block: None,
+            back: None,
+            prefetch: core.prefetch.wants_job(),
         };
-        submit_prefetch(core, job);
+        submit(core, job);
     }
 }
 
-/// Queues a prefetch job, if the prefetcher wants one; counts it when the queue is full.
-fn submit_prefetch(core: &Core, job: Job) {
-    if core.prefetch.wants_job() && !core.after_read.submit(job) {
+/// Queues `job` if it has anything to do (a return, or a prefetch the prefetcher wants);
+/// counts it when the queue is full.
+fn submit(core: &Core, job: Job) {
+    if (job.back.is_some() || job.prefetch) && !core.after_read.submit(job) {
         add(&core.counters.prefetch_dropped);
     }
 }

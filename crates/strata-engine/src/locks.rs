@@ -36,8 +36,10 @@ impl Stripes {
         &'a self,
         keys: impl Iterator<Item = &'a Key>,
     ) -> Vec<MutexGuard<'a, ()>> {
-        let set: std::collections::BTreeSet<usize> = keys.map(stripe_of).collect();
-        set.into_iter().map(|i| self.locks[i].lock()).collect()
+        let mut stripes: Vec<usize> = keys.map(stripe_of).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes.into_iter().map(|i| self.locks[i].lock()).collect()
     }
 
     /// Locks every stripe (for operations on the whole keyspace).

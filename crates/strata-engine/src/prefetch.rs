@@ -32,9 +32,19 @@ pub(crate) async fn run_job(core: &Core, job: Job) {
             .prefetch_bytes_max
             .min(core.settings.hot.hot_bytes_max / 8),
     );
-    // A prefetched value that was read is in use: back to the warm tier with it.
-    if job.block.is_none() {
-        crate::returns::return_prefetched(core, &job.key);
+    // A value read from the object store, or prefetched from it and read, is in use: back
+    // to the warm tier with it.
+    match (&job.block, &job.back) {
+        (Some((r, _)), Some((seen, value))) => {
+            crate::returns::return_read(core, &job.key, *seen, r, value);
+        }
+        (None, _) => {
+            crate::returns::return_prefetched(core, &job.key);
+        }
+        (Some(_), None) => {}
+    }
+    if !job.prefetch {
+        return;
     }
     let budget = match &job.block {
         Some((r, block)) => neighbours(core, &job.key, r, block, budget),

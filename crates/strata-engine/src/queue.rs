@@ -1,5 +1,5 @@
-//! The prefetch jobs reads leave behind, run by one worker off the reads' path (`hook`).
-//! Bounded: a full queue drops jobs, which are best effort.
+//! The jobs reads leave behind (returns to the warm tier, prefetches), run by one worker off
+//! the reads' path (`hook`). Bounded: a full queue drops jobs, which are best effort.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,6 +17,11 @@ pub(crate) struct Job {
     /// The block a cold read just fetched (its neighbours are prefetched); `None` when the
     /// job only extends the prediction window (a prefetched value was just used).
     pub(crate) block: Option<(BlockRef, Bytes)>,
+    /// The value a cold read just fetched from `block`, to write back to the warm tier, and
+    /// the key's stripe version when it was read.
+    pub(crate) back: Option<(u64, Bytes)>,
+    /// Whether the prefetcher wants this job run too (or only the return).
+    pub(crate) prefetch: bool,
 }
 
 /// The queue of prefetch jobs, and how many are not done yet.

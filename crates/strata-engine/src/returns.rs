@@ -1,7 +1,7 @@
 //! Values going back up to the warm tier: a value read from the object store (or
 //! prefetched from it into DRAM and then read) is in use again, so it is written back to the
-//! warm store (`cold_reads_return_to_warm`). The first runs on the read (`hook`), the second
-//! in a prefetch job; both are best effort.
+//! warm store (`cold_reads_return_to_warm`). Both run in the job the read leaves behind
+//! (`hook`), after its reply; both are best effort.
 
 use bytes::Bytes;
 use strata_format::{BlockRef, Key};
@@ -34,7 +34,6 @@ pub(crate) fn return_read(
     };
     let back = return_locked(core, key, &stored, value);
     if back {
-        add(&core.counters.promotions);
         core.prefetch.forget(key);
     }
     back

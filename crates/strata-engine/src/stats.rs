@@ -134,7 +134,7 @@ define_stats! {
         warm_batches_split: "strata_warm_batches_split_total" "" "Multi-key warm reads split over two threads (large values).",
         prefetch_issued: "strata_prefetches_total" "" "Values brought into DRAM by prefetch after cold reads.",
         prefetch_used: "strata_prefetch_used_total" "" "Prefetched values read from DRAM before eviction (cold reads avoided).",
-        prefetch_dropped: "strata_prefetch_dropped_total" "" "Prefetch jobs dropped because the worker was behind.",
+        prefetch_dropped: "strata_prefetch_dropped_total" "" "Jobs reads left behind (returns to the warm tier, prefetches) dropped because the worker was behind.",
         object_store_gets: "strata_object_store_requests_total" "op=\"get\"" "Object-store GETs.",
         object_store_puts: "strata_object_store_requests_total" "op=\"put\"" "Object-store PUTs.",
         object_store_deletes: "strata_object_store_requests_total" "op=\"delete\"" "Object-store DELETEs.",
