@@ -88,6 +88,22 @@ pub fn strata_server(
     Ok(Proc(child))
 }
 
+/// Restricts every thread of process `pid` (0: this process) to CPU `core`, as the
+/// benchmarks' protocol asks (servers on one core, clients on the other); threads started
+/// later inherit it. Does nothing on a machine with a single CPU or without `taskset`.
+pub fn pin(pid: u32, core: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        return;
+    }
+    let pid = if pid == 0 { std::process::id() } else { pid };
+    let _ = Command::new("taskset")
+        .args(["-a", "-p", "-c", &core.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// Resident anonymous memory (heap and other private buffers) of process `pid`, from /proc.
 /// File-backed pages are left out: Strata reads RocksDB's files through mmap, so the page
 /// cache it touches would otherwise count as its memory.

@@ -1,7 +1,7 @@
 //! GET tails under background work: one client reads keys that DRAM holds, first with the
-//! server idle, then while a pipelined writer pushes the warm tier far past its budget (so
-//! write-back settles, the hot log compacts, demotion uploads segments and RocksDB flushes
-//! and compacts). The report gives the reader's p50/p99/p99.9 in both phases and their
+//! server idle, then for as long as a pipelined writer takes to push the warm tier far past
+//! its budget (so write-back settles, the hot log compacts, demotion uploads segments and
+//! RocksDB flushes and compacts). Servers run on CPU 0, the clients on CPU 1. The report gives the reader's p50/p99/p99.9 in both phases and their
 //! ratio, and the disk bytes the server wrote per byte the writer sent (`/proc/PID/io`).
 //! The same two phases run against `redis-server` (persistence off) in the same run, as the
 //! reference for what a second client's load alone does to the reader's tail.
@@ -9,7 +9,7 @@
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,18 +17,17 @@ use serde::Serialize;
 
 use crate::report;
 use crate::resp::Client;
-use crate::servers::{free_port, redis_server, strata_server, wait_port, Proc};
+use crate::servers::{free_port, pin, redis_server, strata_server, wait_port, Proc};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GETs measured in each phase.
+    /// GETs measured idle (under load the reader reads until the writer is done).
     #[arg(long, default_value_t = 100_000)]
     reads: usize,
     /// Keys the reader reads (all in DRAM), of 100 bytes each.
     #[arg(long, default_value_t = 10_000)]
     read_keys: usize,
-    /// Most bytes the writer sends in the loaded phase (1 KiB values over distinct keys; it
-    /// writes until the reader is done or this much went out).
+    /// Bytes the writer sends in the loaded phase (1 KiB values over distinct keys).
     #[arg(long, default_value = "512MiB", value_parser = parse_size)]
     write_bytes: u64,
     /// Strata's warm budget: the writer goes this far past it many times over.
@@ -64,6 +63,8 @@ struct Row {
     loaded: Tail,
     /// Loaded p99.9 over idle p99.9.
     p999_ratio: f64,
+    /// GETs measured while the writer ran.
+    loaded_reads: usize,
     written_bytes: u64,
     /// Bytes the server wrote to disk while loaded, per byte the writer sent.
     disk_bytes_per_user_byte: f64,
@@ -73,6 +74,7 @@ struct Row {
 pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
+    pin(0, 1);
     let mut rows = Vec::new();
     for (i, server) in ["redis", "strata"].into_iter().enumerate() {
         report::progress(i + 1, 2, &format!("{server}: idle, then under a writer"));
@@ -90,6 +92,7 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             )?,
         };
         wait_port(port)?;
+        pin(proc.0.id(), 0);
         rows.push(measure(&a, server, &proc, port)?);
     }
     let command = format!(
@@ -103,12 +106,13 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     );
     let mut md = format!(
         "# GET tails under background work\n\nOne client GETs {} keys of 100 B held in DRAM, \
-         {} times idle, then as many times while a second client writes {} MiB of 1 KiB values \
+         {} times idle, then over and over while a second client writes {} MiB of 1 KiB values \
          over distinct keys in pipelines of {WRITE_PIPELINE} (Strata: `durability=none`, \
          `warm_bytes_max` {} MiB, so write-back settles, demotion and RocksDB compaction run \
          throughout; Redis: persistence off, the reference for what the second client's load \
-         alone does).\n\n| server | idle p50 / p99 / p99.9 µs | loaded p50 / p99 / p99.9 µs \
-         | p99.9 loaded/idle | disk bytes per user byte | writer s |\n|---|---:|---:|---:|---:|---:|\n",
+         alone does). Servers on CPU 0, both clients on CPU 1.\n\n| server | idle p50 / p99 / p99.9 µs | loaded p50 / p99 / p99.9 µs \
+         | p99.9 loaded/idle | loaded reads | disk bytes per user byte | writer s |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
         a.read_keys,
         a.reads,
         a.write_bytes >> 20,
@@ -116,7 +120,7 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     );
     for r in &rows {
         md += &format!(
-            "| {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.2} | {:.2} | {:.1} |\n",
+            "| {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.2} | {} | {:.2} | {:.1} |\n",
             r.server,
             r.idle.p50_us,
             r.idle.p99_us,
@@ -125,6 +129,7 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             r.loaded.p99_us,
             r.loaded.p999_us,
             r.p999_ratio,
+            r.loaded_reads,
             r.disk_bytes_per_user_byte,
             r.writer_seconds
         );
@@ -156,17 +161,15 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
     for i in 0..a.read_keys {
         reader.call(&[b"SET", format!("read:{i:08}").as_bytes(), &value])?;
     }
-    let idle = read_tail(&mut reader, a)?;
+    let (idle, _) = read_tail(&mut reader, a, None::<&std::thread::JoinHandle<()>>)?;
     eprintln!("  {server}: idle p99.9 {:.0} µs", idle.p999_us);
-    let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let disk_before = disk_written(pid);
     let writer = {
-        let (stop, sent, total) = (Arc::clone(&stop), Arc::clone(&sent), a.write_bytes);
-        std::thread::spawn(move || write_load(port, total, &stop, &sent))
+        let (sent, total) = (Arc::clone(&sent), a.write_bytes);
+        std::thread::spawn(move || write_load(port, total, &sent))
     };
-    let loaded = read_tail(&mut reader, a)?;
-    stop.store(true, Ordering::Relaxed);
+    let (loaded, loaded_reads) = read_tail(&mut reader, a, Some(&writer))?;
     let writer_seconds = writer.join().expect("the writer thread")?;
     let written = sent.load(Ordering::Relaxed);
     // What the writes set going (settles, compactions, demotion) finishes meanwhile.
@@ -182,36 +185,49 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
         idle,
         loaded,
         p999_ratio: loaded.p999_us / idle.p999_us.max(1.0),
+        loaded_reads,
         written_bytes: written,
         disk_bytes_per_user_byte: disk as f64 / written.max(1) as f64,
         writer_seconds,
     })
 }
 
-/// `a.reads` GETs of the read keys, one at a time; their latency percentiles.
-fn read_tail(c: &mut Client, a: &Args) -> anyhow::Result<Tail> {
+/// GETs of the read keys, one at a time: `a.reads` of them, or with `until` as many as fit
+/// before that thread ends; their latency percentiles and count.
+fn read_tail<T>(
+    c: &mut Client,
+    a: &Args,
+    until: Option<&std::thread::JoinHandle<T>>,
+) -> anyhow::Result<(Tail, usize)> {
     let mut lat = Vec::with_capacity(a.reads);
-    for i in 0..a.reads {
+    let mut i = 0;
+    while match until {
+        Some(w) => !w.is_finished(),
+        None => i < a.reads,
+    } {
         let key = format!("read:{:08}", (i * 7919) % a.read_keys);
         let t = Instant::now();
         c.call(&[b"GET", key.as_bytes()])?;
         lat.push(t.elapsed());
-        if i % (a.reads / 4).max(1) == 0 && i > 0 {
+        i += 1;
+        if i % 25_000 == 0 {
             eprintln!("    {i} reads");
         }
     }
+    anyhow::ensure!(!lat.is_empty(), "no read was measured");
     lat.sort();
     let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)].as_secs_f64() * 1e6;
-    Ok(Tail {
+    let tail = Tail {
         p50_us: at(0.50),
         p99_us: at(0.99),
         p999_us: at(0.999),
-    })
+    };
+    Ok((tail, lat.len()))
 }
 
-/// Writes 1 KiB values over distinct keys in pipelines until `stop` (or `total` bytes went
-/// out); returns the seconds it wrote.
-fn write_load(port: u16, total: u64, stop: &AtomicBool, sent: &AtomicU64) -> anyhow::Result<f64> {
+/// Writes `total` bytes of 1 KiB values over distinct keys in pipelines; returns the
+/// seconds it took.
+fn write_load(port: u16, total: u64, sent: &AtomicU64) -> anyhow::Result<f64> {
     let t = Instant::now();
     let s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_nodelay(true)?;
@@ -220,7 +236,7 @@ fn write_load(port: u16, total: u64, stop: &AtomicBool, sent: &AtomicU64) -> any
     let value = vec![b'w'; WRITE_VALUE_BYTES];
     let mut replies = vec![0u8; WRITE_PIPELINE * 5];
     let mut n = 0u64;
-    while sent.load(Ordering::Relaxed) < total && !stop.load(Ordering::Relaxed) {
+    while sent.load(Ordering::Relaxed) < total {
         for _ in 0..WRITE_PIPELINE {
             let key = format!("write:{n:012}");
             n += 1;

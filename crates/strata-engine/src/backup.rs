@@ -133,9 +133,8 @@ pub(crate) async fn backup(
     let _ = std::fs::remove_dir_all(&staging);
     let me = Arc::clone(core);
     let stage = staging.clone();
-    let (files, segments) = tokio::task::spawn_blocking(move || checkpoint(&me, &stage))
-        .await
-        .map_err(|e| Error::Internal(format!("checkpoint: {e}")))??;
+    let (files, segments) =
+        crate::offload::run("checkpoint", move || checkpoint(&me, &stage)).await??;
     let vlog_dir = core.data_dir.join("vlog");
     let vlog_files: Vec<(String, u64)> = crate::vlog::list(&vlog_dir)?
         .into_iter()

@@ -141,8 +141,12 @@ impl Engine {
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         warm_tier.load_db_map()?;
         let hot = Arc::new(hot_cache(&settings));
-        let writeback =
-            WriteBack::open(&data_dir, settings.hot.hot_dirty_fraction, Arc::clone(&hot))?;
+        let writeback = WriteBack::open(
+            &data_dir,
+            settings.hot.hot_dirty_fraction,
+            settings.warm.warm_bytes_max,
+            Arc::clone(&hot),
+        )?;
         let group = (settings.warm.durability == Durability::Group).then(|| {
             let hot_log = Arc::clone(writeback.log());
             GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog), hot_log)

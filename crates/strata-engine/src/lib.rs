@@ -44,6 +44,7 @@ mod hook;
 mod loadtime;
 mod locks;
 mod migrate;
+mod offload;
 mod pins;
 mod prefetch;
 mod prefetcher;

@@ -109,7 +109,8 @@ pub struct HotSettings {
     pub hot_shard_count: usize,
     /// Write-back: the share of `hot_bytes_max` that values written to DRAM and its log,
     /// and not yet to the warm store, may hold (a plain `SET` of a small value goes there;
-    /// the warm store is filled behind in batches). 0 sends every write to the warm store.
+    /// the warm store is filled behind in batches), and at most half of `warm_bytes_max`.
+    /// 0 sends every write to the warm store.
     pub hot_dirty_fraction: f64,
 }
 

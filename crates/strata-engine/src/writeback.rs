@@ -92,6 +92,11 @@ pub(crate) struct WriteBack {
     /// The share of DRAM's budget (as it is now) dirty values may hold; 0 turns write-back
     /// off.
     fraction: f64,
+    /// Most dirty bytes whatever DRAM's budget: half the warm tier's budget. Dirty values
+    /// count against the warm tier's hard limit (they are bound for it), so they must
+    /// settle while the warm tier and demotion can still make room for them; a larger
+    /// share would stall writes at the hard limit with nothing demotion could move.
+    warm_share_max: u64,
     hot: Arc<HotCache>,
     /// Which keys the live log files have records of, dirty or settled: a slot per hash of
     /// the stored key, holding the newest log file any key hashed there has a record in (0:
@@ -111,14 +116,21 @@ pub(crate) struct WriteBack {
 
 impl WriteBack {
     /// Opens the hot log under `data_dir`; what it holds is read by [`recover`].
-    pub(crate) fn open(data_dir: &Path, fraction: f64, hot: Arc<HotCache>) -> Result<WriteBack> {
+    pub(crate) fn open(
+        data_dir: &Path,
+        fraction: f64,
+        warm_bytes_max: u64,
+        hot: Arc<HotCache>,
+    ) -> Result<WriteBack> {
+        let warm_share_max = warm_bytes_max / 2;
         // About a slot per smallest dirty entry the budget holds.
-        let dirty_max = (hot.bytes_max() as f64 * fraction) as usize;
+        let dirty_max = ((hot.bytes_max() as f64 * fraction) as u64).min(warm_share_max) as usize;
         let slots = (dirty_max / strata_hot::charge(0, 0))
             .next_power_of_two()
             .clamp(RECORD_SLOTS_MIN, RECORD_SLOTS_MAX);
         Ok(WriteBack {
             fraction,
+            warm_share_max,
             hot,
             records: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             hasher: ahash::RandomState::new(),
@@ -139,7 +151,7 @@ impl WriteBack {
 
     /// Most bytes dirty values may hold now.
     fn bytes_max(&self) -> u64 {
-        (self.hot.bytes_max() as f64 * self.fraction) as u64
+        ((self.hot.bytes_max() as f64 * self.fraction) as u64).min(self.warm_share_max)
     }
 
     fn is_empty(&self) -> bool {

@@ -170,6 +170,14 @@ impl RocksWarm {
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
         db_opts.set_max_background_jobs(2);
+        // Flushes and compactions yield the CPU to the threads serving clients (nice 19 and
+        // idle I/O priority on RocksDB's own pools), so they do not spike read tails.
+        let mut env = rocksdb::Env::new().map_err(err)?;
+        env.lower_thread_pool_cpu_priority();
+        env.lower_high_priority_thread_pool_cpu_priority();
+        env.lower_thread_pool_io_priority();
+        env.lower_high_priority_thread_pool_io_priority();
+        db_opts.set_env(&env);
         let rate = i64::try_from(s.compaction_bytes_per_sec)
             .map_err(|_| StoreError::Invalid("compaction_bytes_per_sec is too large".into()))?;
         db_opts.set_ratelimiter(rate.max(1), 100_000, 10);

@@ -21,11 +21,10 @@ pub(crate) async fn segments(core: &Arc<Core>) -> Result<()> {
         return Ok(()); // a backup is copying segments
     };
     let me = Arc::clone(core);
-    let (live, metas) = tokio::task::spawn_blocking(move || {
+    let (live, metas) = crate::offload::run("segment scan", move || {
         Ok::<_, Error>((me.warm.live_per_segment()?, me.warm.segments()?))
     })
-    .await
-    .map_err(|e| Error::Internal(format!("segment scan: {e}")))??;
+    .await??;
     // The index entries that stopped pointing into these segments (overwrites, deletes,
     // values returned to the warm tier, rewrites), and the values that replaced them, must
     // be on disk before a segment goes.
@@ -62,18 +61,20 @@ async fn rewrite(core: &Arc<Core>, id: u64) -> Result<()> {
     let bytes = core.cold.get_segment(id).await?;
     let new_id = alloc_segment_id(core)?;
     let me = Arc::clone(core);
-    let built = tokio::task::spawn_blocking(move || build_rewrite(&me, id, new_id, &bytes))
-        .await
-        .map_err(|e| Error::Internal(format!("segment rewrite: {e}")))??;
+    let built = crate::offload::run("segment rewrite", move || {
+        build_rewrite(&me, id, new_id, &bytes)
+    })
+    .await??;
     let Some((old_refs, segment)) = built else {
         return Ok(());
     };
     core.cold.put_segment(new_id, segment.bytes).await?;
     let me = Arc::clone(core);
     let refs = segment.refs;
-    tokio::task::spawn_blocking(move || repoint(&me, id, new_id, &refs, &old_refs))
-        .await
-        .map_err(|e| Error::Internal(format!("segment rewrite commit: {e}")))??;
+    crate::offload::run("segment rewrite commit", move || {
+        repoint(&me, id, new_id, &refs, &old_refs)
+    })
+    .await??;
     core.sync_values_and_log()?;
     core.cold.delete_segment(id).await?;
     add(&core.counters.segments_rewritten);
@@ -167,9 +168,7 @@ pub(crate) async fn value_log(core: &Arc<Core>) -> Result<()> {
         return Ok(()); // a backup is copying value-log files
     };
     let me = Arc::clone(core);
-    tokio::task::spawn_blocking(move || value_log_files(&me))
-        .await
-        .map_err(|e| Error::Internal(format!("value log collection: {e}")))?
+    crate::offload::run("value log collection", move || value_log_files(&me)).await?
 }
 
 fn value_log_files(core: &Core) -> Result<()> {

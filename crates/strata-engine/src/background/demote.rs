@@ -148,9 +148,8 @@ pub(crate) async fn once(core: &Arc<Core>) -> Result<u64> {
     let target = (s.warm.warm_bytes_max as f64 * s.warm.warm_demote_to_fraction) as u64;
     let to_free = warm_bytes - target;
     let me = Arc::clone(core);
-    let mut victims = tokio::task::spawn_blocking(move || pick_victims(&me, to_free))
-        .await
-        .map_err(|e| Error::Internal(format!("victim scan: {e}")))?;
+    let mut victims =
+        crate::offload::run("victim scan", move || pick_victims(&me, to_free)).await?;
     if victims.is_empty() {
         return Ok(0);
     }
@@ -158,24 +157,22 @@ pub(crate) async fn once(core: &Arc<Core>) -> Result<u64> {
     victims.dedup_by(|a, b| a.key == b.key);
     let id = alloc_segment_id(core)?;
     let (block_bytes, level) = (s.cold.block_bytes, s.cold.zstd_level);
-    let (victims, segment) = tokio::task::spawn_blocking(move || {
+    let (victims, segment) = crate::offload::run("segment build", move || {
         let mut b = SegmentBuilder::new(id, block_bytes, level);
         for v in &victims {
             b.push(v.kind, v.key.stored(), &v.value, v.expire_ms)?;
         }
         Ok::<_, Error>((victims, b.finish()?))
     })
-    .await
-    .map_err(|e| Error::Internal(format!("segment build: {e}")))??;
+    .await??;
     core.cold.put_segment(id, segment.bytes).await?;
     add(&core.counters.segments_written);
 
     // The segment is durable in the object store; now swap warm records for index entries.
     let me = Arc::clone(core);
     let refs = segment.refs;
-    let moved = tokio::task::spawn_blocking(move || commit(&me, id, &victims, &refs))
-        .await
-        .map_err(|e| Error::Internal(format!("demotion commit: {e}")))??;
+    let moved =
+        crate::offload::run("demotion commit", move || commit(&me, id, &victims, &refs)).await??;
     if moved == 0 {
         core.cold.delete_segment(id).await.ok();
         add(&core.counters.segments_deleted);

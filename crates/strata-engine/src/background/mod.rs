@@ -64,12 +64,11 @@ pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
     if due != Due::Nothing {
         // Many warm-store writes or a long sequential write: off the runtime's workers.
         let me = Arc::clone(core);
-        tokio::task::spawn_blocking(move || match due {
+        crate::offload::run("write-back", move || match due {
             Due::Settle => crate::writeback::settle_colder_half(&me),
             _ => crate::writeback::compact(&me),
         })
-        .await
-        .map_err(|e| crate::Error::Internal(format!("write-back task failed: {e}")))??;
+        .await??;
     }
     expire::sweep(core)?;
     let now = core.now_ms();
