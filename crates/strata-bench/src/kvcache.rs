@@ -15,7 +15,8 @@ use serde::Serialize;
 use strata_kvcache::Namespace;
 
 use crate::resp::{Client, Value};
-use crate::servers::{free_port, redis_server, rss_anon_bytes, strata_server, wait_port, Proc};
+use crate::servers::{free_port, redis_server, strata_server, wait_port, Proc};
+use strata_server::rss_anon_bytes_of;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -416,14 +417,14 @@ async fn inflight_memory(
     reps: usize,
 ) -> anyhow::Result<(u64, u64, usize)> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let base = rss_anon_bytes(pid);
+    let base = rss_anon_bytes_of(pid);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let peak = std::sync::Arc::new(AtomicU64::new(base));
     let sampler = {
         let (stop, peak) = (stop.clone(), peak.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_anon_bytes(pid), Ordering::Relaxed);
+                peak.fetch_max(rss_anon_bytes_of(pid), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
             }
         })

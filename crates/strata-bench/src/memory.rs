@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::report;
-use crate::servers::{free_port, redis_server, rss_anon_bytes, strata_server, wait_port, Proc};
+use crate::servers::{free_port, redis_server, strata_server, wait_port, Proc};
+use strata_server::rss_anon_bytes_of;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -137,7 +138,7 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
     let mut r = BufReader::new(stream.try_clone()?);
     let mut w = BufWriter::with_capacity(1 << 20, stream);
     std::thread::sleep(Duration::from_secs(1));
-    let before = rss_anon_bytes(pid);
+    let before = rss_anon_bytes_of(pid);
     let t = Instant::now();
     let value = vec![b'v'; a.value_bytes];
     let mut replies = Vec::new();
@@ -203,7 +204,7 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
     };
     // Let what the last writes left behind (buffers, a checkpoint's lists) be freed.
     std::thread::sleep(Duration::from_secs(3));
-    let after = rss_anon_bytes(pid);
+    let after = rss_anon_bytes_of(pid);
     let per_key = |b: u64| b as f64 / a.keys as f64;
     eprintln!(
         "  {server}: RssAnon {:.1} -> {:.1} MiB, {:.0} bytes per key",

@@ -103,17 +103,3 @@ pub fn pin(pid: u32, core: usize) {
         .stderr(Stdio::null())
         .status();
 }
-
-/// Resident anonymous memory (heap and other private buffers) of process `pid`, from /proc.
-/// File-backed pages are left out: Strata reads RocksDB's files through mmap, so the page
-/// cache it touches would otherwise count as its memory.
-pub fn rss_anon_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("RssAnon:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}

@@ -38,7 +38,7 @@ use strata_engine::Engine;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
-pub use memory::rss_anon_bytes;
+pub use memory::rss_anon_bytes_of;
 pub use shared::{ServerStats, SERVER_STATS};
 
 use shared::Shared;

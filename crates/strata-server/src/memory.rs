@@ -22,8 +22,20 @@ const HEADROOM_FRACTION: f64 = 0.05;
 const FLOOR_FRACTION: u64 = 8;
 
 /// Anonymous resident memory of this process, in bytes (0 where `/proc` cannot tell).
-pub fn rss_anon_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+pub(crate) fn rss_anon_bytes() -> u64 {
+    rss_anon_in("/proc/self/status")
+}
+
+/// Anonymous resident memory (heap and other private buffers) of process `pid`, in bytes
+/// (0 where `/proc` cannot tell). File-backed pages are left out: Strata reads RocksDB's
+/// files through mmap, so the page cache it touches would otherwise count as its memory.
+pub fn rss_anon_bytes_of(pid: u32) -> u64 {
+    rss_anon_in(&format!("/proc/{pid}/status"))
+}
+
+/// The `RssAnon` line of the status file at `path`, in bytes.
+fn rss_anon_in(path: &str) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| {
             s.lines()
