@@ -313,7 +313,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let cold_keys: Vec<&Key> = not_warm.iter().map(|&(i, _)| keys[i]).collect();
     for (&(i, seen), r) in not_warm.iter().zip(core.warm.cold_refs(&cold_keys)) {
         match r? {
-            Some(r) if r.expire_ms == 0 || r.expire_ms > now => {
+            Some(r) if strata_format::is_live(r.expire_ms, now) => {
                 core.access.count_read(keys[i], true);
                 found[i] = Found::Cold(r, seen);
             }
@@ -342,7 +342,7 @@ fn read_warm(core: &Core, keys: &[&Key], now: u64) -> Result<Vec<WarmGot>> {
                 return Ok(WarmGot::Absent);
             };
             let expire_ms = WarmRecord::decode_unverified(&rec)?.expire_ms;
-            if expire_ms != 0 && expire_ms <= now {
+            if !strata_format::is_live(expire_ms, now) {
                 return Ok(WarmGot::Expired);
             }
             let (value, kind) = record_value(key, &rec, &core.vlog).inspect_err(|_| {

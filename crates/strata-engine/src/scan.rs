@@ -85,7 +85,7 @@ pub(crate) fn scan(
             break;
         }
         let (expire_ms, value_len, tier, kind) = item;
-        if expire_ms == 0 || expire_ms > now {
+        if strata_format::is_live(expire_ms, now) {
             page.items.push(ScanItem {
                 key: client,
                 tier,

@@ -118,7 +118,7 @@ impl Stored {
         }
     }
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
-        self.expire_ms == 0 || self.expire_ms > now_ms
+        strata_format::is_live(self.expire_ms, now_ms)
     }
 }
 

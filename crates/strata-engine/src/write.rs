@@ -160,7 +160,7 @@ pub(crate) fn stage<'k>(
     let now = core.now_ms();
     let change = match change {
         Change::Put { expire_ms, .. } | Change::SetExpire(expire_ms)
-            if expire_ms != 0 && expire_ms <= now =>
+            if !strata_format::is_live(expire_ms, now) =>
         {
             Change::Delete
         }

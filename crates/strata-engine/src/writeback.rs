@@ -72,7 +72,7 @@ pub(crate) struct Dirty {
 
 impl Dirty {
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
-        self.expire_ms == 0 || self.expire_ms > now_ms
+        strata_format::is_live(self.expire_ms, now_ms)
     }
 }
 
@@ -311,7 +311,7 @@ pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bo
     let dirty_max = wb.bytes_max();
     if dirty_max == 0
         || core.syncs_client_writes()
-        || (expire_ms != 0 && expire_ms <= core.now_ms())
+        || !strata_format::is_live(expire_ms, core.now_ms())
         || pairs
             .iter()
             .any(|(k, v)| v.len() as u64 >= value_max || !core.hot.fits(k.stored().len(), v.len()))
@@ -362,7 +362,7 @@ pub(crate) fn current_locked(
     let Some((value, expire_ms, tag, dirty)) = core.hot.current(key.stored(), now) else {
         return Ok(None);
     };
-    let live = expire_ms == 0 || expire_ms > now;
+    let live = strata_format::is_live(expire_ms, now);
     debug_assert!(live || dirty, "DRAM answers only live clean entries");
     Ok(Some(live.then_some((
         value,

@@ -29,7 +29,7 @@ pub struct Field<'a> {
 impl Field<'_> {
     /// Whether the field is live at `now_ms`.
     pub fn is_live(&self, now_ms: u64) -> bool {
-        self.expire_ms == 0 || self.expire_ms > now_ms
+        crate::is_live(self.expire_ms, now_ms)
     }
 
     /// Bytes the field takes in an encoded hash.

@@ -51,6 +51,12 @@ pub const STORED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX + keys::STORED_KEY_PREFIX_
 /// Largest value Strata stores; matches Redis's default `proto-max-bulk-len`.
 pub const VALUE_BYTES_MAX: usize = 512 * 1024 * 1024;
 
+/// Whether something expiring at `expire_ms` (absolute Unix milliseconds; 0: never) is
+/// still live at `now_ms`.
+pub fn is_live(expire_ms: u64, now_ms: u64) -> bool {
+    expire_ms == 0 || expire_ms > now_ms
+}
+
 /// A decoding failure: the bytes are not what the writer wrote.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum FormatError {

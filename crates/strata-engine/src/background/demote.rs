@@ -96,7 +96,7 @@ fn consider(core: &Core, stored: &[u8], bytes: &[u8], now: u64, passes: u32) -> 
             return None;
         }
     };
-    if rec.expire_ms != 0 && rec.expire_ms <= now
+    if !strata_format::is_live(rec.expire_ms, now)
         || is_pinned(core, key.client())
         || core.is_leased(&key, now)
         || passes == 0 && core.access.take(stored)

@@ -549,7 +549,7 @@ pub(crate) async fn restore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         (t, false) => now.saturating_add(t as u64),
     };
     let key = ctx.key(&a[1]);
-    if expire_ms != 0 && expire_ms <= now {
+    if !strata_format::is_live(expire_ms, now) {
         // Already past its time: nothing is created (with REPLACE, what was there goes).
         if !replace {
             match ctx.shared.engine.get_value(&key).await {
