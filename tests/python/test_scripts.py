@@ -1,6 +1,8 @@
-"""Lua scripts through redis-py against the real binary: EVAL and EVALSHA, the script
-cache, redis-py's register_script and Lock (which run on EVALSHA), the sandbox, errors as
-Redis words them, atomicity against another client, and the time limit."""
+"""Lua scripts and functions through redis-py against the real binary: EVAL and EVALSHA,
+the script cache, redis-py's register_script and Lock (which run on EVALSHA), the sandbox,
+errors as Redis words them, atomicity against another client, -BUSY past the busy
+threshold, SCRIPT KILL, -UNKILLABLE and SHUTDOWN NOSAVE, FUNCTION and FCALL with libraries
+that survive a restart, and cjson, cmsgpack, bit and struct."""
 
 import threading
 import time
@@ -72,9 +74,13 @@ def test_redis_py_lock_acquires_extends_releases_and_excludes(strata):
 
 def test_the_sandbox_refuses_os_io_files_and_new_globals(strata):
     r = strata.client()
-    for body in ["return os.execute('touch /tmp/strata-pwned')", "return io.open('/etc/passwd')",
-                 "return dofile('/etc/passwd')", "return require('os')", "leak = 1"]:
-        with pytest.raises(redis.ResponseError):
+    for body, why in [("return os.execute('touch /tmp/strata-pwned')", "variable 'os'"),
+                      ("return io.open('/etc/passwd')", "variable 'io'"),
+                      ("return dofile('/etc/passwd')", "variable 'dofile'"),
+                      ("return require('os')", "variable 'require'"),
+                      ("leak = 1", "readonly table"),
+                      ("redis.call = nil", "readonly table")]:
+        with pytest.raises(redis.ResponseError, match=why):
             r.eval(body, 0)
     assert r.eval("local x = 1 return x", 0) == 1
 
@@ -104,9 +110,138 @@ def test_a_script_is_atomic_to_other_clients_and_stopped_at_its_time_limit(strat
     assert r.eval(body, 0) == "done"
     t.join(10)
     assert seen == ["2"]
-    assert r.config_set("busy-reply-threshold", 200)
-    t0 = time.time()
-    with pytest.raises(redis.ResponseError, match="time limit"):
-        r.eval("while true do end", 0)
-    assert time.time() - t0 < 5
-    assert r.ping()
+
+
+def start_busy(strata, body, *args, command="EVAL"):
+    """Runs a never-ending script on its own connection; returns the thread and what the
+    script's client finally got."""
+    got = []
+
+    def run():
+        c = strata.client(decode_responses=True)
+        try:
+            got.append(c.execute_command(command, body, *args))
+        except redis.ResponseError as e:
+            got.append(e)
+        except redis.ConnectionError as e:
+            got.append(e)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, got
+
+
+def wait_busy(client):
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            client.ping()
+        except redis.ResponseError as e:
+            assert str(e).startswith("BUSY"), e
+            return
+        time.sleep(0.02)
+    raise AssertionError("the script never turned busy")
+
+
+def test_a_busy_script_answers_busy_to_others_and_script_kill_stops_it(strata):
+    r = strata.client(decode_responses=True)
+    assert r.config_set("busy-reply-threshold", 100)
+    r.set("n", 0)
+    # pcall does not save a killed script, as in Redis.
+    t, got = start_busy(strata, "while true do pcall(function() redis.call('GET', 'n') end) end", 0)
+    wait_busy(r)
+    # A second client, blocked on its command before the threshold, is answered too.
+    with pytest.raises(redis.ResponseError, match="^BUSY.*SCRIPT KILL"):
+        strata.client().incr("n")
+    with pytest.raises(redis.ResponseError, match="^BUSY.*SCRIPT KILL"):
+        r.execute_command("FUNCTION", "KILL")
+    assert r.script_kill() is True
+    t.join(10)
+    assert len(got) == 1 and "killed by user" in str(got[0])
+    assert r.ping() and r.get("n") == "0"
+    with pytest.raises(redis.ResponseError, match="^NOTBUSY"):
+        r.script_kill()
+
+
+def test_a_busy_script_that_wrote_is_unkillable_until_shutdown_nosave(strata):
+    r = strata.client(decode_responses=True)
+    assert r.config_set("busy-reply-threshold", 100)
+    t, got = start_busy(strata, "redis.call('SET', KEYS[1], 'y') while true do end", 1, "x")
+    wait_busy(r)
+    with pytest.raises(redis.ResponseError, match="^UNKILLABLE"):
+        r.script_kill()
+    with pytest.raises(redis.ResponseError, match="^BUSY"):
+        r.get("x")
+    # SHUTDOWN NOSAVE stops it anyway, and the server exits.
+    try:
+        r.execute_command("SHUTDOWN", "NOSAVE")
+    except redis.ConnectionError:
+        pass
+    assert strata.proc.wait(20) == 0
+    t.join(10)
+
+
+LIBRARY = """#!lua name=counters
+local function bump(key, by)
+  return redis.call('INCRBY', key, by)
+end
+redis.register_function('bump', function(keys, args) return bump(keys[1], args[1]) end)
+redis.register_function{function_name='peek', callback=function(keys) return redis.call('GET', keys[1]) end,
+                        flags={'no-writes'}, description='reads a counter'}
+"""
+
+
+def test_functions_load_call_list_and_survive_a_restart(tmp_path):
+    from conftest import StrataProcess
+    s = StrataProcess(data_dir=str(tmp_path))
+    try:
+        r = s.client(decode_responses=True)
+        assert r.function_load(LIBRARY) == "counters"
+        with pytest.raises(redis.ResponseError, match="already exists"):
+            r.function_load(LIBRARY)
+        assert r.fcall("bump", 1, "c", 5) == 5
+        assert r.fcall_ro("peek", 1, "c") == "5"
+        with pytest.raises(redis.ResponseError, match="write flag using \\*_ro"):
+            r.fcall_ro("bump", 1, "c", 1)
+        with pytest.raises(redis.ResponseError, match="Function not found"):
+            r.fcall("nope", 0)
+        def as_dict(flat):  # a RESP2 map is a flat list
+            return dict(zip(flat[::2], flat[1::2]))
+        [lib] = [as_dict(x) for x in r.function_list(withcode=True)]
+        assert lib["library_name"] == "counters" and lib["library_code"] == LIBRARY
+        flags = {f["name"]: f["flags"] for f in map(as_dict, lib["functions"])}
+        assert flags == {"bump": [], "peek": ["no-writes"]}
+        # Library code runs with the registration API only.
+        with pytest.raises(redis.ResponseError, match="nonexistent global variable 'call'"):
+            r.function_load("#!lua name=bad\nredis.call('SET', 'x', 1)")
+        dump = r.function_dump()
+        stats = r.execute_command("FUNCTION", "STATS")
+        assert stats["engines"]["LUA"] == {"libraries_count": 1, "functions_count": 2}, stats
+    finally:
+        # SIGKILL: the libraries were saved when loaded.
+        s.proc.kill()
+        s.proc.wait()
+    s = StrataProcess(data_dir=str(tmp_path))
+    try:
+        r = s.client(decode_responses=True)
+        assert r.fcall("bump", 1, "c", 1) == 6
+        assert r.function_flush() is True
+        assert r.function_list() == []
+        assert r.function_restore(dump) is True
+        assert r.fcall_ro("peek", 1, "c") == "6"
+        assert r.function_delete("counters") is True
+    finally:
+        s.stop()
+    s = StrataProcess(data_dir=str(tmp_path))
+    try:
+        with pytest.raises(redis.ResponseError, match="Function not found"):
+            s.client().fcall("bump", 1, "c", 1)
+    finally:
+        s.stop()
+
+
+def test_the_libraries_scripts_expect(strata):
+    r = strata.client(decode_responses=True)
+    assert r.eval("return cjson.encode(cjson.decode('{\"a\":[1,2.5,\"x\"]}'))", 0) == '{"a":[1,2.5,"x"]}'
+    assert r.eval("return cmsgpack.unpack(cmsgpack.pack({10, 'y'}))[2]", 0) == "y"
+    assert r.eval("return bit.bxor(5, 3)", 0) == 6
+    assert r.eval("return struct.unpack('<I2', struct.pack('<I2', 513))", 0) == 513

@@ -370,3 +370,23 @@ def test_a_list_larger_than_dram_is_demoted_and_read_back(tiny_strata):
     for i in range(300):
         assert r.lrange(f"list:{i:03d}", 0, -1) == [f"{i}-{j}-" + "y" * 30 for j in range(40)]
     assert r.type("list:000") == "list"
+
+
+def test_sort_by_and_get_patterns_read_other_keys(strata):
+    r = strata.client(decode_responses=True)
+    r.rpush("ids", 3, 1, 2)
+    r.mset({"w_1": 30, "w_2": 10, "w_3": 20, "name_1": "one", "name_2": "two"})
+    r.hset("h_3", "n", "three")
+    assert r.sort("ids", by="w_*") == ["2", "3", "1"]
+    assert r.sort("ids", by="w_*", desc=True, start=0, num=2) == ["1", "3"]
+    assert r.sort("ids", by="w_*", get=["#", "name_*", "h_*->n"]) == [
+        "2", "two", None, "3", None, "three", "1", "one", None]
+    # A constant BY reads no key: a list keeps its order, a set is ordered by bytes.
+    assert r.sort("ids", by="nosort") == ["3", "1", "2"]
+    r.sadd("s", "b", "c", "a")
+    assert r.sort("s", by="nosort") == ["a", "b", "c"]
+    assert r.sort("ids", by="w_*", get="name_*", store="out") == 3
+    assert r.lrange("out", 0, -1) == ["two", "", "one"]
+    r.set("w_2", "x")
+    with pytest.raises(redis.ResponseError, match="can't be converted"):
+        r.sort("ids", by="w_*")

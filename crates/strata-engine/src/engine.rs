@@ -257,6 +257,17 @@ impl Engine {
         self.core.warm.swap_dbs(a, b)
     }
 
+    /// The server's function libraries as last saved (an opaque payload), if any.
+    pub fn functions(&self) -> Result<Option<Bytes>> {
+        self.core.warm.functions()
+    }
+
+    /// Saves the server's function libraries durably (`None`: there are none); they are
+    /// in backups with the rest of the warm store.
+    pub fn save_functions(&self, payload: Option<&[u8]>) -> Result<()> {
+        self.core.warm.save_functions(payload)
+    }
+
     // Reads.
 
     /// Reads the string `key` from the first tier that holds it; a key of another kind is

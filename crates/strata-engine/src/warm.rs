@@ -39,6 +39,8 @@ pub(crate) const DB_COUNT: usize = 256;
 /// Meta key of the database map (`SWAPDB`): byte `i` is the stored database that client
 /// database `i` names. Absent until the first swap (each names itself).
 const DB_MAP: &[u8] = b"db_map";
+/// Meta key of the server's function libraries (`FUNCTION`), as the server encodes them.
+const FUNCTIONS: &[u8] = b"functions";
 
 /// The persistent counters, in the order they are stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -391,6 +393,19 @@ impl Warm {
         self.db_map[a as usize].store(map[a as usize], Ordering::Relaxed);
         self.db_map[b as usize].store(map[b as usize], Ordering::Relaxed);
         Ok(())
+    }
+
+    pub(crate) fn functions(&self) -> Result<Option<Bytes>> {
+        self.meta(FUNCTIONS)
+    }
+
+    pub(crate) fn save_functions(&self, payload: Option<&[u8]>) -> Result<()> {
+        let mut batch = self.store.batch();
+        match payload {
+            Some(p) => batch.put(Family::Meta, FUNCTIONS, p),
+            None => batch.delete(Family::Meta, FUNCTIONS),
+        }
+        Ok(self.store.write(batch, true)?)
     }
 
     /// Live keys of stored database `db` (both tiers; keys past their expiry count until

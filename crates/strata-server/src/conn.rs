@@ -282,6 +282,59 @@ where
     shared.clients.lock().remove(&id);
 }
 
+/// Takes the gate for reading, or, while a script runs past the busy threshold, answers
+/// the `-BUSY` error instead (a client already waiting is woken when the script turns
+/// busy).
+async fn gate_read(shared: &Shared) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, Reply> {
+    if let Ok(g) = shared.gate.try_read() {
+        return Ok(g);
+    }
+    loop {
+        let turned_busy = shared.script_busy.notified();
+        tokio::pin!(turned_busy);
+        turned_busy.as_mut().enable();
+        if let Some(busy) = shared.script.busy_error() {
+            return Err(busy);
+        }
+        tokio::select! {
+            g = shared.gate.read() => return Ok(g),
+            _ = &mut turned_busy => {}
+        }
+    }
+}
+
+/// [`gate_read`] for writing (commands that run alone).
+async fn gate_write(shared: &Shared) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>, Reply> {
+    loop {
+        let turned_busy = shared.script_busy.notified();
+        tokio::pin!(turned_busy);
+        turned_busy.as_mut().enable();
+        if let Some(busy) = shared.script.busy_error() {
+            return Err(busy);
+        }
+        tokio::select! {
+            g = shared.gate.write() => return Ok(g),
+            _ = &mut turned_busy => {}
+        }
+    }
+}
+
+/// What a command refused by a busy script answers: the few commands that stop or watch
+/// the script run beside it, without the gate; every other gets `-BUSY`.
+async fn beside_busy_script(
+    shared: &Arc<Shared>,
+    conn: &mut Conn,
+    args: Vec<Bytes>,
+    idx: Option<usize>,
+    busy: Reply,
+) -> Reply {
+    if crate::cmd::scripting::runs_while_busy(&args) {
+        crate::cmd::execute(shared, conn, args, idx).await
+    } else {
+        busy
+    }
+}
+
 /// The connection's halves and buffers, as [`run_batch`] needs them.
 struct Io<'a, S> {
     rd: &'a mut ReadHalf<S>,
@@ -331,7 +384,16 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
                 run.push(a);
             }
             if read_guard.is_none() {
-                read_guard = Some(shared.gate.read().await);
+                match gate_read(shared).await {
+                    Ok(g) => read_guard = Some(g),
+                    Err(busy) => {
+                        out.set_proto(conn.proto);
+                        for _ in run.drain(..) {
+                            out.push(&busy);
+                        }
+                        continue;
+                    }
+                }
             }
             last_cmd = run.last().map(|a| a[0].clone());
             crate::cmd::execute_run(shared, conn, kind, &run, &mut replies).await;
@@ -381,16 +443,25 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
                 out.push(&reply);
             } else if crate::cmd::is_exclusive(idx, conn) {
                 read_guard = None;
-                let _w = shared.gate.write().await;
-                let reply = crate::cmd::execute(shared, conn, args, idx).await;
+                let reply = match gate_write(shared).await {
+                    Ok(_w) => crate::cmd::execute(shared, conn, args, idx).await,
+                    Err(busy) => beside_busy_script(shared, conn, args, idx, busy).await,
+                };
                 out.set_proto(conn.proto);
                 out.push(&reply);
             } else {
+                let mut busy = None;
                 if read_guard.is_none() {
-                    read_guard = Some(shared.gate.read().await);
+                    match gate_read(shared).await {
+                        Ok(g) => read_guard = Some(g),
+                        Err(b) => busy = Some(b),
+                    }
                 }
                 last_cmd = args.first().cloned();
-                let reply = crate::cmd::execute(shared, conn, args, idx).await;
+                let reply = match busy {
+                    None => crate::cmd::execute(shared, conn, args, idx).await,
+                    Some(b) => beside_busy_script(shared, conn, args, idx, b).await,
+                };
                 out.set_proto(conn.proto);
                 out.push(&reply);
             }

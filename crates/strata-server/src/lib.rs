@@ -183,7 +183,10 @@ pub struct Server {
 impl Server {
     pub fn new(engine: Engine, cfg: ServerConfig) -> Server {
         let (tx, _) = tokio::sync::watch::channel(false);
-        Server {
+        let script_busy = Arc::new(tokio::sync::Notify::new());
+        let notify = Arc::clone(&script_busy);
+        let script = strata_script::Control::new(move || notify.notify_waiters());
+        let server = Server {
             shared: Arc::new(Shared {
                 engine,
                 cfg: RwLock::new(cfg),
@@ -199,11 +202,21 @@ impl Server {
                 backup: Mutex::new(Default::default()),
                 blocked: Default::default(),
                 scripts: Arc::new(parking_lot::Mutex::new(
-                    strata_script::Vm::new().expect("a Lua VM starts"),
+                    strata_script::Vm::new(Arc::clone(&script)).expect("a Lua VM starts"),
                 )),
+                functions: Arc::new(parking_lot::Mutex::new(
+                    strata_script::Functions::new(Arc::clone(&script)).expect("a Lua VM starts"),
+                )),
+                script,
+                script_busy,
+                running_script: Mutex::new(None),
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
+        };
+        if let Err(e) = cmd::scripting::restore_saved(&server.shared) {
+            tracing::error!("{e}");
         }
+        server
     }
 
     /// Asks the server to stop: no new connections, connections finish the requests they

@@ -57,6 +57,16 @@ pub(crate) struct BackupState {
     pub(crate) status: String,
 }
 
+/// The script or function running now, as `FUNCTION STATS` shows it.
+#[derive(Clone)]
+pub(crate) struct RunningScript {
+    pub(crate) name: String,
+    pub(crate) command: String,
+    pub(crate) started: Instant,
+    /// Libraries and functions when a function's run started (its VM is locked meanwhile).
+    pub(crate) counts: Option<(usize, usize)>,
+}
+
 /// State shared by all connections.
 pub(crate) struct Shared {
     pub(crate) engine: Engine,
@@ -75,8 +85,18 @@ pub(crate) struct Shared {
     pub(crate) backup: Mutex<BackupState>,
     /// Clients waiting in a blocking pop, in the order they blocked.
     pub(crate) blocked: crate::blocked::Blocked,
-    /// The Lua VM and its script cache (one script runs at a time: it holds the gate).
+    /// The Lua VM of `EVAL` and its script cache (one script runs at a time: it holds the
+    /// gate).
     pub(crate) scripts: Arc<Mutex<strata_script::Vm>>,
+    /// Function libraries (`FUNCTION`, `FCALL`), in a VM of their own.
+    pub(crate) functions: Arc<Mutex<strata_script::Functions>>,
+    /// The running script's state: busy, killed, written.
+    pub(crate) script: Arc<strata_script::Control>,
+    /// Woken when a script passes the busy threshold: clients waiting for the gate answer
+    /// `-BUSY` instead.
+    pub(crate) script_busy: Arc<tokio::sync::Notify>,
+    /// The running script or function, its command and its start (`FUNCTION STATS`).
+    pub(crate) running_script: Mutex<Option<RunningScript>>,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
     pub(crate) encoding_params: Mutex<HashMap<&'static str, i64>>,
 }

@@ -9,8 +9,7 @@ use super::{lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
 use crate::auth::{constant_time_eq, Role};
 use crate::session::Peer;
 
-/// The Redis version Strata answers to, for clients that check it.
-pub(crate) const REDIS_VERSION: &str = "7.0.0";
+pub(crate) use strata_resp::REDIS_VERSION;
 
 pub(crate) async fn ping(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match a.len() {

@@ -105,13 +105,17 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
     if show("memory") {
         // The process's memory is what `maxmemory` limits; the dataset is DRAM's tier.
         let rss = crate::memory::rss_anon_bytes();
-        let rows: [(&str, String); 5] = [
+        let mut rows = vec![
             ("used_memory", rss.to_string()),
             ("used_memory_rss", rss.to_string()),
             ("used_memory_dataset", st.hot_bytes.to_string()),
             ("maxmemory", sh.cfg.read().maxmemory.to_string()),
             ("maxmemory_policy", "strata-tiered".into()),
         ];
+        // Not while a script runs (it holds its VM: `INFO` called from that script).
+        if let Some(vm) = sh.scripts.try_lock() {
+            rows.push(("number_of_cached_scripts", vm.len().to_string()));
+        }
         section(&mut o, "Memory", rows);
     }
     if show("stats") {

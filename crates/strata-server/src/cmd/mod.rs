@@ -10,7 +10,7 @@ mod keys;
 mod kvc;
 mod lcs;
 mod lists;
-mod scripting;
+pub(crate) mod scripting;
 mod server;
 mod sets;
 mod sort;
@@ -428,11 +428,37 @@ pub(crate) static COMMANDS: &[Spec] = &[
         0,
         scripting::evalsha_ro
     ),
+    c!(
+        "fcall",
+        -3,
+        WRITE | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::fcall
+    ),
+    c!(
+        "fcall_ro",
+        -3,
+        READ | EXCLUSIVE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::fcall_ro
+    ),
     c!("script", -2, WRITE | NOSCRIPT, 0, 0, 0, scripting::script),
+    c!(
+        "function",
+        -2,
+        WRITE | NOSCRIPT,
+        0,
+        0,
+        0,
+        scripting::function
+    ),
     // Server.
     c!("info", -1, READ, 0, 0, 0, info::info),
     c!("config", -2, ADMIN, 0, 0, 0, sv::config),
-    c!("function", -2, ADMIN, 0, 0, 0, sv::function),
     c!("debug", -2, ADMIN, 0, 0, 0, sv::debug),
     c!("shutdown", -1, ADMIN | NOQUEUE, 0, 0, 0, sv::shutdown),
     c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),

@@ -1,25 +1,32 @@
-//! `EVAL`, `EVALSHA`, `EVAL_RO`, `EVALSHA_RO` and `SCRIPT`: Lua through `strata_script`.
-//! The script runs on the client's task's thread; each `redis.call` runs there through the
-//! command table as the client's own command would (checks, `WATCH`
-//! touches, durability of its writes before the reply). The command holds the server's gate
-//! for writing, so no other client's command runs between a script's calls.
+//! `EVAL`, `EVALSHA`, `EVAL_RO`, `EVALSHA_RO`, `SCRIPT`, `FCALL`, `FCALL_RO` and
+//! `FUNCTION`: Lua through `strata_script`. A script runs on the client's task's thread;
+//! each `redis.call` runs there through the command table as the client's own command
+//! would (checks, `WATCH` touches, durability of its writes before the reply). The command
+//! holds the server's gate for writing, so no other client's command runs between a
+//! script's calls; past `busy-reply-threshold` other clients get `-BUSY` (see `conn.rs`)
+//! and `SCRIPT KILL`/`FUNCTION KILL` may stop it if it has not written. Function
+//! libraries are saved through the engine after every change and loaded at start.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use strata_resp::Reply;
+use strata_script::{Flags, RestorePolicy};
 
 use super::{lookup, lower, not_integer, parse_int, refusal, syntax_error, Ctx, COMMANDS};
+use crate::shared::Shared;
 
-/// What a script is named by: its body (`EVAL`) or its SHA1 (`EVALSHA`).
-enum Source {
+/// What a script is named by: its body (`EVAL`), its SHA1 (`EVALSHA`) or a function's
+/// name (`FCALL`).
+enum Target {
     Body(Bytes),
     Sha(String),
+    Function(Bytes),
 }
 
 pub(crate) async fn eval(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    run(ctx, a, Source::Body(a[1].clone()), false).await
+    run(ctx, a, Target::Body(a[1].clone()), false).await
 }
 
 pub(crate) async fn evalsha(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -27,65 +34,148 @@ pub(crate) async fn evalsha(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn eval_ro(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    run(ctx, a, Source::Body(a[1].clone()), true).await
+    run(ctx, a, Target::Body(a[1].clone()), true).await
 }
 
 pub(crate) async fn evalsha_ro(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     run(ctx, a, sha_of(&a[1]), true).await
 }
 
-fn sha_of(b: &[u8]) -> Source {
-    Source::Sha(String::from_utf8_lossy(b).to_ascii_lowercase())
+pub(crate) async fn fcall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    run(ctx, a, Target::Function(a[1].clone()), false).await
 }
 
-async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], source: Source, read_only: bool) -> Reply {
+pub(crate) async fn fcall_ro(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    run(ctx, a, Target::Function(a[1].clone()), true).await
+}
+
+fn sha_of(b: &[u8]) -> Target {
+    Target::Sha(String::from_utf8_lossy(b).to_ascii_lowercase())
+}
+
+/// `KEYS` and `ARGV` of `EVAL`/`FCALL name numkeys key... arg...`.
+fn keys_and_args(a: &[Bytes], function: bool) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
     let n = match parse_int(&a[2]) {
-        Some(n) if n < 0 => return Reply::err("ERR Number of keys can't be negative"),
+        Some(n) if n < 0 => return Err(Reply::err("ERR Number of keys can't be negative")),
         Some(n) if n as usize > a.len() - 3 => {
-            return Reply::err("ERR Number of keys can't be greater than number of args")
+            return Err(Reply::err(
+                "ERR Number of keys can't be greater than number of args",
+            ))
         }
         Some(n) => n as usize,
-        None => return not_integer(),
+        None if function => return Err(Reply::err("ERR Bad number of keys provided")),
+        None => return Err(not_integer()),
     };
-    let keys = a[3..3 + n].to_vec();
-    let argv = a[3 + n..].to_vec();
+    Ok((a[3..3 + n].to_vec(), a[3 + n..].to_vec()))
+}
+
+async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) -> Reply {
+    let (keys, argv) = match keys_and_args(a, matches!(target, Target::Function(_))) {
+        Ok(ka) => ka,
+        Err(r) => return r,
+    };
     let limit = Duration::from_millis(ctx.shared.cfg.read().busy_reply_threshold_ms);
+    let busy_after = (!limit.is_zero()).then_some(limit);
     let shared = Arc::clone(ctx.shared);
     let handle = tokio::runtime::Handle::current();
+    let command = a
+        .iter()
+        .map(|x| String::from_utf8_lossy(x).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    // A script's SELECT lasts for the script only, as in Redis.
+    let db = ctx.conn.db;
     // The script runs on this task's thread (the runtime moves its other tasks away), and
     // each call runs right here: no handoff between threads per call.
-    tokio::task::block_in_place(|| {
-        let mut vm = shared.scripts.lock();
-        let sha = match source {
-            Source::Body(body) => match vm.load(&body) {
-                Ok(sha) => sha,
-                Err(r) => return r,
-            },
-            Source::Sha(sha) => sha,
-        };
-        let mut call = |args: Vec<Bytes>| handle.block_on(call_from_script(ctx, args, read_only));
-        vm.run(
-            &sha,
-            &keys,
-            &argv,
-            &mut call,
-            (!limit.is_zero()).then_some(limit),
-        )
-    })
+    let reply = tokio::task::block_in_place(|| match target {
+        Target::Body(_) | Target::Sha(_) => {
+            let mut vm = shared.scripts.lock();
+            let sha = match target {
+                Target::Body(body) => match vm.load(&body) {
+                    Ok(sha) => sha,
+                    Err(r) => return r,
+                },
+                Target::Sha(sha) => sha,
+                Target::Function(_) => unreachable!("matched above"),
+            };
+            let read_only =
+                read_only || vm.flags(&sha).is_some_and(|f| f.contains(Flags::NO_WRITES));
+            let _running = Running::start(&shared, &sha, &command, None);
+            let mut call = |args| handle.block_on(call_from_script(ctx, &shared, args, read_only));
+            vm.run(&sha, &keys, &argv, &mut call, busy_after)
+        }
+        Target::Function(name) => {
+            let mut functions = shared.functions.lock();
+            let Some(info) = functions.function(&name) else {
+                return Reply::err("ERR Function not found");
+            };
+            let no_writes = info.flags.contains(Flags::NO_WRITES);
+            if read_only && !no_writes {
+                return Reply::err(
+                    "ERR Can not execute a script with write flag using *_ro command.",
+                );
+            }
+            let fname = info.name.clone();
+            let counts = functions.counts();
+            let _running = Running::start(&shared, &fname, &command, Some(counts));
+            let mut call = |args| handle.block_on(call_from_script(ctx, &shared, args, no_writes));
+            functions.call(&name, &keys, &argv, &mut call, busy_after)
+        }
+    });
+    ctx.conn.db = db;
+    reply
+}
+
+/// The running script as `FUNCTION STATS` shows it, cleared when the run ends.
+struct Running<'a>(&'a Shared);
+
+impl<'a> Running<'a> {
+    fn start(
+        shared: &'a Shared,
+        name: &str,
+        command: &str,
+        counts: Option<(usize, usize)>,
+    ) -> Running<'a> {
+        *shared.running_script.lock() = Some(crate::shared::RunningScript {
+            name: name.to_string(),
+            command: command.to_string(),
+            started: Instant::now(),
+            counts,
+        });
+        Running(shared)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        *self.0.running_script.lock() = None;
+    }
 }
 
 /// One `redis.call` of a script, as the client would run it; what a script may not run
 /// (transactions, scripts, blocking waits) is refused.
-async fn call_from_script(ctx: &mut Ctx<'_>, args: Vec<Bytes>, read_only: bool) -> Reply {
+async fn call_from_script(
+    ctx: &mut Ctx<'_>,
+    shared: &Shared,
+    args: Vec<Bytes>,
+    read_only: bool,
+) -> Reply {
     let Some(idx) = lookup(&args[0]) else {
         return Reply::err("ERR Unknown Redis command called from script");
     };
     let spec = &COMMANDS[idx];
-    if spec.flags & super::NOSCRIPT != 0 {
+    if spec.flags & (super::NOSCRIPT | super::BLOCKING) != 0 {
         return Reply::err("ERR This Redis command is not allowed from script");
     }
-    if read_only && spec.flags & super::WRITE != 0 {
-        return Reply::err("ERR Write commands are not allowed from read-only scripts.");
+    if spec.flags & super::WRITE != 0 {
+        if read_only {
+            return Reply::err("ERR Write commands are not allowed from read-only scripts.");
+        }
+        shared.script.note_write();
+    }
+    let n = args.len() as i32;
+    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        return Reply::err("ERR Wrong number of args calling Redis command from script");
     }
     if let Some(r) = refusal(ctx.conn, spec, args.len()) {
         return r;
@@ -117,22 +207,257 @@ pub(crate) async fn script(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             ctx.shared.scripts.lock().flush();
             Reply::ok()
         }
-        // A script holds the gate for its whole run, so none runs while this does.
-        ("kill", 2) => Reply::err("NOTBUSY No scripts in execution right now."),
-        ("help", 2) => Reply::Array(
-            [
-                "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "EXISTS <sha1> [<sha1> ...]",
-                "FLUSH [ASYNC|SYNC]",
-                "KILL",
-                "LOAD <script>",
-            ]
-            .iter()
-            .map(|s| Reply::Simple((*s).into()))
-            .collect(),
-        ),
-        _ => Reply::err(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try SCRIPT HELP."
-        )),
+        // Runs beside the busy script (it does not take the gate).
+        ("kill", 2) => match ctx.shared.script.kill(false) {
+            Ok(()) => Reply::ok(),
+            Err(r) => r,
+        },
+        ("help", 2) => help(&[
+            "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "EXISTS <sha1> [<sha1> ...]",
+            "FLUSH [ASYNC|SYNC]",
+            "KILL",
+            "LOAD <script>",
+        ]),
+        _ => unknown_sub("SCRIPT", &sub),
     }
+}
+
+fn help(lines: &[&str]) -> Reply {
+    Reply::Array(lines.iter().map(|s| Reply::Simple((*s).into())).collect())
+}
+
+fn unknown_sub(cmd: &str, sub: &str) -> Reply {
+    Reply::err(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {cmd} HELP."
+    ))
+}
+
+/// Saves the libraries through the engine after a change (they survive a restart and are
+/// in backups).
+fn save(ctx: &Ctx<'_>, functions: &strata_script::Functions) -> Result<(), Reply> {
+    let payload = (functions.counts().0 > 0).then(|| functions.dump());
+    ctx.shared
+        .engine
+        .save_functions(payload.as_deref())
+        .map_err(|e| super::engine_error(&e))
+}
+
+/// Loads the libraries the engine saved (at start).
+pub(crate) fn restore_saved(shared: &Shared) -> Result<(), String> {
+    let Some(payload) = shared.engine.functions().map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    shared
+        .functions
+        .lock()
+        .restore(&payload, RestorePolicy::Flush)
+        .map_err(|r| format!("saved functions do not load: {r:?}"))
+}
+
+/// `FUNCTION LOAD|DELETE|FLUSH|LIST|DUMP|RESTORE|STATS|KILL|HELP`.
+pub(crate) async fn function(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let sub = lower(&a[1]);
+    let changed = |ctx: &Ctx<'_>, f: &strata_script::Functions, r: Reply| match save(ctx, f) {
+        Ok(()) => r,
+        Err(e) => e,
+    };
+    match (sub.as_str(), a.len()) {
+        ("load", 3) | ("load", 4) => {
+            let replace = a.len() == 4;
+            if replace && !a[2].eq_ignore_ascii_case(b"replace") {
+                return Reply::err(format!(
+                    "ERR Unknown option given: {}",
+                    String::from_utf8_lossy(&a[2])
+                ));
+            }
+            let mut f = ctx.shared.functions.lock();
+            match f.load(&a[a.len() - 1], replace) {
+                Ok(name) => changed(ctx, &f, Reply::bulk(name)),
+                Err(r) => r,
+            }
+        }
+        ("load", n) if n > 4 => Reply::err(format!(
+            "ERR Unknown option given: {}",
+            String::from_utf8_lossy(&a[2])
+        )),
+        ("delete", 3) => {
+            let mut f = ctx.shared.functions.lock();
+            match f.delete(&a[2]) {
+                Ok(()) => changed(ctx, &f, Reply::ok()),
+                Err(r) => r,
+            }
+        }
+        ("flush", 2) | ("flush", 3) => {
+            if a.len() == 3 && !matches!(lower(&a[2]).as_str(), "async" | "sync") {
+                return Reply::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
+            }
+            let mut f = ctx.shared.functions.lock();
+            f.flush();
+            changed(ctx, &f, Reply::ok())
+        }
+        ("list", _) => list(ctx, &a[2..]),
+        ("dump", 2) => Reply::Bulk(ctx.shared.functions.lock().dump().into()),
+        ("restore", 3) | ("restore", 4) => {
+            let policy = match a.get(3).map(|p| lower(p)) {
+                None => RestorePolicy::Append,
+                Some(p) if p == "append" => RestorePolicy::Append,
+                Some(p) if p == "replace" => RestorePolicy::Replace,
+                Some(p) if p == "flush" => RestorePolicy::Flush,
+                Some(_) => return Reply::err("ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE."),
+            };
+            let mut f = ctx.shared.functions.lock();
+            match f.restore(&a[2], policy) {
+                Ok(()) => changed(ctx, &f, Reply::ok()),
+                Err(r) => r,
+            }
+        }
+        ("stats", 2) => stats(ctx.shared),
+        // Runs beside the busy function (it does not take the gate).
+        ("kill", 2) => match ctx.shared.script.kill(true) {
+            Ok(()) => Reply::ok(),
+            Err(r) => r,
+        },
+        ("help", 2) => help(&[
+            "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "LOAD [REPLACE] <FUNCTION CODE>",
+            "DELETE <LIBRARY NAME>",
+            "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+            "FCALL <FUNCTION NAME> <NUMBER OF KEYS> [<KEY NAME> ...] [<ARG> ...]",
+            "FCALL_RO <FUNCTION NAME> <NUMBER OF KEYS> [<KEY NAME> ...] [<ARG> ...]",
+            "KILL",
+            "FLUSH [ASYNC|SYNC]",
+            "STATS",
+            "DUMP",
+            "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+        ]),
+        _ => unknown_sub("FUNCTION", &sub),
+    }
+}
+
+/// `FUNCTION LIST [WITHCODE] [LIBRARYNAME pattern]`.
+fn list(ctx: &Ctx<'_>, opts: &[Bytes]) -> Reply {
+    let (mut with_code, mut pattern) = (false, None);
+    let mut i = 0;
+    while i < opts.len() {
+        match lower(&opts[i]).as_str() {
+            "withcode" if !with_code => with_code = true,
+            "libraryname" if pattern.is_none() => {
+                let Some(p) = opts.get(i + 1) else {
+                    return Reply::err("ERR library name argument was not given");
+                };
+                pattern = Some(p.clone());
+                i += 1;
+            }
+            _ => {
+                return Reply::err(format!(
+                    "ERR Unknown argument {}",
+                    String::from_utf8_lossy(&opts[i])
+                ))
+            }
+        }
+        i += 1;
+    }
+    let f = ctx.shared.functions.lock();
+    let libs = f
+        .libraries()
+        .filter(|l| {
+            pattern
+                .as_ref()
+                .is_none_or(|p| strata_engine::glob::glob_match(p, l.name.as_bytes()))
+        })
+        .map(|l| {
+            let functions = l
+                .functions
+                .iter()
+                .map(|fi| {
+                    Reply::Map(vec![
+                        (Reply::bulk("name"), Reply::bulk(fi.name.clone())),
+                        (
+                            Reply::bulk("description"),
+                            fi.description.clone().map_or(Reply::Null, Reply::bulk),
+                        ),
+                        (
+                            Reply::bulk("flags"),
+                            Reply::Set(
+                                fi.flags
+                                    .names()
+                                    .into_iter()
+                                    .map(|n| Reply::Simple(n.into()))
+                                    .collect(),
+                            ),
+                        ),
+                    ])
+                })
+                .collect();
+            let mut fields = vec![
+                (Reply::bulk("library_name"), Reply::bulk(l.name.clone())),
+                (Reply::bulk("engine"), Reply::bulk("LUA")),
+                (Reply::bulk("functions"), Reply::Array(functions)),
+            ];
+            if with_code {
+                fields.push((Reply::bulk("library_code"), Reply::Bulk(l.code.clone())));
+            }
+            Reply::Map(fields)
+        })
+        .collect();
+    Reply::Array(libs)
+}
+
+/// `FUNCTION STATS`: the running script, and how many libraries and functions exist.
+fn stats(shared: &Shared) -> Reply {
+    let running = shared.running_script.lock().clone();
+    // While a function runs, its VM is locked: its counts come from the run's start.
+    let counts = match shared.functions.try_lock() {
+        Some(f) => f.counts(),
+        None => running.as_ref().and_then(|r| r.counts).unwrap_or_default(),
+    };
+    let running = match running {
+        Some(r) => Reply::Map(vec![
+            (Reply::bulk("name"), Reply::bulk(r.name)),
+            (
+                Reply::bulk("command"),
+                Reply::Array(
+                    r.command
+                        .split(' ')
+                        .map(|w| Reply::bulk(w.to_string()))
+                        .collect(),
+                ),
+            ),
+            (
+                Reply::bulk("duration_ms"),
+                Reply::Integer(r.started.elapsed().as_millis() as i64),
+            ),
+        ]),
+        None => Reply::Null,
+    };
+    Reply::Map(vec![
+        (Reply::bulk("running_script"), running),
+        (
+            Reply::bulk("engines"),
+            Reply::Map(vec![(
+                Reply::bulk("LUA"),
+                Reply::Map(vec![
+                    (
+                        Reply::bulk("libraries_count"),
+                        Reply::Integer(counts.0 as i64),
+                    ),
+                    (
+                        Reply::bulk("functions_count"),
+                        Reply::Integer(counts.1 as i64),
+                    ),
+                ]),
+            )]),
+        ),
+    ])
+}
+
+/// Whether a request runs beside a busy script, without the gate: the commands that
+/// stop it or look at it.
+pub(crate) fn runs_while_busy(args: &[Bytes]) -> bool {
+    let sub = |w: &[u8]| args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(w));
+    let name = &args[0];
+    (name.eq_ignore_ascii_case(b"script") && sub(b"kill"))
+        || (name.eq_ignore_ascii_case(b"function") && (sub(b"kill") || sub(b"stats")))
+        || (name.eq_ignore_ascii_case(b"shutdown") && sub(b"nosave"))
 }

@@ -34,6 +34,8 @@ pub(crate) async fn debug(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 pub(crate) async fn shutdown(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     tracing::info!(client = ctx.conn.id, "SHUTDOWN requested");
+    // A script past the busy threshold stops now, written or not (`SHUTDOWN NOSAVE`).
+    ctx.shared.script.stop();
     ctx.shared.shutdown.send_replace(true);
     ctx.conn.quit = true;
     // Redis closes the connection without a reply; clients expect exactly that.
@@ -106,11 +108,49 @@ fn command_reply(a: &[Bytes]) -> Reply {
         ),
         "docs" => Reply::Map(vec![]),
         "list" => Reply::Array(COMMANDS.iter().map(|s| Reply::bulk(s.name)).collect()),
+        "getkeys" if a.len() >= 3 => getkeys(&a[2..]),
         sub => Reply::err(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
     }
 }
 
-/// The parameters `CONFIG GET` knows, with their current values.
+/// `COMMAND GETKEYS cmd args...`: the keys a command names (scripts and functions: the
+/// `numkeys` that follow their name).
+fn getkeys(cmd: &[Bytes]) -> Reply {
+    let Some(i) = super::lookup(&cmd[0]) else {
+        return Reply::err("ERR Invalid command specified");
+    };
+    let s = &COMMANDS[i];
+    let n = cmd.len() as i32;
+    if (s.arity > 0 && n != s.arity) || (s.arity < 0 && n < -s.arity) {
+        return Reply::err("ERR Invalid number of arguments specified for command");
+    }
+    let keys: Vec<Bytes> = if matches!(
+        s.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    ) {
+        match super::parse_int(&cmd[2]) {
+            Some(k) if k >= 0 && (k as usize) <= cmd.len() - 3 => cmd[3..3 + k as usize].to_vec(),
+            _ => return Reply::err("ERR Invalid arguments specified for command"),
+        }
+    } else if s.first_key <= 0 {
+        Vec::new()
+    } else {
+        let last = if s.last_key < 0 {
+            n + s.last_key
+        } else {
+            s.last_key
+        };
+        (s.first_key..=last.min(n - 1))
+            .step_by(s.step.max(1) as usize)
+            .map(|k| cmd[k as usize].clone())
+            .collect()
+    };
+    if keys.is_empty() {
+        return Reply::err("ERR The command has no key arguments");
+    }
+    Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
+}
+
 /// Redis's thresholds between its encodings of small and large values, with Redis's
 /// defaults. Strata keeps one encoding per kind, so they change nothing: `CONFIG GET` and
 /// `CONFIG SET` accept them (as integers) so that tools and tests written for Redis run.
@@ -129,20 +169,7 @@ pub(crate) const ENCODING_PARAMS: &[(&str, i64)] = &[
     ("list-compress-depth", 0),
 ];
 
-/// `FUNCTION`: Strata runs no Lua yet, so there are no functions: `FLUSH` (of nothing) and
-/// `LIST` answer as Redis does with none loaded; the rest are refused.
-pub(crate) async fn function(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    match (lower(&a[1]).as_str(), a.len()) {
-        ("flush", 2) => Reply::ok(),
-        ("flush", 3) if matches!(lower(&a[2]).as_str(), "async" | "sync") => Reply::ok(),
-        ("list", _) => Reply::Array(Vec::new()),
-        (sub, _) => Reply::err(format!(
-            "ERR FUNCTION {} is not supported: Strata does not run Lua yet",
-            sub.to_ascii_uppercase()
-        )),
-    }
-}
-
+/// The parameters `CONFIG GET` knows, with their current values.
 fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
     let cfg = ctx.shared.cfg.read();
     let es = ctx.shared.engine.settings();

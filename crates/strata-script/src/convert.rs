@@ -1,0 +1,154 @@
+//! Redis's conversions between replies and Lua values, both ways, in RESP2 and in RESP3
+//! (`redis.setresp(3)`). The caller's own protocol is applied later, when the reply is
+//! written: a RESP3 map reaches a RESP2 client as a flat array.
+
+use bytes::Bytes;
+use mlua::{Lua, Table, Value};
+use strata_resp::Reply;
+
+/// Deepest table a script's reply may nest.
+const REPLY_DEPTH_MAX: usize = 64;
+
+fn single(lua: &Lua, field: &str, v: impl mlua::IntoLua) -> mlua::Result<Value> {
+    let t = lua.create_table()?;
+    t.raw_set(field, v)?;
+    Ok(Value::Table(t))
+}
+
+/// A command's reply as a script sees it: integers as numbers, bulks as strings, status
+/// and error as `{ok=...}` and `{err=...}`, arrays as tables; in RESP2 nil as false, maps
+/// and sets flattened, doubles as strings; in RESP3 nil as nil, `{map=...}`, `{set=...}`,
+/// `{double=...}`, booleans as booleans.
+pub(crate) fn to_lua(lua: &Lua, r: Reply, resp: u8) -> mlua::Result<Value> {
+    let resp3 = resp == 3;
+    Ok(match r {
+        Reply::Simple(s) => single(lua, "ok", s)?,
+        Reply::Error(e) => single(lua, "err", e)?,
+        Reply::Integer(n) => Value::Integer(n),
+        Reply::Bulk(b) => Value::String(lua.create_string(&b)?),
+        Reply::Null | Reply::NullArray | Reply::NoReply if resp3 => Value::Nil,
+        Reply::Null | Reply::NullArray | Reply::NoReply => Value::Boolean(false),
+        Reply::Bool(b) if resp3 => Value::Boolean(b),
+        Reply::Bool(b) => Value::Integer(b as i64),
+        Reply::Double(d) if resp3 => single(lua, "double", d)?,
+        Reply::Double(d) => Value::String(lua.create_string(strata_resp::format_double(d))?),
+        Reply::Verbatim(s) if resp3 => {
+            let t = lua.create_table()?;
+            t.raw_set("format", "txt")?;
+            t.raw_set("string", lua.create_string(s)?)?;
+            single(lua, "verbatim_string", t)?
+        }
+        Reply::Verbatim(s) => Value::String(lua.create_string(s)?),
+        Reply::Array(items) => array(lua, items, resp)?,
+        Reply::Set(items) if resp3 => {
+            let t = lua.create_table_with_capacity(0, items.len())?;
+            for item in items {
+                t.raw_set(to_lua(lua, item, resp)?, true)?;
+            }
+            single(lua, "set", t)?
+        }
+        Reply::Set(items) => array(lua, items, resp)?,
+        Reply::Map(pairs) if resp3 => {
+            let t = lua.create_table_with_capacity(0, pairs.len())?;
+            for (k, v) in pairs {
+                t.raw_set(to_lua(lua, k, resp)?, to_lua(lua, v, resp)?)?;
+            }
+            single(lua, "map", t)?
+        }
+        Reply::Map(pairs) => {
+            let t = lua.create_table_with_capacity(pairs.len() * 2, 0)?;
+            for (i, (k, v)) in pairs.into_iter().enumerate() {
+                t.raw_seti(2 * i + 1, to_lua(lua, k, resp)?)?;
+                t.raw_seti(2 * i + 2, to_lua(lua, v, resp)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+fn array(lua: &Lua, items: Vec<Reply>, resp: u8) -> mlua::Result<Value> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.into_iter().enumerate() {
+        t.raw_seti(i + 1, to_lua(lua, item, resp)?)?;
+    }
+    Ok(Value::Table(t))
+}
+
+/// An error table's message as Redis replies with it (an empty one is `ERR`).
+fn error_line(e: &mlua::LuaString) -> String {
+    let s = e.to_string_lossy();
+    let s = s.trim_start_matches('-');
+    if s.is_empty() {
+        "ERR".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// A Lua value as Redis replies with it: numbers truncated to integers, strings as bulks,
+/// `{err=...}` and `{ok=...}` as error and status, other tables as arrays up to their
+/// first nil; in RESP2 true as 1 and false as nil, in RESP3 booleans, `{map=...}`,
+/// `{set=...}`, `{double=...}`, `{big_number=...}` and `{verbatim_string=...}`.
+pub(crate) fn to_reply(v: &Value, depth: usize, resp: u8) -> Reply {
+    match v {
+        Value::Integer(n) => Reply::Integer(*n),
+        Value::Number(n) => Reply::Integer(*n as i64),
+        Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
+        Value::Boolean(b) if resp == 3 => Reply::Bool(*b),
+        Value::Boolean(true) => Reply::Integer(1),
+        Value::Table(t) => table_reply(t, depth, resp),
+        _ => Reply::Null,
+    }
+}
+
+fn table_reply(t: &Table, depth: usize, resp: u8) -> Reply {
+    let field = |name: &str| t.raw_get::<Value>(name).unwrap_or(Value::Nil);
+    if let Value::String(e) = field("err") {
+        return Reply::Error(error_line(&e));
+    }
+    if let Value::String(s) = field("ok") {
+        return Reply::Simple(s.to_string_lossy());
+    }
+    if depth >= REPLY_DEPTH_MAX {
+        return Reply::err("ERR reached lua stack limit");
+    }
+    if resp == 3 {
+        if let Value::Table(m) = field("map") {
+            let pairs = m
+                .pairs::<Value, Value>()
+                .filter_map(|p| p.ok())
+                .map(|(k, v)| (to_reply(&k, depth + 1, resp), to_reply(&v, depth + 1, resp)))
+                .collect();
+            return Reply::Map(pairs);
+        }
+        if let Value::Table(s) = field("set") {
+            let items = s
+                .pairs::<Value, Value>()
+                .filter_map(|p| p.ok())
+                .map(|(k, _)| to_reply(&k, depth + 1, resp))
+                .collect();
+            return Reply::Set(items);
+        }
+        match field("double") {
+            Value::Number(d) => return Reply::Double(d),
+            Value::Integer(d) => return Reply::Double(d as f64),
+            _ => {}
+        }
+        if let Value::String(b) = field("big_number") {
+            return Reply::Bulk(Bytes::copy_from_slice(&b.as_bytes()));
+        }
+        if let Value::Table(v) = field("verbatim_string") {
+            if let Ok(Value::String(s)) = v.raw_get::<Value>("string") {
+                return Reply::Verbatim(s.to_string_lossy());
+            }
+        }
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(item) => items.push(to_reply(&item, depth + 1, resp)),
+        }
+    }
+    Reply::Array(items)
+}

@@ -1,0 +1,211 @@
+//! One sealed Lua state (see `prelude.lua`): Lua's base, table, string and math libraries,
+//! `cjson`, `cmsgpack`, `bit`, `struct` and the `redis` table; globals that cannot be read
+//! when undefined or written at all; a hook that notices a script past the busy threshold
+//! and stops a killed one.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+
+use crate::{lua_err, sha1_hex, Control};
+
+/// Memory one VM may hold (scripts, their tables and strings).
+pub const VM_BYTES_MAX: usize = 256 << 20;
+/// Lua instructions between two looks at the clock and the kill flag.
+const HOOK_EVERY: u32 = 100_000;
+
+/// What Redis answers a killed script with.
+pub(crate) const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+
+/// The state one run keeps in the VM while it runs.
+pub(crate) struct Running {
+    /// A `redis.call` that failed, and the script's line: the script's reply is that
+    /// error, as in Redis.
+    pub(crate) raised: Option<(String, usize)>,
+    /// When the script becomes busy (other clients get `-BUSY`).
+    pub(crate) busy_at: Option<Instant>,
+    /// When the run is stopped outright (library code at load).
+    pub(crate) deadline: Option<Instant>,
+    /// The protocol `redis.call` replies are converted with (`redis.setresp`).
+    pub(crate) resp: u8,
+}
+
+pub(crate) struct Env {
+    pub(crate) lua: Lua,
+    /// What a script's globals resolve to while it runs.
+    pub(crate) runtime: Table,
+    /// The real `redis` table (scripts see a sealed view): `call` and `pcall` are bound
+    /// here for each run.
+    pub(crate) redis: Table,
+    /// The metatable of the global table: its `__index` says what globals resolve to.
+    pub(crate) globals_meta: Table,
+    /// Seals a table (a read-only view of it), as the prelude seals the libraries.
+    pub(crate) seal: Function,
+    /// The `__index` that raises "Script attempted to access nonexistent global variable".
+    pub(crate) nonexistent: Function,
+}
+
+impl Env {
+    pub(crate) fn new(control: &Arc<Control>) -> Result<Env, String> {
+        Env::build(control).map_err(lua_err)
+    }
+
+    fn build(control: &Arc<Control>) -> mlua::Result<Env> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::default(),
+        )?;
+        lua.set_memory_limit(VM_BYTES_MAX)?;
+        let g = lua.globals();
+        g.raw_set("cjson", crate::libs::cjson::open(&lua)?)?;
+        g.raw_set("cmsgpack", crate::libs::cmsgpack::open(&lua)?)?;
+        g.raw_set("bit", crate::libs::bit::open(&lua)?)?;
+        g.raw_set("struct", crate::libs::structs::open(&lua)?)?;
+        let redis = redis_table(&lua)?;
+        g.raw_set("redis", redis.clone())?;
+        let c = Arc::clone(control);
+        let check_killed = lua.create_function(move |_, ()| {
+            if c.kill.load(Ordering::Relaxed) {
+                return Err(mlua::Error::RuntimeError(KILLED.into()));
+            }
+            Ok(())
+        })?;
+        let (runtime, globals_meta, seal, nonexistent): (Table, Table, Function, Function) = lua
+            .load(include_str!("prelude.lua"))
+            .set_name("=prelude")
+            .call(check_killed)?;
+        let c = Arc::clone(control);
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            move |lua, _| {
+                if c.kill.load(Ordering::Relaxed) {
+                    return Err(mlua::Error::RuntimeError(KILLED.into()));
+                }
+                let (busy_at, deadline) = lua
+                    .app_data_ref::<Running>()
+                    .map_or((None, None), |r| (r.busy_at, r.deadline));
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(mlua::Error::RuntimeError("FUNCTION LOAD timeout".into()));
+                }
+                if !c.busy.load(Ordering::Relaxed) {
+                    let due = busy_at.is_some_and(|at| now >= at);
+                    if due {
+                        c.busy.store(true, Ordering::Relaxed);
+                        (c.on_busy)();
+                    }
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
+        Ok(Env {
+            lua,
+            runtime,
+            redis,
+            globals_meta,
+            seal,
+            nonexistent,
+        })
+    }
+}
+
+/// The `redis` table a script sees, but `call` and `pcall` (bound for each run).
+fn redis_table(lua: &Lua) -> mlua::Result<Table> {
+    let redis = lua.create_table()?;
+    // `redis.error_reply(m)` is `{err = m}`, `redis.status_reply(m)` is `{ok = m}`.
+    for (name, field) in [("error_reply", "err"), ("status_reply", "ok")] {
+        redis.raw_set(
+            name,
+            lua.create_function(move |lua, m: mlua::LuaString| {
+                let t = lua.create_table()?;
+                t.raw_set(field, m)?;
+                Ok(t)
+            })?,
+        )?;
+    }
+    redis.raw_set(
+        "sha1hex",
+        lua.create_function(|_, args: mlua::MultiValue| match args.front() {
+            Some(Value::String(s)) if args.len() == 1 => Ok(sha1_hex(&s.as_bytes())),
+            Some(Value::Integer(n)) if args.len() == 1 => Ok(sha1_hex(n.to_string().as_bytes())),
+            _ => Err(mlua::Error::RuntimeError(
+                "wrong number of arguments".into(),
+            )),
+        })?,
+    )?;
+    redis.raw_set("log", log_function(lua)?)?;
+    redis.raw_set(
+        "setresp",
+        lua.create_function(|lua, v: i64| {
+            if v != 2 && v != 3 {
+                return Err(mlua::Error::RuntimeError(
+                    "RESP version must be 2 or 3.".into(),
+                ));
+            }
+            if let Some(mut r) = lua.app_data_mut::<Running>() {
+                r.resp = v as u8;
+            }
+            Ok(())
+        })?,
+    )?;
+    redis.raw_set(
+        "set_repl",
+        lua.create_function(|_, v: i64| {
+            if !(0..=3).contains(&v) {
+                return Err(mlua::Error::RuntimeError(
+                    "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."
+                        .into(),
+                ));
+            }
+            Ok(())
+        })?,
+    )?;
+    redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+    redis_constants(&redis)?;
+    for (name, v) in [
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_SLAVE", 2),
+        ("REPL_REPLICA", 2),
+        ("REPL_ALL", 3),
+    ] {
+        redis.raw_set(name, v)?;
+    }
+    Ok(redis)
+}
+
+/// `redis.log(level, ...)`: accepted; Strata's log does not take script lines.
+pub(crate) fn log_function(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(|_, args: mlua::MultiValue| {
+        if args.len() < 2 {
+            return Err(mlua::Error::RuntimeError(
+                "redis.log() requires two arguments or more.".into(),
+            ));
+        }
+        match args.front() {
+            Some(Value::Integer(l)) if (0..=3).contains(l) => Ok(()),
+            _ => Err(mlua::Error::RuntimeError("Invalid debug level.".into())),
+        }
+    })
+}
+
+/// `redis.REDIS_VERSION` and `redis.REDIS_VERSION_NUM` (`0x00MMmmpp`), and the log levels:
+/// constants both the load-time and the run-time `redis` tables carry.
+pub(crate) fn redis_constants(t: &Table) -> mlua::Result<()> {
+    let version = strata_resp::REDIS_VERSION;
+    t.raw_set("REDIS_VERSION", version)?;
+    let num = version
+        .split('.')
+        .map(|p| p.parse::<i64>().unwrap_or(0))
+        .fold(0, |acc, p| (acc << 8) | p);
+    t.raw_set("REDIS_VERSION_NUM", num)?;
+    for (i, name) in ["LOG_DEBUG", "LOG_VERBOSE", "LOG_NOTICE", "LOG_WARNING"]
+        .iter()
+        .enumerate()
+    {
+        t.raw_set(*name, i as i64)?;
+    }
+    Ok(())
+}
