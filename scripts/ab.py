@@ -7,7 +7,8 @@ compares), reported per row as new/old ratios of the medians.
   core 0 and the client to core 1 (`taskset`), the rows of `strata-bench redis` (SET, GET,
   INCR, MGET of 10 keys; 3 B and 1 KiB values; 50 clients -P 1 and -P 16, one client -P 1;
   `durability=none`) and of `strata-bench redis --durable` (SET, INCR with the default
-  `durability=group`; 50 clients and one, -P 1 and -P 16);
+  `durability=group`; 50 clients and one, -P 1 and -P 16); rows of the data types, and
+  `evalsha1`/`evalsha10`/`evalsha100` (EVALSHA of a script making 1, 10, 100 INCRs);
 - kvcache: `strata-bench kvcache` (the new harness) with `--strata OLD` and `--strata NEW`:
   the Strata rows (write and read GiB/s, read p50/p99);
 - prefetch: the old and the new `strata-bench prefetch` (the engine in-process): cold-read
@@ -120,6 +121,28 @@ TYPE_TESTS = {
 }
 
 
+# The script rows: EVALSHA of a script making N `redis.call`s (INCR of one key, as a rate
+# limiter does), loaded on each server first (`load_scripts`).
+SCRIPT_CALLS = {"evalsha1": 1, "evalsha10": 10, "evalsha100": 100}
+
+
+def script_body(calls):
+    return f"for i = 1, {calls} do redis.call('INCR', KEYS[1]) end return {calls}"
+
+
+for _name, _calls in SCRIPT_CALLS.items():
+    import hashlib
+    TYPE_TESTS[_name] = ["EVALSHA", hashlib.sha1(script_body(_calls).encode()).hexdigest(),
+                         "1", "script:counter"]
+
+
+def load_scripts(port):
+    import redis
+    r = redis.Redis(port=port)
+    for calls in SCRIPT_CALLS.values():
+        r.script_load(script_body(calls))
+
+
 def fill_collections(port):
     """The collections the type read rows read: a 100-field hash of 100-byte values, a
     sorted set, a list and a set of 100 members each."""
@@ -188,8 +211,13 @@ def redis_rows(quick):
         for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
             rows.append(("group", test, 3, clients, pipeline))
     for test in TYPE_TESTS:
+        if test in SCRIPT_CALLS:
+            continue
         for clients, pipeline in [(50, 1), (50, 16)]:
             rows.append(("none", test, 100, clients, pipeline))
+    for test in SCRIPT_CALLS:
+        for clients, pipeline in [(50, 1), (1, 1)]:
+            rows.append(("none", test, 3, clients, pipeline))
     return rows
 
 
@@ -207,6 +235,7 @@ def run_redis(old, new, rounds, requests, results, tests):
                     servers[label] = start_server(binary, d, durability)
                     if any(x[1] in TYPE_TESTS for x in rows):
                         fill_collections(servers[label][1])
+                        load_scripts(servers[label][1])
                 filled = None
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row

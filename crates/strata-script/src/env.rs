@@ -30,15 +30,24 @@ pub(crate) struct Running {
     pub(crate) deadline: Option<Instant>,
     /// The protocol `redis.call` replies are converted with (`redis.setresp`).
     pub(crate) resp: u8,
+    /// What runs the run's commands (see `Run::call`); `None` outside a run, at load and
+    /// while a command runs.
+    pub(crate) call: Option<RawCall>,
 }
+
+/// The command runner of the run in progress, its lifetime erased (see `Run::call`).
+pub(crate) struct RawCall(
+    pub(crate) *mut (dyn FnMut(Vec<bytes::Bytes>) -> strata_resp::Reply + 'static),
+);
+
+// SAFETY: the pointer is used only on the thread running the script, during the run that
+// set it; the VM holding it is behind the caller's lock.
+unsafe impl Send for RawCall {}
 
 pub(crate) struct Env {
     pub(crate) lua: Lua,
     /// What a script's globals resolve to while it runs.
     pub(crate) runtime: Table,
-    /// The real `redis` table (scripts see a sealed view): `call` and `pcall` are bound
-    /// here for each run.
-    pub(crate) redis: Table,
     /// The metatable of the global table: its `__index` says what globals resolve to.
     pub(crate) globals_meta: Table,
     /// Seals a table (a read-only view of it), as the prelude seals the libraries.
@@ -64,6 +73,16 @@ impl Env {
         g.raw_set("bit", crate::libs::bit::open(&lua)?)?;
         g.raw_set("struct", crate::libs::structs::open(&lua)?)?;
         let redis = redis_table(&lua)?;
+        // `redis.call` raises a command's error; `redis.pcall` returns it as a table.
+        for (name, raise) in [("call", true), ("pcall", false)] {
+            let c = Arc::clone(control);
+            redis.raw_set(
+                name,
+                lua.create_function(move |lua, args: mlua::MultiValue| {
+                    crate::command(lua, args, raise, &c)
+                })?,
+            )?;
+        }
         g.raw_set("redis", redis.clone())?;
         let c = Arc::clone(control);
         let check_killed = lua.create_function(move |_, ()| {
@@ -103,7 +122,6 @@ impl Env {
         Ok(Env {
             lua,
             runtime,
-            redis,
             globals_meta,
             seal,
             nonexistent,

@@ -170,6 +170,7 @@ impl Functions {
             busy_at: None,
             deadline: Some(std::time::Instant::now() + LOAD_TIME_MAX),
             resp: 2,
+            call: None,
         });
         let result = chunk.call::<()>(());
         lua.remove_app_data::<crate::env::Running>();

@@ -14,7 +14,6 @@ mod env;
 mod functions;
 mod libs;
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -352,40 +351,32 @@ impl Run<'_> {
         busy_after: Option<Duration>,
     ) -> Reply {
         let lua = &self.env.lua;
+        let call: *mut (dyn FnMut(Vec<Bytes>) -> Reply + '_) = call;
+        // SAFETY: only the lifetime is erased. The pointer lives in the run's state, which
+        // is removed below before this function returns (and `call` outlives this frame);
+        // `redis.call` takes it out while it calls, so it is never used twice at once.
+        let call = unsafe {
+            std::mem::transmute::<
+                *mut (dyn FnMut(Vec<Bytes>) -> Reply + '_),
+                *mut (dyn FnMut(Vec<Bytes>) -> Reply + 'static),
+            >(call)
+        };
         lua.set_app_data(env::Running {
             raised: None,
             busy_at: busy_after.map(|l| Instant::now() + l),
             deadline: None,
             resp: 2,
+            call: Some(env::RawCall(call)),
         });
         self.control.begin(self.function);
-        let call = RefCell::new(call);
-        let control = self.control;
-        let result = lua.scope(|scope| {
-            // `redis.call` raises a command's error; `redis.pcall` returns it as a table.
-            for (name, raise) in [("call", true), ("pcall", false)] {
-                let call = &call;
-                self.env.redis.raw_set(
-                    name,
-                    scope.create_function(move |lua, args: mlua::MultiValue| {
-                        command(lua, args, raise, call, control)
-                    })?,
-                )?;
-            }
-            f.call::<Value>(args)
-        });
-        for name in ["call", "pcall"] {
-            let _ = self.env.redis.raw_set(name, Value::Nil);
-        }
+        let result = f.call::<Value>(args);
         self.control.end();
         let running = lua.remove_app_data::<env::Running>();
         let resp = running.as_ref().map_or(2, |r| r.resp);
-        let reply = match result {
+        match result {
             Ok(v) => convert::to_reply(&v, 0, resp),
             Err(e) => self.error(e, running.and_then(|r| r.raised)),
-        };
-        let _ = lua.gc_step();
-        reply
+        }
     }
 
     fn error(&self, e: mlua::Error, raised: Option<(String, usize)>) -> Reply {
@@ -431,12 +422,11 @@ fn script_line(lua: &Lua) -> usize {
 }
 
 /// `redis.call` (`raise`: an error reply raises a Lua error) and `redis.pcall` (it comes
-/// back as an error table).
-fn command(
+/// back as an error table), through the run's command runner.
+pub(crate) fn command(
     lua: &Lua,
     args: mlua::MultiValue,
     raise: bool,
-    call: &RefCell<Call<'_>>,
     control: &Control,
 ) -> mlua::Result<Value> {
     if control.kill.load(Ordering::Relaxed) {
@@ -460,7 +450,22 @@ fn command(
             "ERR Please specify at least one argument for this redis lib call".into(),
         ));
     }
-    let reply = (call.borrow_mut())(argv);
+    // Taken out while it runs: a second `redis.call` meanwhile (there is none: commands a
+    // script calls run no Lua) would find nothing rather than alias it.
+    let taken = lua
+        .app_data_mut::<env::Running>()
+        .and_then(|mut r| r.call.take());
+    let Some(env::RawCall(ptr)) = taken else {
+        return Err(mlua::Error::RuntimeError(
+            "ERR redis.call is only available while a script runs".into(),
+        ));
+    };
+    // SAFETY: see `Run::call`: the pointer is valid for the whole run and used by one
+    // caller at a time.
+    let reply = unsafe { (*ptr)(argv) };
+    if let Some(mut r) = lua.app_data_mut::<env::Running>() {
+        r.call = Some(env::RawCall(ptr));
+    }
     if let (true, Reply::Error(e)) = (raise, &reply) {
         let line = script_line(lua);
         if let Some(mut running) = lua.app_data_mut::<env::Running>() {

@@ -305,6 +305,9 @@ async fn gate_read(shared: &Shared) -> Result<tokio::sync::RwLockReadGuard<'_, (
 
 /// [`gate_read`] for writing (commands that run alone).
 async fn gate_write(shared: &Shared) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>, Reply> {
+    if let Ok(g) = shared.gate.try_write() {
+        return Ok(g);
+    }
     loop {
         let turned_busy = shared.script_busy.notified();
         tokio::pin!(turned_busy);

@@ -185,7 +185,18 @@ impl Server {
         let (tx, _) = tokio::sync::watch::channel(false);
         let script_busy = Arc::new(tokio::sync::Notify::new());
         let notify = Arc::clone(&script_busy);
-        let script = strata_script::Control::new(move || notify.notify_waiters());
+        // A script runs inside its client's task, on a worker that then polls neither I/O
+        // nor timers. Once it is busy the worker's place goes to another thread
+        // (`block_in_place`); the short sleep returns only when some thread polls the
+        // runtime's timers again, so by then one does. The clients waiting for the gate are
+        // woken from there, to answer `-BUSY`.
+        let script = strata_script::Control::new(move || {
+            tokio::task::block_in_place(|| {
+                notify.notify_waiters();
+                tokio::runtime::Handle::current()
+                    .block_on(tokio::time::sleep(std::time::Duration::from_millis(1)));
+            });
+        });
         let server = Server {
             shared: Arc::new(Shared {
                 engine,

@@ -61,7 +61,7 @@ pub(crate) struct BackupState {
 #[derive(Clone)]
 pub(crate) struct RunningScript {
     pub(crate) name: String,
-    pub(crate) command: String,
+    pub(crate) command: Vec<bytes::Bytes>,
     pub(crate) started: Instant,
     /// Libraries and functions when a function's run started (its VM is locked meanwhile).
     pub(crate) counts: Option<(usize, usize)>,

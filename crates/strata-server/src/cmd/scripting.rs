@@ -78,16 +78,12 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) ->
     let busy_after = (!limit.is_zero()).then_some(limit);
     let shared = Arc::clone(ctx.shared);
     let handle = tokio::runtime::Handle::current();
-    let command = a
-        .iter()
-        .map(|x| String::from_utf8_lossy(x).into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
     // A script's SELECT lasts for the script only, as in Redis.
     let db = ctx.conn.db;
-    // The script runs on this task's thread (the runtime moves its other tasks away), and
-    // each call runs right here: no handoff between threads per call.
-    let reply = tokio::task::block_in_place(|| match target {
+    // The script runs right here, in this task's poll, and so does each call (see
+    // `run_now`): no handoff between threads unless a call must wait, or the script turns
+    // busy (then the runtime moves this worker's other tasks to another thread).
+    let reply = (|| match target {
         Target::Body(_) | Target::Sha(_) => {
             let mut vm = shared.scripts.lock();
             let sha = match target {
@@ -100,8 +96,8 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) ->
             };
             let read_only =
                 read_only || vm.flags(&sha).is_some_and(|f| f.contains(Flags::NO_WRITES));
-            let _running = Running::start(&shared, &sha, &command, None);
-            let mut call = |args| handle.block_on(call_from_script(ctx, &shared, args, read_only));
+            let _running = Running::start(&shared, &sha, a, None);
+            let mut call = |args| run_now(&handle, call_from_script(ctx, &shared, args, read_only));
             vm.run(&sha, &keys, &argv, &mut call, busy_after)
         }
         Target::Function(name) => {
@@ -117,13 +113,29 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) ->
             }
             let fname = info.name.clone();
             let counts = functions.counts();
-            let _running = Running::start(&shared, &fname, &command, Some(counts));
-            let mut call = |args| handle.block_on(call_from_script(ctx, &shared, args, no_writes));
+            let _running = Running::start(&shared, &fname, a, Some(counts));
+            let mut call = |args| run_now(&handle, call_from_script(ctx, &shared, args, no_writes));
             functions.call(&name, &keys, &argv, &mut call, busy_after)
         }
-    });
+    })();
     ctx.conn.db = db;
     reply
+}
+
+/// Runs one call of a script to its end from synchronous code inside the client's task:
+/// most calls finish on their first poll (values in DRAM, writes that wait for nothing);
+/// one that must wait (a read from disk or the object store, a lock) finishes in
+/// `block_in_place`, which hands this worker's other tasks to another thread meanwhile.
+fn run_now<F: std::future::Future<Output = Reply>>(
+    handle: &tokio::runtime::Handle,
+    fut: F,
+) -> Reply {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => tokio::task::block_in_place(|| handle.block_on(fut)),
+    }
 }
 
 /// The running script as `FUNCTION STATS` shows it, cleared when the run ends.
@@ -133,12 +145,12 @@ impl<'a> Running<'a> {
     fn start(
         shared: &'a Shared,
         name: &str,
-        command: &str,
+        command: &[Bytes],
         counts: Option<(usize, usize)>,
     ) -> Running<'a> {
         *shared.running_script.lock() = Some(crate::shared::RunningScript {
             name: name.to_string(),
-            command: command.to_string(),
+            command: command.to_vec(),
             started: Instant::now(),
             counts,
         });
@@ -417,12 +429,7 @@ fn stats(shared: &Shared) -> Reply {
             (Reply::bulk("name"), Reply::bulk(r.name)),
             (
                 Reply::bulk("command"),
-                Reply::Array(
-                    r.command
-                        .split(' ')
-                        .map(|w| Reply::bulk(w.to_string()))
-                        .collect(),
-                ),
+                Reply::Array(r.command.into_iter().map(Reply::Bulk).collect()),
             ),
             (
                 Reply::bulk("duration_ms"),
