@@ -245,3 +245,21 @@ def test_the_libraries_scripts_expect(strata):
     assert r.eval("return cmsgpack.unpack(cmsgpack.pack({10, 'y'}))[2]", 0) == "y"
     assert r.eval("return bit.bxor(5, 3)", 0) == 6
     assert r.eval("return struct.unpack('<I2', struct.pack('<I2', 513))", 0) == 513
+
+
+def test_error_replies_are_counted_by_code_until_resetstat(strata):
+    r = strata.client(decode_responses=True)
+    r.set("s", "x")
+    with pytest.raises(redis.ResponseError):
+        r.lpush("s", "y")
+    with pytest.raises(redis.ResponseError, match="^MY_CODE"):
+        r.eval("return redis.error_reply('MY_CODE custom')", 0)
+    errors = r.info("errorstats")
+    assert errors["errorstat_WRONGTYPE"] == {"count": 1}
+    assert errors["errorstat_MY_CODE"] == {"count": 1}
+    assert r.info("stats")["total_error_replies"] >= 2
+    assert r.config_resetstat()
+    assert r.info("errorstats") == {}
+    with pytest.raises(redis.ResponseError):
+        r.eval("return redis.error_reply('')", 0)
+    assert r.info("errorstats") == {"errorstat_ERR": {"count": 1}}

@@ -20,10 +20,16 @@ struct CommandStats {
     buckets: [AtomicU64; BUCKETS_US.len()],
 }
 
-/// Counters of every command, by its place in the command table.
+/// Most distinct error codes counted, as Redis counts them; replies with a code first seen
+/// past this many are not counted.
+const ERROR_CODES_MAX: usize = 128;
+
+/// Counters of every command, by its place in the command table, and of the error replies
+/// clients got, by code (`INFO errorstats`).
 pub(crate) struct Metrics {
     names: Vec<&'static str>,
     commands: Vec<CommandStats>,
+    error_codes: parking_lot::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -32,7 +38,34 @@ impl Metrics {
         Metrics {
             commands: names.iter().map(|_| CommandStats::default()).collect(),
             names,
+            error_codes: Default::default(),
         }
+    }
+
+    /// Counts an error reply a client got, by its code (the first word: `ERR`,
+    /// `WRONGTYPE`, a script's own).
+    pub(crate) fn record_error_reply(&self, line: &str) {
+        let code = line.split(' ').next().unwrap_or("ERR");
+        let mut codes = self.error_codes.lock();
+        if let Some(n) = codes.get_mut(code) {
+            *n += 1;
+        } else if codes.len() < ERROR_CODES_MAX {
+            codes.insert(code.to_string(), 1);
+        }
+    }
+
+    /// Error replies by code, in code order.
+    pub(crate) fn error_codes(&self) -> Vec<(String, u64)> {
+        self.error_codes
+            .lock()
+            .iter()
+            .map(|(c, n)| (c.clone(), *n))
+            .collect()
+    }
+
+    /// Forgets the error counts (`CONFIG RESETSTAT`).
+    pub(crate) fn reset_error_codes(&self) {
+        self.error_codes.lock().clear();
     }
 
     pub(crate) fn record(&self, cmd: usize, took: Duration, error: bool) {

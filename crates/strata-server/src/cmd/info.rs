@@ -125,6 +125,10 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
             ("keyspace_misses", st.misses),
             ("expired_keys", st.expired),
             ("evicted_keys", 0),
+            (
+                "total_error_replies",
+                sh.metrics.error_codes().iter().map(|(_, n)| n).sum(),
+            ),
         ];
         let own = server
             .rows()
@@ -132,6 +136,13 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
             .filter(|(s, _)| s.name != "connected_clients")
             .map(|(s, v)| (s.name, v));
         section(&mut o, "Stats", own.chain(redis));
+    }
+    if show("errorstats") {
+        o.push_str("# Errorstats\r\n");
+        for (code, n) in sh.metrics.error_codes() {
+            let _ = write!(o, "errorstat_{code}:count={n}\r\n");
+        }
+        o.push_str("\r\n");
     }
     if show("commandstats") {
         o.push_str("# Commandstats\r\n");

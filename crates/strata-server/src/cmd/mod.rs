@@ -684,8 +684,21 @@ fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
 }
 
 /// Runs one request, of command `idx` ([`lookup_request`]), and returns its reply; the
-/// tickets of its writes join `conn.pending`.
+/// tickets of its writes join `conn.pending`. An error reply is counted by its code.
 pub(crate) async fn execute(
+    shared: &Arc<Shared>,
+    conn: &mut Conn,
+    args: Vec<Bytes>,
+    idx: Option<usize>,
+) -> Reply {
+    let reply = execute_request(shared, conn, args, idx).await;
+    if let Reply::Error(e) = &reply {
+        shared.metrics.record_error_reply(e);
+    }
+    reply
+}
+
+async fn execute_request(
     shared: &Arc<Shared>,
     conn: &mut Conn,
     args: Vec<Bytes>,
@@ -796,6 +809,9 @@ pub(crate) async fn execute_run(
     let each = start.elapsed() / cmds.len().max(1) as u32;
     for (r, &i) in replies.iter().zip(&idxs) {
         shared.metrics.record(i, each, r.is_error());
+        if let Reply::Error(e) = r {
+            shared.metrics.record_error_reply(e);
+        }
     }
     shared
         .counters

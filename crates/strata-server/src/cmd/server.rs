@@ -297,7 +297,12 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             }
             Reply::ok()
         }
-        "resetstat" => Reply::ok(),
+        // The error counts start again; the other figures are counters that only grow
+        // (Prometheus scrapes them).
+        "resetstat" => {
+            ctx.shared.metrics.reset_error_codes();
+            Reply::ok()
+        }
         "rewrite" => {
             Reply::err("ERR CONFIG REWRITE is not supported; edit the TOML configuration file")
         }
