@@ -24,4 +24,4 @@ pub use parse::{parse_request, Limits, ProtocolError};
 /// The Redis version Strata answers to (`HELLO`, `INFO`, `redis.REDIS_VERSION`), for
 /// clients that check it.
 pub const REDIS_VERSION: &str = "7.0.0";
-pub use reply::{format_double, Reply, ReplyBuf};
+pub use reply::{format_double, format_g, Reply, ReplyBuf};

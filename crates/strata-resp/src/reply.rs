@@ -198,13 +198,23 @@ impl ReplyBuf {
 
 /// Formats a double as Redis 7.0 replies with one (`addReplyDouble`: scores, `ZINCRBY`):
 /// C's `%.17g` (17 significant digits, trailing zeros dropped, an exponent below 1e-4 or
-/// from 1e17), with `inf` and `-inf` spelled out.
+/// from 1e17), with `inf`, `-inf` and `nan` spelled out.
 pub fn format_double(d: f64) -> String {
-    if d.is_infinite() {
-        return if d > 0.0 { "inf".into() } else { "-inf".into() };
-    }
     if d.is_nan() {
         return "nan".into();
+    }
+    format_g(d, 17)
+}
+
+/// `d` as C's `printf("%.<precision>g")` writes it (Lua's `tostring` and `cjson` use 14,
+/// Redis's replies 17): `precision` significant digits, trailing zeros dropped, the
+/// exponent form below 1e-4 or from 10^precision.
+pub fn format_g(d: f64, precision: usize) -> String {
+    if d.is_nan() {
+        return if d.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if d == 0.0 {
         return if d.is_sign_negative() {
@@ -213,8 +223,9 @@ pub fn format_double(d: f64) -> String {
             "0".into()
         };
     }
-    // The exponent %e would print with 17 significant digits decides the style.
-    let e_form = format!("{d:.16e}");
+    let p = precision.max(1);
+    // The exponent %e would print with `p` significant digits decides the style.
+    let e_form = format!("{:.*e}", p - 1, d);
     let (mantissa, exp) = e_form.split_once('e').expect("an exponent");
     let exp: i32 = exp.parse().expect("a decimal exponent");
     let trim = |s: &str| -> String {
@@ -224,11 +235,11 @@ pub fn format_double(d: f64) -> String {
             s.to_string()
         }
     };
-    if !(-4..17).contains(&exp) {
+    if exp < -4 || exp >= p as i32 {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
     } else {
-        trim(&format!("{d:.*}", (16 - exp) as usize))
+        trim(&format!("{d:.*}", (p as i32 - 1 - exp) as usize))
     }
 }
 
@@ -265,6 +276,27 @@ fn itoa_buf(n: i64) -> ItoaBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn format_g_writes_what_printf_writes() {
+        for (n, p, want) in [
+            (0.1, 14, "0.1"),
+            (100.0, 14, "100"),
+            (1023.2, 14, "1023.2"),
+            (-5000.0, 14, "-5000"),
+            (0.0003, 14, "0.0003"),
+            (1e15, 14, "1e+15"),
+            (123456789012346.0, 14, "1.2345678901235e+14"),
+            (1e-5, 14, "1e-05"),
+            (2f64.powi(40), 14, "1099511627776"),
+            (0.1, 17, "0.10000000000000001"),
+            (1e17, 17, "1e+17"),
+        ] {
+            assert_eq!(super::format_g(n, p), want, "{n} at {p}");
+        }
+        assert_eq!(super::format_g(-f64::NAN, 17), "-nan");
+        assert_eq!(super::format_double(-f64::NAN), "nan");
+    }
+
     use super::*;
 
     fn enc(proto: u8, r: Reply) -> String {

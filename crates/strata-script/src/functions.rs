@@ -150,7 +150,7 @@ impl Functions {
             functions,
             callbacks,
         });
-        Ok(key_name(&self.libraries[&key]))
+        Ok(self.libraries[&key].name.clone())
     }
 
     /// Runs library code in the load environment; what it registered.
@@ -311,10 +311,6 @@ impl Functions {
     }
 }
 
-fn key_name(lib: &Library) -> String {
-    lib.name.clone()
-}
-
 /// The library codes of a dump, if its version and checksum hold.
 fn parse_dump(p: &[u8]) -> Option<Vec<&[u8]>> {
     let body_len = p.len().checked_sub(8)?;
@@ -351,6 +347,22 @@ fn load_env(env: &Env) -> mlua::Result<Table> {
     top.raw_set("redis", sealed)?;
     top.set_metatable(Some(guard))?;
     Ok(top)
+}
+
+/// A wrong argument to `redis.register_function`: missing or of the wrong type when given
+/// by name, or wrong when given by position.
+fn argument_error(
+    named: bool,
+    given: &Value,
+    missing: &str,
+    wrong_named: &str,
+    wrong_positional: &str,
+) -> mlua::Error {
+    runtime_error(match (named, given) {
+        (true, Value::Nil) => missing,
+        (true, _) => wrong_named,
+        (false, _) => wrong_positional,
+    })
 }
 
 fn runtime_error(m: impl Into<String>) -> mlua::Error {
@@ -420,39 +432,26 @@ fn register(lua: &mlua::Lua, args: mlua::MultiValue) -> mlua::Result<()> {
         }
     };
     // Redis words the two forms' errors differently.
-    let named = args_were_named;
     let name = match name {
         Value::String(n) => n,
-        Value::Nil if named => {
-            return Err(runtime_error(
+        other => {
+            return Err(argument_error(
+                args_were_named,
+                &other,
                 "redis.register_function must get a function name argument",
-            ))
-        }
-        _ if named => {
-            return Err(runtime_error(
                 "function_name argument given to redis.register_function must be a string",
-            ))
-        }
-        _ => {
-            return Err(runtime_error(
                 "first argument to redis.register_function must be a string",
             ))
         }
     };
     let callback = match callback {
         Value::Function(f) => f,
-        Value::Nil if named => {
-            return Err(runtime_error(
+        other => {
+            return Err(argument_error(
+                args_were_named,
+                &other,
                 "redis.register_function must get a callback argument",
-            ))
-        }
-        _ if named => {
-            return Err(runtime_error(
                 "callback argument given to redis.register_function must be a function",
-            ))
-        }
-        _ => {
-            return Err(runtime_error(
                 "second argument to redis.register_function must be a function",
             ))
         }

@@ -437,7 +437,7 @@ pub(crate) fn command(
         match a {
             Value::String(s) => argv.push(Bytes::copy_from_slice(&s.as_bytes())),
             Value::Integer(n) => argv.push(Bytes::from(n.to_string())),
-            Value::Number(n) => argv.push(Bytes::from(libs::format_g(*n, 17))),
+            Value::Number(n) => argv.push(Bytes::from(strata_resp::format_g(*n, 17))),
             _ => {
                 return Err(mlua::Error::RuntimeError(
                     "ERR Lua redis lib command arguments must be strings or integers".into(),

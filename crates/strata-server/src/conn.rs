@@ -283,31 +283,28 @@ where
 }
 
 /// Takes the gate for reading, or, while a script runs past the busy threshold, answers
-/// the `-BUSY` error instead (a client already waiting is woken when the script turns
-/// busy).
+/// the `-BUSY` error instead.
 async fn gate_read(shared: &Shared) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, Reply> {
-    if let Ok(g) = shared.gate.try_read() {
-        return Ok(g);
-    }
-    loop {
-        let turned_busy = shared.script_busy.notified();
-        tokio::pin!(turned_busy);
-        turned_busy.as_mut().enable();
-        if let Some(busy) = shared.script.busy_error() {
-            return Err(busy);
-        }
-        tokio::select! {
-            g = shared.gate.read() => return Ok(g),
-            _ = &mut turned_busy => {}
-        }
+    match shared.gate.try_read() {
+        Ok(g) => Ok(g),
+        Err(_) => unless_busy(shared, || shared.gate.read()).await,
     }
 }
 
 /// [`gate_read`] for writing (commands that run alone).
 async fn gate_write(shared: &Shared) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>, Reply> {
-    if let Ok(g) = shared.gate.try_write() {
-        return Ok(g);
+    match shared.gate.try_write() {
+        Ok(g) => Ok(g),
+        Err(_) => unless_busy(shared, || shared.gate.write()).await,
     }
+}
+
+/// Waits for what `acquire` gives (the gate), or answers `-BUSY` once a script is busy: a
+/// client already waiting is woken when the script turns busy.
+async fn unless_busy<G, F: std::future::Future<Output = G>>(
+    shared: &Shared,
+    acquire: impl Fn() -> F,
+) -> Result<G, Reply> {
     loop {
         let turned_busy = shared.script_busy.notified();
         tokio::pin!(turned_busy);
@@ -316,7 +313,7 @@ async fn gate_write(shared: &Shared) -> Result<tokio::sync::RwLockWriteGuard<'_,
             return Err(busy);
         }
         tokio::select! {
-            g = shared.gate.write() => return Ok(g),
+            g = acquire() => return Ok(g),
             _ = &mut turned_busy => {}
         }
     }

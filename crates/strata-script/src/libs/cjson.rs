@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::lua_number;
 use mlua::{Lua, Result, Table, Value};
 
 fn err(m: impl Into<String>) -> mlua::Error {
@@ -27,19 +28,13 @@ const SPARSE_RATIO: usize = 2;
 const SPARSE_SAFE: usize = 10;
 const DEPTH_DEFAULT: usize = 1000;
 
-fn number_of(v: &Value) -> Option<f64> {
-    match v {
-        Value::Integer(i) => Some(*i as f64),
-        Value::Number(n) => Some(*n),
-        _ => None,
-    }
-}
-
 fn encode_number(out: &mut Vec<u8>, n: f64, cfg: &Config) -> Result<()> {
     if !n.is_finite() && !cfg.encode_invalid_numbers.load(Ordering::Relaxed) {
         return Err(err("Cannot serialise number: must not be NaN or Inf"));
     }
-    out.extend_from_slice(super::format_g(n, cfg.precision.load(Ordering::Relaxed)).as_bytes());
+    out.extend_from_slice(
+        strata_resp::format_g(n, cfg.precision.load(Ordering::Relaxed)).as_bytes(),
+    );
     Ok(())
 }
 
@@ -68,7 +63,7 @@ fn array_length(t: &Table) -> Result<Option<usize>> {
     let (mut max, mut items) = (0usize, 0usize);
     for pair in t.clone().pairs::<Value, Value>() {
         let (k, _) = pair?;
-        match number_of(&k) {
+        match lua_number(&k) {
             Some(n) if n >= 1.0 && n.fract() == 0.0 => {
                 max = max.max(n as usize);
                 items += 1;
@@ -91,7 +86,7 @@ fn encode_value(out: &mut Vec<u8>, v: &Value, depth: usize, cfg: &Config) -> Res
         Value::LightUserData(u) if u.0.is_null() => out.extend_from_slice(b"null"),
         Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::Integer(_) | Value::Number(_) => {
-            encode_number(out, number_of(v).expect("a number"), cfg)?
+            encode_number(out, lua_number(v).expect("a number"), cfg)?
         }
         Value::String(s) => encode_string(out, &s.as_bytes()),
         Value::Table(t) => {
@@ -126,7 +121,7 @@ fn encode_value(out: &mut Vec<u8>, v: &Value, depth: usize, cfg: &Config) -> Res
                             Value::String(s) => encode_string(out, &s.as_bytes()),
                             Value::Integer(_) | Value::Number(_) => {
                                 out.push(b'"');
-                                encode_number(out, number_of(&k).expect("a number"), cfg)?;
+                                encode_number(out, lua_number(&k).expect("a number"), cfg)?;
                                 out.push(b'"');
                             }
                             _ => {
@@ -360,7 +355,7 @@ impl Decoder<'_> {
 
 /// Reads an optional setter argument: a number, or a boolean/"on"/"off".
 fn setting_number(v: &Value) -> Option<usize> {
-    number_of(v).filter(|n| *n >= 1.0).map(|n| n as usize)
+    lua_number(v).filter(|n| *n >= 1.0).map(|n| n as usize)
 }
 
 fn setting_bool(v: &Value) -> Option<bool> {

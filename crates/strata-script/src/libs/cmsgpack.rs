@@ -3,6 +3,7 @@
 //! float 64; a table whose keys are exactly 1..n as an array, other tables as maps in Lua's
 //! own iteration order; tables nested past [`NESTING_MAX`] as nil.
 
+use super::lua_number;
 use mlua::{Lua, MultiValue, Result, Table, Value};
 
 fn err(m: impl Into<String>) -> mlua::Error {
@@ -11,14 +12,6 @@ fn err(m: impl Into<String>) -> mlua::Error {
 
 /// Deepest nesting packed; deeper tables are written as nil (so cycles end).
 const NESTING_MAX: usize = 16;
-
-fn number_of(v: &Value) -> Option<f64> {
-    match v {
-        Value::Integer(i) => Some(*i as f64),
-        Value::Number(n) => Some(*n),
-        _ => None,
-    }
-}
 
 fn pack_int(out: &mut Vec<u8>, n: i64) {
     if n >= 0 {
@@ -82,7 +75,7 @@ fn array_length(t: &Table) -> Result<Option<usize>> {
     let (mut max, mut count) = (0usize, 0usize);
     for pair in t.clone().pairs::<Value, Value>() {
         let (k, _) = pair?;
-        match number_of(&k) {
+        match lua_number(&k) {
             Some(n) if n > 0.0 && n.fract() == 0.0 => {
                 max = max.max(n as usize);
                 count += 1;
@@ -97,7 +90,7 @@ fn pack_value(out: &mut Vec<u8>, v: &Value, level: usize) -> Result<()> {
     match v {
         Value::Nil => out.push(0xc0),
         Value::Boolean(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
-        Value::Integer(_) | Value::Number(_) => pack_number(out, number_of(v).expect("a number")),
+        Value::Integer(_) | Value::Number(_) => pack_number(out, lua_number(v).expect("a number")),
         Value::String(s) => {
             let s = s.as_bytes();
             let len = s.len();

@@ -69,6 +69,18 @@ pub(crate) struct Spec {
     pub(crate) run: Run,
 }
 
+impl Spec {
+    /// Whether `n` arguments (the name included) fit the command's arity.
+    pub(crate) fn accepts(&self, n: usize) -> bool {
+        let n = n as i32;
+        match self.arity.cmp(&0) {
+            std::cmp::Ordering::Greater => n == self.arity,
+            std::cmp::Ordering::Less => n >= -self.arity,
+            std::cmp::Ordering::Equal => true,
+        }
+    }
+}
+
 /// A table entry: name, arity, flags, first key, last key, step, handler (an async fn of
 /// `(&mut Ctx, &[Bytes]) -> Reply`).
 macro_rules! c {
@@ -661,8 +673,7 @@ fn role_allows(role: Role, flags: u32) -> bool {
 
 /// Checks arity and permissions; the refusal, if any.
 fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
-    let n = n as i32;
-    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+    if !spec.accepts(n) {
         if conn.multi.is_some() {
             conn.multi_failed = true;
         }

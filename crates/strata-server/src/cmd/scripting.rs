@@ -185,8 +185,7 @@ async fn call_from_script(
         }
         shared.script.note_write();
     }
-    let n = args.len() as i32;
-    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+    if !spec.accepts(args.len()) {
         return Reply::err("ERR Wrong number of args calling Redis command from script");
     }
     if let Some(r) = refusal(ctx.conn, spec, args.len()) {

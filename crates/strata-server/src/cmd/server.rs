@@ -121,7 +121,7 @@ fn getkeys(cmd: &[Bytes]) -> Reply {
     };
     let s = &COMMANDS[i];
     let n = cmd.len() as i32;
-    if (s.arity > 0 && n != s.arity) || (s.arity < 0 && n < -s.arity) {
+    if !s.accepts(cmd.len()) {
         return Reply::err("ERR Invalid number of arguments specified for command");
     }
     let keys: Vec<Bytes> = if matches!(
