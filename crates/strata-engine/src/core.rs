@@ -126,6 +126,17 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The stored key of `client` in stored database `db`: in cluster mode with its slot,
+    /// otherwise in slot 0.
+    pub(crate) fn key(&self, db: u8, client: &[u8]) -> Key {
+        let slot = if self.settings.key_slots {
+            strata_format::keys::slot_of(client)
+        } else {
+            0
+        };
+        Key::new(db, slot, client)
+    }
+
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }

@@ -120,6 +120,7 @@ impl Engine {
         })?;
         let warm_tier = Warm::new(Arc::clone(&warm));
         crate::migrate::to_current(&warm_tier)?;
+        crate::migrate::check_key_slots(&warm_tier, settings.key_slots)?;
         let v = &settings.vlog;
         let vlog = Arc::new(ValueLog::open(
             &data_dir.join("vlog"),
@@ -247,7 +248,7 @@ impl Engine {
 
     /// The stored key of `client` in database `db`.
     pub fn key(&self, db: u8, client: &[u8]) -> Key {
-        Key::new(self.core.warm.stored_db(db), 0, client)
+        self.core.key(self.core.warm.stored_db(db), client)
     }
 
     /// Databases `a` and `b` trade contents (`SWAPDB`): every tier's keys stay where they
@@ -389,6 +390,20 @@ impl Engine {
         self.settle_writes()?;
         let db = self.core.warm.stored_db(db);
         crate::scan::scan_prefix(&self.core, db, prefix, cursor, count_max)
+    }
+
+    /// A page of the keys of cluster slot `slot` in database `db` (cluster mode; outside
+    /// it every key is in slot 0), resuming at `cursor` (a previous page's `next`).
+    pub fn scan_slot(
+        &self,
+        db: u8,
+        slot: u16,
+        cursor: Option<&[u8]>,
+        count_max: usize,
+    ) -> Result<ScanPage> {
+        self.settle_writes()?;
+        let db = self.core.warm.stored_db(db);
+        crate::scan::scan_slot(&self.core, db, slot, cursor.unwrap_or(b""), count_max)
     }
 
     // Writes: each hands back its result with the ticket to wait for before it is

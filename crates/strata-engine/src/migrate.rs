@@ -38,6 +38,40 @@ pub(crate) fn to_current(warm: &Warm) -> Result<u64> {
     }
 }
 
+/// Records whether keys carry their cluster slot in a store that holds no keys yet, and
+/// refuses to open a store in the other mode: its keys would sit in the wrong slots.
+pub(crate) fn check_key_slots(warm: &Warm, want: bool) -> Result<()> {
+    let mode = |on: bool| {
+        if on {
+            "cluster mode"
+        } else {
+            "single-node mode"
+        }
+    };
+    let c = warm.counts()?;
+    let empty = c.warm_entries == 0 && c.cold_entries == 0;
+    let have = warm.key_slots()?;
+    if have == Some(want) {
+        return Ok(());
+    }
+    if empty {
+        let mut b = warm.batch();
+        b.set_key_slots(want);
+        return warm.write(b, true);
+    }
+    // A store without the record was written before cluster mode existed: single-node.
+    let have = have.unwrap_or(false);
+    if have == want {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "this data directory holds keys written in {}; it cannot be opened in {} (start the \
+         node on an empty data_dir)",
+        mode(have),
+        mode(want)
+    )))
+}
+
 fn layout_1_is_empty(warm: &Warm) -> Result<bool> {
     for f in Family::LAYOUT_1 {
         let mut c = warm.cursor(f, Bounds::all(), None);

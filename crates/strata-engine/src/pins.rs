@@ -52,7 +52,7 @@ fn matching(core: &Core, pattern: &[u8]) -> Result<Vec<(Key, Tier, u64)>> {
             page.items
                 .into_iter()
                 .filter(|i| pattern_matches(pattern, &i.key))
-                .map(|i| (Key::new(db, 0, &i.key), i.tier, i.value_len)),
+                .map(|i| (core.key(db, &i.key), i.tier, i.value_len)),
         );
         match page.next {
             Some(n) => cursor = Some(n),

@@ -9,6 +9,10 @@ use crate::core::Core;
 use crate::tier::Tier;
 use crate::Result;
 
+/// Entries a filtered page (a prefix in cluster mode) may pass over per key it asks for
+/// before it ends early with a cursor.
+const FILTERED_VISITS_PER_KEY: usize = 16;
+
 /// One key found by a scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanItem {
@@ -29,9 +33,21 @@ pub struct ScanPage {
     pub next: Option<Bytes>,
 }
 
-/// Up to `count_max` live keys of database `db` in `[start, end)` (client keys) in key
-/// order, merged from the warm and cold tiers under one view of the warm store (a key
-/// moving between tiers is seen once).
+/// Where a scan reads: the stored keys from `lo` (inclusive) to `hi` (the end of the
+/// range's prefix when `None`), keeping only client keys that start with `filter`, and
+/// ending a page after `visit_max` entries even if few were kept.
+struct Range<'a> {
+    prefix: Vec<u8>,
+    lo: Key,
+    hi: Option<Vec<u8>>,
+    filter: &'a [u8],
+    visit_max: usize,
+}
+
+/// Up to `count_max` live keys of database `db` from `start` up to `end` (client keys) in
+/// the order the warm store keeps them (key order outside cluster mode; slot, then key, in
+/// it), merged from the warm and cold tiers under one view of the warm store (a key moving
+/// between tiers is seen once).
 pub(crate) fn scan(
     core: &Core,
     db: u8,
@@ -39,26 +55,61 @@ pub(crate) fn scan(
     end: Option<&[u8]>,
     count_max: usize,
 ) -> Result<ScanPage> {
-    let view = core.warm.store.view();
-    let now = core.now_ms();
-    let lo = Key::new(db, 0, start);
-    let prefix = keys::slot_prefix(db, 0);
-    let hi: Option<Vec<u8>> = match end {
-        Some(e) => Some(Key::new(db, 0, e).stored().to_vec()),
+    let prefix = if core.settings.key_slots {
+        keys::db_prefix(db).to_vec()
+    } else {
+        keys::slot_prefix(db, 0).to_vec()
+    };
+    let hi = match end {
+        Some(e) => Some(core.key(db, e).stored().to_vec()),
         None => strata_warm::prefix_end(&prefix),
     };
+    let range = Range {
+        prefix,
+        lo: core.key(db, start),
+        hi,
+        filter: b"",
+        visit_max: usize::MAX,
+    };
+    scan_range(core, &range, count_max)
+}
+
+/// Up to `count_max` live keys of slot `slot` of database `db` (cluster mode), from
+/// `start` on.
+pub(crate) fn scan_slot(
+    core: &Core,
+    db: u8,
+    slot: u16,
+    start: &[u8],
+    count_max: usize,
+) -> Result<ScanPage> {
+    let prefix = keys::slot_prefix(db, slot).to_vec();
+    let range = Range {
+        hi: strata_warm::prefix_end(&prefix),
+        lo: Key::new(db, slot, start),
+        prefix,
+        filter: b"",
+        visit_max: usize::MAX,
+    };
+    scan_range(core, &range, count_max)
+}
+
+fn scan_range(core: &Core, range: &Range<'_>, count_max: usize) -> Result<ScanPage> {
+    let view = core.warm.store.view();
+    let now = core.now_ms();
     let mk = |family| {
         let bounds = Bounds {
-            lower: Some(prefix.to_vec()),
-            upper: hi.clone(),
+            lower: Some(range.prefix.clone()),
+            upper: range.hi.clone(),
         };
         let mut c = core.warm.cursor(family, bounds, Some(view.as_ref()));
-        c.seek(lo.stored());
+        c.seek(range.lo.stored());
         c
     };
     let mut warm = mk(Family::Records);
     let mut cold = mk(Family::Cold);
     let mut page = ScanPage::default();
+    let mut visited = 0usize;
     loop {
         let take_warm = match (warm.valid(), cold.valid()) {
             (false, false) => break,
@@ -66,33 +117,30 @@ pub(crate) fn scan(
             (false, true) => false,
             (true, true) => warm.key() <= cold.key(),
         };
-        let (stored, item) = if take_warm {
-            let rec = WarmRecord::decode_unverified(warm.value())?;
-            (
-                warm.key(),
-                (rec.expire_ms, rec.value_len(), Tier::Warm, rec.kind),
-            )
-        } else {
-            let r = BlockRef::decode(cold.value())?;
-            (
-                cold.key(),
-                (r.expire_ms, r.value_len as u64, Tier::Cold, r.kind),
-            )
-        };
-        let client = Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]);
-        if page.items.len() >= count_max {
-            page.next = Some(client);
+        let stored = if take_warm { warm.key() } else { cold.key() };
+        let client = &stored[keys::STORED_KEY_PREFIX_BYTES..];
+        if page.items.len() >= count_max || visited >= range.visit_max {
+            page.next = Some(Bytes::copy_from_slice(client));
             break;
         }
-        let (expire_ms, value_len, tier, kind) = item;
-        if strata_format::is_live(expire_ms, now) {
-            page.items.push(ScanItem {
-                key: client,
-                tier,
-                expire_ms,
-                value_len,
-                kind,
-            });
+        visited += 1;
+        if client.starts_with(range.filter) {
+            let (expire_ms, value_len, tier, kind) = if take_warm {
+                let rec = WarmRecord::decode_unverified(warm.value())?;
+                (rec.expire_ms, rec.value_len(), Tier::Warm, rec.kind)
+            } else {
+                let r = BlockRef::decode(cold.value())?;
+                (r.expire_ms, r.value_len as u64, Tier::Cold, r.kind)
+            };
+            if strata_format::is_live(expire_ms, now) {
+                page.items.push(ScanItem {
+                    key: Bytes::copy_from_slice(client),
+                    tier,
+                    expire_ms,
+                    value_len,
+                    kind,
+                });
+            }
         }
         if take_warm {
             warm.next();
@@ -114,6 +162,18 @@ pub(crate) fn scan_prefix(
     cursor: Option<&[u8]>,
     count_max: usize,
 ) -> Result<ScanPage> {
+    if core.settings.key_slots {
+        // Keys of one prefix are spread over the slots: read the database, keep the prefix.
+        let db_prefix = keys::db_prefix(db).to_vec();
+        let range = Range {
+            hi: strata_warm::prefix_end(&db_prefix),
+            prefix: db_prefix,
+            lo: core.key(db, cursor.unwrap_or(b"")),
+            filter: prefix,
+            visit_max: count_max.saturating_mul(FILTERED_VISITS_PER_KEY),
+        };
+        return scan_range(core, &range, count_max);
+    }
     let end = strata_warm::prefix_end(prefix);
     let start = cursor.filter(|c| *c > prefix).unwrap_or(prefix);
     scan(core, db, start, end.as_deref(), count_max)

@@ -308,6 +308,11 @@ pub struct Settings {
     pub cold: ColdSettings,
     #[serde(flatten)]
     pub prefetch: PrefetchSettings,
+    /// Keys carry their Redis Cluster slot (cluster mode), so a slot is one key range of
+    /// every family. Not a setting of its own: the binary sets it when the node joins a
+    /// cluster. A store keeps the mode it was created in.
+    #[serde(skip)]
+    pub key_slots: bool,
 }
 
 impl Settings {

@@ -39,6 +39,9 @@ pub(crate) const DB_COUNT: usize = 256;
 /// Meta key of the database map (`SWAPDB`): byte `i` is the stored database that client
 /// database `i` names. Absent until the first swap (each names itself).
 const DB_MAP: &[u8] = b"db_map";
+/// Meta key of the key mode: 1 if stored keys carry their cluster slot (cluster mode), 0
+/// or absent if the slot is always 0.
+const KEY_SLOTS: &[u8] = b"key_slots";
 /// Meta key of the server's function libraries (`FUNCTION`), as the server encodes them.
 const FUNCTIONS: &[u8] = b"functions";
 
@@ -298,6 +301,9 @@ impl Batch {
     pub(crate) fn delete_pin(&mut self, pattern: &[u8]) {
         self.0.delete(Family::Meta, &prefixed(PIN_PREFIX, pattern));
     }
+    pub(crate) fn set_key_slots(&mut self, on: bool) {
+        self.0.put(Family::Meta, KEY_SLOTS, &[on as u8]);
+    }
     pub(crate) fn set_layout(&mut self, version: u32) {
         self.0.put(Family::Meta, LAYOUT, &version.to_le_bytes());
     }
@@ -546,6 +552,11 @@ impl Warm {
         Ok(self
             .meta(LAYOUT)?
             .and_then(|b| b.as_ref().try_into().ok().map(u32::from_le_bytes)))
+    }
+
+    /// Whether stored keys carry their cluster slot (`None`: never recorded).
+    pub(crate) fn key_slots(&self) -> Result<Option<bool>> {
+        Ok(self.meta(KEY_SLOTS)?.map(|b| b.first() == Some(&1)))
     }
 
     /// Each key under `prefix` in the meta family, without the prefix, with its value.

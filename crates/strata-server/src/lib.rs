@@ -182,6 +182,16 @@ pub struct Server {
 
 impl Server {
     pub fn new(engine: Engine, cfg: ServerConfig) -> Server {
+        Server::with_cluster(engine, cfg, None)
+    }
+
+    /// A server that is a node of `cluster` (if given): it serves the slots the cluster's
+    /// map gives it and redirects the rest.
+    pub fn with_cluster(
+        engine: Engine,
+        cfg: ServerConfig,
+        cluster: Option<strata_cluster::Cluster>,
+    ) -> Server {
         let (tx, _) = tokio::sync::watch::channel(false);
         let script_busy = Arc::new(tokio::sync::Notify::new());
         let notify = Arc::clone(&script_busy);
@@ -221,6 +231,7 @@ impl Server {
                 script,
                 script_busy,
                 running_script: Mutex::new(None),
+                cluster,
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
         };

@@ -67,6 +67,8 @@ pub(crate) struct Conn {
     pub(crate) multi_bytes: usize,
     /// A command queued in `MULTI` was refused: `EXEC` must fail with `EXECABORT`.
     pub(crate) multi_failed: bool,
+    /// In cluster mode, the slot the commands queued in `MULTI` name.
+    pub(crate) multi_slot: Option<u16>,
     pub(crate) watched: Watched,
     pub(crate) scan_cursors: HashMap<u64, Bytes>,
     pub(crate) next_cursor: u64,
@@ -97,6 +99,7 @@ impl Conn {
             multi: None,
             multi_bytes: 0,
             multi_failed: false,
+            multi_slot: None,
             watched: Watched::default(),
             scan_cursors: HashMap::new(),
             next_cursor: 1,

@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     pub(crate) script_busy: Arc<tokio::sync::Notify>,
     /// The running script or function, its command and its start (`FUNCTION STATS`).
     pub(crate) running_script: Mutex<Option<RunningScript>>,
+    /// This node's membership of a cluster (`None`: a single node).
+    pub(crate) cluster: Option<strata_cluster::Cluster>,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
     pub(crate) encoding_params: Mutex<HashMap<&'static str, i64>>,
 }

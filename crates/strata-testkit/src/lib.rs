@@ -67,3 +67,56 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free loopback port")
 }
+
+/// One etcd member on loopback in a temporary directory, killed when dropped. Panics if the
+/// `etcd` binary is missing (`scripts/install-deps` installs Debian's `etcd-server`).
+pub struct Etcd {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = free_port();
+        let peer = free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd's log");
+        let child = std::process::Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(log.try_clone().expect("etcd's log"))
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts (apt-get install etcd-server)");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "etcd did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Etcd {
+            child,
+            _dir: dir,
+            url,
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

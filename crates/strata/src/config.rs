@@ -68,6 +68,8 @@ pub struct Config {
     pub rocks: strata_rocks::RocksSettings,
     #[serde(flatten)]
     pub server: strata_server::ServerConfig,
+    #[serde(flatten)]
+    pub cluster: strata_cluster::ClusterSettings,
 }
 
 impl Config {
@@ -84,6 +86,13 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
         cfg.apply_maxmemory();
+        if cfg.cluster.enabled() {
+            cfg.cluster
+                .validate()
+                .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+        }
+        // In a cluster, every key carries its slot.
+        cfg.engine.key_slots = cfg.cluster.enabled();
         cfg.engine
             .validate()
             .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
@@ -114,6 +123,22 @@ impl Config {
         self.rocks.rocksdb_block_cache_bytes = cache;
         let reserve = (limit / 8).max(MAXMEMORY_RESERVE_BYTES_MIN);
         self.engine.hot.hot_bytes_max = limit - memtables - cache - reserve;
+    }
+
+    /// The address this node announces to clients and other nodes in a cluster.
+    pub fn announce_addr(&self) -> strata_cluster::NodeAddr {
+        let host = match (
+            self.cluster.cluster_announce_host.as_str(),
+            self.node.bind.as_str(),
+        ) {
+            ("", "0.0.0.0" | "::" | "") => "127.0.0.1".to_string(),
+            ("", bind) => bind.to_string(),
+            (host, _) => host.to_string(),
+        };
+        strata_cluster::NodeAddr {
+            host,
+            port: self.node.port,
+        }
     }
 
     /// The Unix socket's permission bits, from `unixsocketperm`.

@@ -56,12 +56,37 @@ enum Command {
         #[arg(long)]
         to: String,
     },
+    /// A cluster's state in etcd, and requests to its controller.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Restore a backup into an empty data directory and the configured cold tier.
     Restore {
         /// The backup: file:///path or s3://bucket/prefix.
         #[arg(long)]
         from: String,
     },
+}
+
+/// Which cluster: its etcd and its name (default: the settings cluster_etcd and
+/// cluster_name).
+#[derive(clap::Args)]
+struct ClusterTarget {
+    /// etcd endpoints, comma-separated (the setting cluster_etcd).
+    #[arg(long)]
+    etcd: Option<String>,
+    /// The cluster's name (the setting cluster_name).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Print the controller, the live nodes and each node's slots.
+    Status(ClusterTarget),
+    /// Spread the slots over the live nodes: the first time, create the slot map (every
+    /// node started with the same cluster_etcd and cluster_name shares it); later, give the
+    /// slots of nodes whose lease expired to the live ones. Returns when done.
+    Rebalance(ClusterTarget),
 }
 
 #[derive(Subcommand)]
@@ -120,6 +145,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Backup { to } => backup::backup(&cfg, &to),
         Command::Restore { from } => backup::restore(&cfg, &from),
+        Command::Cluster(c) => runtime()?.block_on(cluster_command(&cfg, c)),
         Command::Serve => {
             let filter = tracing_subscriber::EnvFilter::try_new(&cfg.node.log_level)
                 .context("bad log_level")?;
@@ -132,6 +158,44 @@ fn run(cli: Cli) -> Result<()> {
             runtime()?.block_on(serve(cfg))
         }
     }
+}
+
+/// How long `strata cluster rebalance` waits for the controller.
+const REBALANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+async fn cluster_command(cfg: &Config, c: ClusterCommand) -> Result<()> {
+    let target = |t: &ClusterTarget| -> Result<(String, String)> {
+        let etcd = t
+            .etcd
+            .clone()
+            .unwrap_or_else(|| cfg.cluster.cluster_etcd.clone());
+        if etcd.trim().is_empty() {
+            bail!("which etcd? pass --etcd URL or set cluster_etcd");
+        }
+        let name = t
+            .name
+            .clone()
+            .unwrap_or_else(|| cfg.cluster.cluster_name.clone());
+        Ok((etcd, name))
+    };
+    match c {
+        ClusterCommand::Status(t) => {
+            let (etcd, name) = target(&t)?;
+            let st = strata_cluster::status(&etcd, &name).await?;
+            println!("cluster '{name}' on {etcd}");
+            print!("{st}");
+        }
+        ClusterCommand::Rebalance(t) => {
+            let (etcd, name) = target(&t)?;
+            eprintln!("rebalance: asking the controller of cluster '{name}'");
+            let msg = strata_cluster::rebalance(&etcd, &name, REBALANCE_WAIT, |p| {
+                eprintln!("rebalance: {p}")
+            })
+            .await?;
+            println!("rebalanced: {msg}");
+        }
+    }
+    Ok(())
 }
 
 /// Raises the open-file limit so `maxclients` connections fit beside RocksDB's files (as
@@ -229,7 +293,23 @@ async fn serve(cfg: Config) -> Result<()> {
         "" => None,
         path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
     };
-    let server = strata_server::Server::new(engine.clone(), server_cfg);
+    let cluster = if cfg.cluster.enabled() {
+        let id = strata_cluster::node_id(&cfg.node.data_dir)?;
+        let addr = cfg.announce_addr();
+        let c = strata_cluster::Cluster::join(&cfg.cluster, id, addr)
+            .await
+            .context("cannot join the cluster")?;
+        eprintln!(
+            "Strata cluster node {} of '{}' (etcd {})",
+            c.id(),
+            cfg.cluster.cluster_name,
+            cfg.cluster.cluster_etcd
+        );
+        Some(c)
+    } else {
+        None
+    };
+    let server = strata_server::Server::with_cluster(engine.clone(), server_cfg, cluster);
     let stopper = server.clone();
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};

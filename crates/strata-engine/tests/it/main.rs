@@ -13,5 +13,6 @@ mod model;
 mod prefetch;
 mod pressure;
 mod s3;
+mod slots;
 mod support;
 mod vlog;

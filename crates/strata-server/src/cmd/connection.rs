@@ -32,7 +32,11 @@ pub(crate) async fn auth(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn select(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    match super::parse_db(ctx, &a[1]) {
+    let db = super::parse_db(ctx, &a[1]);
+    if ctx.shared.cluster.is_some() && !matches!(db, Ok(0)) {
+        return Reply::err("ERR SELECT is not allowed in cluster mode");
+    }
+    match db {
         Ok(db) => {
             ctx.conn.db = db;
             Reply::ok()

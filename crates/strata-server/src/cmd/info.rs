@@ -167,6 +167,10 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         }
         o.push_str("\r\n");
     }
+    if show("cluster") {
+        let enabled = sh.cluster.is_some() as u8;
+        section(&mut o, "Cluster", [("cluster_enabled", enabled)]);
+    }
     if show("persistence") {
         let b = sh.backup.lock();
         let status = if b.status.is_empty() {

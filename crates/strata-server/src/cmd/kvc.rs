@@ -28,6 +28,15 @@ use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
 /// Most chunks one command may name.
 const CHUNKS_MAX: usize = 65_536;
 
+/// In cluster mode the pool is refused: a prefix's chunk keys are spread over the slots
+/// (grouping them by slot is the cluster's next step).
+fn refused_in_cluster(ctx: &Ctx<'_>) -> Option<Reply> {
+    ctx.shared
+        .cluster
+        .as_ref()
+        .map(|_| Reply::err("ERR the KV-cache pool (KVC.*) is not available in cluster mode yet"))
+}
+
 /// The stored keys of the chunks `hashes` of namespace `ns`.
 fn keys(ctx: &Ctx<'_>, ns: &[u8], hashes: &[Bytes]) -> Vec<Key> {
     hashes
@@ -37,6 +46,9 @@ fn keys(ctx: &Ctx<'_>, ns: &[u8], hashes: &[Bytes]) -> Vec<Key> {
 }
 
 pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if let Some(r) = refused_in_cluster(ctx) {
+        return r;
+    }
     let shared = ctx.shared;
     let engine = &shared.engine;
     let ns = &a[1];
@@ -74,6 +86,9 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if let Some(r) = refused_in_cluster(ctx) {
+        return r;
+    }
     if a.len() - 2 > CHUNKS_MAX {
         return syntax_error();
     }
@@ -90,6 +105,9 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if let Some(r) = refused_in_cluster(ctx) {
+        return r;
+    }
     let engine = &ctx.shared.engine;
     let mut hashes = &a[2..];
     let mut lease_ms = None;
@@ -131,6 +149,9 @@ pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn locate(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if let Some(r) = refused_in_cluster(ctx) {
+        return r;
+    }
     if a.len() - 2 > CHUNKS_MAX {
         return syntax_error();
     }

@@ -3,6 +3,7 @@
 //! its command's handler; there is no second dispatch by name.
 
 mod bits;
+mod cluster;
 mod connection;
 mod hashes;
 mod info;
@@ -79,6 +80,44 @@ impl Spec {
             std::cmp::Ordering::Equal => true,
         }
     }
+}
+
+/// The argument positions of the keys a request of `spec` names: the table's first, last
+/// and step, or, for commands that count their keys (`EVAL`, `ZUNION`, `LMPOP`...), the
+/// `numkeys` argument. `Err` if that count is not a number that fits the arguments.
+pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> {
+    // (position of numkeys, keys before it from position 1)
+    let counted = match spec.name {
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Some((2, 0)),
+        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "lmpop" | "zmpop" => {
+            Some((1, 0))
+        }
+        "blmpop" | "bzmpop" => Some((2, 0)),
+        "zunionstore" | "zinterstore" | "zdiffstore" => Some((2, 1)),
+        _ => None,
+    };
+    if let Some((at, before)) = counted {
+        let n = a.get(at).and_then(|b| parse_int(b)).ok_or(())?;
+        if n < 0 || n as usize > a.len().saturating_sub(at + 1) {
+            return Err(());
+        }
+        let mut out: Vec<usize> = (1..=before).collect();
+        out.extend(at + 1..at + 1 + n as usize);
+        return Ok(out);
+    }
+    if spec.first_key <= 0 {
+        return Ok(Vec::new());
+    }
+    let n = a.len() as i32;
+    let last = if spec.last_key < 0 {
+        n + spec.last_key
+    } else {
+        spec.last_key
+    };
+    Ok((spec.first_key..=last.min(n - 1))
+        .step_by(spec.step.max(1) as usize)
+        .map(|k| k as usize)
+        .collect())
 }
 
 /// A table entry: name, arity, flags, first key, last key, step, handler (an async fn of
@@ -476,6 +515,11 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),
     c!("wait", 3, CONN, 0, 0, 0, sv::wait),
     c!("lastsave", 1, CONN | FAST, 0, 0, 0, sv::lastsave),
+    // Cluster.
+    c!("cluster", -2, CONN, 0, 0, 0, cluster::cluster),
+    c!("readonly", 1, CONN | FAST, 0, 0, 0, cluster::accept),
+    c!("readwrite", 1, CONN | FAST, 0, 0, 0, cluster::accept),
+    c!("asking", 1, CONN | FAST, 0, 0, 0, cluster::accept),
     // Strata's own.
     c!("tier", 2, READ | FAST, 1, 1, 1, st::tier),
     c!("strata.stats", 1, READ, 0, 0, 0, st::stats),
@@ -728,6 +772,9 @@ async fn execute_request(
     if let Some(r) = refusal(conn, spec, args.len()) {
         return r;
     }
+    if let Some(r) = cluster::redirect(shared.cluster.as_ref(), conn, spec, &args) {
+        return r;
+    }
     if let Some(queue) = conn.multi.as_mut().filter(|_| spec.flags & NOQUEUE == 0) {
         // The queue lives until EXEC: it gets the query buffer's limit.
         let bytes: usize = args.iter().map(|a| a.len()).sum();
@@ -807,6 +854,19 @@ pub(crate) async fn execute_run(
     if let Some(r) = refusal(conn, &COMMANDS[idxs[0]], cmds[0].len()) {
         out.extend(cmds.iter().map(|_| r.clone()));
         return;
+    }
+    // In cluster mode, a run with a key this node does not serve runs command by command,
+    // each redirected or run on its own.
+    if let Some(c) = shared.cluster.as_ref() {
+        if cmds
+            .iter()
+            .any(|a| cluster::route_reply(c, strata_format::keys::slot_of(&a[1])).is_some())
+        {
+            for (a, &i) in cmds.iter().zip(&idxs) {
+                out.push(Box::pin(execute(shared, conn, a.clone(), Some(i))).await);
+            }
+            return;
+        }
     }
     let start = Instant::now();
     let mut ctx = Ctx { shared, conn };

@@ -191,6 +191,15 @@ async fn call_from_script(
     if let Some(r) = refusal(ctx.conn, spec, args.len()) {
         return r;
     }
+    if let (Some(c), Ok(at)) = (&shared.cluster, super::key_positions(spec, &args)) {
+        let slot = |i: usize| strata_format::keys::slot_of(&args[i]);
+        if at
+            .iter()
+            .any(|&i| super::cluster::route_reply(c, slot(i)).is_some())
+        {
+            return Reply::err("ERR Script attempted to access a non local key in a cluster node");
+        }
+    }
     super::dispatch_counted(ctx, idx, &args).await
 }
 

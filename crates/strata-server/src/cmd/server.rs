@@ -120,31 +120,13 @@ fn getkeys(cmd: &[Bytes]) -> Reply {
         return Reply::err("ERR Invalid command specified");
     };
     let s = &COMMANDS[i];
-    let n = cmd.len() as i32;
     if !s.accepts(cmd.len()) {
         return Reply::err("ERR Invalid number of arguments specified for command");
     }
-    let keys: Vec<Bytes> = if matches!(
-        s.name,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
-    ) {
-        match super::parse_int(&cmd[2]) {
-            Some(k) if k >= 0 && (k as usize) <= cmd.len() - 3 => cmd[3..3 + k as usize].to_vec(),
-            _ => return Reply::err("ERR Invalid arguments specified for command"),
-        }
-    } else if s.first_key <= 0 {
-        Vec::new()
-    } else {
-        let last = if s.last_key < 0 {
-            n + s.last_key
-        } else {
-            s.last_key
-        };
-        (s.first_key..=last.min(n - 1))
-            .step_by(s.step.max(1) as usize)
-            .map(|k| cmd[k as usize].clone())
-            .collect()
+    let Ok(at) = super::key_positions(s, cmd) else {
+        return Reply::err("ERR Invalid arguments specified for command");
     };
+    let keys: Vec<Bytes> = at.into_iter().map(|i| cmd[i].clone()).collect();
     if keys.is_empty() {
         return Reply::err("ERR The command has no key arguments");
     }
@@ -205,7 +187,15 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
             cfg.busy_reply_threshold_ms.to_string(),
         ),
         ("lua-time-limit", cfg.busy_reply_threshold_ms.to_string()),
-        ("cluster-enabled", "no".into()),
+        (
+            "cluster-enabled",
+            if ctx.shared.cluster.is_some() {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
     ];
     params.extend(encodings.iter().map(|(k, v)| (*k, v.to_string())));
     params

@@ -14,6 +14,7 @@ pub(crate) async fn multi(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     ctx.conn.multi = Some(Vec::new());
     ctx.conn.multi_bytes = 0;
     ctx.conn.multi_failed = false;
+    ctx.conn.multi_slot = None;
     Reply::ok()
 }
 

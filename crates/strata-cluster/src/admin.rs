@@ -1,0 +1,159 @@
+//! What an operator asks of a cluster from outside it (`strata cluster ...`): its status,
+//! and requests the controller carries out (`rebalance`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::controller::{Answer, Request};
+use crate::keys::{connect, Keys};
+use crate::member::live_nodes;
+use crate::slots::{NodeAddr, SlotMap};
+use crate::{split_endpoints, Error, Result};
+
+/// Timeout of each request to etcd from the operator's tools.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Most slot ranges `status` prints per node.
+const RANGES_SHOWN_MAX: usize = 8;
+
+/// A cluster as etcd describes it.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub live: BTreeMap<String, NodeAddr>,
+    pub controller: Option<String>,
+    pub map: Option<SlotMap>,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "controller: {}",
+            self.controller.as_deref().unwrap_or("(none)")
+        )?;
+        let Some(map) = &self.map else {
+            writeln!(f, "slot map: none yet (run `strata cluster rebalance`)")?;
+            for (id, a) in &self.live {
+                writeln!(f, "  {id} {} live, no slots", a.endpoint())?;
+            }
+            return Ok(());
+        };
+        writeln!(
+            f,
+            "slot map: epoch {}, {} of 16384 slots served",
+            map.epoch,
+            16384 - map.unassigned()
+        )?;
+        let counts = map.slot_counts();
+        for (i, n) in counts.iter().enumerate() {
+            let id = map.id(i);
+            let state = if self.live.contains_key(id) {
+                "live"
+            } else {
+                "LEASE EXPIRED"
+            };
+            let ranges: Vec<String> = map
+                .ranges()
+                .iter()
+                .filter(|r| r.node == i)
+                .map(|r| format!("{}-{}", r.first, r.last))
+                .collect();
+            let shown = if ranges.len() > RANGES_SHOWN_MAX {
+                format!(
+                    "{} ... ({} ranges)",
+                    ranges[..RANGES_SHOWN_MAX].join(" "),
+                    ranges.len()
+                )
+            } else {
+                ranges.join(" ")
+            };
+            writeln!(
+                f,
+                "  {id} {} {state}, {n} slots: {shown}",
+                map.addr(i).endpoint()
+            )?;
+        }
+        for (id, a) in &self.live {
+            if map.index_of(id).is_none() {
+                writeln!(f, "  {id} {} live, no slots", a.endpoint())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The status of cluster `name` on the etcd at `endpoints` (comma-separated).
+pub async fn status(endpoints: &str, name: &str) -> Result<Status> {
+    let etcd = connect(&split_endpoints(endpoints), REQUEST_TIMEOUT).await?;
+    let keys = Keys::new(name);
+    let live = live_nodes(&etcd, &keys).await?;
+    let mut c = etcd.clone();
+    let controller = c
+        .get(keys.controller(), None)
+        .await?
+        .kvs()
+        .first()
+        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+    let map = match c.get(keys.slots(), None).await?.kvs().first() {
+        Some(kv) => Some(SlotMap::decode(kv.value())?),
+        None => None,
+    };
+    Ok(Status {
+        live,
+        controller,
+        map,
+    })
+}
+
+/// Asks the controller of cluster `name` to spread the slots over the live nodes (the first
+/// time: to create the map) and waits up to `wait` for its answer, calling `progress` with
+/// what it is waiting for about once a second. The answer's message on success.
+pub async fn rebalance(
+    endpoints: &str,
+    name: &str,
+    wait: Duration,
+    mut progress: impl FnMut(&str),
+) -> Result<String> {
+    let etcd = connect(&split_endpoints(endpoints), REQUEST_TIMEOUT).await?;
+    let keys = Keys::new(name);
+    let id = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let mut c = etcd.clone();
+    let req = serde_json::to_vec(&Request { id: id.clone() }).expect("a request encodes");
+    c.put(keys.request("rebalance"), req, None).await?;
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        if let Some(kv) = c.get(keys.answer("rebalance"), None).await?.kvs().first() {
+            if let Ok(a) = serde_json::from_slice::<Answer>(kv.value()) {
+                if a.id == id {
+                    return if a.ok {
+                        Ok(a.message)
+                    } else {
+                        Err(Error::Invalid(a.message))
+                    };
+                }
+            }
+        }
+        if start.elapsed() > wait {
+            return Err(Error::Invalid(format!(
+                "no answer from the controller in {} s: is any node of cluster '{name}' running?",
+                wait.as_secs()
+            )));
+        }
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            let live = live_nodes(&etcd, &keys).await?.len();
+            progress(&format!(
+                "waiting for the controller ({} s, {live} live nodes)",
+                start.elapsed().as_secs()
+            ));
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

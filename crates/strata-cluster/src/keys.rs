@@ -1,0 +1,51 @@
+//! The cluster's keys in etcd, all under `/strata/<cluster_name>/`, and the connection to it.
+
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+
+use crate::Result;
+
+/// The etcd keys of one cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    root: String,
+}
+
+impl Keys {
+    pub(crate) fn new(cluster_name: &str) -> Keys {
+        Keys {
+            root: format!("/strata/{cluster_name}/"),
+        }
+    }
+    /// The slot map (JSON, [`crate::SlotMap`]); its revision versions it.
+    pub(crate) fn slots(&self) -> String {
+        format!("{}slots", self.root)
+    }
+    /// Live nodes: `nodes/<id>` → address (JSON), bound to the node's lease.
+    pub(crate) fn nodes(&self) -> String {
+        format!("{}nodes/", self.root)
+    }
+    pub(crate) fn node(&self, id: &str) -> String {
+        format!("{}{id}", self.nodes())
+    }
+    /// The controller's id, bound to its lease.
+    pub(crate) fn controller(&self) -> String {
+        format!("{}controller", self.root)
+    }
+    /// An operator's request (`rebalance`), and the controller's answer.
+    pub(crate) fn request(&self, what: &str) -> String {
+        format!("{}requests/{what}", self.root)
+    }
+    pub(crate) fn answer(&self, what: &str) -> String {
+        format!("{}answers/{what}", self.root)
+    }
+}
+
+/// Connects to etcd; every request gives up after `timeout`.
+pub(crate) async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout);
+    Ok(Client::connect(endpoints, Some(opts)).await?)
+}

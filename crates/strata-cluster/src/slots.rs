@@ -1,0 +1,561 @@
+//! The slot map: which node serves each of Redis Cluster's 16384 slots, and where each node
+//! listens. Pure data and the controller's arithmetic on it (even splits, handing a lost
+//! node's slots to the live ones); stored in etcd as JSON, one key per cluster.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use strata_format::keys::SLOT_COUNT;
+
+use crate::{Error, Result};
+
+/// A node as clients reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+impl NodeAddr {
+    /// `host:port`, as `-MOVED` and `CLUSTER SLOTS` name it.
+    pub fn endpoint(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// A node's slots, in the map's stored form: `[first, last, node id]`, both ends included.
+type StoredRange = (u16, u16, String);
+
+/// The map as etcd holds it.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    epoch: u64,
+    nodes: BTreeMap<String, NodeAddr>,
+    ranges: Vec<StoredRange>,
+    /// Slots being moved: `[first, last, id of the node they move to]`.
+    #[serde(default)]
+    moving: Vec<StoredRange>,
+}
+
+/// No node serves the slot.
+const UNASSIGNED: u16 = u16::MAX;
+
+/// Which node serves each slot, and the addresses of the nodes the map names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotMap {
+    /// Raised by every change; `CLUSTER NODES` shows it as the config epoch.
+    pub epoch: u64,
+    /// Node ids, in order; `owner` indexes this.
+    ids: Vec<String>,
+    addrs: Vec<NodeAddr>,
+    /// Per slot, the index of its node in `ids`, or [`UNASSIGNED`].
+    owner: Vec<u16>,
+    /// Per slot, the index of the node it is moving to, or [`UNASSIGNED`].
+    target: Vec<u16>,
+}
+
+impl Default for SlotMap {
+    fn default() -> Self {
+        SlotMap {
+            epoch: 0,
+            ids: Vec::new(),
+            addrs: Vec::new(),
+            owner: vec![UNASSIGNED; SLOT_COUNT as usize],
+            target: vec![UNASSIGNED; SLOT_COUNT as usize],
+        }
+    }
+}
+
+/// Slots `first..=last` moving from node `from` to node `to` (indexes in the map).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub first: u16,
+    pub last: u16,
+    pub from: usize,
+    pub to: usize,
+}
+
+/// One run of consecutive slots served by one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRange {
+    pub first: u16,
+    pub last: u16,
+    pub node: usize,
+}
+
+impl SlotMap {
+    /// A map that splits the slots evenly over `nodes` (sorted by id), in contiguous
+    /// ranges, as `redis-cli --cluster create` does.
+    pub fn even(epoch: u64, nodes: &BTreeMap<String, NodeAddr>) -> SlotMap {
+        let mut m = SlotMap {
+            epoch,
+            ..SlotMap::default()
+        };
+        for (id, addr) in nodes {
+            m.ids.push(id.clone());
+            m.addrs.push(addr.clone());
+        }
+        let n = m.ids.len();
+        if n == 0 {
+            return m;
+        }
+        // As redis-cli: node i ends at round((i + 1) × 16384 / n − 1).
+        let per = SLOT_COUNT as f64 / n as f64;
+        let mut first = 0usize;
+        for i in 0..n {
+            let last = if i + 1 == n {
+                SLOT_COUNT as usize - 1
+            } else {
+                ((i + 1) as f64 * per - 1.0).round() as usize
+            };
+            for slot in first..=last {
+                m.owner[slot] = i as u16;
+            }
+            first = last + 1;
+        }
+        m
+    }
+
+    pub fn decode(b: &[u8]) -> Result<SlotMap> {
+        let s: Stored = serde_json::from_slice(b)
+            .map_err(|e| Error::Corrupt(format!("slot map is not valid JSON: {e}")))?;
+        let mut m = SlotMap {
+            epoch: s.epoch,
+            ..SlotMap::default()
+        };
+        for (id, addr) in s.nodes {
+            m.ids.push(id);
+            m.addrs.push(addr);
+        }
+        for (first, last, id) in s.ranges {
+            let Some(i) = m.ids.iter().position(|x| *x == id) else {
+                return Err(Error::Corrupt(format!("slot map names unknown node {id}")));
+            };
+            if first > last || last >= SLOT_COUNT {
+                return Err(Error::Corrupt(format!("slot map has range {first}-{last}")));
+            }
+            for slot in first..=last {
+                m.owner[slot as usize] = i as u16;
+            }
+        }
+        for (first, last, id) in s.moving {
+            let Some(i) = m.ids.iter().position(|x| *x == id) else {
+                return Err(Error::Corrupt(format!(
+                    "slot map moves slots to unknown node {id}"
+                )));
+            };
+            if first > last || last >= SLOT_COUNT {
+                return Err(Error::Corrupt(format!(
+                    "slot map moves range {first}-{last}"
+                )));
+            }
+            for slot in first..=last {
+                m.target[slot as usize] = i as u16;
+            }
+        }
+        Ok(m)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let s = Stored {
+            epoch: self.epoch,
+            nodes: self
+                .ids
+                .iter()
+                .cloned()
+                .zip(self.addrs.iter().cloned())
+                .collect(),
+            ranges: self
+                .ranges()
+                .into_iter()
+                .map(|r| (r.first, r.last, self.ids[r.node].clone()))
+                .collect(),
+            moving: self
+                .moves()
+                .into_iter()
+                .map(|m| (m.first, m.last, self.ids[m.to].clone()))
+                .collect(),
+        };
+        serde_json::to_vec(&s).expect("a slot map encodes")
+    }
+
+    /// The index of the node that serves `slot`.
+    pub fn owner(&self, slot: u16) -> Option<usize> {
+        match self.owner[slot as usize] {
+            UNASSIGNED => None,
+            i => Some(i as usize),
+        }
+    }
+
+    /// The index of node `id`, if the map names it.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.ids.iter().position(|x| x == id)
+    }
+
+    pub fn id(&self, node: usize) -> &str {
+        &self.ids[node]
+    }
+
+    pub fn addr(&self, node: usize) -> &NodeAddr {
+        &self.addrs[node]
+    }
+
+    /// How many nodes the map names.
+    pub fn node_count(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The runs of consecutive slots of one node, in slot order.
+    pub fn ranges(&self) -> Vec<SlotRange> {
+        let mut out: Vec<SlotRange> = Vec::new();
+        for slot in 0..SLOT_COUNT {
+            let Some(node) = self.owner(slot) else {
+                continue;
+            };
+            match out.last_mut() {
+                Some(r) if r.node == node && r.last + 1 == slot => r.last = slot,
+                _ => out.push(SlotRange {
+                    first: slot,
+                    last: slot,
+                    node,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Slots each node serves, by node index.
+    pub fn slot_counts(&self) -> Vec<usize> {
+        let mut n = vec![0; self.ids.len()];
+        for &o in &self.owner {
+            if o != UNASSIGNED {
+                n[o as usize] += 1;
+            }
+        }
+        n
+    }
+
+    /// Slots no node serves.
+    pub fn unassigned(&self) -> usize {
+        self.owner.iter().filter(|&&o| o == UNASSIGNED).count()
+    }
+
+    /// Whether `other` says the same as this map, epochs aside.
+    fn same_as(&self, other: &SlotMap) -> bool {
+        let mut a = self.clone();
+        a.epoch = other.epoch;
+        a.encode() == other.encode()
+    }
+
+    /// The node slot `slot` is moving to, if it is moving.
+    pub fn moving_to(&self, slot: u16) -> Option<usize> {
+        match self.target[slot as usize] {
+            UNASSIGNED => None,
+            i => Some(i as usize),
+        }
+    }
+
+    /// The runs of consecutive slots moving between the same two nodes, in slot order.
+    pub fn moves(&self) -> Vec<Move> {
+        let mut out: Vec<Move> = Vec::new();
+        for slot in 0..SLOT_COUNT {
+            let (Some(from), Some(to)) = (self.owner(slot), self.moving_to(slot)) else {
+                continue;
+            };
+            match out.last_mut() {
+                Some(m) if m.from == from && m.to == to && m.last + 1 == slot => m.last = slot,
+                _ => out.push(Move {
+                    first: slot,
+                    last: slot,
+                    from,
+                    to,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Whether any slot is moving.
+    pub fn is_moving(&self) -> bool {
+        self.target.iter().any(|&t| t != UNASSIGNED)
+    }
+
+    /// Whether each node holds its even share, give or take one slot.
+    pub fn is_even(&self) -> bool {
+        let c = self.slot_counts();
+        let (lo, hi) = (c.iter().min(), c.iter().max());
+        self.unassigned() == 0 && hi.zip(lo).is_none_or(|(h, l)| h - l <= 1)
+    }
+
+    /// The map with moves that even out the slots over its nodes (taken, as runs, from the
+    /// end of the nodes that hold too many); `None` if it is even or a move is under way.
+    pub fn plan_even(&self) -> Option<SlotMap> {
+        if self.is_moving() || self.is_even() {
+            return None;
+        }
+        let everyone: Vec<usize> = (0..self.ids.len()).collect();
+        self.plan_over(&everyone)
+    }
+
+    /// The map with moves that take every slot of node `node` to the others, evenly;
+    /// `None` if it holds none, is the only node, or a move is under way.
+    pub fn plan_remove(&self, node: usize) -> Option<SlotMap> {
+        if self.is_moving() || self.ids.len() < 2 {
+            return None;
+        }
+        let others: Vec<usize> = (0..self.ids.len()).filter(|&i| i != node).collect();
+        self.plan_over(&others)
+    }
+
+    /// Moves that leave the slots evenly over `keep` (and none on the other nodes).
+    fn plan_over(&self, keep: &[usize]) -> Option<SlotMap> {
+        let mut next = self.clone();
+        next.epoch = self.epoch + 1;
+        let load = self.slot_counts();
+        let n = keep.len();
+        let share = |k: usize| SLOT_COUNT as usize / n + usize::from(k < SLOT_COUNT as usize % n);
+        // Heaviest first get the larger shares, so the fewest slots move.
+        let mut order = keep.to_vec();
+        order.sort_by_key(|&i| std::cmp::Reverse(load[i]));
+        let mut want = vec![0usize; self.ids.len()];
+        for (k, &i) in order.iter().enumerate() {
+            want[i] = share(k);
+        }
+        let mut pool: Vec<u16> = Vec::new();
+        for i in 0..self.ids.len() {
+            let excess = load[i].saturating_sub(want[i]);
+            let mut slots: Vec<u16> = (0..SLOT_COUNT)
+                .rev()
+                .filter(|&s| self.owner(s) == Some(i))
+                .take(excess)
+                .collect();
+            pool.append(&mut slots);
+        }
+        if pool.is_empty() {
+            return None;
+        }
+        pool.sort_unstable();
+        let mut slots = pool.into_iter();
+        for &i in keep {
+            for _ in load[i]..want[i] {
+                let Some(s) = slots.next() else { break };
+                next.target[s as usize] = i as u16;
+            }
+        }
+        Some(next)
+    }
+
+    /// The map once slots `first..=last` that were moving away from node `from` belong to
+    /// their targets.
+    pub fn flipped(&self, from: usize, first: u16, last: u16) -> SlotMap {
+        let mut next = self.clone();
+        next.epoch = self.epoch + 1;
+        for slot in first..=last.min(SLOT_COUNT - 1) {
+            let s = slot as usize;
+            if self.owner(slot) == Some(from) && self.target[s] != UNASSIGNED {
+                next.owner[s] = self.target[s];
+                next.target[s] = UNASSIGNED;
+            }
+        }
+        next
+    }
+
+    /// The map after the controller's repair: every slot of a node not in `live` (and
+    /// every unassigned slot) goes to the live nodes, in runs, so they stay even; moves to
+    /// or from a node not in `live` are dropped; live nodes' addresses are brought up to
+    /// date, live nodes the map lacks join it (without slots), and other nodes leave it. `None` if nothing changes or no node is live.
+    pub fn repaired(&self, live: &BTreeMap<String, NodeAddr>) -> Option<SlotMap> {
+        if live.is_empty() {
+            return None;
+        }
+        let mut next = SlotMap {
+            epoch: self.epoch + 1,
+            ..SlotMap::default()
+        };
+        for (id, addr) in live {
+            next.ids.push(id.clone());
+            next.addrs.push(addr.clone());
+        }
+        let mut load = vec![0usize; next.ids.len()];
+        let mut orphans = Vec::new();
+        for slot in 0..SLOT_COUNT {
+            let to = self.owner(slot).and_then(|o| next.index_of(&self.ids[o]));
+            match to {
+                Some(i) => {
+                    next.owner[slot as usize] = i as u16;
+                    load[i] += 1;
+                    // A move goes on only while both ends live.
+                    if let Some(t) = self
+                        .moving_to(slot)
+                        .and_then(|t| next.index_of(&self.ids[t]))
+                    {
+                        next.target[slot as usize] = t as u16;
+                    }
+                }
+                None => orphans.push(slot),
+            }
+        }
+        // Orphans go out in contiguous runs: each live node takes the next ones until it
+        // holds its even share; whatever is left goes to the least loaded.
+        let n = load.len();
+        let share = |i: usize| SLOT_COUNT as usize / n + usize::from(i < SLOT_COUNT as usize % n);
+        let mut node = 0;
+        for slot in orphans {
+            while node < n && load[node] >= share(node) {
+                node += 1;
+            }
+            let to = if node < n {
+                node
+            } else {
+                (0..n).min_by_key(|&i| (load[i], i)).expect("a live node")
+            };
+            next.owner[slot as usize] = to as u16;
+            load[to] += 1;
+        }
+        let changed = !next.same_as(self);
+        changed.then_some(next)
+    }
+}
+
+/// Parses a node id: 40 lowercase hex digits, as Redis Cluster's.
+pub fn check_node_id(id: &str) -> Result<()> {
+    if id.len() == 40
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "node id '{id}' is not 40 lowercase hex digits"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(n: usize) -> BTreeMap<String, NodeAddr> {
+        (0..n)
+            .map(|i| {
+                (
+                    format!("{i:040x}"),
+                    NodeAddr {
+                        host: "127.0.0.1".into(),
+                        port: 7000 + i as u16,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_even_map_of_three_nodes_matches_redis_cli_cluster_create() {
+        let m = SlotMap::even(1, &nodes(3));
+        let r: Vec<(u16, u16, usize)> = m
+            .ranges()
+            .iter()
+            .map(|r| (r.first, r.last, r.node))
+            .collect();
+        // redis-cli --cluster create with three masters: 0-5460, 5461-10922, 10923-16383.
+        assert_eq!(r, vec![(0, 5460, 0), (5461, 10922, 1), (10923, 16383, 2)]);
+        assert_eq!(m.unassigned(), 0);
+        assert_eq!(SlotMap::decode(&m.encode()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_lost_nodes_slots_go_evenly_to_the_live_ones_and_others_stay() {
+        let all = nodes(3);
+        let m = SlotMap::even(4, &all);
+        let mut live = all.clone();
+        let lost = live.keys().nth(1).unwrap().clone();
+        live.remove(&lost);
+        let next = m.repaired(&live).unwrap();
+        assert_eq!(next.epoch, 5);
+        assert_eq!(next.unassigned(), 0);
+        assert_eq!(next.node_count(), 2);
+        assert_eq!(next.slot_counts(), vec![8192, 8192]);
+        // Handed out in runs, not slot by slot.
+        assert!(next.ranges().len() <= 4, "{:?}", next.ranges());
+        // Slots of live nodes did not move.
+        for slot in 0..SLOT_COUNT {
+            let before = m.id(m.owner(slot).unwrap());
+            if before != lost {
+                assert_eq!(next.id(next.owner(slot).unwrap()), before);
+            }
+        }
+        assert_eq!(next.repaired(&live), None, "nothing left to repair");
+    }
+
+    #[test]
+    fn a_moved_address_is_a_change_and_an_empty_live_set_changes_nothing() {
+        let all = nodes(2);
+        let m = SlotMap::even(1, &all);
+        let mut moved = all.clone();
+        moved.values_mut().next().unwrap().port = 9999;
+        let next = m.repaired(&moved).unwrap();
+        assert_eq!(next.addr(0).port, 9999);
+        assert_eq!(next.ranges(), m.ranges());
+        assert_eq!(m.repaired(&BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn a_new_node_gets_its_share_in_runs_from_the_others_and_a_removed_node_gives_all() {
+        let three = nodes(3);
+        let m = SlotMap::even(1, &three);
+        assert_eq!(m.plan_even(), None, "even already");
+        // A fourth node joins the map without slots (a repair adds live nodes).
+        let four = nodes(4);
+        let joined = m.repaired(&four).unwrap();
+        assert_eq!(joined.slot_counts(), vec![5461, 5462, 5461, 0]);
+        let plan = joined.plan_even().unwrap();
+        let moves = plan.moves();
+        assert!(moves.iter().all(|mv| mv.to == 3), "{moves:?}");
+        assert_eq!(moves.len(), 3, "one run from each old node: {moves:?}");
+        let moved: usize = moves
+            .iter()
+            .map(|mv| (mv.last - mv.first + 1) as usize)
+            .sum();
+        assert_eq!(moved, 4096);
+        assert_eq!(SlotMap::decode(&plan.encode()).unwrap(), plan);
+        assert_eq!(plan.plan_even(), None, "one move at a time");
+        let mut done = plan.clone();
+        for mv in &moves {
+            done = done.flipped(mv.from, mv.first, mv.last);
+        }
+        assert!(!done.is_moving());
+        assert!(done.is_even(), "{:?}", done.slot_counts());
+        assert_eq!(done.slot_counts().iter().sum::<usize>(), 16384);
+
+        // Node 1 leaves: its slots go to the other three, evenly.
+        let leave = done.plan_remove(1).unwrap();
+        assert!(leave.moves().iter().all(|mv| mv.from == 1 && mv.to != 1));
+        let mut left = leave.clone();
+        for mv in leave.moves() {
+            left = left.flipped(mv.from, mv.first, mv.last);
+        }
+        let c = left.slot_counts();
+        assert_eq!(c[1], 0);
+        assert!(
+            c.iter()
+                .filter(|&&n| n > 0)
+                .all(|&n| (5461..=5462).contains(&n)),
+            "{c:?}"
+        );
+        // A move whose target stops living is dropped; the slots stay with their owner.
+        let mut without_new = four.clone();
+        without_new.remove(&format!("{:040x}", 3));
+        let repaired = plan.repaired(&without_new).unwrap();
+        assert!(!repaired.is_moving());
+        assert_eq!(repaired.slot_counts(), vec![5461, 5462, 5461]);
+    }
+
+    #[test]
+    fn bad_maps_and_ids_are_refused() {
+        assert!(SlotMap::decode(b"{").is_err());
+        assert!(SlotMap::decode(br#"{"epoch":1,"nodes":{},"ranges":[[0,5,"x"]]}"#).is_err());
+        assert!(check_node_id(&"a".repeat(40)).is_ok());
+        assert!(check_node_id("xyz").is_err());
+    }
+}

@@ -1,0 +1,434 @@
+"""Strata as a Redis Cluster on etcd (issue 21, first steps): a real etcd on loopback, three
+or more `strata` nodes joined to it, redis-py's RedisCluster and `redis-cli -c` routing
+through -MOVED, `redis-cli --cluster check`, the reply shapes of the CLUSTER commands beside
+a real three-node redis-server cluster, a node paused past its lease, and etcd stopped."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+import redis
+from redis.cluster import RedisCluster, ClusterNode
+from redis.exceptions import ClusterDownError, MovedError
+
+from conftest import StrataProcess, free_port, strata_bin
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("etcd") is None, reason="etcd is not installed (scripts/install-deps installs it)"
+)
+
+# Short leases so the tests that wait for one to lapse stay short.
+LEASE_TTL_S = 3
+
+
+class Etcd:
+    """One etcd member on loopback; `stop` and `start` keep its data."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="strata-etcd-")
+        self.port = free_port()
+        self.peer_port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.log = open(os.path.join(self.dir.name, "etcd.log"), "ab")
+        self.proc = subprocess.Popen(
+            [
+                "etcd",
+                "--data-dir", os.path.join(self.dir.name, "data"),
+                "--listen-client-urls", self.url,
+                "--advertise-client-urls", self.url,
+                "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+                "--initial-cluster", f"default=http://127.0.0.1:{self.peer_port}",
+            ],
+            stdout=self.log,
+            stderr=self.log,
+        )
+        deadline = time.time() + 30
+        while subprocess.run(
+            ["etcdctl", "--endpoints", self.url, "endpoint", "health"],
+            capture_output=True,
+            env=dict(os.environ, ETCDCTL_API="3"),
+        ).returncode != 0:
+            assert self.proc.poll() is None, "etcd exited"
+            assert time.time() < deadline, "etcd did not start"
+            time.sleep(0.1)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def close(self):
+        self.stop()
+        self.dir.cleanup()
+
+
+@pytest.fixture
+def etcd():
+    e = Etcd()
+    yield e
+    e.close()
+
+
+def cluster_cmd(etcd, name, *args, check=True):
+    return subprocess.run(
+        [strata_bin(), "cluster", *args, "--etcd", etcd.url, "--name", name],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=check,
+    )
+
+
+class StrataCluster:
+    def __init__(self, etcd, n, name):
+        self.etcd, self.name = etcd, name
+        self.nodes = [self.add_node() for _ in range(n)]
+
+    def add_node(self):
+        return StrataProcess(
+            {
+                "cluster_etcd": f'"{self.etcd.url}"',
+                "cluster_name": f'"{self.name}"',
+                "cluster_lease_ttl_s": LEASE_TTL_S,
+            }
+        )
+
+    def rebalance(self):
+        r = cluster_cmd(self.etcd, self.name, "rebalance")
+        return r.stdout + r.stderr
+
+    def wait_served(self, nodes=None, timeout=30):
+        """Until every node sees all slots served (the map reached them)."""
+        deadline = time.time() + timeout
+        for n in nodes or self.nodes:
+            while n.client().cluster("info")["cluster_state"] != "ok":
+                assert time.time() < deadline, "the slot map did not reach every node"
+                time.sleep(0.1)
+
+    def client(self, **kw):
+        n = self.nodes[0]
+        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port)], **kw)
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+
+
+@pytest.fixture
+def cluster3(etcd):
+    c = StrataCluster(etcd, 3, f"t{os.getpid()}{free_port()}")
+    out = c.rebalance()
+    assert "16384 slots over 3 nodes" in out, out
+    c.wait_served()
+    yield c
+    c.stop()
+
+
+def slot_owner_port(node_client, slot):
+    for first, last, owner, *_ in node_client.execute_command("CLUSTER", "SLOTS"):
+        if first <= slot <= last:
+            return owner[1]
+    return None
+
+
+def test_redis_cluster_clients_read_and_write_through_redirections(cluster3):
+    rc = cluster3.client()
+    values = {f"user:{i}": os.urandom(40 + i % 50) for i in range(300)}
+    for k, v in values.items():
+        assert rc.set(k, v)
+    for k, v in values.items():
+        assert rc.get(k) == v, k
+    # A pipeline and a multi-key read that span the nodes: redis-py splits them by slot.
+    with rc.pipeline() as p:
+        for i in range(50):
+            p.incr(f"counter:{i}")
+        assert p.execute() == [1] * 50
+    keys = list(values)[:100]
+    assert rc.mget_nonatomic(keys) == [values[k] for k in keys]
+    # Hash tags keep keys in one slot: multi-key commands work there.
+    assert rc.mset({"{feat:7}.a": "1", "{feat:7}.b": "2"})
+    assert rc.execute_command("MGET", "{feat:7}.a", "{feat:7}.b") == [b"1", b"2"]
+
+    # Every node holds exactly the keys of its own slots.
+    raw = [n.client() for n in cluster3.nodes]
+    total = 0
+    for n, c in zip(cluster3.nodes, raw):
+        total += c.dbsize()
+        for k in list(values)[:60]:
+            slot = c.execute_command("CLUSTER", "KEYSLOT", k)
+            assert slot == rc.keyslot(k)
+            owner = slot_owner_port(c, slot)
+            if owner == n.port:
+                assert c.get(k) == values[k]
+                assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) >= 1
+                assert k.encode() in c.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            else:
+                with pytest.raises(MovedError, match=f"^{slot} 127.0.0.1:{owner}$"):
+                    c.get(k)
+    assert total == len(values) + 50 + 2
+
+    # Refusals as Redis Cluster gives them.
+    c = raw[0]
+    with pytest.raises(redis.ResponseError, match="^Keys in request don't hash to the same slot$"):
+        c.execute_command("MSET", "a", "1", "b", "2")
+    with pytest.raises(redis.ResponseError, match="SELECT is not allowed in cluster mode"):
+        c.execute_command("SELECT", "1")
+    assert c.execute_command("SELECT", "0")
+    assert c.info("cluster")["cluster_enabled"] == 1
+    assert c.execute_command("READONLY") and c.execute_command("READWRITE")
+    # A transaction must stay in one slot.
+    p = c.pipeline(transaction=True)
+    p.set("{x}1", "a")
+    p.set("{y}1", "b")
+    with pytest.raises(redis.ResponseError):
+        p.execute()
+    # The KV-cache pool says plainly that it is not routed in a cluster yet.
+    with pytest.raises(redis.ResponseError, match="not available in cluster mode"):
+        c.execute_command("KVC.MATCH", "ns", "h1")
+
+
+def test_redis_cli_follows_redirections_and_cluster_check_agrees(cluster3):
+    port = str(cluster3.nodes[0].port)
+    for i in range(20):
+        out = subprocess.run(
+            ["redis-cli", "-c", "-p", port, "SET", f"cli:{i}", f"v{i}"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        assert out.strip() == "OK", out
+    for i in range(20):
+        out = subprocess.run(
+            ["redis-cli", "-c", "-p", port, "GET", f"cli:{i}"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        assert out.strip() == f"v{i}"
+    check = subprocess.run(
+        ["redis-cli", "--cluster", "check", f"127.0.0.1:{port}"],
+        capture_output=True, text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "[OK] All nodes agree about slots configuration." in check.stdout, check.stdout
+    assert "[OK] All 16384 slots covered." in check.stdout, check.stdout
+    assert "[OK] 20 keys in 3 masters." in check.stdout, check.stdout
+    status = cluster_cmd(cluster3.etcd, cluster3.name, "status").stdout
+    assert status.count(" live, ") == 3, status
+
+
+def port_with_bus():
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    import random
+    import socket
+
+    while True:
+        p = random.randint(20000, 45000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 10000))
+            return p
+        except OSError:
+            continue
+
+
+class RedisServerCluster:
+    """A real three-node redis-server cluster, made with `redis-cli --cluster create`."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="redis-cluster-")
+        self.ports = [port_with_bus() for _ in range(3)]
+        self.procs = []
+        for p in self.ports:
+            d = os.path.join(self.dir.name, str(p))
+            os.mkdir(d)
+            self.procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--dir", d, "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))
+        for p in self.ports:
+            deadline = time.time() + 20
+            while True:
+                try:
+                    redis.Redis(port=p).ping()
+                    break
+                except redis.ConnectionError:
+                    assert time.time() < deadline
+                    time.sleep(0.05)
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports], "--cluster-yes"],
+            capture_output=True, check=True, timeout=60,
+        )
+        deadline = time.time() + 30
+        while any(redis.Redis(port=p).cluster("info")["cluster_state"] != "ok" for p in self.ports):
+            assert time.time() < deadline, "the redis-server cluster did not converge"
+            time.sleep(0.2)
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        self.dir.cleanup()
+
+
+def shape(x):
+    """The type structure of a reply: what clients parse (an empty map and an empty array
+    are the same bytes in RESP2, and redis-py gives either)."""
+    if isinstance(x, dict) and not x:
+        return []
+    if isinstance(x, (list, tuple)):
+        return [shape(e) for e in x]
+    if isinstance(x, dict):
+        return {k: shape(v) for k, v in x.items()}
+    return type(x).__name__
+
+
+def test_cluster_replies_have_the_shapes_of_a_real_redis_cluster(cluster3):
+    ref = RedisServerCluster()
+    try:
+        s = cluster3.nodes[0].client()
+        r = redis.Redis(port=ref.ports[0])
+        raw = ["CLUSTER", "SLOTS"]
+        ss, rs = s.execute_command(*raw), r.execute_command(*raw)
+        assert [row[:2] for row in sorted(ss)] == [row[:2] for row in sorted(rs)], "the same split"
+        assert shape(sorted(ss)[0]) == shape(sorted(rs)[0])
+        ssh = s.execute_command("CLUSTER", "SHARDS")
+        rsh = r.execute_command("CLUSTER", "SHARDS")
+        assert len(ssh) == len(rsh) == 3
+        by_first = lambda shards: sorted(shards, key=lambda sh: sh[b"slots"][0])
+        for sh_s, sh_r in zip(by_first(ssh), by_first(rsh)):
+            assert sh_s[b"slots"] == sh_r[b"slots"]
+            assert set(sh_s) == set(sh_r) == {b"slots", b"nodes"}
+            (n_s,), (n_r,) = sh_s[b"nodes"], sh_r[b"nodes"]
+            assert set(n_s) == set(n_r), set(n_s) ^ set(n_r)
+            assert shape(n_s) == shape(n_r)
+            assert n_s[b"role"] == n_r[b"role"] == b"master"
+            assert n_s[b"health"] == n_r[b"health"] == b"online"
+        # CLUSTER NODES: as many fields per line, the same flags, a valid bus port.
+        for line_s, line_r in zip(
+            s.execute_command("CLUSTER", "NODES").decode().strip().splitlines(),
+            r.execute_command("CLUSTER", "NODES").decode().strip().splitlines(),
+        ):
+            fs, fr = line_s.split(), line_r.split()
+            assert len(fs) == len(fr) and len(fs[0]) == len(fr[0]) == 40
+            addr, bus = fs[1].split("@")
+            assert 0 < int(bus.split(",")[0]) < 65536
+            assert fs[2].replace("myself,", "") == fr[2].replace("myself,", "") == "master"
+            assert fs[7] == fr[7] == "connected"
+        si, ri = s.cluster("info"), r.cluster("info")
+        assert set(si) <= set(ri), set(si) - set(ri)
+        assert si["cluster_state"] == ri["cluster_state"] == "ok"
+        assert si["cluster_slots_assigned"] == ri["cluster_slots_assigned"] == "16384"
+        assert si["cluster_known_nodes"] == ri["cluster_known_nodes"] == "3"
+        for k in ["foo", "{user1000}.following", "123456789", ""]:
+            assert s.execute_command("CLUSTER", "KEYSLOT", k) == r.execute_command("CLUSTER", "KEYSLOT", k)
+        assert len(s.execute_command("CLUSTER", "MYID")) == len(r.execute_command("CLUSTER", "MYID")) == 40
+        # The same refusals, word for word where clients match on them.
+        for cmd in [("MSET", "a", "1", "b", "2"), ("SELECT", "1")]:
+            errs = []
+            for c in (s, r):
+                with pytest.raises(redis.ResponseError) as e:
+                    c.execute_command(*cmd)
+                errs.append(str(e.value))
+            assert errs[0] == errs[1], errs
+        # A key the first node does not serve: MOVED with the slot.
+        k = next(f"k{i}" for i in range(1000) if slot_owner_port(s, s.execute_command("CLUSTER", "KEYSLOT", f"k{i}")) != cluster3.nodes[0].port)
+        with pytest.raises(MovedError, match=r"^\d+ 127\.0\.0\.1:\d+$"):
+            s.get(k)
+    finally:
+        ref.stop()
+
+
+def test_a_node_paused_past_its_lease_refuses_writes_and_its_slots_go_to_the_live_nodes(cluster3):
+    rc = cluster3.client()
+    for i in range(200):
+        rc.set(f"k:{i}", f"v{i}")
+    paused = cluster3.nodes[2]
+    pc = paused.client(socket_timeout=10)
+    pc.ping()
+    os.kill(paused.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(LEASE_TTL_S + 3)
+        # The live nodes took its slots.
+        live = cluster3.nodes[:2]
+        deadline = time.time() + 20
+        while any(n.client().cluster("info")["cluster_known_nodes"] != "2" for n in live):
+            assert time.time() < deadline, "the lost node's slots were not handed over"
+            time.sleep(0.2)
+        owners = {row[2][1] for row in live[0].client().execute_command("CLUSTER", "SLOTS")}
+        assert owners == {n.port for n in live}
+    finally:
+        os.kill(paused.proc.pid, signal.SIGCONT)
+    # Resumed, it accepts no write: it knows its lease may have lapsed, and once it has
+    # registered again it redirects to the new owners.
+    for i in range(50):
+        try:
+            pc.set(f"k:{i}", "stale")
+            pytest.fail("a node paused past its lease accepted a write")
+        except (ClusterDownError, MovedError):
+            pass
+    deadline = time.time() + 20
+    while True:
+        try:
+            pc.set("k:0", "x")
+            pytest.fail("the resumed node accepted a write for a slot it lost")
+        except MovedError:
+            break
+        except ClusterDownError as e:
+            assert time.time() < deadline, f"the resumed node never registered again: {e}"
+            time.sleep(0.2)
+    # Keys of the live nodes' own slots are all there; the lost node's are unavailable
+    # (its data stays on its disk) until slot moves exist.
+    rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster3.nodes[0].port)])
+    kept = sum(rc2.get(f"k:{i}") == f"v{i}".encode() for i in range(200))
+    assert kept >= 100, kept
+    assert all(rc2.get(f"k:{i}") != b"stale" for i in range(50))
+
+
+def test_etcd_down_shorter_than_the_lease_changes_nothing_longer_gives_clusterdown(etcd):
+    global LEASE_TTL_S
+    c = StrataCluster(etcd, 2, f"e{os.getpid()}{free_port()}")
+    try:
+        c.rebalance()
+        c.wait_served()
+        rc = c.client()
+        etcd.stop()
+        t0 = time.time()
+        # Stable slots go on while etcd is down for less than the TTL.
+        i = 0
+        while time.time() - t0 < LEASE_TTL_S / 3:
+            rc.set(f"during:{i}", i)
+            assert rc.get(f"during:{i}") == str(i).encode()
+            i += 1
+        etcd.start()
+        for j in range(i):
+            assert rc.get(f"during:{j}") == str(j).encode()
+        rc.set("after", "1")
+        # Down longer than the TTL: the nodes refuse with CLUSTERDOWN until it returns.
+        etcd.stop()
+        time.sleep(LEASE_TTL_S + 1)
+        raw = c.nodes[0].client()
+        with pytest.raises(ClusterDownError, match="lost contact with etcd"):
+            raw.set("{during:0}x", "1")
+        assert raw.cluster("info")["cluster_state"] == "fail"
+        etcd.start()
+        deadline = time.time() + 30
+        while True:
+            try:
+                rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", c.nodes[0].port)])
+                rc2.set("back", "1")
+                break
+            except (redis.ResponseError, redis.exceptions.ClusterDownError, redis.ConnectionError) as e:
+                assert time.time() < deadline, f"the cluster did not come back: {e}"
+                time.sleep(0.3)
+        assert rc2.get("after") == b"1"
+    finally:
+        c.stop()
