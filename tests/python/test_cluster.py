@@ -432,3 +432,78 @@ def test_etcd_down_shorter_than_the_lease_changes_nothing_longer_gives_clusterdo
         assert rc2.get("after") == b"1"
     finally:
         c.stop()
+
+
+def test_a_node_added_then_one_removed_while_clients_write_loses_no_acknowledged_write(cluster3):
+    import threading
+    from redis.exceptions import AskError, TryAgainError
+
+    stop = threading.Event()
+    acked = {}
+    raw_errors = []
+    app_errors = []
+
+    def cluster_writer():
+        rc = cluster3.client()
+        i = 0
+        while not stop.is_set():
+            k, v = f"w:{i}", os.urandom(24) + str(i).encode()
+            try:
+                rc.set(k, v)
+                acked[k] = v
+            except Exception as e:  # redis-py follows redirections itself; anything else is a failure
+                app_errors.append(repr(e))
+            i += 1
+
+    def raw_writer():
+        # One node, no client-side routing: every refusal must be a redirection.
+        c = cluster3.nodes[0].client()
+        i = 0
+        while not stop.is_set():
+            k, v = f"r:{i}", str(i).encode()
+            try:
+                c.set(k, v)
+                acked[k] = v
+            except (MovedError, AskError, TryAgainError):
+                pass
+            except Exception as e:
+                raw_errors.append(repr(e))
+            i += 1
+
+    threads = [threading.Thread(target=cluster_writer), threading.Thread(target=raw_writer)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)
+        cluster3.nodes.append(cluster3.add_node())
+        new = cluster3.nodes[-1]
+        out = cluster_cmd(cluster3.etcd, cluster3.name, "add-node", "--addr", f"127.0.0.1:{new.port}")
+        assert "16384 slots over 4 nodes, 4096 to 4096 each" in out.stdout, out.stdout + out.stderr
+        assert "slots moving" in out.stderr, "progress is shown"
+        time.sleep(1)
+        leaving = cluster3.nodes[1]
+        out = cluster_cmd(cluster3.etcd, cluster3.name, "remove-node", "--addr", f"127.0.0.1:{leaving.port}")
+        assert "holds no slots" in out.stdout and "over 3 nodes" in out.stdout, out.stdout + out.stderr
+        time.sleep(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not app_errors, app_errors[:5]
+    assert not raw_errors, raw_errors[:5]
+    assert len(acked) > 500, len(acked)
+    leaving.stop()
+    cluster3.nodes.remove(leaving)
+    cluster3.wait_served()
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster3.nodes[0].port)])
+    lost = [k for k, v in acked.items() if rc.get(k) != v]
+    assert not lost, f"{len(lost)} acknowledged writes lost, e.g. {lost[:5]}"
+    # The sources dropped their copies: the nodes hold each key once.
+    total = sum(n.client().dbsize() for n in cluster3.nodes)
+    assert total == len(acked), (total, len(acked))
+    check = subprocess.run(
+        ["redis-cli", "--cluster", "check", f"127.0.0.1:{cluster3.nodes[0].port}"],
+        capture_output=True, text=True,
+    )
+    assert "[OK] All 16384 slots covered." in check.stdout, check.stdout
+    assert "[OK] All nodes agree about slots configuration." in check.stdout, check.stdout

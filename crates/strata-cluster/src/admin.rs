@@ -13,6 +13,9 @@ use crate::{split_endpoints, Error, Result};
 /// Timeout of each request to etcd from the operator's tools.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a request waits with no live node before it gives up.
+const NO_NODE_WAIT: Duration = Duration::from_secs(10);
+
 /// Most slot ranges `status` prints per node.
 const RANGES_SHOWN_MAX: usize = 8;
 
@@ -73,6 +76,16 @@ impl std::fmt::Display for Status {
                 map.addr(i).endpoint()
             )?;
         }
+        for mv in map.moves() {
+            writeln!(
+                f,
+                "  moving {}-{} from {} to {}",
+                mv.first,
+                mv.last,
+                map.addr(mv.from).endpoint(),
+                map.addr(mv.to).endpoint()
+            )?;
+        }
         for (id, a) in &self.live {
             if map.index_of(id).is_none() {
                 writeln!(f, "  {id} {} live, no slots", a.endpoint())?;
@@ -105,12 +118,45 @@ pub async fn status(endpoints: &str, name: &str) -> Result<Status> {
     })
 }
 
-/// Asks the controller of cluster `name` to spread the slots over the live nodes (the first
-/// time: to create the map) and waits up to `wait` for its answer, calling `progress` with
-/// what it is waiting for about once a second. The answer's message on success.
+/// Asks the controller of cluster `name` to spread the slots over the live nodes: the first
+/// time it creates the map; later it moves slots (with their keys) until each node holds
+/// its share. Waits up to `wait` for the answer, calling `progress` about once a second
+/// with what is moving. The answer's message on success.
 pub async fn rebalance(
     endpoints: &str,
     name: &str,
+    wait: Duration,
+    progress: impl FnMut(&str),
+) -> Result<String> {
+    ask(endpoints, name, "rebalance", None, wait, progress).await
+}
+
+/// Asks the controller to move every slot of node `node` to the others; once it answers,
+/// the node can be stopped.
+pub async fn remove_node(
+    endpoints: &str,
+    name: &str,
+    node: &str,
+    wait: Duration,
+    progress: impl FnMut(&str),
+) -> Result<String> {
+    crate::check_node_id(node)?;
+    ask(
+        endpoints,
+        name,
+        "remove-node",
+        Some(node.to_string()),
+        wait,
+        progress,
+    )
+    .await
+}
+
+async fn ask(
+    endpoints: &str,
+    name: &str,
+    what: &str,
+    node: Option<String>,
     wait: Duration,
     mut progress: impl FnMut(&str),
 ) -> Result<String> {
@@ -124,12 +170,16 @@ pub async fn rebalance(
             .unwrap_or(0)
     );
     let mut c = etcd.clone();
-    let req = serde_json::to_vec(&Request { id: id.clone() }).expect("a request encodes");
-    c.put(keys.request("rebalance"), req, None).await?;
+    let req = serde_json::to_vec(&Request {
+        id: id.clone(),
+        node,
+    })
+    .expect("a request encodes");
+    c.put(keys.request(what), req, None).await?;
     let start = Instant::now();
     let mut last_report = Instant::now();
     loop {
-        if let Some(kv) = c.get(keys.answer("rebalance"), None).await?.kvs().first() {
+        if let Some(kv) = c.get(keys.answer(what), None).await?.kvs().first() {
             if let Ok(a) = serde_json::from_slice::<Answer>(kv.value()) {
                 if a.id == id {
                     return if a.ok {
@@ -147,10 +197,27 @@ pub async fn rebalance(
             )));
         }
         if last_report.elapsed() >= Duration::from_secs(1) {
-            let live = live_nodes(&etcd, &keys).await?.len();
+            let st = status(endpoints, name).await?;
+            if st.live.is_empty() && start.elapsed() > NO_NODE_WAIT {
+                return Err(Error::Invalid(format!(
+                    "no node of cluster '{name}' is live to carry the request out"
+                )));
+            }
+            let moving: usize = st
+                .map
+                .as_ref()
+                .map(|m| {
+                    m.moves()
+                        .iter()
+                        .map(|mv| (mv.last - mv.first + 1) as usize)
+                        .sum()
+                })
+                .unwrap_or(0);
             progress(&format!(
-                "waiting for the controller ({} s, {live} live nodes)",
-                start.elapsed().as_secs()
+                "{} s: {} live nodes, {moving} slots moving, map epoch {}",
+                start.elapsed().as_secs(),
+                st.live.len(),
+                st.map.as_ref().map_or(0, |m| m.epoch)
             ));
             last_report = Instant::now();
         }

@@ -4,13 +4,15 @@
 //! controller that lost its key, or read an older map, commits nothing.
 //!
 //! Its duties, four times per lease TTL: the slots of nodes whose lease expired go to the
-//! live nodes ([`SlotMap::repaired`]); an operator's `rebalance` creates the first map (the
-//! slots split evenly over the live nodes) or repairs the map and answers.
+//! live nodes ([`SlotMap::repaired`]); slots a source node reports copied go to their
+//! target ([`SlotMap::flipped`]); an operator's `rebalance` creates the first map (the
+//! slots split evenly over the live nodes) or plans moves that even it out, and
+//! `remove-node` plans moves that empty a node; each is answered once no slot moves.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::member::Inner;
@@ -21,6 +23,9 @@ use crate::Result;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Request {
     pub(crate) id: String,
+    /// The node a `remove-node` request names.
+    #[serde(default)]
+    pub(crate) node: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,7 +81,23 @@ async fn campaign(inner: &Inner) -> Result<bool> {
     Ok(false)
 }
 
-/// One round of the controller's work.
+/// What one round read of a request: its key in etcd and the request.
+struct Pending {
+    key: String,
+    req: Request,
+}
+
+async fn pending(inner: &Inner, what: &str) -> Result<Option<Pending>> {
+    let key = inner.keys.request(what);
+    let r = inner.etcd.clone().get(key.as_str(), None).await?;
+    Ok(r.kvs()
+        .first()
+        .and_then(|kv| serde_json::from_slice(kv.value()).ok())
+        .map(|req| Pending { key, req }))
+}
+
+/// One round of the controller's work: repair, flip the slots sources reported copied,
+/// start the moves a request asks for, answer the requests that are done.
 async fn duties(inner: &Inner) -> Result<()> {
     let live = inner.live_nodes().await?;
     let mut etcd = inner.etcd.clone();
@@ -85,88 +106,152 @@ async fn duties(inner: &Inner) -> Result<()> {
         Some(kv) => (Some(SlotMap::decode(kv.value())?), kv.mod_revision()),
         None => (None, 0),
     };
-    let request_key = inner.keys.request("rebalance");
-    let request = etcd.get(request_key.as_str(), None).await?;
-    let request: Option<Request> = request
-        .kvs()
-        .first()
-        .and_then(|kv| serde_json::from_slice(kv.value()).ok());
+    let rebalance = pending(inner, "rebalance").await?;
+    let remove = pending(inner, "remove-node").await?;
+    let prefix = inner.keys.moved_prefix();
+    let reports = etcd
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    let mut consumed = Vec::new();
 
-    let next = match &map {
-        Some(m) => m.repaired(&live),
-        None if request.is_some() && !live.is_empty() => Some(SlotMap::even(1, &live)),
-        None => None,
+    let Some(map) = map else {
+        // No map yet: a rebalance creates it over the live nodes.
+        if let Some(p) = rebalance {
+            if live.is_empty() {
+                return answer(inner, p, false, "no node is live to take the slots".into()).await;
+            }
+            let first = SlotMap::even(1, &live);
+            if commit(inner, &first, 0, &[]).await? {
+                let msg = summary(&first);
+                answer(inner, p, true, msg).await?;
+            }
+        }
+        return Ok(());
     };
-    if let Some(next) = &next {
-        if !commit(inner, next, revision).await? {
+    let mut next = map.repaired(&live).unwrap_or_else(|| map.clone());
+    for kv in reports.kvs() {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let Some((from, range)) = key[prefix.len()..].split_once('/') else {
+            continue;
+        };
+        let range: Option<(u16, u16)> = range
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+        if let (Some(f), Some((first, last))) = (next.index_of(from), range) {
+            next = next.flipped(f, first, last);
+        }
+        consumed.push(key);
+    }
+    if !next.is_moving() {
+        if let Some(p) = &remove {
+            let node = p.req.node.as_deref().unwrap_or_default();
+            if let Some(plan) = next.index_of(node).and_then(|i| next.plan_remove(i)) {
+                next = plan;
+            }
+        } else if rebalance.is_some() {
+            if let Some(plan) = next.plan_even() {
+                next = plan;
+            }
+        }
+    }
+    // However many changes this round made, the map's epoch moves by one.
+    next.epoch = map.epoch + 1;
+    if !next.same_as(&map) || !consumed.is_empty() {
+        if !commit(inner, &next, revision, &consumed).await? {
             // Another controller, or a newer map: the next round reads again.
             return Ok(());
         }
         tracing::info!(
             epoch = next.epoch,
-            nodes = next.node_count(),
+            moving = next.moves().len(),
             "controller committed a new slot map"
         );
     }
-    if let Some(req) = request {
-        let current = next.as_ref().or(map.as_ref());
-        let answer = match current {
-            None => Answer {
-                id: req.id,
-                ok: false,
-                message: "no node is live to take the slots".into(),
-            },
-            Some(m) => {
-                let counts = m.slot_counts();
-                let (lo, hi) = (
-                    counts.iter().min().copied().unwrap_or(0),
-                    counts.iter().max().copied().unwrap_or(0),
-                );
-                if hi - lo <= 1 {
-                    Answer {
-                        id: req.id,
-                        ok: true,
-                        message: format!(
-                            "{} slots over {} nodes, {lo} to {hi} each (epoch {})",
-                            16384 - m.unassigned(),
-                            m.node_count(),
-                            m.epoch
-                        ),
-                    }
-                } else {
-                    Answer {
-                        id: req.id,
-                        ok: false,
-                        message: format!(
-                            "the live nodes hold {lo} to {hi} slots each; evening them out moves \
-                             slots between live nodes, which this version does not do yet"
-                        ),
-                    }
-                }
+    if next.is_moving() {
+        return Ok(());
+    }
+    if let Some(p) = remove {
+        let node = p.req.node.clone().unwrap_or_default();
+        match next.index_of(&node) {
+            Some(i) if next.slot_counts()[i] > 0 => {
+                answer(
+                    inner,
+                    p,
+                    false,
+                    format!("node {node} is the only node; its slots have nowhere to go"),
+                )
+                .await?
             }
-        };
-        let txn = Txn::new()
-            .when([Compare::value(
-                inner.keys.controller(),
-                CompareOp::Equal,
-                inner.id.as_str(),
-            )])
-            .and_then([
-                TxnOp::put(
-                    inner.keys.answer("rebalance"),
-                    serde_json::to_vec(&answer).expect("an answer encodes"),
-                    None,
-                ),
-                TxnOp::delete(request_key.as_str(), None),
-            ]);
-        etcd.txn(txn).await?;
+            _ => {
+                let msg = format!(
+                    "node {node} holds no slots: stop it now; {}",
+                    summary(&next)
+                );
+                answer(inner, p, true, msg).await?
+            }
+        }
+    } else if let Some(p) = rebalance {
+        if next.is_even() {
+            answer(inner, p, true, summary(&next)).await?;
+        } else {
+            answer(
+                inner,
+                p,
+                false,
+                format!("cannot even out the slots: {}", summary(&next)),
+            )
+            .await?;
+        }
     }
     Ok(())
 }
 
-/// Writes `next` if this node still holds the controller key and the map is still at
-/// `revision` (0: absent); whether it did.
-async fn commit(inner: &Inner, next: &SlotMap, revision: i64) -> Result<bool> {
+fn summary(m: &SlotMap) -> String {
+    let counts = m.slot_counts();
+    let serving = counts.iter().filter(|&&n| n > 0).count();
+    format!(
+        "{} slots over {serving} nodes, {} to {} each (epoch {})",
+        16384 - m.unassigned(),
+        counts
+            .iter()
+            .filter(|&&n| n > 0)
+            .min()
+            .copied()
+            .unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+        m.epoch
+    )
+}
+
+/// Answers request `p` (if this node still is the controller) and removes it.
+async fn answer(inner: &Inner, p: Pending, ok: bool, message: String) -> Result<()> {
+    let what = p.key.rsplit('/').next().unwrap_or_default().to_string();
+    let a = Answer {
+        id: p.req.id,
+        ok,
+        message,
+    };
+    let txn = Txn::new()
+        .when([Compare::value(
+            inner.keys.controller(),
+            CompareOp::Equal,
+            inner.id.as_str(),
+        )])
+        .and_then([
+            TxnOp::put(
+                inner.keys.answer(&what),
+                serde_json::to_vec(&a).expect("an answer encodes"),
+                None,
+            ),
+            TxnOp::delete(p.key.as_str(), None),
+        ]);
+    inner.etcd.clone().txn(txn).await?;
+    Ok(())
+}
+
+/// Writes `next` (and deletes the reports `consumed`) if this node still holds the
+/// controller key and the map is still at `revision` (0: absent); whether it did.
+async fn commit(inner: &Inner, next: &SlotMap, revision: i64, consumed: &[String]) -> Result<bool> {
     let slots = inner.keys.slots();
     let map_unchanged = if revision == 0 {
         Compare::version(slots.as_str(), CompareOp::Equal, 0)
@@ -178,7 +263,11 @@ async fn commit(inner: &Inner, next: &SlotMap, revision: i64) -> Result<bool> {
             Compare::value(inner.keys.controller(), CompareOp::Equal, inner.id.as_str()),
             map_unchanged,
         ])
-        .and_then([TxnOp::put(slots.as_str(), next.encode(), None)]);
+        .and_then(
+            std::iter::once(TxnOp::put(slots.as_str(), next.encode(), None))
+                .chain(consumed.iter().map(|k| TxnOp::delete(k.as_str(), None)))
+                .collect::<Vec<_>>(),
+        );
     Ok(inner.etcd.clone().txn(txn).await?.succeeded())
 }
 
@@ -213,9 +302,9 @@ mod tests {
         assert!(campaign(inner).await.unwrap());
         let live = inner.live_nodes().await.unwrap();
         let first = SlotMap::even(1, &live);
-        assert!(commit(inner, &first, 0).await.unwrap());
+        assert!(commit(inner, &first, 0, &[]).await.unwrap());
         assert!(
-            !commit(inner, &first, 0).await.unwrap(),
+            !commit(inner, &first, 0, &[]).await.unwrap(),
             "a map that exists is not created again"
         );
         let mut etcd_client = inner.etcd.clone();
@@ -233,7 +322,7 @@ mod tests {
             .put(inner.keys.controller(), "b".repeat(40), None)
             .await
             .unwrap();
-        assert!(!commit(inner, &second, rev).await.unwrap());
+        assert!(!commit(inner, &second, rev, &[]).await.unwrap());
         assert!(!campaign(inner).await.unwrap());
 
         // Controller again, but with a map older than etcd's: nothing commits either.
@@ -242,8 +331,8 @@ mod tests {
             .await
             .unwrap();
         assert!(campaign(inner).await.unwrap());
-        assert!(!commit(inner, &second, rev - 1).await.unwrap());
-        assert!(commit(inner, &second, rev).await.unwrap());
+        assert!(!commit(inner, &second, rev - 1, &[]).await.unwrap());
+        assert!(commit(inner, &second, rev, &[]).await.unwrap());
 
         // The node sees the committed map through its watch.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -255,6 +344,6 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(c.map().addr(0).port, 7001);
-        assert_eq!(c.route(0), crate::Route::Local);
+        assert_eq!(c.route(0, true, false), crate::Route::Local);
     }
 }

@@ -33,6 +33,14 @@ impl Keys {
     pub(crate) fn controller(&self) -> String {
         format!("{}controller", self.root)
     }
+    /// A source node's report that it copied slots `first..=last` to their target:
+    /// `moved/<from id>/<first>-<last>`.
+    pub(crate) fn moved_prefix(&self) -> String {
+        format!("{}moved/", self.root)
+    }
+    pub(crate) fn moved(&self, from: &str, first: u16, last: u16) -> String {
+        format!("{}{from}/{first}-{last}", self.moved_prefix())
+    }
     /// An operator's request (`rebalance`), and the controller's answer.
     pub(crate) fn request(&self, what: &str) -> String {
         format!("{}requests/{what}", self.root)

@@ -20,9 +20,9 @@ mod slots;
 
 use serde::{Deserialize, Serialize};
 
-pub use admin::{rebalance, status, Status};
-pub use member::{node_id, Cluster, Route};
-pub use slots::{check_node_id, NodeAddr, SlotMap, SlotRange};
+pub use admin::{rebalance, remove_node, status, Status};
+pub use member::{node_id, Cluster, Route, SlotState};
+pub use slots::{check_node_id, Move, NodeAddr, SlotMap, SlotRange};
 
 /// The cluster settings of a node (flattened into the binary's configuration).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -37,6 +37,10 @@ pub struct ClusterSettings {
     /// long refuses commands (`-CLUSTERDOWN`); once it has expired in etcd, the
     /// controller gives the node's slots to the live nodes.
     pub cluster_lease_ttl_s: u64,
+    /// Most bytes per second a node sends while it moves slots to another (each slot's
+    /// writes wait meanwhile, so a lower rate makes a move gentler, not shorter for them).
+    #[serde(with = "strata_settings::size")]
+    pub cluster_move_bytes_per_s: u64,
     /// The host clients and other nodes reach this node at (in `-MOVED` and `CLUSTER
     /// SLOTS`); empty: the bind address (127.0.0.1 if that is a wildcard).
     pub cluster_announce_host: String,
@@ -48,6 +52,7 @@ impl Default for ClusterSettings {
             cluster_etcd: String::new(),
             cluster_name: "strata".into(),
             cluster_lease_ttl_s: 10,
+            cluster_move_bytes_per_s: 64 << 20,
             cluster_announce_host: String::new(),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,23 @@ pub enum Route {
     Local,
     /// Another node does: `-MOVED slot endpoint`.
     Moved(String),
+    /// A write to a slot whose keys are being copied: `-TRYAGAIN`.
+    TryAgain,
     /// No node serves it, or this node cannot tell (`-CLUSTERDOWN`), with the reason.
     Down(&'static str),
+}
+
+/// Where this node is in moving a slot. The source serves it as usual, then copies its
+/// keys to the target (writes wait: `-TRYAGAIN`), then hands it over (everything goes to
+/// the target with `-MOVED`); the target, once handed the slot, serves it before the
+/// controller's map says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    Serving = 0,
+    Copying = 1,
+    Handed = 2,
+    /// On the target: the source handed the slot over.
+    Taken = 3,
 }
 
 /// The map as this node last saw it, and this node's index in it.
@@ -47,6 +62,10 @@ pub(crate) struct Inner {
     pub(crate) lease: AtomicU64,
     base: Instant,
     pub(crate) etcd: Client,
+    /// Per slot, a [`SlotState`] (only slots moving away from this node leave `Serving`).
+    slot_states: Vec<AtomicU8>,
+    /// Bumped with every map this node takes: the slot mover waits on it.
+    map_changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// A handle to this node's membership; cheap to clone.
@@ -122,6 +141,10 @@ impl Cluster {
             lease: AtomicU64::new(0),
             base: Instant::now(),
             etcd,
+            slot_states: (0..strata_format::keys::SLOT_COUNT)
+                .map(|_| AtomicU8::new(SlotState::Serving as u8))
+                .collect(),
+            map_changed: tokio::sync::watch::channel(0).0,
         });
         inner.register().await?;
         tokio::spawn(keep_alive(Arc::clone(&inner)));
@@ -132,6 +155,10 @@ impl Cluster {
 
     pub fn id(&self) -> &str {
         &self.inner.id
+    }
+
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.inner.settings
     }
 
     pub fn addr(&self) -> &NodeAddr {
@@ -153,19 +180,67 @@ impl Cluster {
         self.inner.live()
     }
 
-    /// Where a command on `slot` goes.
-    pub fn route(&self, slot: u16) -> Route {
+    /// Where a command on `slot` goes: `write` if it may change the slot's keys, `asking`
+    /// if the client sent `ASKING` just before (it follows an `-ASK`).
+    pub fn route(&self, slot: u16, write: bool, asking: bool) -> Route {
         if !self.inner.live() {
             return Route::Down(
                 "CLUSTERDOWN this node lost contact with etcd (its lease may have expired)",
             );
         }
         let v = self.inner.view.read();
+        let target = v.map.moving_to(slot);
         match v.map.owner(slot) {
             None => Route::Down("CLUSTERDOWN Hash slot not served"),
-            Some(o) if Some(o) == v.me => Route::Local,
+            Some(o) if Some(o) == v.me => match (self.slot_state(slot), target) {
+                (SlotState::Copying, Some(_)) if write => Route::TryAgain,
+                (SlotState::Handed, Some(t)) => Route::Moved(v.map.addr(t).endpoint()),
+                _ => Route::Local,
+            },
+            // A slot moving here: served once the source handed it over, or to a client
+            // that says `ASKING`.
+            Some(_)
+                if target.is_some()
+                    && target == v.me
+                    && (asking || self.slot_state(slot) == SlotState::Taken) =>
+            {
+                Route::Local
+            }
             Some(o) => Route::Moved(v.map.addr(o).endpoint()),
         }
+    }
+
+    /// Where this node is in moving `slot` away.
+    pub fn slot_state(&self, slot: u16) -> SlotState {
+        match self.inner.slot_states[slot as usize].load(Ordering::Acquire) {
+            1 => SlotState::Copying,
+            2 => SlotState::Handed,
+            3 => SlotState::Taken,
+            _ => SlotState::Serving,
+        }
+    }
+
+    pub fn set_slot_state(&self, slot: u16, state: SlotState) {
+        self.inner.slot_states[slot as usize].store(state as u8, Ordering::Release);
+    }
+
+    /// Changes whenever this node takes a new map.
+    pub fn map_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.map_changed.subscribe()
+    }
+
+    /// Tells the controller that slots `first..=last` are copied to the node they move to,
+    /// so it can give them to it.
+    pub async fn report_moved(&self, first: u16, last: u16) -> Result<()> {
+        let key = self.inner.keys.moved(&self.inner.id, first, last);
+        self.inner.etcd.clone().put(key, "", None).await?;
+        Ok(())
+    }
+
+    /// Whether slot `slot` is moving to this node (it may take the owner's copies).
+    pub fn importing(&self, slot: u16) -> bool {
+        let v = self.inner.view.read();
+        v.me.is_some() && v.map.moving_to(slot) == v.me
     }
 }
 
@@ -256,6 +331,8 @@ impl Inner {
         v.me = map.index_of(&self.id);
         v.map = Arc::new(map);
         v.revision = revision;
+        drop(v);
+        self.map_changed.send_modify(|n| *n += 1);
     }
 
     /// The live nodes (their keys in etcd), by id.

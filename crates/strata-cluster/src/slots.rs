@@ -241,7 +241,7 @@ impl SlotMap {
     }
 
     /// Whether `other` says the same as this map, epochs aside.
-    fn same_as(&self, other: &SlotMap) -> bool {
+    pub(crate) fn same_as(&self, other: &SlotMap) -> bool {
         let mut a = self.clone();
         a.epoch = other.epoch;
         a.encode() == other.encode()
@@ -379,7 +379,15 @@ impl SlotMap {
         let mut load = vec![0usize; next.ids.len()];
         let mut orphans = Vec::new();
         for slot in 0..SLOT_COUNT {
-            let to = self.owner(slot).and_then(|o| next.index_of(&self.ids[o]));
+            // A slot moving away from a lost node goes to the node it was moving to (which
+            // may hold its newest keys already).
+            let to = self
+                .owner(slot)
+                .and_then(|o| next.index_of(&self.ids[o]))
+                .or_else(|| {
+                    self.moving_to(slot)
+                        .and_then(|t| next.index_of(&self.ids[t]))
+                });
             match to {
                 Some(i) => {
                     next.owner[slot as usize] = i as u16;

@@ -23,6 +23,7 @@ mod http;
 mod longdouble;
 mod memory;
 mod metrics;
+mod mover;
 mod session;
 mod shared;
 mod watch;
@@ -263,6 +264,9 @@ impl Server {
         } = listeners;
         if let Some(m) = metrics {
             tokio::spawn(http::serve_http(Arc::clone(&self.shared), m));
+        }
+        if let Some(c) = &self.shared.cluster {
+            tokio::spawn(mover::run(Arc::clone(&self.shared), c.clone()));
         }
         let maxmemory = self.shared.cfg.read().maxmemory;
         if maxmemory > 0 {

@@ -69,6 +69,8 @@ pub(crate) struct Conn {
     pub(crate) multi_failed: bool,
     /// In cluster mode, the slot the commands queued in `MULTI` name.
     pub(crate) multi_slot: Option<u16>,
+    /// The client sent `ASKING`: its next command may use a slot moving here.
+    pub(crate) asking: bool,
     pub(crate) watched: Watched,
     pub(crate) scan_cursors: HashMap<u64, Bytes>,
     pub(crate) next_cursor: u64,
@@ -100,6 +102,7 @@ impl Conn {
             multi_bytes: 0,
             multi_failed: false,
             multi_slot: None,
+            asking: false,
             watched: Watched::default(),
             scan_cursors: HashMap::new(),
             next_cursor: 1,

@@ -84,9 +84,28 @@ enum ClusterCommand {
     /// Print the controller, the live nodes and each node's slots.
     Status(ClusterTarget),
     /// Spread the slots over the live nodes: the first time, create the slot map (every
-    /// node started with the same cluster_etcd and cluster_name shares it); later, give the
-    /// slots of nodes whose lease expired to the live ones. Returns when done.
+    /// node started with the same cluster_etcd and cluster_name shares it); later, move
+    /// slots with their keys until every node holds its share. Returns when done.
     Rebalance(ClusterTarget),
+    /// Wait for the node at --addr (started with this cluster's cluster_etcd and
+    /// cluster_name) to register, then rebalance so it gets its share.
+    AddNode {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// host:port of the new node.
+        #[arg(long)]
+        addr: String,
+    },
+    /// Move every slot of a node (by --node ID or --addr host:port) to the others, with
+    /// their keys; then the node can be stopped.
+    RemoveNode {
+        #[command(flatten)]
+        target: ClusterTarget,
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long)]
+        addr: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -160,8 +179,19 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// How long `strata cluster rebalance` waits for the controller.
-const REBALANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long `strata cluster rebalance|add-node|remove-node` wait for the controller to
+/// finish (moving slots takes as long as their bytes take at cluster_move_bytes_per_s).
+const MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How long `strata cluster add-node` waits for the node to register.
+const NODE_REGISTER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn rebalance(etcd: &str, name: &str) -> Result<()> {
+    eprintln!("rebalance: asking the controller of cluster '{name}'");
+    let msg =
+        strata_cluster::rebalance(etcd, name, MOVE_WAIT, |p| eprintln!("rebalance: {p}")).await?;
+    println!("rebalanced: {msg}");
+    Ok(())
+}
 
 async fn cluster_command(cfg: &Config, c: ClusterCommand) -> Result<()> {
     let target = |t: &ClusterTarget| -> Result<(String, String)> {
@@ -187,12 +217,53 @@ async fn cluster_command(cfg: &Config, c: ClusterCommand) -> Result<()> {
         }
         ClusterCommand::Rebalance(t) => {
             let (etcd, name) = target(&t)?;
-            eprintln!("rebalance: asking the controller of cluster '{name}'");
-            let msg = strata_cluster::rebalance(&etcd, &name, REBALANCE_WAIT, |p| {
-                eprintln!("rebalance: {p}")
+            rebalance(&etcd, &name).await?;
+        }
+        ClusterCommand::AddNode { target: t, addr } => {
+            let (etcd, name) = target(&t)?;
+            let start = std::time::Instant::now();
+            loop {
+                let st = strata_cluster::status(&etcd, &name).await?;
+                if st.live.values().any(|a| a.endpoint() == addr) {
+                    break;
+                }
+                if start.elapsed() > NODE_REGISTER_WAIT {
+                    bail!(
+                        "no live node at {addr} in cluster '{name}' after {} s: start it with \
+                         cluster_etcd and cluster_name set",
+                        NODE_REGISTER_WAIT.as_secs()
+                    );
+                }
+                eprintln!("add-node: waiting for {addr} to register");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            rebalance(&etcd, &name).await?;
+        }
+        ClusterCommand::RemoveNode {
+            target: t,
+            node,
+            addr,
+        } => {
+            let (etcd, name) = target(&t)?;
+            let id = match (node, addr) {
+                (Some(id), None) => id,
+                (None, Some(addr)) => {
+                    let st = strata_cluster::status(&etcd, &name).await?;
+                    let found = st.map.as_ref().and_then(|m| {
+                        (0..m.node_count())
+                            .find(|&i| m.addr(i).endpoint() == addr)
+                            .map(|i| m.id(i).to_string())
+                    });
+                    found.with_context(|| format!("no node at {addr} in cluster '{name}'"))?
+                }
+                _ => bail!("name the node with --node ID or --addr host:port"),
+            };
+            eprintln!("remove-node: moving the slots of {id} to the other nodes");
+            let msg = strata_cluster::remove_node(&etcd, &name, &id, MOVE_WAIT, |p| {
+                eprintln!("remove-node: {p}")
             })
             .await?;
-            println!("rebalanced: {msg}");
+            println!("removed: {msg}");
         }
     }
     Ok(())

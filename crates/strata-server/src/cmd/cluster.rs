@@ -21,6 +21,8 @@ pub(crate) fn redirect(
     a: &[Bytes],
 ) -> Option<Reply> {
     let cluster = cluster?;
+    // ASKING lasts for the one command after it.
+    let asking = std::mem::take(&mut conn.asking);
     let Ok(at) = key_positions(spec, a) else {
         // The command's own checks answer a bad key count.
         return None;
@@ -44,20 +46,29 @@ pub(crate) fn redirect(
             _ => conn.multi_slot = Some(slot),
         }
     }
-    route_reply(cluster, slot)
+    route_reply(cluster, slot, spec.flags & WRITE != 0, asking)
 }
 
-/// The refusal for a key in `slot`, if this node does not serve it.
-pub(crate) fn route_reply(cluster: &Cluster, slot: u16) -> Option<Reply> {
-    match cluster.route(slot) {
+/// The refusal for a command on `slot` (`write`: it may change the slot's keys;
+/// `asking`: it follows `ASKING`), if this node does not run it.
+pub(crate) fn route_reply(
+    cluster: &Cluster,
+    slot: u16,
+    write: bool,
+    asking: bool,
+) -> Option<Reply> {
+    match cluster.route(slot, write, asking) {
         Route::Local => None,
         Route::Moved(to) => Some(Reply::err(format!("MOVED {slot} {to}"))),
+        Route::TryAgain => Some(Reply::err(format!(
+            "TRYAGAIN slot {slot} is being moved to another node; retry"
+        ))),
         Route::Down(why) => Some(Reply::err(why)),
     }
 }
 
 fn down_reply(cluster: &Cluster) -> Reply {
-    match cluster.route(0) {
+    match cluster.route(0, true, false) {
         Route::Down(why) => Reply::err(why),
         _ => Reply::err("CLUSTERDOWN The cluster is down"),
     }
@@ -76,13 +87,72 @@ fn disabled() -> Reply {
     Reply::err("ERR This instance has cluster support disabled")
 }
 
-/// `READONLY`, `READWRITE`, `ASKING`: accepted in cluster mode (there are no replicas to
-/// read from, and no slot is ever half moved yet).
+/// `READONLY`, `READWRITE`: accepted in cluster mode (there are no replicas to read from).
 pub(crate) async fn accept(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     if ctx.shared.cluster.is_none() {
         return disabled();
     }
     Reply::ok()
+}
+
+/// `ASKING`: the next command may use a slot that is moving to this node.
+pub(crate) async fn asking(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    if ctx.shared.cluster.is_none() {
+        return disabled();
+    }
+    ctx.conn.asking = true;
+    Reply::ok()
+}
+
+/// `STRATA.SLOTTAKE slot`: the node a slot moves from has sent every key and hands it
+/// over; this node serves it from now on (the controller's map follows).
+pub(crate) async fn slottake(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(cluster) = ctx.shared.cluster.clone() else {
+        return disabled();
+    };
+    let slot = match parse_slot(&a[1]) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if !cluster.importing(slot) {
+        return Reply::err(format!("ERR slot {slot} is not moving to this node"));
+    }
+    cluster.set_slot_state(slot, strata_cluster::SlotState::Taken);
+    Reply::ok()
+}
+
+/// `STRATA.SLOTCLEAR slot`: the node a slot moves from asks the node it moves to to drop
+/// whatever it holds of it (copies left by an earlier move) before it sends the keys.
+pub(crate) async fn slotclear(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let Some(cluster) = ctx.shared.cluster.clone() else {
+        return disabled();
+    };
+    let slot = match parse_slot(&a[1]) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if !cluster.importing(slot) {
+        return Reply::err(format!("ERR slot {slot} is not moving to this node"));
+    }
+    let engine = &ctx.shared.engine;
+    loop {
+        let page = match engine.scan_slot(0, slot, None, SLOT_KEYS_PAGE) {
+            Ok(p) => p,
+            Err(e) => return super::engine_error(&e),
+        };
+        if page.items.is_empty() {
+            return Reply::ok();
+        }
+        for item in page.items {
+            let key = engine.key(0, &item.key);
+            match engine.delete(&key).await {
+                Ok(w) => {
+                    ctx.defer(w);
+                }
+                Err(e) => return super::engine_error(&e),
+            }
+        }
+    }
 }
 
 /// A port for `CLUSTER NODES`' bus field: there is no bus, but tools parse the number.

@@ -519,7 +519,25 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("cluster", -2, CONN, 0, 0, 0, cluster::cluster),
     c!("readonly", 1, CONN | FAST, 0, 0, 0, cluster::accept),
     c!("readwrite", 1, CONN | FAST, 0, 0, 0, cluster::accept),
-    c!("asking", 1, CONN | FAST, 0, 0, 0, cluster::accept),
+    c!("asking", 1, CONN | FAST, 0, 0, 0, cluster::asking),
+    c!(
+        "strata.slotclear",
+        2,
+        WRITE | ADMIN,
+        0,
+        0,
+        0,
+        cluster::slotclear
+    ),
+    c!(
+        "strata.slottake",
+        2,
+        WRITE | ADMIN,
+        0,
+        0,
+        0,
+        cluster::slottake
+    ),
     // Strata's own.
     c!("tier", 2, READ | FAST, 1, 1, 1, st::tier),
     c!("strata.stats", 1, READ, 0, 0, 0, st::stats),
@@ -858,10 +876,12 @@ pub(crate) async fn execute_run(
     // In cluster mode, a run with a key this node does not serve runs command by command,
     // each redirected or run on its own.
     if let Some(c) = shared.cluster.as_ref() {
-        if cmds
-            .iter()
-            .any(|a| cluster::route_reply(c, strata_format::keys::slot_of(&a[1])).is_some())
-        {
+        let asking = conn.asking;
+        let elsewhere = |a: &Vec<Bytes>| {
+            let slot = strata_format::keys::slot_of(&a[1]);
+            cluster::route_reply(c, slot, true, asking).is_some()
+        };
+        if cmds.iter().any(elsewhere) {
             for (a, &i) in cmds.iter().zip(&idxs) {
                 out.push(Box::pin(execute(shared, conn, a.clone(), Some(i))).await);
             }

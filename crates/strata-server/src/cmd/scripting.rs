@@ -193,10 +193,10 @@ async fn call_from_script(
     }
     if let (Some(c), Ok(at)) = (&shared.cluster, super::key_positions(spec, &args)) {
         let slot = |i: usize| strata_format::keys::slot_of(&args[i]);
-        if at
-            .iter()
-            .any(|&i| super::cluster::route_reply(c, slot(i)).is_some())
-        {
+        // The script's own keys passed the routing check (with the client's ASKING).
+        let write = spec.flags & super::WRITE != 0;
+        let elsewhere = |i: usize| super::cluster::route_reply(c, slot(i), write, true).is_some();
+        if at.iter().any(|&i| elsewhere(i)) {
             return Reply::err("ERR Script attempted to access a non local key in a cluster node");
         }
     }

@@ -1,0 +1,333 @@
+//! Slot moves, from the source node's side. When the map says slots move from this node to
+//! another, each slot in turn: writes to it get `-TRYAGAIN` (and the gate is taken once,
+//! so no write that passed the routing check before is still running), the target drops
+//! whatever it held of the slot (`STRATA.SLOTCLEAR`), every key goes over with `DUMP` →
+//! `ASKING` + `RESTORE ... REPLACE ABSTTL`, the target takes the slot (`STRATA.SLOTTAKE`)
+//! and from then on clients are sent to it with `-MOVED`. Each batch of copied slots is
+//! reported to the controller, which gives them to the target in the map; the source then
+//! deletes its copies. If the move is dropped (an end stopped living), the slots go back
+//! to being served where the map says, and a node drops what it no longer serves.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use strata_cluster::{Cluster, NodeAddr, SlotState};
+use strata_format::keys::SLOT_COUNT;
+use strata_resp::Reply;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::cmd::{self, Ctx};
+use crate::session::{Conn, Peer};
+use crate::shared::Shared;
+
+/// Keys read and sent per round trip to the target.
+const PAGE_KEYS: usize = 256;
+/// Slots copied between two reports to the controller (and lines of progress in the log).
+const REPORT_SLOTS: u16 = 64;
+/// How long one request to the target may take.
+const TARGET_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest line (a status or error reply) read from the target.
+const REPLY_LINE_BYTES_MAX: usize = 64 << 10;
+
+/// Runs as long as the server: carries out the moves away from this node.
+pub(crate) async fn run(shared: Arc<Shared>, cluster: Cluster) {
+    let mut changes = cluster.map_changes();
+    let mut internal = Conn::new(0, Peer::Unix(Arc::from("slot-mover")), true);
+    loop {
+        if let Err(e) = round(&shared, &cluster, &mut internal).await {
+            tracing::warn!(error = %e, "moving slots failed; retrying");
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+    }
+}
+
+async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> Result<(), String> {
+    let map = cluster.map();
+    let me = cluster.me();
+    // Slots whose move ended or changed: given away (drop the copies here), taken over
+    // (serve them as this node's), or dropped (serve them again, or drop what was taken).
+    for slot in 0..SLOT_COUNT {
+        let state = cluster.slot_state(slot);
+        let mine = me.is_some() && map.owner(slot) == me;
+        let target = map.moving_to(slot);
+        let goes_on = match state {
+            SlotState::Serving => true,
+            SlotState::Copying | SlotState::Handed => mine && target.is_some(),
+            SlotState::Taken => !mine && target.is_some() && target == me,
+        };
+        if goes_on {
+            continue;
+        }
+        if !mine {
+            drop_slot(shared, slot).await?;
+        }
+        cluster.set_slot_state(slot, SlotState::Serving);
+    }
+    let Some(me) = me else { return Ok(()) };
+    for mv in map.moves().into_iter().filter(|m| m.from == me) {
+        let pending: Vec<u16> = (mv.first..=mv.last)
+            .filter(|&s| cluster.slot_state(s) != SlotState::Handed)
+            .collect();
+        if pending.is_empty() {
+            continue;
+        }
+        let target = map.addr(mv.to).clone();
+        tracing::info!(
+            first = mv.first,
+            last = mv.last,
+            to = %target.endpoint(),
+            "moving slots"
+        );
+        let password = shared.cfg.read().requirepass.clone();
+        let mut link = Link::connect(&target, &password).await?;
+        for chunk in pending.chunks(REPORT_SLOTS as usize) {
+            let started = Instant::now();
+            let mut bytes = 0u64;
+            for &slot in chunk {
+                // The map may have moved on meanwhile.
+                let now = cluster.map();
+                if now.owner(slot) != Some(me) || now.moving_to(slot) != Some(mv.to) {
+                    return Ok(());
+                }
+                match copy_slot(shared, cluster, internal, &mut link, slot).await {
+                    Ok(b) => bytes += b,
+                    Err(e) => {
+                        cluster.set_slot_state(slot, SlotState::Serving);
+                        return Err(e);
+                    }
+                }
+            }
+            let (first, last) = (chunk[0], chunk[chunk.len() - 1]);
+            // Chunks of consecutive slots: report each run of the chunk.
+            for (a, b) in runs(chunk) {
+                cluster
+                    .report_moved(a, b)
+                    .await
+                    .map_err(|e| format!("cannot report slots {a}-{b} moved: {e}"))?;
+            }
+            tracing::info!(
+                first,
+                last,
+                bytes,
+                ms = started.elapsed().as_millis() as u64,
+                "slots copied"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Consecutive runs in sorted `slots`.
+fn runs(slots: &[u16]) -> Vec<(u16, u16)> {
+    let mut out: Vec<(u16, u16)> = Vec::new();
+    for &s in slots {
+        match out.last_mut() {
+            Some((_, b)) if *b + 1 == s => *b = s,
+            _ => out.push((s, s)),
+        }
+    }
+    out
+}
+
+/// Copies slot `slot` to the target of `link`; the value bytes sent.
+async fn copy_slot(
+    shared: &Arc<Shared>,
+    cluster: &Cluster,
+    internal: &mut Conn,
+    link: &mut Link,
+    slot: u16,
+) -> Result<u64, String> {
+    cluster.set_slot_state(slot, SlotState::Copying);
+    // Commands that passed the routing check before the state changed run under the gate:
+    // once it is ours, none is left, and every later write to the slot gets -TRYAGAIN.
+    drop(shared.gate.write().await);
+    link.call(&[&b"STRATA.SLOTCLEAR"[..], slot.to_string().as_bytes()])
+        .await?;
+    let rate = cluster.settings().cluster_move_bytes_per_s.max(1);
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let mut cursor: Option<Bytes> = None;
+    loop {
+        let page = shared
+            .engine
+            .scan_slot(0, slot, cursor.as_deref(), PAGE_KEYS)
+            .map_err(|e| format!("cannot list slot {slot}: {e}"))?;
+        let mut batch: Vec<Vec<Bytes>> = Vec::with_capacity(2 * page.items.len());
+        for item in &page.items {
+            let Some((payload, expire_at)) = dump(shared, internal, &item.key).await? else {
+                continue;
+            };
+            sent += payload.len() as u64;
+            batch.push(vec![Bytes::from_static(b"ASKING")]);
+            let mut restore = vec![
+                Bytes::from_static(b"RESTORE"),
+                item.key.clone(),
+                Bytes::from(expire_at.to_string()),
+                payload,
+                Bytes::from_static(b"REPLACE"),
+            ];
+            if expire_at > 0 {
+                restore.push(Bytes::from_static(b"ABSTTL"));
+            }
+            batch.push(restore);
+        }
+        link.pipeline(&batch).await?;
+        // The rate limit: no faster than cluster_move_bytes_per_s on average.
+        let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    link.call(&[&b"STRATA.SLOTTAKE"[..], slot.to_string().as_bytes()])
+        .await?;
+    cluster.set_slot_state(slot, SlotState::Handed);
+    Ok(sent)
+}
+
+/// `DUMP key` and `PEXPIRETIME key` as this server answers them: the payload and the
+/// expiry (Unix ms, 0 for none); `None` if the key is gone.
+async fn dump(
+    shared: &Arc<Shared>,
+    internal: &mut Conn,
+    key: &Bytes,
+) -> Result<Option<(Bytes, i64)>, String> {
+    let mut ctx = Ctx {
+        shared,
+        conn: internal,
+    };
+    let payload = match run_one(&mut ctx, "dump", key).await {
+        Reply::Bulk(b) => b,
+        Reply::Null => return Ok(None),
+        other => return Err(format!("DUMP failed: {other:?}")),
+    };
+    let expire_at = match run_one(&mut ctx, "pexpiretime", key).await {
+        Reply::Integer(n) if n >= 0 => n,
+        Reply::Integer(-1) => 0,
+        Reply::Integer(_) => return Ok(None),
+        other => return Err(format!("PEXPIRETIME failed: {other:?}")),
+    };
+    Ok(Some((payload, expire_at)))
+}
+
+/// Runs command `name` on `key` through the command table, as a client's would run.
+async fn run_one(ctx: &mut Ctx<'_>, name: &'static str, key: &Bytes) -> Reply {
+    let args = [Bytes::from_static(name.as_bytes()), key.clone()];
+    let idx = cmd::lookup(name.as_bytes()).expect("in the command table");
+    cmd::dispatch(ctx, idx, &args).await
+}
+
+/// Deletes this node's keys of slot `slot` (it belongs to another node now).
+async fn drop_slot(shared: &Arc<Shared>, slot: u16) -> Result<(), String> {
+    let engine = &shared.engine;
+    let mut n = 0u64;
+    loop {
+        let page = engine
+            .scan_slot(0, slot, None, PAGE_KEYS)
+            .map_err(|e| format!("cannot list slot {slot}: {e}"))?;
+        if page.items.is_empty() {
+            break;
+        }
+        for item in page.items {
+            let key = engine.key(0, &item.key);
+            // Not waited for: a copy a crash brings back is dropped again, or cleared
+            // before the slot ever moves back here.
+            let _ = engine
+                .delete(&key)
+                .await
+                .map_err(|e| format!("cannot drop slot {slot}: {e}"))?;
+            n += 1;
+        }
+    }
+    if n > 0 {
+        tracing::info!(
+            slot,
+            keys = n,
+            "dropped the copies of a slot that moved away"
+        );
+    }
+    Ok(())
+}
+
+/// One connection to the target node, speaking just enough RESP for the moves: commands
+/// out, status, integer and error replies back.
+struct Link {
+    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    w: tokio::net::tcp::OwnedWriteHalf,
+    to: String,
+}
+
+impl Link {
+    async fn connect(to: &NodeAddr, password: &str) -> Result<Link, String> {
+        let endpoint = to.endpoint();
+        let s = tokio::time::timeout(TARGET_TIMEOUT, TcpStream::connect(&endpoint))
+            .await
+            .map_err(|_| format!("connecting to {endpoint} timed out"))?
+            .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
+        let _ = s.set_nodelay(true);
+        let (r, w) = s.into_split();
+        let mut link = Link {
+            r: BufReader::new(r),
+            w,
+            to: endpoint,
+        };
+        if !password.is_empty() {
+            link.call(&[b"AUTH", password.as_bytes()]).await?;
+        }
+        Ok(link)
+    }
+
+    async fn call(&mut self, args: &[&[u8]]) -> Result<(), String> {
+        let cmd: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+        self.pipeline(&[cmd]).await
+    }
+
+    /// Sends `cmds` at once and reads one reply per command; any error reply fails it.
+    async fn pipeline(&mut self, cmds: &[Vec<Bytes>]) -> Result<(), String> {
+        if cmds.is_empty() {
+            return Ok(());
+        }
+        let mut out = Vec::new();
+        for c in cmds {
+            out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
+            for a in c {
+                out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                out.extend_from_slice(a);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        let to = self.to.clone();
+        let io = async {
+            self.w.write_all(&out).await?;
+            let mut line = Vec::new();
+            let mut failure = None;
+            for _ in cmds {
+                line.clear();
+                let n = (&mut self.r)
+                    .take(REPLY_LINE_BYTES_MAX as u64)
+                    .read_until(b'\n', &mut line)
+                    .await?;
+                if n == 0 || !line.ends_with(b"\r\n") {
+                    return Err(std::io::Error::other("connection closed"));
+                }
+                if line[0] == b'-' && failure.is_none() {
+                    failure = Some(String::from_utf8_lossy(&line[1..n - 2]).into_owned());
+                } else if !matches!(line[0], b'+' | b':' | b'-') {
+                    return Err(std::io::Error::other("unexpected reply"));
+                }
+            }
+            Ok(failure)
+        };
+        match tokio::time::timeout(TARGET_TIMEOUT, io).await {
+            Err(_) => Err(format!("{to} did not answer in time")),
+            Ok(Err(e)) => Err(format!("talking to {to}: {e}")),
+            Ok(Ok(Some(err))) => Err(format!("{to} refused: {err}")),
+            Ok(Ok(None)) => Ok(()),
+        }
+    }
+}
