@@ -184,7 +184,9 @@ def test_redis_cluster_clients_read_and_write_through_redirections(cluster3):
     with pytest.raises(redis.ResponseError, match="SELECT is not allowed in cluster mode"):
         c.execute_command("SELECT", "1")
     assert c.execute_command("SELECT", "0")
-    assert c.info("cluster")["cluster_enabled"] == 1
+    ic = c.info("cluster")
+    assert ic["cluster_enabled"] == 1 and ic["cluster_lease_live"] == 1
+    assert ic["cluster_slots_served"] in (5461, 5462) and ic["cluster_slots_moving_out"] == 0
     assert c.execute_command("READONLY") and c.execute_command("READWRITE")
     # A transaction must stay in one slot.
     p = c.pipeline(transaction=True)
@@ -470,6 +472,12 @@ def test_a_node_added_then_one_removed_while_clients_write_loses_no_acknowledged
                 raw_errors.append(repr(e))
             i += 1
 
+    # Other kinds and TTLs move with their slots.
+    rc0 = cluster3.client()
+    for i in range(100):
+        rc0.hset(f"h:{i}", mapping={"a": str(i), "b": "x" * i})
+        rc0.set(f"t:{i}", "ttl", ex=1000)
+        rc0.zadd(f"z:{i}", {"m": i})
     threads = [threading.Thread(target=cluster_writer), threading.Thread(target=raw_writer)]
     for t in threads:
         t.start()
@@ -498,12 +506,35 @@ def test_a_node_added_then_one_removed_while_clients_write_loses_no_acknowledged
     rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster3.nodes[0].port)])
     lost = [k for k, v in acked.items() if rc.get(k) != v]
     assert not lost, f"{len(lost)} acknowledged writes lost, e.g. {lost[:5]}"
+    for i in range(100):
+        assert rc.hgetall(f"h:{i}") == {b"a": str(i).encode(), b"b": b"x" * i}
+        assert 900 < rc.ttl(f"t:{i}") <= 1000
+        assert rc.zscore(f"z:{i}", "m") == i
     # The sources dropped their copies: the nodes hold each key once.
     total = sum(n.client().dbsize() for n in cluster3.nodes)
-    assert total == len(acked), (total, len(acked))
+    assert total == len(acked) + 300, (total, len(acked))
     check = subprocess.run(
         ["redis-cli", "--cluster", "check", f"127.0.0.1:{cluster3.nodes[0].port}"],
         capture_output=True, text=True,
     )
     assert "[OK] All 16384 slots covered." in check.stdout, check.stdout
     assert "[OK] All nodes agree about slots configuration." in check.stdout, check.stdout
+
+
+def test_the_cluster_benchmark_runs_and_writes_its_report(tmp_path):
+    """`scripts/bench-cluster --quick` end to end (figures are not asserted: shared cores)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(
+        [os.path.join(root, "scripts", "bench-cluster"), "--quick", "--strata", strata_bin(), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "bench-cluster: 3 Strata node(s)" in r.stderr, "progress is shown"
+    import json
+    rep = json.loads((tmp_path / "cluster.json").read_text())
+    assert [(row["nodes"], row["test"]) for row in rep["rows"]] == [
+        (n, t) for n in (1, 2, 3) for t in ("set", "get")
+    ]
+    assert all(row["strata"]["rps"] > 0 and row["redis"]["rps"] > 0 for row in rep["rows"])
+    assert rep["move"]["keys_moved"] > 0 and rep["move"]["keys_after"] == rep["move"]["keys"]
+    assert "| nodes | test | Strata ops/s | Redis ops/s |" in (tmp_path / "cluster.md").read_text()

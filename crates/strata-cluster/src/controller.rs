@@ -37,8 +37,15 @@ pub(crate) struct Answer {
 
 pub(crate) async fn run(inner: Arc<Inner>) {
     let period = std::time::Duration::from_secs(inner.settings.cluster_lease_ttl_s) / 4;
+    // A request or a source's report wakes the controller at once; otherwise it runs four
+    // times per lease TTL (to notice lost nodes).
+    let wake = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(watch_work(Arc::clone(&inner), Arc::clone(&wake)));
     loop {
-        tokio::time::sleep(period).await;
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = wake.notified() => {}
+        }
         if !inner.live() {
             continue;
         }
@@ -51,6 +58,34 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             Ok(false) => {}
             Err(e) => tracing::debug!(error = %e, "cannot stand for controller"),
         }
+    }
+}
+
+/// Wakes the controller whenever a request or a report arrives in etcd.
+async fn watch_work(inner: Arc<Inner>, wake: Arc<tokio::sync::Notify>) {
+    let prefixes = [inner.keys.request(""), inner.keys.moved_prefix()];
+    loop {
+        let watched = async {
+            let mut etcd = inner.etcd.clone();
+            let opts = || Some(etcd_client::WatchOptions::new().with_prefix());
+            // The watchers live as long as their streams are read.
+            let (_wa, mut a) = etcd.watch(prefixes[0].as_str(), opts()).await?;
+            let (_wb, mut b) = etcd.watch(prefixes[1].as_str(), opts()).await?;
+            loop {
+                let got = tokio::select! {
+                    m = a.message() => m?,
+                    m = b.message() => m?,
+                };
+                if got.is_none() {
+                    return Ok::<(), etcd_client::Error>(());
+                }
+                wake.notify_one();
+            }
+        };
+        if let Err(e) = watched.await {
+            tracing::debug!(error = %e, "watching for controller work failed; retrying");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }
 

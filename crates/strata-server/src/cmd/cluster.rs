@@ -248,7 +248,7 @@ fn count_in_slot(ctx: &Ctx<'_>, slot: u16) -> Reply {
 }
 
 /// The rows of `CLUSTER INFO` and `INFO cluster`'s state.
-pub(crate) fn info_text(cluster: &Cluster, map: &SlotMap) -> String {
+fn info_text(cluster: &Cluster, map: &SlotMap) -> String {
     let assigned = SLOT_COUNT as usize - map.unassigned();
     let ok = assigned == SLOT_COUNT as usize && cluster.live();
     let size = map.slot_counts().iter().filter(|&&n| n > 0).count();
@@ -266,6 +266,31 @@ pub(crate) fn info_text(cluster: &Cluster, map: &SlotMap) -> String {
         ("cluster_stats_messages_received", "0".into()),
     ];
     rows.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect()
+}
+
+/// This node's part of the cluster, for `INFO cluster` (and so `/metrics`' scrapers).
+pub(crate) fn node_rows(cluster: &Cluster) -> Vec<(&'static str, String)> {
+    let map = cluster.map();
+    let me = cluster.me();
+    let served = me.map_or(0, |i| map.slot_counts()[i]);
+    let (mut out, mut into) = (0, 0);
+    for m in map.moves() {
+        let n = (m.last - m.first + 1) as usize;
+        if Some(m.from) == me {
+            out += n;
+        }
+        if Some(m.to) == me {
+            into += n;
+        }
+    }
+    vec![
+        ("cluster_node_id", cluster.id().to_string()),
+        ("cluster_lease_live", (cluster.live() as u8).to_string()),
+        ("cluster_epoch", map.epoch.to_string()),
+        ("cluster_slots_served", served.to_string()),
+        ("cluster_slots_moving_out", out.to_string()),
+        ("cluster_slots_moving_in", into.to_string()),
+    ]
 }
 
 fn node_entry(map: &SlotMap, node: usize) -> Reply {

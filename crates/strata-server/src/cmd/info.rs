@@ -168,8 +168,11 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         o.push_str("\r\n");
     }
     if show("cluster") {
-        let enabled = sh.cluster.is_some() as u8;
-        section(&mut o, "Cluster", [("cluster_enabled", enabled)]);
+        let mut rows = vec![("cluster_enabled", (sh.cluster.is_some() as u8).to_string())];
+        if let Some(c) = &sh.cluster {
+            rows.extend(super::cluster::node_rows(c));
+        }
+        section(&mut o, "Cluster", rows);
     }
     if show("persistence") {
         let b = sh.backup.lock();
