@@ -188,6 +188,14 @@ def test_redis_cluster_clients_read_and_write_through_redirections(cluster3):
     assert ic["cluster_enabled"] == 1 and ic["cluster_lease_live"] == 1
     assert ic["cluster_slots_served"] in (5461, 5462) and ic["cluster_slots_moving_out"] == 0
     assert c.execute_command("READONLY") and c.execute_command("READWRITE")
+    # Scripts name their keys: all in one slot, served here.
+    with pytest.raises(redis.ResponseError, match="^Keys in request don't hash to the same slot$"):
+        c.eval("return 1", 2, "a", "b")
+    local = next(f"s{i}" for i in range(1000) if slot_owner_port(c, rc.keyslot(f"s{i}")) == cluster3.nodes[0].port)
+    remote = next(f"s{i}" for i in range(1000) if slot_owner_port(c, rc.keyslot(f"s{i}")) != cluster3.nodes[0].port)
+    assert c.eval("return redis.call('SET', KEYS[1], 'v')", 1, local) == b"OK"
+    with pytest.raises(redis.ResponseError, match="non local key"):
+        c.eval(f"return redis.call('GET', '{remote}')", 1, local)
     # A transaction must stay in one slot.
     p = c.pipeline(transaction=True)
     p.set("{x}1", "a")

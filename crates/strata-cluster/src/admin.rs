@@ -177,7 +177,8 @@ async fn ask(
     .expect("a request encodes");
     c.put(keys.request(what), req, None).await?;
     let start = Instant::now();
-    let mut last_report = Instant::now();
+    // The first progress line comes at the first poll, then one a second.
+    let mut last_report: Option<Instant> = None;
     loop {
         if let Some(kv) = c.get(keys.answer(what), None).await?.kvs().first() {
             if let Ok(a) = serde_json::from_slice::<Answer>(kv.value()) {
@@ -196,7 +197,7 @@ async fn ask(
                 wait.as_secs()
             )));
         }
-        if last_report.elapsed() >= Duration::from_secs(1) {
+        if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             let st = status(endpoints, name).await?;
             if st.live.is_empty() && start.elapsed() > NO_NODE_WAIT {
                 return Err(Error::Invalid(format!(
@@ -219,7 +220,7 @@ async fn ask(
                 st.live.len(),
                 st.map.as_ref().map_or(0, |m| m.epoch)
             ));
-            last_report = Instant::now();
+            last_report = Some(Instant::now());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -83,23 +83,14 @@ async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> 
         let password = shared.cfg.read().requirepass.clone();
         let mut link = Link::connect(&target, &password).await?;
         for chunk in pending.chunks(REPORT_SLOTS as usize) {
-            let started = Instant::now();
-            let mut bytes = 0u64;
-            for &slot in chunk {
-                // The map may have moved on meanwhile.
-                let now = cluster.map();
-                if now.owner(slot) != Some(me) || now.moving_to(slot) != Some(mv.to) {
-                    return Ok(());
-                }
-                match copy_slot(shared, cluster, internal, &mut link, slot).await {
-                    Ok(b) => bytes += b,
-                    Err(e) => {
-                        cluster.set_slot_state(slot, SlotState::Serving);
-                        return Err(e);
-                    }
-                }
+            // The map may have moved on meanwhile.
+            let now = cluster.map();
+            let still = |&s: &u16| now.owner(s) == Some(me) && now.moving_to(s) == Some(mv.to);
+            if !chunk.iter().all(still) {
+                return Ok(());
             }
-            let (first, last) = (chunk[0], chunk[chunk.len() - 1]);
+            let started = Instant::now();
+            let bytes = copy_slots(shared, cluster, internal, &mut link, chunk).await?;
             // Chunks of consecutive slots: report each run of the chunk.
             for (a, b) in runs(chunk) {
                 cluster
@@ -108,8 +99,8 @@ async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> 
                     .map_err(|e| format!("cannot report slots {a}-{b} moved: {e}"))?;
             }
             tracing::info!(
-                first,
-                last,
+                first = chunk[0],
+                last = chunk[chunk.len() - 1],
                 bytes,
                 ms = started.elapsed().as_millis() as u64,
                 "slots copied"
@@ -131,63 +122,126 @@ fn runs(slots: &[u16]) -> Vec<(u16, u16)> {
     out
 }
 
-/// Copies slot `slot` to the target of `link`; the value bytes sent.
-async fn copy_slot(
+/// Most bytes of values sent to the target in one round trip.
+const FLUSH_BYTES: usize = 1 << 20;
+
+/// Copies `slots` to the target of `link`, one after the other; the value bytes sent. Each
+/// slot blocks its writes only from the start of its copy to the round trip that carries
+/// its last key and `STRATA.SLOTTAKE`: commands for several slots share round trips. On
+/// an error every slot not handed over is served here again.
+async fn copy_slots(
     shared: &Arc<Shared>,
     cluster: &Cluster,
     internal: &mut Conn,
     link: &mut Link,
-    slot: u16,
+    slots: &[u16],
 ) -> Result<u64, String> {
-    cluster.set_slot_state(slot, SlotState::Copying);
-    // Commands that passed the routing check before the state changed run under the gate:
-    // once it is ours, none is left, and every later write to the slot gets -TRYAGAIN.
-    drop(shared.gate.write().await);
-    link.call(&[&b"STRATA.SLOTCLEAR"[..], slot.to_string().as_bytes()])
-        .await?;
-    let rate = cluster.settings().cluster_move_bytes_per_s.max(1);
-    let started = Instant::now();
-    let mut sent = 0u64;
-    let mut cursor: Option<Bytes> = None;
-    loop {
-        let page = shared
-            .engine
-            .scan_slot(0, slot, cursor.as_deref(), PAGE_KEYS)
-            .map_err(|e| format!("cannot list slot {slot}: {e}"))?;
-        let mut batch: Vec<Vec<Bytes>> = Vec::with_capacity(2 * page.items.len());
-        for item in &page.items {
-            let Some((payload, expire_at)) = dump(shared, internal, &item.key).await? else {
-                continue;
-            };
-            sent += payload.len() as u64;
-            batch.push(vec![Bytes::from_static(b"ASKING")]);
-            let mut restore = vec![
-                Bytes::from_static(b"RESTORE"),
-                item.key.clone(),
-                Bytes::from(expire_at.to_string()),
-                payload,
-                Bytes::from_static(b"REPLACE"),
-            ];
-            if expire_at > 0 {
-                restore.push(Bytes::from_static(b"ABSTTL"));
+    let mut out = Outbox::default();
+    let result = async {
+        let rate = cluster.settings().cluster_move_bytes_per_s.max(1);
+        let started = Instant::now();
+        let mut sent = 0u64;
+        for &slot in slots {
+            cluster.set_slot_state(slot, SlotState::Copying);
+            // Commands that passed the routing check before the state changed run under
+            // the gate: once it is ours, none is left, and later writes get -TRYAGAIN.
+            drop(shared.gate.write().await);
+            out.push(
+                cmd_of(&[b"STRATA.SLOTCLEAR", slot.to_string().as_bytes()]),
+                0,
+            );
+            let mut cursor: Option<Bytes> = None;
+            loop {
+                let page = shared
+                    .engine
+                    .scan_slot(0, slot, cursor.as_deref(), PAGE_KEYS)
+                    .map_err(|e| format!("cannot list slot {slot}: {e}"))?;
+                for item in &page.items {
+                    let Some((payload, expire_at)) = dump(shared, internal, &item.key).await?
+                    else {
+                        continue;
+                    };
+                    sent += payload.len() as u64;
+                    let len = payload.len();
+                    let mut restore = vec![
+                        Bytes::from_static(b"RESTORE"),
+                        item.key.clone(),
+                        Bytes::from(expire_at.to_string()),
+                        payload,
+                        Bytes::from_static(b"REPLACE"),
+                    ];
+                    if expire_at > 0 {
+                        restore.push(Bytes::from_static(b"ABSTTL"));
+                    }
+                    out.push(vec![Bytes::from_static(b"ASKING")], 0);
+                    out.push(restore, len);
+                    if out.full() {
+                        out.flush(cluster, link).await?;
+                        // The rate limit: no faster than cluster_move_bytes_per_s.
+                        let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            tokio::time::sleep(wait).await;
+                        }
+                    }
+                }
+                match page.next {
+                    Some(n) => cursor = Some(n),
+                    None => break,
+                }
             }
-            batch.push(restore);
+            out.push(
+                cmd_of(&[b"STRATA.SLOTTAKE", slot.to_string().as_bytes()]),
+                0,
+            );
+            out.taking.push(slot);
         }
-        link.pipeline(&batch).await?;
-        // The rate limit: no faster than cluster_move_bytes_per_s on average.
-        let due = Duration::from_secs_f64(sent as f64 / rate as f64);
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-        match page.next {
-            Some(n) => cursor = Some(n),
-            None => break,
+        out.flush(cluster, link).await?;
+        Ok(sent)
+    }
+    .await;
+    if result.is_err() {
+        for &slot in slots {
+            if cluster.slot_state(slot) == SlotState::Copying {
+                cluster.set_slot_state(slot, SlotState::Serving);
+            }
         }
     }
-    link.call(&[&b"STRATA.SLOTTAKE"[..], slot.to_string().as_bytes()])
-        .await?;
-    cluster.set_slot_state(slot, SlotState::Handed);
-    Ok(sent)
+    result
+}
+
+fn cmd_of(args: &[&[u8]]) -> Vec<Bytes> {
+    args.iter().map(|a| Bytes::copy_from_slice(a)).collect()
+}
+
+/// Commands waiting to go to the target, and the slots whose hand-over they carry.
+#[derive(Default)]
+struct Outbox {
+    cmds: Vec<Vec<Bytes>>,
+    bytes: usize,
+    taking: Vec<u16>,
+}
+
+impl Outbox {
+    fn push(&mut self, cmd: Vec<Bytes>, bytes: usize) {
+        self.cmds.push(cmd);
+        self.bytes += bytes;
+    }
+
+    fn full(&self) -> bool {
+        self.cmds.len() >= 2 * PAGE_KEYS || self.bytes >= FLUSH_BYTES
+    }
+
+    /// Sends what waits; once the target took them, the slots handed over send clients on.
+    async fn flush(&mut self, cluster: &Cluster, link: &mut Link) -> Result<(), String> {
+        link.pipeline(&self.cmds).await?;
+        for &slot in &self.taking {
+            cluster.set_slot_state(slot, SlotState::Handed);
+        }
+        self.cmds.clear();
+        self.bytes = 0;
+        self.taking.clear();
+        Ok(())
+    }
 }
 
 /// `DUMP key` and `PEXPIRETIME key` as this server answers them: the payload and the

@@ -31,6 +31,11 @@ strata_engine::define_stats! {
     }
     gauges {
         connected_clients: "strata_connected_clients" "" "Open client connections.",
+        cluster_lease_live: "strata_cluster_lease_live" "" "1 while this cluster node's lease surely lives (0 outside a cluster).",
+        cluster_epoch: "strata_cluster_epoch" "" "The epoch of the slot map this node last saw.",
+        cluster_slots_served: "strata_cluster_slots" "state=\"served\"" "This node's slots: served, moving away, moving here.",
+        cluster_slots_moving_out: "strata_cluster_slots" "state=\"moving_out\"" "This node's slots: served, moving away, moving here.",
+        cluster_slots_moving_in: "strata_cluster_slots" "state=\"moving_in\"" "This node's slots: served, moving away, moving here.",
     }
 }
 
@@ -109,6 +114,9 @@ impl Shared {
         let mut s = ServerStats::default();
         self.counters.load_into(&mut s);
         s.connected_clients = self.clients.lock().len() as u64;
+        if let Some(c) = &self.cluster {
+            crate::cmd::cluster_figures(c, &mut s);
+        }
         s
     }
 }

@@ -107,33 +107,35 @@ pub(crate) async fn asking(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
 /// `STRATA.SLOTTAKE slot`: the node a slot moves from has sent every key and hands it
 /// over; this node serves it from now on (the controller's map follows).
 pub(crate) async fn slottake(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let Some(cluster) = ctx.shared.cluster.clone() else {
-        return disabled();
-    };
-    let slot = match parse_slot(&a[1]) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    if !cluster.importing(slot) {
-        return Reply::err(format!("ERR slot {slot} is not moving to this node"));
+    match incoming_slot(ctx, &a[1]) {
+        Ok((cluster, slot)) => {
+            cluster.set_slot_state(slot, strata_cluster::SlotState::Taken);
+            Reply::ok()
+        }
+        Err(r) => r,
     }
-    cluster.set_slot_state(slot, strata_cluster::SlotState::Taken);
-    Reply::ok()
+}
+
+/// The cluster and the slot argument `arg` of a command only the node a slot moves from
+/// may send, if the slot is moving to this node.
+fn incoming_slot(ctx: &Ctx<'_>, arg: &[u8]) -> Result<(Cluster, u16), Reply> {
+    let cluster = ctx.shared.cluster.clone().ok_or_else(disabled)?;
+    let slot = parse_slot(arg)?;
+    if !cluster.importing(slot) {
+        return Err(Reply::err(format!(
+            "ERR slot {slot} is not moving to this node"
+        )));
+    }
+    Ok((cluster, slot))
 }
 
 /// `STRATA.SLOTCLEAR slot`: the node a slot moves from asks the node it moves to to drop
 /// whatever it holds of it (copies left by an earlier move) before it sends the keys.
 pub(crate) async fn slotclear(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let Some(cluster) = ctx.shared.cluster.clone() else {
-        return disabled();
-    };
-    let slot = match parse_slot(&a[1]) {
-        Ok(s) => s,
+    let slot = match incoming_slot(ctx, &a[1]) {
+        Ok((_, slot)) => slot,
         Err(r) => return r,
     };
-    if !cluster.importing(slot) {
-        return Reply::err(format!("ERR slot {slot} is not moving to this node"));
-    }
     let engine = &ctx.shared.engine;
     loop {
         let page = match engine.scan_slot(0, slot, None, SLOT_KEYS_PAGE) {
@@ -268,29 +270,22 @@ fn info_text(cluster: &Cluster, map: &SlotMap) -> String {
     rows.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect()
 }
 
-/// This node's part of the cluster, for `INFO cluster` (and so `/metrics`' scrapers).
-pub(crate) fn node_rows(cluster: &Cluster) -> Vec<(&'static str, String)> {
+/// This node's part of the cluster, in the server's figures (`INFO cluster`, `/metrics`).
+pub(crate) fn figures(cluster: &Cluster, s: &mut crate::shared::ServerStats) {
     let map = cluster.map();
     let me = cluster.me();
-    let served = me.map_or(0, |i| map.slot_counts()[i]);
-    let (mut out, mut into) = (0, 0);
+    s.cluster_lease_live = cluster.live() as u64;
+    s.cluster_epoch = map.epoch;
+    s.cluster_slots_served = me.map_or(0, |i| map.slot_counts()[i]) as u64;
     for m in map.moves() {
-        let n = (m.last - m.first + 1) as usize;
+        let n = (m.last - m.first + 1) as u64;
         if Some(m.from) == me {
-            out += n;
+            s.cluster_slots_moving_out += n;
         }
         if Some(m.to) == me {
-            into += n;
+            s.cluster_slots_moving_in += n;
         }
     }
-    vec![
-        ("cluster_node_id", cluster.id().to_string()),
-        ("cluster_lease_live", (cluster.live() as u8).to_string()),
-        ("cluster_epoch", map.epoch.to_string()),
-        ("cluster_slots_served", served.to_string()),
-        ("cluster_slots_moving_out", out.to_string()),
-        ("cluster_slots_moving_in", into.to_string()),
-    ]
 }
 
 fn node_entry(map: &SlotMap, node: usize) -> Reply {

@@ -133,7 +133,7 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         let own = server
             .rows()
             .into_iter()
-            .filter(|(s, _)| s.name != "connected_clients")
+            .filter(|(s, _)| s.name != "connected_clients" && !s.name.starts_with("cluster_"))
             .map(|(s, v)| (s.name, v));
         section(&mut o, "Stats", own.chain(redis));
     }
@@ -170,7 +170,14 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
     if show("cluster") {
         let mut rows = vec![("cluster_enabled", (sh.cluster.is_some() as u8).to_string())];
         if let Some(c) = &sh.cluster {
-            rows.extend(super::cluster::node_rows(c));
+            rows.push(("cluster_node_id", c.id().to_string()));
+            rows.extend(
+                server
+                    .rows()
+                    .into_iter()
+                    .filter(|(s, _)| s.name.starts_with("cluster_"))
+                    .map(|(s, v)| (s.name, v.to_string())),
+            );
         }
         section(&mut o, "Cluster", rows);
     }

@@ -31,6 +31,7 @@ use futures::future::BoxFuture;
 use strata_engine::{Error, Key, Written};
 use strata_resp::Reply;
 
+pub(crate) use cluster::figures as cluster_figures;
 pub(crate) use server::ENCODING_PARAMS;
 
 use crate::auth::Role;
