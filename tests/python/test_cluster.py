@@ -546,3 +546,36 @@ def test_the_cluster_benchmark_runs_and_writes_its_report(tmp_path):
     assert all(row["strata"]["rps"] > 0 and row["redis"]["rps"] > 0 for row in rep["rows"])
     assert rep["move"]["keys_moved"] > 0 and rep["move"]["keys_after"] == rep["move"]["keys"]
     assert "| nodes | test | Strata ops/s | Redis ops/s |" in (tmp_path / "cluster.md").read_text()
+
+
+def test_a_client_blocked_on_a_slot_that_moves_away_is_redirected(cluster3):
+    import threading
+    from redis.exceptions import TryAgainError
+
+    node0 = cluster3.nodes[0]
+    c = node0.client(socket_timeout=60)
+    rc = cluster3.client()
+    key = next(f"q{i}" for i in range(1000) if slot_owner_port(c, rc.keyslot(f"q{i}")) == node0.port)
+    got = {}
+
+    def blocked():
+        t0 = time.time()
+        try:
+            got["reply"] = node0.client(socket_timeout=60).blpop(key, timeout=30)
+        except (MovedError, TryAgainError) as e:
+            got["error"] = type(e).__name__
+        got["seconds"] = time.time() - t0
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    time.sleep(0.5)
+    out = cluster_cmd(cluster3.etcd, cluster3.name, "remove-node", "--addr", f"127.0.0.1:{node0.port}")
+    assert "holds no slots" in out.stdout, out.stdout + out.stderr
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert got.get("error") in ("MovedError", "TryAgainError"), got
+    assert got["seconds"] < 25, got
+    # The queue works where the slot went, and nothing was popped on the old node.
+    rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster3.nodes[1].port)])
+    rc2.rpush(key, "job")
+    assert rc2.lpop(key) == b"job"

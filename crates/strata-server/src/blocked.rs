@@ -124,6 +124,21 @@ impl Blocked {
         }
     }
 
+    /// Slot `slot` starts moving to another node (cluster mode): its waiters try again,
+    /// and are redirected.
+    pub(crate) fn wake_slot(&self, slot: u16) {
+        let mut g = self.inner.lock();
+        let tickets: Vec<u64> = g
+            .by_key
+            .iter()
+            .filter(|(k, _)| k.slot() == slot)
+            .flat_map(|(_, q)| q.iter().copied())
+            .collect();
+        for t in tickets {
+            self.wake_one(&mut g, t);
+        }
+    }
+
     /// Clients queued now (`INFO`'s `blocked_clients`).
     pub(crate) fn waiting(&self) -> usize {
         self.inner.lock().waiters.len()

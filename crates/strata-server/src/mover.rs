@@ -146,6 +146,8 @@ async fn copy_slots(
             // Commands that passed the routing check before the state changed run under
             // the gate: once it is ours, none is left, and later writes get -TRYAGAIN.
             drop(shared.gate.write().await);
+            // Clients blocked on the slot's keys try again, and are redirected.
+            shared.blocked.wake_slot(slot);
             out.push(
                 cmd_of(&[b"STRATA.SLOTCLEAR", slot.to_string().as_bytes()]),
                 0,

@@ -396,12 +396,25 @@ where
             place.rekey(stored(ctx));
         }
         place.trying();
+        // In a cluster, each attempt checks again that the keys' slot is served here (it
+        // may have started moving while the client waited).
+        let rerouted = || {
+            let c = shared.cluster.as_ref()?;
+            let slot = strata_format::keys::slot_of(keys.first()?);
+            super::cluster::route_reply(c, slot, true, false)
+        };
         let got = if exclusive {
             let _g = shared.gate.write().await;
-            attempt(ctx).await
+            match rerouted() {
+                Some(r) => Err(r),
+                None => attempt(ctx).await,
+            }
         } else {
             let _g = shared.gate.read().await;
-            attempt(ctx).await
+            match rerouted() {
+                Some(r) => Err(r),
+                None => attempt(ctx).await,
+            }
         };
         match got {
             // As Redis: a key that became another kind while the client waited does not
