@@ -202,8 +202,8 @@ def test_redis_cluster_clients_read_and_write_through_redirections(cluster3):
     p.set("{y}1", "b")
     with pytest.raises(redis.ResponseError):
         p.execute()
-    # The KV-cache pool says plainly that it is not routed in a cluster yet.
-    with pytest.raises(redis.ResponseError, match="not available in cluster mode"):
+    # The KV-cache pool needs a group tag in a cluster: a group's chunks share its slot.
+    with pytest.raises(redis.ResponseError, match="takes TAG"):
         c.execute_command("KVC.MATCH", "ns", "h1")
 
 
@@ -579,3 +579,30 @@ def test_a_client_blocked_on_a_slot_that_moves_away_is_redirected(cluster3):
     rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster3.nodes[1].port)])
     rc2.rpush(key, "job")
     assert rc2.lpop(key) == b"job"
+
+
+
+def test_kv_cache_chunks_of_one_group_tag_live_in_its_slot_and_are_redirected(cluster3, strata):
+    raw = [n.client() for n in cluster3.nodes]
+    rc = cluster3.client()
+    tag = "g0a1b2c3d4e5f6a7"
+    slot = rc.keyslot("{" + tag + "}")
+    owner = next(c for c, n in zip(raw, cluster3.nodes) if slot_owner_port(c, slot) == n.port)
+    other = next(c for c in raw if c is not owner)
+    args = ["KVC.PUT", "ns1", "TAG", tag, "h1", b"v1", "h2", b"v2"]
+    with pytest.raises(MovedError, match=f"^{slot} "):
+        other.execute_command(*args)
+    assert owner.execute_command(*args) == 2
+    assert owner.execute_command("KVC.GET", "ns1", "TAG", tag, "h1", "h2", "h3") == [b"v1", b"v2"]
+    count, tiers = owner.execute_command("KVC.MATCH", "ns1", "TAG", tag, "h1", "h2", "h3")
+    assert count == 2 and len(tiers) == 2
+    with pytest.raises(MovedError):
+        other.execute_command("KVC.GET", "ns1", "TAG", tag, "h1")
+    # The chunk keys carry the tag: plain commands find them in the same slot.
+    key = "kvc:ns1:{" + tag + "}h1"
+    assert rc.keyslot(key) == slot and rc.get(key) is not None
+    # A single node takes the same tagged requests.
+    one = strata.client()
+    assert one.execute_command(*args) == 2
+    assert one.execute_command("KVC.GET", "ns1", "TAG", tag, "h1", "h2") == [b"v1", b"v2"]
+    assert one.execute_command("KVC.GET", "ns1", "h1") == [], "untagged keys are other keys"

@@ -105,13 +105,29 @@ impl Namespace {
     }
 }
 
-/// The storage key for a namespace id and chunk hash given on the wire.
-pub fn key_for(ns_id: &[u8], chunk_hash: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(5 + ns_id.len() + chunk_hash.len());
+/// The storage key for a namespace id, an optional group tag and a chunk hash given on the
+/// wire: `kvc:<ns>:<hash>`, or with a tag `kvc:<ns>:{<tag>}<hash>`, so that every chunk of
+/// one group hashes to the slot of `{<tag>}` in a cluster.
+pub fn key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + ns_id.len() + chunk_hash.len() + tag.map_or(0, |t| t.len()));
     k.extend_from_slice(b"kvc:");
     k.extend_from_slice(ns_id);
     k.push(b':');
+    if let Some(t) = tag {
+        k.push(b'{');
+        k.extend_from_slice(t);
+        k.push(b'}');
+    }
     k.extend_from_slice(chunk_hash);
+    k
+}
+
+/// A key whose cluster slot is that of group tag `tag` (every chunk key with this tag has it).
+pub fn group_key(tag: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(tag.len() + 2);
+    k.push(b'{');
+    k.extend_from_slice(tag);
+    k.push(b'}');
     k
 }
 

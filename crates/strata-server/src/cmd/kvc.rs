@@ -1,4 +1,8 @@
-//! The KV-cache pool: chunk keys are `kvc:<ns>:<hash>` (see `strata-kvcache`).
+//! The KV-cache pool: chunk keys are `kvc:<ns>:<hash>`, or `kvc:<ns>:{<tag>}<hash>` when
+//! a request names a group tag after the namespace (`KVC.PUT ns TAG t ...`, and so for
+//! every command below): the chunks of one group then share the slot of `{<tag>}`, and in
+//! a cluster (where the tag is required) the request goes to the node serving it. See
+//! `strata-kvcache`.
 //!
 //! - `KVC.PUT ns h value [h value ...] [TTL seconds]` → number of chunks stored.
 //! - `KVC.GET ns h1 .. hN` → the values of the leading chunks that are present, in order;
@@ -28,31 +32,59 @@ use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
 /// Most chunks one command may name.
 const CHUNKS_MAX: usize = 65_536;
 
-/// In cluster mode the pool is refused: a prefix's chunk keys are spread over the slots
-/// (grouping them by slot is the cluster's next step).
-fn refused_in_cluster(ctx: &Ctx<'_>) -> Option<Reply> {
-    ctx.shared
-        .cluster
-        .as_ref()
-        .map(|_| Reply::err("ERR the KV-cache pool (KVC.*) is not available in cluster mode yet"))
+/// A request's chunks: the namespace, the group tag (`TAG t`, which puts every chunk of the
+/// request in the slot of `{t}`), and the arguments after them.
+struct Chunks<'a> {
+    ns: &'a Bytes,
+    tag: Option<&'a Bytes>,
+    rest: &'a [Bytes],
 }
 
-/// The stored keys of the chunks `hashes` of namespace `ns`.
-fn keys(ctx: &Ctx<'_>, ns: &[u8], hashes: &[Bytes]) -> Vec<Key> {
+/// Parses `ns [TAG t] ...`. In cluster mode the tag is required (chunks must group by slot)
+/// and the request is redirected unless this node serves the tag's slot.
+fn chunks<'a>(ctx: &mut Ctx<'_>, a: &'a [Bytes], write: bool) -> Result<Chunks<'a>, Reply> {
+    let (tag, rest) = if a.len() >= 4 && a[2].eq_ignore_ascii_case(b"tag") {
+        (Some(&a[3]), &a[4..])
+    } else {
+        (None, &a[2..])
+    };
+    if let Some(c) = ctx.shared.cluster.as_ref() {
+        let Some(t) = tag else {
+            return Err(Reply::err(
+                "ERR in cluster mode KVC.* takes TAG <group tag> after the namespace (chunks \
+                 are grouped by slot)",
+            ));
+        };
+        let slot = strata_format::keys::slot_of(&strata_kvcache::group_key(t));
+        let asking = std::mem::take(&mut ctx.conn.asking);
+        if let Some(r) = super::cluster::route_reply(c, slot, write, asking) {
+            return Err(r);
+        }
+    }
+    Ok(Chunks {
+        ns: &a[1],
+        tag,
+        rest,
+    })
+}
+
+/// The stored keys of the chunks `hashes` of request `c`.
+fn keys(ctx: &Ctx<'_>, c: &Chunks<'_>, hashes: &[Bytes]) -> Vec<Key> {
+    let tag = c.tag.map(|t| t.as_ref());
     hashes
         .iter()
-        .map(|h| ctx.key(&strata_kvcache::key_for(ns, h)))
+        .map(|h| ctx.key(&strata_kvcache::key_for(c.ns, tag, h)))
         .collect()
 }
 
 pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    if let Some(r) = refused_in_cluster(ctx) {
-        return r;
-    }
+    let c = match chunks(ctx, a, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
     let shared = ctx.shared;
     let engine = &shared.engine;
-    let ns = &a[1];
-    let mut rest = &a[2..];
+    let mut rest = c.rest;
     let mut expire_ms = 0;
     if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case(b"ttl") {
         let Some(secs) = parse_int(&rest[rest.len() - 1]) else {
@@ -69,7 +101,7 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
     // All the chunks in one batch: stored together or not at all.
     let hashes: Vec<Bytes> = rest.iter().step_by(2).cloned().collect();
-    let keys = keys(ctx, ns, &hashes);
+    let keys = keys(ctx, &c, &hashes);
     let pairs: Vec<(&Key, Bytes)> = keys
         .iter()
         .zip(rest.iter().skip(1).step_by(2))
@@ -86,13 +118,14 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    if let Some(r) = refused_in_cluster(ctx) {
-        return r;
-    }
-    if a.len() - 2 > CHUNKS_MAX {
+    let c = match chunks(ctx, a, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if c.rest.len() > CHUNKS_MAX {
         return syntax_error();
     }
-    let ks = keys(ctx, &a[1], &a[2..]);
+    let ks = keys(ctx, &c, c.rest);
     let engine = &ctx.shared.engine;
     for k in &ks {
         engine.note_access(ctx.conn.id, k);
@@ -105,11 +138,12 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    if let Some(r) = refused_in_cluster(ctx) {
-        return r;
-    }
+    let c = match chunks(ctx, a, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
     let engine = &ctx.shared.engine;
-    let mut hashes = &a[2..];
+    let mut hashes = c.rest;
     let mut lease_ms = None;
     let load_time = hashes
         .last()
@@ -127,7 +161,7 @@ pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if hashes.is_empty() || hashes.len() > CHUNKS_MAX {
         return syntax_error();
     }
-    let ks = keys(ctx, &a[1], hashes);
+    let ks = keys(ctx, &c, hashes);
     let mut found = Vec::new();
     for k in &ks {
         match engine.locate(k).await {
@@ -149,13 +183,14 @@ pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn locate(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    if let Some(r) = refused_in_cluster(ctx) {
-        return r;
-    }
-    if a.len() - 2 > CHUNKS_MAX {
+    let c = match chunks(ctx, a, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if c.rest.len() > CHUNKS_MAX {
         return syntax_error();
     }
-    let ks = keys(ctx, &a[1], &a[2..]);
+    let ks = keys(ctx, &c, c.rest);
     let refs: Vec<&Key> = ks.iter().collect();
     match ctx.shared.engine.locate_local(&refs) {
         Ok(found) => Reply::Array(
