@@ -98,8 +98,11 @@ impl std::fmt::Display for Status {
 /// The status of cluster `name` on the etcd at `endpoints` (comma-separated).
 pub async fn status(endpoints: &str, name: &str) -> Result<Status> {
     let etcd = connect(&split_endpoints(endpoints), REQUEST_TIMEOUT).await?;
-    let keys = Keys::new(name);
-    let live = live_nodes(&etcd, &keys).await?;
+    read_status(&etcd, &Keys::new(name)).await
+}
+
+async fn read_status(etcd: &etcd_client::Client, keys: &Keys) -> Result<Status> {
+    let live = live_nodes(etcd, keys).await?;
     let mut c = etcd.clone();
     let controller = c
         .get(keys.controller(), None)
@@ -198,7 +201,7 @@ async fn ask(
             )));
         }
         if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            let st = status(endpoints, name).await?;
+            let st = read_status(&etcd, &keys).await?;
             if st.live.is_empty() && start.elapsed() > NO_NODE_WAIT {
                 return Err(Error::Invalid(format!(
                     "no node of cluster '{name}' is live to carry the request out"

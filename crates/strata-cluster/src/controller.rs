@@ -116,19 +116,28 @@ async fn campaign(inner: &Inner) -> Result<bool> {
     Ok(false)
 }
 
-/// What one round read of a request: its key in etcd and the request.
+/// What one round read of a request: which request (`rebalance`, `remove-node`) and what
+/// it asks.
 struct Pending {
-    key: String,
+    what: &'static str,
     req: Request,
 }
 
-async fn pending(inner: &Inner, what: &str) -> Result<Option<Pending>> {
-    let key = inner.keys.request(what);
-    let r = inner.etcd.clone().get(key.as_str(), None).await?;
+async fn pending(inner: &Inner, what: &'static str) -> Result<Option<Pending>> {
+    let r = inner
+        .etcd
+        .clone()
+        .get(inner.keys.request(what), None)
+        .await?;
     Ok(r.kvs()
         .first()
         .and_then(|kv| serde_json::from_slice(kv.value()).ok())
-        .map(|req| Pending { key, req }))
+        .map(|req| Pending { what, req }))
+}
+
+/// The condition of every write the controller makes: this node still holds the key.
+fn still_controller(inner: &Inner) -> Compare {
+    Compare::value(inner.keys.controller(), CompareOp::Equal, inner.id.as_str())
 }
 
 /// One round of the controller's work: repair, flip the slots sources reported copied,
@@ -260,26 +269,19 @@ fn summary(m: &SlotMap) -> String {
 
 /// Answers request `p` (if this node still is the controller) and removes it.
 async fn answer(inner: &Inner, p: Pending, ok: bool, message: String) -> Result<()> {
-    let what = p.key.rsplit('/').next().unwrap_or_default().to_string();
     let a = Answer {
         id: p.req.id,
         ok,
         message,
     };
-    let txn = Txn::new()
-        .when([Compare::value(
-            inner.keys.controller(),
-            CompareOp::Equal,
-            inner.id.as_str(),
-        )])
-        .and_then([
-            TxnOp::put(
-                inner.keys.answer(&what),
-                serde_json::to_vec(&a).expect("an answer encodes"),
-                None,
-            ),
-            TxnOp::delete(p.key.as_str(), None),
-        ]);
+    let txn = Txn::new().when([still_controller(inner)]).and_then([
+        TxnOp::put(
+            inner.keys.answer(p.what),
+            serde_json::to_vec(&a).expect("an answer encodes"),
+            None,
+        ),
+        TxnOp::delete(inner.keys.request(p.what), None),
+    ]);
     inner.etcd.clone().txn(txn).await?;
     Ok(())
 }
@@ -294,10 +296,7 @@ async fn commit(inner: &Inner, next: &SlotMap, revision: i64, consumed: &[String
         Compare::mod_revision(slots.as_str(), CompareOp::Equal, revision)
     };
     let txn = Txn::new()
-        .when([
-            Compare::value(inner.keys.controller(), CompareOp::Equal, inner.id.as_str()),
-            map_unchanged,
-        ])
+        .when([still_controller(inner), map_unchanged])
         .and_then(
             std::iter::once(TxnOp::put(slots.as_str(), next.encode(), None))
                 .chain(consumed.iter().map(|k| TxnOp::delete(k.as_str(), None)))

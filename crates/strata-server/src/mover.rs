@@ -280,26 +280,11 @@ async fn run_one(ctx: &mut Ctx<'_>, name: &'static str, key: &Bytes) -> Reply {
 
 /// Deletes this node's keys of slot `slot` (it belongs to another node now).
 async fn drop_slot(shared: &Arc<Shared>, slot: u16) -> Result<(), String> {
-    let engine = &shared.engine;
-    let mut n = 0u64;
-    loop {
-        let page = engine
-            .scan_slot(0, slot, None, PAGE_KEYS)
-            .map_err(|e| format!("cannot list slot {slot}: {e}"))?;
-        if page.items.is_empty() {
-            break;
-        }
-        for item in page.items {
-            let key = engine.key(0, &item.key);
-            // Not waited for: a copy a crash brings back is dropped again, or cleared
-            // before the slot ever moves back here.
-            let _ = engine
-                .delete(&key)
-                .await
-                .map_err(|e| format!("cannot drop slot {slot}: {e}"))?;
-            n += 1;
-        }
-    }
+    // Not waited for: a copy a crash brings back is dropped again, or cleared before the
+    // slot ever moves back here.
+    let (n, _) = cmd::clear_slot(&shared.engine, slot)
+        .await
+        .map_err(|e| format!("cannot drop slot {slot}: {e}"))?;
     if n > 0 {
         tracing::info!(
             slot,

@@ -21,8 +21,7 @@ pub(crate) fn redirect(
     a: &[Bytes],
 ) -> Option<Reply> {
     let cluster = cluster?;
-    // ASKING lasts for the one command after it.
-    let asking = std::mem::take(&mut conn.asking);
+    let asking = conn.asking;
     let Ok(at) = key_positions(spec, a) else {
         // The command's own checks answer a bad key count.
         return None;
@@ -136,23 +135,34 @@ pub(crate) async fn slotclear(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok((_, slot)) => slot,
         Err(r) => return r,
     };
-    let engine = &ctx.shared.engine;
+    match clear_slot(&ctx.shared.engine, slot).await {
+        Ok((_, ticket)) => {
+            ctx.conn.pending = ctx.conn.pending.max(ticket);
+            Reply::ok()
+        }
+        Err(e) => super::engine_error(&e),
+    }
+}
+
+/// Deletes this node's keys of slot `slot` (cluster mode keeps database 0 only): how many,
+/// and the ticket that makes the deletes durable.
+pub(crate) async fn clear_slot(
+    engine: &strata_engine::Engine,
+    slot: u16,
+) -> strata_engine::Result<(u64, strata_engine::Ticket)> {
+    let mut n = 0;
+    let mut ticket = strata_engine::Ticket::NONE;
     loop {
-        let page = match engine.scan_slot(0, slot, None, SLOT_KEYS_PAGE) {
-            Ok(p) => p,
-            Err(e) => return super::engine_error(&e),
-        };
+        let page = engine.scan_slot(0, slot, None, SLOT_KEYS_PAGE)?;
         if page.items.is_empty() {
-            return Reply::ok();
+            return Ok((n, ticket));
         }
         for item in page.items {
-            let key = engine.key(0, &item.key);
-            match engine.delete(&key).await {
-                Ok(w) => {
-                    ctx.defer(w);
-                }
-                Err(e) => return super::engine_error(&e),
-            }
+            engine
+                .delete(&engine.key(0, &item.key))
+                .await?
+                .defer(&mut ticket);
+            n += 1;
         }
     }
 }

@@ -42,7 +42,7 @@ struct Chunks<'a> {
 
 /// Parses `ns [TAG t] ...`. In cluster mode the tag is required (chunks must group by slot)
 /// and the request is redirected unless this node serves the tag's slot.
-fn chunks<'a>(ctx: &mut Ctx<'_>, a: &'a [Bytes], write: bool) -> Result<Chunks<'a>, Reply> {
+fn chunks<'a>(ctx: &Ctx<'_>, a: &'a [Bytes], write: bool) -> Result<Chunks<'a>, Reply> {
     let (tag, rest) = if a.len() >= 4 && a[2].eq_ignore_ascii_case(b"tag") {
         (Some(&a[3]), &a[4..])
     } else {
@@ -56,8 +56,7 @@ fn chunks<'a>(ctx: &mut Ctx<'_>, a: &'a [Bytes], write: bool) -> Result<Chunks<'
             ));
         };
         let slot = strata_format::keys::slot_of(&strata_kvcache::group_key(t));
-        let asking = std::mem::take(&mut ctx.conn.asking);
-        if let Some(r) = super::cluster::route_reply(c, slot, write, asking) {
+        if let Some(r) = super::cluster::route_reply(c, slot, write, ctx.conn.asking) {
             return Err(r);
         }
     }

@@ -31,7 +31,7 @@ use futures::future::BoxFuture;
 use strata_engine::{Error, Key, Written};
 use strata_resp::Reply;
 
-pub(crate) use cluster::figures as cluster_figures;
+pub(crate) use cluster::{clear_slot, figures as cluster_figures};
 pub(crate) use server::ENCODING_PARAMS;
 
 use crate::auth::Role;
@@ -765,7 +765,12 @@ pub(crate) async fn execute(
     args: Vec<Bytes>,
     idx: Option<usize>,
 ) -> Reply {
+    let asks = idx.is_some_and(|i| COMMANDS[i].name == "asking");
     let reply = execute_request(shared, conn, args, idx).await;
+    // ASKING lasts for the one command after it.
+    if !asks {
+        conn.asking = false;
+    }
     if let Reply::Error(e) = &reply {
         shared.metrics.record_error_reply(e);
     }
@@ -884,10 +889,11 @@ pub(crate) async fn execute_run(
         };
         if cmds.iter().any(elsewhere) {
             for (a, &i) in cmds.iter().zip(&idxs) {
-                out.push(Box::pin(execute(shared, conn, a.clone(), Some(i))).await);
+                out.push(execute(shared, conn, a.clone(), Some(i)).await);
             }
             return;
         }
+        conn.asking = false;
     }
     let start = Instant::now();
     let mut ctx = Ctx { shared, conn };

@@ -403,14 +403,13 @@ where
             let slot = strata_format::keys::slot_of(keys.first()?);
             super::cluster::route_reply(c, slot, true, false)
         };
-        let got = if exclusive {
-            let _g = shared.gate.write().await;
-            match rerouted() {
-                Some(r) => Err(r),
-                None => attempt(ctx).await,
+        let got = {
+            let (_w, _r);
+            if exclusive {
+                _w = shared.gate.write().await;
+            } else {
+                _r = shared.gate.read().await;
             }
-        } else {
-            let _g = shared.gate.read().await;
             match rerouted() {
                 Some(r) => Err(r),
                 None => attempt(ctx).await,
