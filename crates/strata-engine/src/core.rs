@@ -213,14 +213,31 @@ impl Core {
 
     /// The stored entry of `key` (expired or not); with `want_value`, a warm entry's value,
     /// verified (a failure counts as a checksum error).
+    ///
+    /// The record and the index entry are two reads: a write that moves the key from the
+    /// index to a record between them (a cold value's return) would leave neither seen. A
+    /// commit bumps the key's stripe version before and after it, so when neither is found
+    /// and the version moved, the lookup is done again; the third time under the stripe lock
+    /// (callers that hold it never get there: nothing moves the version under them).
     pub(crate) fn lookup(&self, key: &Key, want_value: bool) -> Result<Option<Stored>> {
-        self.warm
-            .lookup(key, want_value, &self.vlog)
-            .inspect_err(|e| {
-                if matches!(e, Error::Data(_)) {
-                    add(&self.counters.checksum_errors);
-                }
-            })
+        let once = || {
+            self.warm
+                .lookup(key, want_value, &self.vlog)
+                .inspect_err(|e| {
+                    if matches!(e, Error::Data(_)) {
+                        add(&self.counters.checksum_errors);
+                    }
+                })
+        };
+        for _ in 0..2 {
+            let seen = self.locks.version(key);
+            let got = once()?;
+            if got.is_some() || self.locks.version(key) == seen {
+                return Ok(got);
+            }
+        }
+        let _g = self.locks.lock(key);
+        once()
     }
 
     /// The stored entries of many keys, without values (see [`Core::lookup`]).

@@ -311,16 +311,27 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
         return Ok(found);
     }
     let cold_keys: Vec<&Key> = not_warm.iter().map(|&(i, _)| keys[i]).collect();
+    let mut moved_between = Vec::new();
     for (&(i, seen), r) in not_warm.iter().zip(core.warm.cold_refs(&cold_keys)) {
         match r? {
             Some(r) if strata_format::is_live(r.expire_ms, now) => {
                 core.access.count_read(keys[i], true);
                 found[i] = Found::Cold(r, seen);
             }
+            // A write committed between the two multi-gets (a cold value's return may have
+            // moved the key from the index to a record): the key is read again alone.
+            None if core.locks.version(keys[i]) != seen => moved_between.push(i),
             _ => {
                 core.access.count_read(keys[i], false);
                 add(&core.counters.misses);
             }
+        }
+    }
+    for i in moved_between {
+        let got = get_uncached(core, keys[i]).await?;
+        core.access.count_read(keys[i], got.is_some());
+        if let Some((v, kind)) = got {
+            found[i] = Found::Value(v, Tier::Warm, kind);
         }
     }
     Ok(found)

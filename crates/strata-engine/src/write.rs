@@ -330,6 +330,11 @@ fn commit(
             return Err(e);
         }
     }
+    // Bumped before the commit as well as after: a lookup that read before the commit what
+    // it moves (an index entry into a record) sees the version move (`Core::lookup`).
+    for s in &staged {
+        core.locks.bump(s.key);
+    }
     if let Err(e) = commit_batch(core, batch, d, sync) {
         count_unreferenced(core, &appended);
         return Err(e);

@@ -12,7 +12,7 @@ use crate::entry::Data;
 use crate::PolicyKind;
 
 /// Entries looked at to choose one victim.
-const SAMPLES: usize = 10;
+pub(crate) const SAMPLES: usize = 10;
 /// Priorities are rebased when the shard's clock passes this (so they never wrap).
 const CLOCK_REBASE_AT: u32 = 1 << 31;
 /// Under `Strata`, frequencies above this count the same.

@@ -1127,3 +1127,43 @@ async fn incr_many_runs_in_order_over_every_tier() {
     let w = engine.incr_many(&[(&word, 1)]).await.unwrap();
     assert!(w.ticket.is_none());
 }
+
+/// A cold value's return moves its key from the cold index to a record in one commit; a
+/// read that looked for the record before that commit and for the index entry after it must
+/// still find the value (the lookup sees the stripe version move and looks again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_racing_cold_values_returning_to_the_warm_tier_always_find_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(open(small_options(dir.path())).await.unwrap());
+    fill_and_demote(&engine, 200, 300).await;
+    let keys: Vec<Key> = (0..200).map(|i| key(format!("key:{i:04}"))).collect();
+    let mut returned = 0;
+    for round in 0..40 {
+        // Demote again what the last round brought back.
+        engine.run_background_once().await.unwrap();
+        engine.clear_hot();
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (engine, keys) = (Arc::clone(&engine), keys.clone());
+                tokio::spawn(async move {
+                    for pass in 0..6 {
+                        let refs: Vec<&Key> = keys.iter().collect();
+                        let got = engine.get_many(&refs).await.unwrap();
+                        for (k, v) in keys.iter().zip(&got) {
+                            assert!(v.is_some(), "round {round} reader {r} pass {pass}: {k:?}");
+                        }
+                        let k = &keys[(pass * 37 + r * 11) % keys.len()];
+                        assert!(engine.get(k).await.unwrap().is_some(), "{k:?}");
+                        engine.clear_hot();
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.await.unwrap();
+        }
+        engine.settle().await;
+        returned = engine.stats().returns_to_warm;
+    }
+    assert!(returned > 0, "no cold value returned to the warm tier");
+}
