@@ -4,6 +4,7 @@ import os
 import pathlib
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -11,6 +12,8 @@ import pytest
 import redis
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The client of this tree, whatever copy of it pip installed last.
+sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 
 def strata_bin() -> str:

@@ -1,7 +1,8 @@
 """Strata as a Redis Cluster on etcd (issue 21, first steps): a real etcd on loopback, three
 or more `strata` nodes joined to it, redis-py's RedisCluster and `redis-cli -c` routing
 through -MOVED, `redis-cli --cluster check`, the reply shapes of the CLUSTER commands beside
-a real three-node redis-server cluster, a node paused past its lease, and etcd stopped."""
+a real three-node redis-server cluster, a node paused past its lease, etcd stopped, slot
+moves while clients write, and the KV-cache pool across the nodes (groups, KVC.WHERE)."""
 
 import os
 import shutil
@@ -13,9 +14,10 @@ import time
 import pytest
 import redis
 from redis.cluster import RedisCluster, ClusterNode
-from redis.exceptions import ClusterDownError, MovedError
+from redis.exceptions import ClusterDownError, MovedError, ResponseError
 
 from conftest import StrataProcess, free_port, strata_bin
+from strata_client import KVCacheClient, Namespace
 
 pytestmark = pytest.mark.skipif(
     shutil.which("etcd") is None, reason="etcd is not installed (scripts/install-deps installs it)"
@@ -606,3 +608,74 @@ def test_kv_cache_chunks_of_one_group_tag_live_in_its_slot_and_are_redirected(cl
     assert one.execute_command(*args) == 2
     assert one.execute_command("KVC.GET", "ns1", "TAG", tag, "h1", "h2") == [b"v1", b"v2"]
     assert one.execute_command("KVC.GET", "ns1", "h1") == [], "untagged keys are other keys"
+
+
+def test_kv_cache_client_spreads_a_prefix_over_groups_and_any_node_says_where_it_is(cluster3, strata):
+    """Chunks go in groups of kvc_group_chunks (16), each group under the hash of its first
+    chunk: a 40-chunk prefix spans three slots, KVCacheClient splits its requests per group
+    and node, and KVC.WHERE on any node finds the whole prefix, its nodes and tiers."""
+    url = f"redis://127.0.0.1:{cluster3.nodes[0].port}"
+    raw = {n.port: n.client() for n in cluster3.nodes}
+    rc = cluster3.client()
+    ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=4)
+    # A prompt whose three groups do not all live on one node.
+    for start in range(0, 1000, 7):
+        prompt = list(range(start, start + 40 * 4 + 2))
+        hashes = ns.chunk_hashes(prompt)
+        owners = [slot_owner_port(rc, rc.keyslot(hashes[g])) for g in (0, 16, 32)]
+        if len(set(owners)) > 1:
+            break
+    c = KVCacheClient(url, ns, cluster=True)
+    assert c.lookup(prompt) == 0
+    chunks = [bytes([i]) * 1024 for i in range(40)]
+    assert c.store(prompt, chunks) == 40
+    # Every chunk is where the shared scheme says (tests/vectors), readable by plain GET.
+    for key, value in zip(ns.grouped_keys(prompt), chunks):
+        assert rc.get(key) == value
+    assert c.lookup(prompt) == 160
+    assert c.retrieve(prompt) == chunks
+    assert c.tiers(prompt) == ["hot"] * 40
+    # A prompt that shares 20 chunks reuses them across the first group boundary.
+    other = prompt[:80] + [7] * 40
+    assert c.lookup(other) == 80
+    assert c.retrieve(other) == chunks[:20]
+    # KVC.WHERE: the same answer from every node, with the nodes in chunk order.
+    where = c.where(prompt)
+    assert where["tokens"] == 160 and where["tiers"] == ["hot"] * 40, where
+    want_nodes = []
+    for g, o in zip((0, 16, 32), owners):
+        n = min(16, 40 - g)
+        if want_nodes and want_nodes[-1][0] == f"127.0.0.1:{o}":
+            want_nodes[-1] = (want_nodes[-1][0], want_nodes[-1][1] + n)
+        else:
+            want_nodes.append((f"127.0.0.1:{o}", n))
+    assert where["nodes"] == want_nodes, where
+    for port, node in raw.items():
+        count, load_us, nodes, tiers = node.execute_command("KVC.WHERE", ns.id, *hashes)
+        assert count == 40 and load_us >= 0 and [(n.decode(), k) for n, k in nodes] == want_nodes, port
+        by_tokens = node.execute_command("KVC.WHERE", "NAMESPACE", ns.canonical, "TOKENS", *other)
+        assert by_tokens[0] == 20, port
+    assert c.where(prompt[:3])["tokens"] == 0
+    with pytest.raises(ResponseError, match="canonical"):
+        raw[cluster3.nodes[0].port].execute_command("KVC.WHERE", "NAMESPACE", "nonsense", "TOKENS", 1)
+    with pytest.raises(ResponseError, match="braces"):
+        rc.execute_command("KVC.GET", ns.id, "TAG", "{x}", "h1")
+    # Cluster clients find a KVC command's node from its tag (COMMAND GETKEYS).
+    assert raw[cluster3.nodes[0].port].command_getkeys("KVC.GET", ns.id, "TAG", hashes[16], "h") == [hashes[16]]
+    assert rc.execute_command("KVC.GET", ns.id, "TAG", hashes[16], hashes[16]) == [chunks[16]]
+    # The node of the first group leaves: its slots move, the client's map is stale, and
+    # the client follows the redirections and still finds everything.
+    out = cluster_cmd(cluster3.etcd, cluster3.name, "remove-node", "--addr", f"127.0.0.1:{owners[0]}")
+    assert "holds no slots" in out.stdout, out.stdout + out.stderr
+    cluster3.wait_served([n for n in cluster3.nodes if n.port != owners[0]])
+    assert slot_owner_port(rc, rc.keyslot(hashes[0])) != owners[0]
+    assert c.lookup(prompt) == 160
+    assert c.retrieve(prompt) == chunks
+    assert c.where(prompt)["tokens"] == 160
+    c.close()
+    # A single node: untagged keys, and KVC.WHERE names it "myself".
+    one = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
+    assert one.store(prompt, chunks) == 40
+    assert one.where(prompt) == {"tokens": 160, "load_us": one.where(prompt)["load_us"], "nodes": [("myself", 40)], "tiers": ["hot"] * 40}
+    assert strata.client().execute_command("KVC.WHERE", ns.id, "GROUP", 16, *hashes)[0] == 0, "grouped keys are other keys"
+    one.close()

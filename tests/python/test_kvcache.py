@@ -3,16 +3,12 @@ LMCache's redis:// connector sequence replayed with redis-py."""
 
 import json
 import os
-import pathlib
-import sys
 
 import pytest
 import redis
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "clients" / "python"))
-
-from strata_client import KVCacheClient, Namespace  # noqa: E402
+from conftest import ROOT
+from strata_client import KVCacheClient, Namespace
 
 
 def test_shared_vectors_match_the_python_implementation():
@@ -24,6 +20,8 @@ def test_shared_vectors_match_the_python_implementation():
         assert ns.canonical == case["canonical"], case["name"]
         assert ns.id == case["ns_id"], case["name"]
         assert ns.chunk_keys(case["tokens"]) == case["keys"], case["name"]
+        assert ns.grouped_keys(case["tokens"], case["group_chunks"]) == case["grouped_keys"], case["name"]
+    assert any(len(c["keys"]) > c["group_chunks"] for c in vectors["cases"]), "no case spans two groups"
 
 
 def test_lookup_store_retrieve_round_trip(strata):

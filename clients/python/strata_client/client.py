@@ -3,12 +3,13 @@
 import mmap
 import os
 import struct
+import time
 from collections import OrderedDict
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import redis
 
-from .kvcache import Namespace
+from .kvcache import GROUP_CHUNKS_DEFAULT, Namespace, groups, key_for
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -16,6 +17,16 @@ Buffer = Union[bytes, bytearray, memoryview]
 CHUNKS_PER_COMMAND = 256
 #: Value-log files ``retrieve_local`` keeps mapped (each up to the server's vlog_file_bytes).
 MAPS_MAX = 64
+#: Times a cluster request is sent again after a redirection (``MOVED``, ``TRYAGAIN``...).
+REDIRECTS_MAX = 16
+#: Failures that mean: the slot map moved, learn it again and send again (redis-py turns
+#: the replies ``MOVED``, ``ASK``, ``TRYAGAIN`` and ``CLUSTERDOWN`` into these).
+REDIRECTED = (
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ConnectionError,
+)
 
 
 class FileMaps:
@@ -82,13 +93,13 @@ def unread(asked: Sequence, got: Sequence) -> list:
     return list(asked[len(got) :]) if 0 < len(got) < len(asked) else []
 
 
-def kvc_get(r: "redis.Redis", ns: str, hashes: Sequence, values: Optional[list] = None) -> list:
+def kvc_get(get, hashes: Sequence, values: Optional[list] = None) -> list:
     """The leading present chunks of ``hashes`` (``KVC.GET``, again for what a reply left
-    out); ``values``: a first reply already in hand."""
-    values = list(r.execute_command("KVC.GET", ns, *hashes)) if values is None else list(values)
+    out); ``get(hashes)`` sends one ``KVC.GET``; ``values``: a first reply already in hand."""
+    values = list(get(hashes)) if values is None else list(values)
     rest = unread(hashes, values)
     while rest:
-        more = r.execute_command("KVC.GET", ns, *rest)
+        more = get(rest)
         values += more
         rest = unread(rest, more)
     return values
@@ -137,53 +148,140 @@ class KVCacheClient:
     writes the chunks of a prefix (``KVC.PUT``, pipelined), ``retrieve`` reads the leading
     cached chunks back (``KVC.GET``); ``retrieve_local``, on the server's machine, maps them
     from the server's files instead (``KVC.LOCATE``).
+
+    With ``cluster=True`` the URL names any node of a Strata cluster: chunks go in groups of
+    ``group_chunks`` (the cluster's ``kvc_group_chunks``), each group under its tag (the hash
+    of its first chunk) in one slot; a request is split per group and sent to each group's
+    node, one pipeline per node, and sent again after a redirection. ``where`` asks any node
+    which nodes hold a prefix (``KVC.WHERE``).
     """
 
-    def __init__(self, url: str, namespace: Namespace, **kw):
+    def __init__(self, url: str, namespace: Namespace, cluster: bool = False, group_chunks: int = GROUP_CHUNKS_DEFAULT, **kw):
         self.ns = namespace
-        self.pool = redis.ConnectionPool.from_url(url, **kw)
-        self.r = redis.Redis(connection_pool=self.pool)
         self.maps = FileMaps()
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            self.rc = RedisCluster.from_url(url, **kw)
+            self.group_chunks = max(1, int(group_chunks))
+            self.pool = None
+            self.r = self.rc
+        else:
+            self.rc = None
+            self.group_chunks = 0
+            self.pool = redis.ConnectionPool.from_url(url, **kw)
+            self.r = redis.Redis(connection_pool=self.pool)
 
     def _batches(self, items: list) -> List[list]:
         return [items[i : i + CHUNKS_PER_COMMAND] for i in range(0, len(items), CHUNKS_PER_COMMAND)] or [[]]
 
+    def _parts(self, items: list) -> List[Tuple[Optional[str], list]]:
+        """``items`` (chunk hashes, or ``(hash, value)`` pairs) cut into the requests that
+        carry them, in order: per group in a cluster (with the group's tag), and at most
+        ``CHUNKS_PER_COMMAND`` per request."""
+        if not items:
+            return []
+        if not self.group_chunks:
+            return [(None, b) for b in self._batches(items)]
+        first = lambda it: it[0] if isinstance(it, tuple) else it  # noqa: E731
+        out = []
+        for start, end in groups(len(items), self.group_chunks):
+            tag = first(items[start])
+            out += [(tag, b) for b in self._batches(items[start:end])]
+        return out
+
+    def _args(self, command: str, tag: Optional[str], args: list) -> list:
+        head = [command, self.ns.id] if tag is None else [command, self.ns.id, "TAG", tag]
+        return head + list(args)
+
+    def _run(self, command: str, parts: List[Tuple[Optional[str], list]], extra: Sequence = ()) -> list:
+        """One reply per part (``command ns [TAG t] *args *extra``): one pipeline, or in a
+        cluster one pipeline per node, sent again while the slot map moves."""
+        if not parts:
+            return []
+        if self.rc is None:
+            pipe = self.r.pipeline(transaction=False)
+            for tag, args in parts:
+                pipe.execute_command(*self._args(command, tag, args), *extra)
+            return pipe.execute()
+        from redis.crc import key_slot
+
+        for attempt in range(REDIRECTS_MAX):
+            by_node = {}
+            for i, (tag, _) in enumerate(parts):
+                node = self.rc.nodes_manager.get_node_from_slot(key_slot(tag.encode()))
+                by_node.setdefault(node.name, (node, []))[1].append(i)
+            replies: list = [None] * len(parts)
+            for node, idxs in by_node.values():
+                pipe = self.rc.get_redis_connection(node).pipeline(transaction=False)
+                for i in idxs:
+                    tag, args = parts[i]
+                    pipe.execute_command(*self._args(command, tag, args), *extra)
+                try:
+                    got = pipe.execute(raise_on_error=False)
+                except redis.exceptions.ConnectionError as e:  # the node left
+                    got = [e] * len(idxs)
+                for i, rep in zip(idxs, got):
+                    replies[i] = rep
+            errors = [r for r in replies if isinstance(r, Exception)]
+            if not errors:
+                return replies
+            if not all(isinstance(e, REDIRECTED) for e in errors):
+                raise errors[0]
+            # The map moved: learn it again and send everything again (every KVC command
+            # is idempotent).
+            self.rc.nodes_manager.initialize()
+            time.sleep(min(0.5, 0.01 * (attempt + 1)))
+        raise errors[0]
+
     def lookup(self, tokens: Sequence[int], lease_ms: Optional[int] = None) -> int:
         """The number of leading tokens whose KV chunks are cached."""
-        hashes = self.ns.chunk_hashes(tokens)
-        if not hashes:
-            return 0
-        args = ["KVC.MATCH", self.ns.id, *hashes]
-        if lease_ms:
-            args += ["LEASE", int(lease_ms)]
-        count, _tiers = self.r.execute_command(*args)
-        return int(count) * self.ns.chunk_tokens
+        extra = ["LEASE", int(lease_ms)] if lease_ms else []
+        return len(self._match(self.ns.chunk_hashes(tokens), extra)) * self.ns.chunk_tokens
+
+    def _match(self, hashes: list, extra: Sequence = ()) -> List[str]:
+        """The tiers of the leading cached chunks of ``hashes`` (one ``KVC.MATCH`` per
+        request part, all sent at once)."""
+        parts = self._parts(hashes)
+        tiers: List[str] = []
+        for (_, part), (count, part_tiers) in zip(parts, self._run("KVC.MATCH", parts, extra)):
+            tiers += [t.decode() if isinstance(t, bytes) else t for t in part_tiers]
+            if int(count) < len(part):
+                break
+        return tiers
 
     def tiers(self, tokens: Sequence[int]) -> List[str]:
         """Where each leading cached chunk lives (hot, warm, cold)."""
+        return self._match(self.ns.chunk_hashes(tokens))
+
+    def where(self, tokens: Sequence[int]) -> dict:
+        """``KVC.WHERE`` of ``tokens`` asked of one node: how many leading tokens are
+        cached across the cluster, the expected microseconds to load them, the nodes that
+        hold them (``[(node, chunks), ...]`` in chunk order) and each chunk's tier."""
         hashes = self.ns.chunk_hashes(tokens)
         if not hashes:
-            return []
-        _count, tiers = self.r.execute_command("KVC.MATCH", self.ns.id, *hashes)
-        return [t.decode() if isinstance(t, bytes) else t for t in tiers]
+            return {"tokens": 0, "load_us": 0, "nodes": [], "tiers": []}
+        args = ["KVC.WHERE", self.ns.id, "GROUP", self.group_chunks, *hashes]
+        if self.rc is not None:
+            count, load_us, nodes, tiers = self.rc.execute_command(*args, target_nodes=self.rc.get_random_node())
+        else:
+            count, load_us, nodes, tiers = self.r.execute_command(*args)
+        text = lambda b: b.decode() if isinstance(b, bytes) else b  # noqa: E731
+        return {
+            "tokens": int(count) * self.ns.chunk_tokens,
+            "load_us": int(load_us),
+            "nodes": [(text(n), int(c)) for n, c in nodes],
+            "tiers": [text(t) for t in tiers],
+        }
 
     def store(self, tokens: Sequence[int], chunks: Sequence[Buffer], ttl_s: Optional[int] = None) -> int:
         """Stores one buffer per whole chunk of ``tokens``; returns the number stored."""
         hashes = self.ns.chunk_hashes(tokens)
         if len(chunks) != len(hashes):
             raise ValueError(f"{len(hashes)} whole chunks in the tokens but {len(chunks)} buffers given")
-        pipe = self.r.pipeline(transaction=False)
-        pairs = list(zip(hashes, chunks))
-        for batch in self._batches(pairs):
-            if not batch:
-                continue
-            args = ["KVC.PUT", self.ns.id]
-            for h, c in batch:
-                args += [h, byte_view(c)]
-            if ttl_s:
-                args += ["TTL", int(ttl_s)]
-            pipe.execute_command(*args)
-        return sum(int(n) for n in pipe.execute())
+        parts = [(tag, [x for h, c in pairs for x in (h, byte_view(c))]) for tag, pairs in self._parts(list(zip(hashes, chunks)))]
+        extra = ["TTL", int(ttl_s)] if ttl_s else []
+        return sum(int(n) for n in self._run("KVC.PUT", parts, extra))
 
     def retrieve(self, tokens: Sequence[int]) -> List[bytes]:
         """The buffers of the leading cached chunks, in order (stops at the first miss)."""
@@ -198,32 +296,36 @@ class KVCacheClient:
         too small for the value log) is read with ``KVC.GET``. With ``verify``, each mapped
         chunk is checked against the CRC-32C the server gives (needs ``google-crc32c``:
         ``pip install strata-client[verify]``); a mismatch raises ``ValueError``."""
-        hashes = self.ns.chunk_hashes(tokens)
         out: List[Buffer] = []
-        for batch in (b for b in self._batches(hashes) if b):
-            located = self.r.execute_command("KVC.LOCATE", self.ns.id, *batch)
-            elsewhere = map_located(self.maps, batch, located, out, self.ns.key_of if verify else None)
+        for tag, batch in self._parts(self.ns.chunk_hashes(tokens)):
+            (located,) = self._run("KVC.LOCATE", [(tag, batch)])
+            key_of = (lambda h, t=tag: key_for(self.ns.id, h, t)) if verify else None
+            elsewhere = map_located(self.maps, batch, located, out, key_of)
             if elsewhere:
-                values = kvc_get(self.r, self.ns.id, [h for _, h in elsewhere])
+                values = kvc_get(self._getter(tag), [h for _, h in elsewhere])
                 if not fill_elsewhere(out, elsewhere, values):
                     break
             if len(located) < len(batch):
                 break
         return out
 
+    def _getter(self, tag: Optional[str]):
+        """Sends one ``KVC.GET`` of some chunks of the group tagged ``tag``."""
+        return lambda hashes: self._run("KVC.GET", [(tag, list(hashes))])[0]
+
     def retrieve_chunks(self, hashes: Sequence[str]) -> List[bytes]:
         """The leading cached chunks of ``hashes`` (chunk ids), read with ``KVC.GET``."""
         out: List[bytes] = []
-        pipe = self.r.pipeline(transaction=False)
-        batches = [b for b in self._batches(list(hashes)) if b]
-        for batch in batches:
-            pipe.execute_command("KVC.GET", self.ns.id, *batch)
-        for batch, values in zip(batches, pipe.execute()):
-            values = kvc_get(self.r, self.ns.id, batch, values)
+        parts = self._parts(list(hashes))
+        for (tag, batch), values in zip(parts, self._run("KVC.GET", parts)):
+            values = kvc_get(self._getter(tag), batch, values)
             out.extend(values)
             if len(values) < len(batch):
                 break
         return out
 
     def close(self):
-        self.pool.disconnect()
+        if self.rc is not None:
+            self.rc.close()
+        else:
+            self.pool.disconnect()

@@ -8,17 +8,38 @@ The scheme (shared with ``crates/strata-kvcache``)::
     h_i       = sha256(h_{i-1} || tokens of chunk i as u32 little-endian)
     key_i     = "kvc:" + ns_id + ":" + hex(h_i)
 
+In a cluster, chunks go in groups of ``G`` (``kvc_group_chunks``, ``GROUP_CHUNKS_DEFAULT``):
+chunk ``i`` carries the tag ``hex(h_j)``, ``j = (i // G) * G``, and its key is
+``"kvc:" + ns_id + ":{" + hex(h_j) + "}" + hex(h_i)``, so a group's chunks share one slot.
+
 Never Python's ``hash()``: it changes between processes.
 """
 
 import hashlib
 import struct
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 
-def key_for(ns_id: str, chunk_hash: str) -> str:
-    """The Strata key of a chunk in namespace ``ns_id`` (``strata_kvcache::key_for``)."""
-    return f"kvc:{ns_id}:{chunk_hash}"
+#: Chunks per group in a cluster (``strata_kvcache::GROUP_CHUNKS_DEFAULT``).
+GROUP_CHUNKS_DEFAULT = 16
+
+
+def key_for(ns_id: str, chunk_hash: str, tag: Optional[str] = None) -> str:
+    """The Strata key of a chunk in namespace ``ns_id``, with its group ``tag`` if any
+    (``strata_kvcache::key_for``)."""
+    return f"kvc:{ns_id}:{chunk_hash}" if tag is None else f"kvc:{ns_id}:{{{tag}}}{chunk_hash}"
+
+
+def group_start(i: int, group_chunks: int) -> int:
+    """The index of the first chunk of chunk ``i``'s group: its hash is chunk ``i``'s tag."""
+    g = max(1, int(group_chunks))
+    return i // g * g
+
+
+def groups(n: int, group_chunks: int) -> List[Tuple[int, int]]:
+    """The ``(first, end)`` runs of ``n`` chunks that share a group, in order."""
+    g = max(1, int(group_chunks))
+    return [(s, min(s + g, n)) for s in range(0, n, g)]
 
 
 class Namespace:
@@ -51,3 +72,8 @@ class Namespace:
 
     def chunk_keys(self, tokens: Sequence[int]) -> List[str]:
         return [self.key_of(h) for h in self.chunk_hashes(tokens)]
+
+    def grouped_keys(self, tokens: Sequence[int], group_chunks: int = GROUP_CHUNKS_DEFAULT) -> List[str]:
+        """The keys of every whole chunk of ``tokens`` as a cluster stores them."""
+        hashes = self.chunk_hashes(tokens)
+        return [key_for(self.id, h, hashes[group_start(i, group_chunks)]) for i, h in enumerate(hashes)]

@@ -44,6 +44,10 @@ pub struct ClusterSettings {
     /// The host clients and other nodes reach this node at (in `-MOVED` and `CLUSTER
     /// SLOTS`); empty: the bind address (127.0.0.1 if that is a wildcard).
     pub cluster_announce_host: String,
+    /// KV-cache chunks per group (`strata_kvcache::GROUP_CHUNKS_DEFAULT`): a group's chunks
+    /// share one slot, and `KVC.WHERE` groups the chunks it is asked about this way. Clients
+    /// must group the same way.
+    pub kvc_group_chunks: usize,
 }
 
 impl Default for ClusterSettings {
@@ -54,9 +58,13 @@ impl Default for ClusterSettings {
             cluster_lease_ttl_s: 10,
             cluster_move_bytes_per_s: 64 << 20,
             cluster_announce_host: String::new(),
+            kvc_group_chunks: strata_kvcache::GROUP_CHUNKS_DEFAULT,
         }
     }
 }
+
+/// Most KV-cache chunks per group.
+const GROUP_CHUNKS_MAX: usize = 4096;
 
 /// Longest lease TTL accepted, in seconds.
 const LEASE_TTL_S_MAX: u64 = 3600;
@@ -73,6 +81,11 @@ impl ClusterSettings {
     }
 
     pub fn validate(&self) -> Result<()> {
+        if !(1..=GROUP_CHUNKS_MAX).contains(&self.kvc_group_chunks) {
+            return Err(Error::Invalid(format!(
+                "kvc_group_chunks must be between 1 and {GROUP_CHUNKS_MAX}"
+            )));
+        }
         if !(2..=LEASE_TTL_S_MAX).contains(&self.cluster_lease_ttl_s) {
             return Err(Error::Invalid(format!(
                 "cluster_lease_ttl_s must be between 2 and {LEASE_TTL_S_MAX}"

@@ -15,6 +15,11 @@
 //!
 //! Only whole chunks get keys; a trailing partial chunk is recomputed, never cached.
 //!
+//! In a cluster, chunks go in groups of `G` (`kvc_group_chunks`, [`GROUP_CHUNKS_DEFAULT`]):
+//! chunk `i` carries the group tag `hex(h_j)` with `j = ⌊i/G⌋·G` (the hash of its group's
+//! first chunk), so its key is `"kvc:" + ns_id + ":{" + hex(h_j) + "}" + hex(h_i)` and a
+//! group's chunks share one slot: a prefix of `n` chunks spans at most `⌈n/G⌉` slots.
+//!
 //! ```
 //! use strata_kvcache::Namespace;
 //! let ns = Namespace::new("meta-llama/Llama-3.1-8B", "main", "bf16", "vllm", 1, 0, 4);
@@ -24,6 +29,22 @@
 //! ```
 
 use sha2::{Digest, Sha256};
+
+/// Chunks per group in a cluster (`kvc_group_chunks`): the chunks of a group share a slot.
+pub const GROUP_CHUNKS_DEFAULT: usize = 16;
+
+/// The index of the first chunk of chunk `i`'s group of `group_chunks`: its hash is the
+/// group tag of chunk `i`.
+pub fn group_start(i: usize, group_chunks: usize) -> usize {
+    let g = group_chunks.max(1);
+    i / g * g
+}
+
+/// The runs of `n` chunks that share a group: `(first, end)` index pairs, in order.
+pub fn groups(n: usize, group_chunks: usize) -> Vec<(usize, usize)> {
+    let g = group_chunks.max(1);
+    (0..n).step_by(g).map(|s| (s, (s + g).min(n))).collect()
+}
 
 /// Everything that makes two KV caches incompatible.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +79,18 @@ impl Namespace {
             canonical,
             chunk_tokens: chunk_tokens.max(1),
         }
+    }
+
+    /// The namespace whose canonical text is `canonical` (as [`Namespace::canonical`] gives
+    /// it), for a server that hashes tokens a client sends; `None` unless it is one.
+    pub fn from_canonical(canonical: &str) -> Option<Self> {
+        let rest = canonical.strip_prefix("strata-kvc-v1|")?;
+        let chunk = rest.rsplit('|').next()?.strip_prefix("chunk=")?;
+        let chunk_tokens: usize = chunk.parse().ok().filter(|&n| n > 0)?;
+        Some(Namespace {
+            canonical: canonical.to_string(),
+            chunk_tokens,
+        })
     }
 
     /// The canonical text the namespace hashes.
@@ -103,6 +136,19 @@ impl Namespace {
             .map(|h| self.key_of(h))
             .collect()
     }
+
+    /// The keys of every whole chunk of `tokens` as a cluster stores them: each with its
+    /// group's tag, in groups of `group_chunks`.
+    pub fn grouped_keys(&self, tokens: &[u32], group_chunks: usize) -> Vec<String> {
+        let hashes = self.chunk_hashes(tokens);
+        let id = self.id();
+        (0..hashes.len())
+            .map(|i| {
+                let tag = &hashes[group_start(i, group_chunks)];
+                format!("kvc:{id}:{{{tag}}}{}", hashes[i])
+            })
+            .collect()
+    }
 }
 
 /// The storage key for a namespace id, an optional group tag and a chunk hash given on the
@@ -145,6 +191,7 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let cases = v["cases"].as_array().unwrap();
         assert!(cases.len() >= 4);
+        let mut grouped_cases = 0;
         for c in cases {
             let n = &c["namespace"];
             let ns = Namespace::new(
@@ -170,7 +217,41 @@ mod tests {
                 .collect();
             assert_eq!(ns.id(), c["ns_id"].as_str().unwrap());
             assert_eq!(ns.chunk_keys(&tokens), want, "case {}", c["name"]);
+            let g = c["group_chunks"].as_u64().unwrap() as usize;
+            let grouped: Vec<String> = c["grouped_keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(ns.grouped_keys(&tokens, g), grouped, "case {}", c["name"]);
+            let again = Namespace::from_canonical(c["canonical"].as_str().unwrap()).unwrap();
+            assert_eq!(again, ns, "case {}", c["name"]);
+            grouped_cases += usize::from(tokens.len() / ns.chunk_tokens() > g);
         }
+        assert!(grouped_cases > 0, "no case spans two groups");
+    }
+
+    #[test]
+    fn groups_start_at_multiples_of_their_size() {
+        assert_eq!(group_start(0, 16), 0);
+        assert_eq!(group_start(15, 16), 0);
+        assert_eq!(group_start(16, 16), 16);
+        assert_eq!(group_start(37, 16), 32);
+        assert_eq!(group_start(5, 0), 5, "a group size of 0 counts as 1");
+        assert_eq!(groups(5, 2), vec![(0, 2), (2, 4), (4, 5)]);
+        assert!(groups(0, 16).is_empty());
+        let ns = Namespace::new("m", "r", "bf16", "vllm", 1, 0, 1);
+        let keys = ns.grouped_keys(&[1, 2, 3, 4, 5], 2);
+        let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_string();
+        assert_eq!(tag(&keys[0]), tag(&keys[1]));
+        assert_ne!(tag(&keys[1]), tag(&keys[2]));
+        assert!(keys[2].contains(&format!("{{{}}}", ns.chunk_hashes(&[1, 2, 3])[2])));
+        assert_eq!(
+            Namespace::from_canonical("strata-kvc-v1|model=m|chunk=0"),
+            None
+        );
+        assert_eq!(Namespace::from_canonical("other|chunk=4"), None);
     }
 
     #[test]

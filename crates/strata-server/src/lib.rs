@@ -20,6 +20,7 @@ mod blocked;
 mod cmd;
 mod conn;
 mod http;
+mod link;
 mod longdouble;
 mod memory;
 mod metrics;
@@ -233,6 +234,7 @@ impl Server {
                 script_busy,
                 running_script: Mutex::new(None),
                 cluster,
+                links: Default::default(),
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
         };

@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_cluster::{Cluster, NodeAddr, SlotState};
+use strata_cluster::{Cluster, SlotState};
 use strata_format::keys::SLOT_COUNT;
 use strata_resp::Reply;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 use crate::cmd::{self, Ctx};
+use crate::link::Link;
 use crate::session::{Conn, Peer};
 use crate::shared::Shared;
 
@@ -26,10 +25,6 @@ use crate::shared::Shared;
 const PAGE_KEYS: usize = 256;
 /// Slots copied between two reports to the controller (and lines of progress in the log).
 const REPORT_SLOTS: u16 = 64;
-/// How long one request to the target may take.
-const TARGET_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest line (a status or error reply) read from the target.
-const REPLY_LINE_BYTES_MAX: usize = 64 << 10;
 
 /// Runs as long as the server: carries out the moves away from this node.
 pub(crate) async fn run(shared: Arc<Shared>, cluster: Cluster) {
@@ -81,7 +76,7 @@ async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> 
             "moving slots"
         );
         let password = shared.cfg.read().requirepass.clone();
-        let mut link = Link::connect(&target, &password).await?;
+        let mut link = Link::connect(&target.endpoint(), &password).await?;
         for chunk in pending.chunks(REPORT_SLOTS as usize) {
             // The map may have moved on meanwhile.
             let now = cluster.map();
@@ -293,82 +288,4 @@ async fn drop_slot(shared: &Arc<Shared>, slot: u16) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// One connection to the target node, speaking just enough RESP for the moves: commands
-/// out, status, integer and error replies back.
-struct Link {
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    w: tokio::net::tcp::OwnedWriteHalf,
-    to: String,
-}
-
-impl Link {
-    async fn connect(to: &NodeAddr, password: &str) -> Result<Link, String> {
-        let endpoint = to.endpoint();
-        let s = tokio::time::timeout(TARGET_TIMEOUT, TcpStream::connect(&endpoint))
-            .await
-            .map_err(|_| format!("connecting to {endpoint} timed out"))?
-            .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
-        let _ = s.set_nodelay(true);
-        let (r, w) = s.into_split();
-        let mut link = Link {
-            r: BufReader::new(r),
-            w,
-            to: endpoint,
-        };
-        if !password.is_empty() {
-            link.call(&[b"AUTH", password.as_bytes()]).await?;
-        }
-        Ok(link)
-    }
-
-    async fn call(&mut self, args: &[&[u8]]) -> Result<(), String> {
-        let cmd: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        self.pipeline(&[cmd]).await
-    }
-
-    /// Sends `cmds` at once and reads one reply per command; any error reply fails it.
-    async fn pipeline(&mut self, cmds: &[Vec<Bytes>]) -> Result<(), String> {
-        if cmds.is_empty() {
-            return Ok(());
-        }
-        let mut out = Vec::new();
-        for c in cmds {
-            out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
-            for a in c {
-                out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-                out.extend_from_slice(a);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-        let to = self.to.clone();
-        let io = async {
-            self.w.write_all(&out).await?;
-            let mut line = Vec::new();
-            let mut failure = None;
-            for _ in cmds {
-                line.clear();
-                let n = (&mut self.r)
-                    .take(REPLY_LINE_BYTES_MAX as u64)
-                    .read_until(b'\n', &mut line)
-                    .await?;
-                if n == 0 || !line.ends_with(b"\r\n") {
-                    return Err(std::io::Error::other("connection closed"));
-                }
-                if line[0] == b'-' && failure.is_none() {
-                    failure = Some(String::from_utf8_lossy(&line[1..n - 2]).into_owned());
-                } else if !matches!(line[0], b'+' | b':' | b'-') {
-                    return Err(std::io::Error::other("unexpected reply"));
-                }
-            }
-            Ok(failure)
-        };
-        match tokio::time::timeout(TARGET_TIMEOUT, io).await {
-            Err(_) => Err(format!("{to} did not answer in time")),
-            Ok(Err(e)) => Err(format!("talking to {to}: {e}")),
-            Ok(Ok(Some(err))) => Err(format!("{to} refused: {err}")),
-            Ok(Ok(None)) => Ok(()),
-        }
-    }
 }

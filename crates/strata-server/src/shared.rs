@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     pub(crate) running_script: Mutex<Option<RunningScript>>,
     /// This node's membership of a cluster (`None`: a single node).
     pub(crate) cluster: Option<strata_cluster::Cluster>,
+    /// Idle connections to the other nodes of the cluster.
+    pub(crate) links: crate::link::Links,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
     pub(crate) encoding_params: Mutex<HashMap<&'static str, i64>>,
 }

@@ -22,6 +22,14 @@
 //!   bytes crossing the socket (see `Engine::locate_local`), or nil for a chunk kept
 //!   elsewhere (the object store, or small enough to live in its record: read it with
 //!   `KVC.GET`).
+//! - `KVC.WHERE ns [GROUP g] h1 .. hN`, or `KVC.WHERE NAMESPACE <canonical> [GROUP g]
+//!   TOKENS t1 .. tN` (the server hashes the tokens) → `[count, load_us, [[node, n], ...],
+//!   [tier, ...]]`: how many leading chunks are cached anywhere in the cluster, the expected
+//!   microseconds to load them, the nodes that hold them in chunk order (each with its
+//!   number of chunks; `node` is `host:port`, or `myself` on a server not in a cluster) and
+//!   each chunk's tier. Chunks go in groups of `g` with their group tags (in a cluster, `g`
+//!   is `kvc_group_chunks` unless given; on a single node 0, untagged keys); the node asks
+//!   each group's node with `KVC.MATCH`, one group after another until one is not whole.
 
 use bytes::Bytes;
 use strata_engine::Key;
@@ -40,25 +48,30 @@ struct Chunks<'a> {
     rest: &'a [Bytes],
 }
 
-/// Parses `ns [TAG t] ...`. In cluster mode the tag is required (chunks must group by slot)
-/// and the request is redirected unless this node serves the tag's slot.
-fn chunks<'a>(ctx: &Ctx<'_>, a: &'a [Bytes], write: bool) -> Result<Chunks<'a>, Reply> {
-    let (tag, rest) = if a.len() >= 4 && a[2].eq_ignore_ascii_case(b"tag") {
-        (Some(&a[3]), &a[4..])
-    } else {
-        (None, &a[2..])
+/// The position of a request's group tag (`KVC.* ns TAG t ...`): its key for routing. A tag
+/// has no braces, so its slot is that of `{t}`, which every chunk key with it shares.
+pub(crate) fn tag_position(a: &[Bytes]) -> Option<usize> {
+    (a.len() >= 4 && a[2].eq_ignore_ascii_case(b"tag")).then_some(3)
+}
+
+/// Parses `ns [TAG t] ...`. In cluster mode the tag is required (chunks must group by slot);
+/// the request reached this node through routing on the tag ([`tag_position`]).
+fn chunks<'a>(ctx: &Ctx<'_>, a: &'a [Bytes]) -> Result<Chunks<'a>, Reply> {
+    let (tag, rest) = match tag_position(a) {
+        Some(at) => (Some(&a[at]), &a[at + 1..]),
+        None => (None, &a[2..]),
     };
-    if let Some(c) = ctx.shared.cluster.as_ref() {
-        let Some(t) = tag else {
+    if let Some(t) = tag {
+        if t.is_empty() || t.iter().any(|&b| b == b'{' || b == b'}') {
             return Err(Reply::err(
-                "ERR in cluster mode KVC.* takes TAG <group tag> after the namespace (chunks \
-                 are grouped by slot)",
+                "ERR a KVC group tag must be non-empty and hold no braces",
             ));
-        };
-        let slot = strata_format::keys::slot_of(&strata_kvcache::group_key(t));
-        if let Some(r) = super::cluster::route_reply(c, slot, write, ctx.conn.asking) {
-            return Err(r);
         }
+    } else if ctx.shared.cluster.is_some() {
+        return Err(Reply::err(
+            "ERR in cluster mode KVC.* takes TAG <group tag> after the namespace (chunks are \
+             grouped by slot)",
+        ));
     }
     Ok(Chunks {
         ns: &a[1],
@@ -77,7 +90,7 @@ fn keys(ctx: &Ctx<'_>, c: &Chunks<'_>, hashes: &[Bytes]) -> Vec<Key> {
 }
 
 pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let c = match chunks(ctx, a, true) {
+    let c = match chunks(ctx, a) {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -117,7 +130,7 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let c = match chunks(ctx, a, false) {
+    let c = match chunks(ctx, a) {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -137,7 +150,7 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let c = match chunks(ctx, a, false) {
+    let c = match chunks(ctx, a) {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -161,14 +174,10 @@ pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return syntax_error();
     }
     let ks = keys(ctx, &c, hashes);
-    let mut found = Vec::new();
-    for k in &ks {
-        match engine.locate(k).await {
-            Ok(Some(loc)) => found.push(loc),
-            Ok(None) => break,
-            Err(e) => return engine_error(&e),
-        }
-    }
+    let found = match leading(engine, &ks).await {
+        Ok(f) => f,
+        Err(e) => return engine_error(&e),
+    };
     let tiers: Vec<Reply> = found.iter().map(|(t, _)| Reply::bulk(t.as_str())).collect();
     if let Some(ms) = lease_ms {
         let matched: Vec<&Key> = ks[..tiers.len()].iter().collect();
@@ -181,8 +190,24 @@ pub(crate) async fn match_prefix(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     Reply::Array(reply)
 }
 
+/// The leading present chunks of `keys`, until the first missing one: each one's tier and
+/// value length.
+async fn leading(
+    engine: &strata_engine::Engine,
+    keys: &[Key],
+) -> Result<Vec<(strata_engine::Tier, u64)>, strata_engine::Error> {
+    let mut found = Vec::new();
+    for k in keys {
+        match engine.locate(k).await? {
+            Some(loc) => found.push(loc),
+            None => break,
+        }
+    }
+    Ok(found)
+}
+
 pub(crate) async fn locate(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let c = match chunks(ctx, a, false) {
+    let c = match chunks(ctx, a) {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -210,5 +235,197 @@ pub(crate) async fn locate(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 .collect(),
         ),
         Err(e) => engine_error(&e),
+    }
+}
+
+/// One group of a `KVC.WHERE`: where its leading chunks are and what loading them costs.
+struct GroupFound {
+    node: String,
+    tiers: Vec<Bytes>,
+    load_us: u64,
+}
+
+/// `KVC.WHERE` (see the module's text).
+pub(crate) async fn where_cached(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let shared = ctx.shared;
+    let cluster = shared.cluster.as_ref();
+    let named = a[1].eq_ignore_ascii_case(b"namespace");
+    let (ns_id, canonical) = if named {
+        let Some(ns) = a
+            .get(2)
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(strata_kvcache::Namespace::from_canonical)
+        else {
+            return Reply::err(
+                "ERR NAMESPACE takes a namespace's canonical text (strata-kvc-v1|...|chunk=<tokens>)",
+            );
+        };
+        (Bytes::from(ns.id()), Some(ns))
+    } else {
+        (a[1].clone(), None)
+    };
+    // What follows the namespace.
+    let mut at = if named { 3 } else { 2 };
+    let mut group = cluster.map_or(0, |c| c.settings().kvc_group_chunks);
+    if a.get(at).is_some_and(|w| w.eq_ignore_ascii_case(b"group")) {
+        match a.get(at + 1).and_then(|g| parse_int(g)) {
+            Some(g) if (0..=CHUNKS_MAX as i64).contains(&g) => group = g as usize,
+            _ => return Reply::err("ERR GROUP takes a number of chunks per group (0: untagged)"),
+        }
+        at += 2;
+    }
+    let hashes: Vec<Bytes> = match &canonical {
+        Some(ns) => {
+            if !a.get(at).is_some_and(|w| w.eq_ignore_ascii_case(b"tokens")) {
+                return syntax_error();
+            }
+            let mut tokens = Vec::with_capacity(a.len() - at - 1);
+            for t in &a[at + 1..] {
+                match parse_int(t).and_then(|t| u32::try_from(t).ok()) {
+                    Some(t) => tokens.push(t),
+                    None => return Reply::err("ERR TOKENS takes token ids (0 to 4294967295)"),
+                }
+            }
+            ns.chunk_hashes(&tokens)
+                .into_iter()
+                .map(Bytes::from)
+                .collect()
+        }
+        None => a[at..].to_vec(),
+    };
+    if hashes.len() > CHUNKS_MAX || (canonical.is_none() && hashes.is_empty()) {
+        return syntax_error();
+    }
+    if cluster.is_some() && group == 0 {
+        return Reply::err("ERR in cluster mode chunks are grouped: GROUP must be at least 1");
+    }
+    let runs = if group == 0 {
+        vec![(0, hashes.len())]
+    } else {
+        strata_kvcache::groups(hashes.len(), group)
+    };
+    let mut found = Vec::new();
+    for (first, end) in runs {
+        let tag = (group > 0).then(|| hashes[first].clone());
+        let g = match where_group(ctx, &ns_id, tag, &hashes[first..end]).await {
+            Ok(g) => g,
+            Err(r) => return r,
+        };
+        let whole = g.tiers.len() == end - first;
+        found.push(g);
+        if !whole {
+            break;
+        }
+    }
+    let count: usize = found.iter().map(|g| g.tiers.len()).sum();
+    let load_us: u64 = found.iter().map(|g| g.load_us).sum();
+    let mut nodes: Vec<(String, usize)> = Vec::new();
+    for g in found.iter().filter(|g| !g.tiers.is_empty()) {
+        match nodes.last_mut() {
+            Some((n, c)) if *n == g.node => *c += g.tiers.len(),
+            _ => nodes.push((g.node.clone(), g.tiers.len())),
+        }
+    }
+    Reply::Array(vec![
+        Reply::Integer(count as i64),
+        Reply::Integer(load_us as i64),
+        Reply::Array(
+            nodes
+                .into_iter()
+                .map(|(n, c)| Reply::Array(vec![Reply::bulk(n), Reply::Integer(c as i64)]))
+                .collect(),
+        ),
+        Reply::Array(
+            found
+                .into_iter()
+                .flat_map(|g| g.tiers)
+                .map(Reply::Bulk)
+                .collect(),
+        ),
+    ])
+}
+
+/// The leading cached chunks of one group (`tag`: its tag, `None` for untagged keys): from
+/// this node's engine if it serves the group's slot, else from the node that does.
+async fn where_group(
+    ctx: &Ctx<'_>,
+    ns: &Bytes,
+    tag: Option<Bytes>,
+    hashes: &[Bytes],
+) -> Result<GroupFound, Reply> {
+    let shared = ctx.shared;
+    let elsewhere = match (shared.cluster.as_ref(), &tag) {
+        (Some(c), Some(t)) => {
+            let slot = strata_format::keys::slot_of(t);
+            match c.route(slot, false, false) {
+                strata_cluster::Route::Local => None,
+                strata_cluster::Route::Moved(to) => Some(to),
+                strata_cluster::Route::TryAgain => {
+                    return Err(Reply::err(format!(
+                        "TRYAGAIN slot {slot} is being moved to another node; retry"
+                    )))
+                }
+                strata_cluster::Route::Down(why) => return Err(Reply::err(why)),
+            }
+        }
+        _ => None,
+    };
+    let Some(to) = elsewhere else {
+        let c = Chunks {
+            ns,
+            tag: tag.as_ref(),
+            rest: hashes,
+        };
+        let engine = &shared.engine;
+        let found = leading(engine, &keys(ctx, &c, hashes))
+            .await
+            .map_err(|e| engine_error(&e))?;
+        let node = match shared.cluster.as_ref() {
+            Some(c) => c
+                .me()
+                .map_or_else(|| "myself".to_string(), |i| c.map().addr(i).endpoint()),
+            None => "myself".to_string(),
+        };
+        return Ok(GroupFound {
+            node,
+            tiers: found.iter().map(|(t, _)| Bytes::from(t.as_str())).collect(),
+            load_us: engine.expected_load_us(&found),
+        });
+    };
+    let tag = tag.expect("only tagged groups live elsewhere");
+    let mut args: Vec<&[u8]> = vec![b"KVC.MATCH", ns, b"TAG", &tag];
+    args.extend(hashes.iter().map(|h| h.as_ref()));
+    args.push(b"LOADTIME");
+    let password = shared.cfg.read().requirepass.clone();
+    let reply = shared
+        .links
+        .call(&to, &password, &args)
+        .await
+        .map_err(|e| Reply::err(format!("ERR KVC.WHERE could not ask {to}: {e}")))?;
+    match reply {
+        Reply::Array(parts) => match parts.as_slice() {
+            [Reply::Integer(_), Reply::Array(tiers), Reply::Integer(us)] => Ok(GroupFound {
+                node: to,
+                tiers: tiers
+                    .iter()
+                    .filter_map(|t| match t {
+                        Reply::Bulk(b) => Some(b.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+                load_us: (*us).max(0) as u64,
+            }),
+            _ => Err(Reply::err(format!(
+                "ERR KVC.WHERE: {to} answered KVC.MATCH in an unknown shape"
+            ))),
+        },
+        // A move or a map change between the nodes' views: the client asks again.
+        Reply::Error(e) if e.starts_with("MOVED") || e.starts_with("TRYAGAIN") => Err(Reply::err(
+            format!("TRYAGAIN the group's slot moved ({e}); retry"),
+        )),
+        Reply::Error(e) => Err(Reply::err(format!("ERR KVC.WHERE: {to} refused: {e}"))),
+        _ => Err(Reply::err(format!(
+            "ERR KVC.WHERE: {to} answered KVC.MATCH in an unknown shape"
+        ))),
     }
 }

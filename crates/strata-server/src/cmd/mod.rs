@@ -83,12 +83,10 @@ impl Spec {
     }
 }
 
-/// The argument positions of the keys a request of `spec` names: the table's first, last
-/// and step, or, for commands that count their keys (`EVAL`, `ZUNION`, `LMPOP`...), the
-/// `numkeys` argument. `Err` if that count is not a number that fits the arguments.
-pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> {
-    // (position of numkeys, keys before it from position 1)
-    let counted = match spec.name {
+/// For commands that count their keys: the position of that count, and how many keys come
+/// before it from position 1.
+fn counted_keys(spec: &Spec) -> Option<(usize, usize)> {
+    match spec.name {
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Some((2, 0)),
         "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "lmpop" | "zmpop" => {
             Some((1, 0))
@@ -96,8 +94,29 @@ pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> 
         "blmpop" | "bzmpop" => Some((2, 0)),
         "zunionstore" | "zinterstore" | "zdiffstore" => Some((2, 1)),
         _ => None,
-    };
-    if let Some((at, before)) = counted {
+    }
+}
+
+/// The `KVC.*` commands that name chunks of one group: their group tag is their key.
+/// (`KVC.WHERE` answers on any node.)
+fn routed_by_tag(spec: &Spec) -> bool {
+    spec.name.starts_with("kvc.") && spec.name != "kvc.where"
+}
+
+/// Whether a command's keys are found from its arguments rather than fixed positions
+/// (`movablekeys` in `COMMAND`: cluster clients then ask `COMMAND GETKEYS`).
+pub(crate) fn movable_keys(spec: &Spec) -> bool {
+    counted_keys(spec).is_some() || routed_by_tag(spec)
+}
+
+/// The argument positions of the keys a request of `spec` names: the table's first, last
+/// and step, or, for commands that count their keys (`EVAL`, `ZUNION`, `LMPOP`...), the
+/// `numkeys` argument. `Err` if that count is not a number that fits the arguments.
+pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> {
+    if routed_by_tag(spec) {
+        return Ok(kvc::tag_position(a).into_iter().collect());
+    }
+    if let Some((at, before)) = counted_keys(spec) {
         let n = a.get(at).and_then(|b| parse_int(b)).ok_or(())?;
         if n < 0 || n as usize > a.len().saturating_sub(at + 1) {
             return Err(());
@@ -551,6 +570,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("kvc.get", -3, READ, 0, 0, 0, kvc::get),
     c!("kvc.match", -3, READ, 0, 0, 0, kvc::match_prefix),
     c!("kvc.locate", -3, READ, 0, 0, 0, kvc::locate),
+    c!("kvc.where", -3, READ, 0, 0, 0, kvc::where_cached),
 ];
 
 /// Every command's name, in table order.

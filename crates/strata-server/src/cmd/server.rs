@@ -80,6 +80,9 @@ fn command_info(i: usize) -> Reply {
     if s.flags & super::FAST != 0 {
         flags.push(Reply::Simple("fast".into()));
     }
+    if super::movable_keys(s) {
+        flags.push(Reply::Simple("movablekeys".into()));
+    }
     Reply::Array(vec![
         Reply::bulk(s.name),
         Reply::Integer(s.arity as i64),
