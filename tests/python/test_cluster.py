@@ -488,6 +488,8 @@ def test_a_node_added_then_one_removed_while_clients_write_loses_no_acknowledged
         rc0.hset(f"h:{i}", mapping={"a": str(i), "b": "x" * i})
         rc0.set(f"t:{i}", "ttl", ex=1000)
         rc0.zadd(f"z:{i}", {"m": i})
+    # A pin on one node goes with the slots it gives away.
+    assert cluster3.nodes[1].client().execute_command("PIN", "h:*") >= 0
     threads = [threading.Thread(target=cluster_writer), threading.Thread(target=raw_writer)]
     for t in threads:
         t.start()
@@ -498,6 +500,7 @@ def test_a_node_added_then_one_removed_while_clients_write_loses_no_acknowledged
         out = cluster_cmd(cluster3.etcd, cluster3.name, "add-node", "--addr", f"127.0.0.1:{new.port}")
         assert "16384 slots over 4 nodes, 4096 to 4096 each" in out.stdout, out.stdout + out.stderr
         assert "slots moving" in out.stderr, "progress is shown"
+        assert new.client().execute_command("PINS") == [b"h:*"]
         time.sleep(1)
         leaving = cluster3.nodes[1]
         out = cluster_cmd(cluster3.etcd, cluster3.name, "remove-node", "--addr", f"127.0.0.1:{leaving.port}")
@@ -679,3 +682,50 @@ def test_kv_cache_client_spreads_a_prefix_over_groups_and_any_node_says_where_it
     assert one.where(prompt) == {"tokens": 160, "load_us": one.where(prompt)["load_us"], "nodes": [("myself", 40)], "tiers": ["hot"] * 40}
     assert strata.client().execute_command("KVC.WHERE", ns.id, "GROUP", 16, *hashes)[0] == 0, "grouped keys are other keys"
     one.close()
+
+
+def test_the_lmcache_connector_works_against_a_cluster(cluster3):
+    """LMCache's connector against three nodes: each chunk its own group (LMCache's keys carry
+    no position in the prompt), one pipeline per node, redirections followed when a node
+    leaves."""
+    import asyncio
+
+    from strata_client.lmcache import StrataConnector
+
+    keys = [f"meta-llama/Llama-3.1-8B@1@0@{i:x}@bfloat16" for i in range(60)]
+    chunks = [(f"meta{i}".encode(), bytes([i]) * (2048 + i)) for i in range(60)]
+    url = f"redis://127.0.0.1:{cluster3.nodes[0].port}"
+    rc = cluster3.client()
+
+    async def check(c, n):
+        assert await c.batched_contains(keys) == n
+        got = await c.batched_get(keys)
+        assert [(m, bytes(kv)) for m, kv in got] == chunks[:n]
+
+    async def run():
+        c = StrataConnector(url, lease_ms=5000, cluster=True)
+        assert await c.batched_contains(keys) == 0
+        await c.batched_put(keys[:40], chunks[:40])
+        await check(c, 40)
+        # The chunks are spread over the nodes.
+        ns = "meta-llama/Llama-3.1-8B@1@0@bfloat16"
+        owners = {slot_owner_port(rc, rc.keyslot(f"{i:x}")) for i in range(40)}
+        assert len(owners) == 3, owners
+        assert rc.get(f"kvc:{ns}:{{5}}5") is not None
+        assert await c.exists(keys[39]) and not await c.exists(keys[40])
+        assert sorted(await c.list()) == sorted(keys[:40])
+        assert await c.remove(keys[39]) and not await c.remove(keys[39])
+        await check(c, 39)
+        await c.put(keys[39], chunks[39])
+        # A node leaves: its chunks move, the connector's map is stale, and it follows.
+        leaving = cluster3.nodes[2]
+        out = cluster_cmd(cluster3.etcd, cluster3.name, "remove-node", "--addr", f"127.0.0.1:{leaving.port}")
+        assert "holds no slots" in out.stdout, out.stdout + out.stderr
+        await check(c, 40)
+        await c.batched_put(keys[40:], chunks[40:])
+        await check(c, 60)
+        await c.close()
+        with pytest.raises(ValueError):
+            StrataConnector(url, local=True, cluster=True)
+
+    asyncio.run(run())

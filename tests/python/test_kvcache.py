@@ -291,3 +291,79 @@ def test_clients_on_the_same_machine_can_use_the_unix_socket():
             assert any(b"/strata.sock:0" in line for line in r.execute_command("CLIENT", "LIST").splitlines())
         finally:
             s.stop()
+
+
+def test_retrieve_reads_chunks_straight_into_the_callers_buffers(strata):
+    """`retrieve_into` fills buffers the caller owns (here bytearrays and an array of
+    floats) from the socket; a buffer too small is refused and the client reads on; many
+    small chunks that arrive in one read-ahead come back whole too."""
+    import array
+
+    ns = Namespace("into-test", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=16)
+    c = KVCacheClient(f"redis://127.0.0.1:{strata.port}", ns)
+    prompt = list(range(3000, 3000 + 16 * 6))
+    chunks = [os.urandom(300 * 1024 + 7 * i) for i in range(6)]
+    assert c.store(prompt, chunks) == 6
+    bufs = [bytearray(len(ch) + 10) for ch in chunks]
+    assert c.retrieve_into(prompt, bufs) == [len(ch) for ch in chunks]
+    assert all(bytes(b[: len(ch)]) == ch for b, ch in zip(bufs, chunks))
+    floats = array.array("f", bytes(len(chunks[0]) + 4))
+    assert c.retrieve_into(prompt, [floats]) == [len(chunks[0])]
+    assert floats.tobytes()[: len(chunks[0])] == chunks[0]
+    # A prompt that diverges after three chunks fills three buffers.
+    assert c.retrieve_into(prompt[:48] + [1] * 48, bufs) == [len(ch) for ch in chunks[:3]]
+    with pytest.raises(ValueError, match="chunk 0 holds"):
+        c.retrieve_into(prompt, [bytearray(10)])
+    assert c.retrieve(prompt) == chunks
+    small = [os.urandom(100) for _ in range(200)]
+    tokens = list(range(16 * 200))
+    assert c.store(tokens, small) == 200
+    assert c.retrieve(tokens) == small
+    # An error reply reaches the caller as an error, and the connection stays in step.
+    from strata_client.wire import Wire
+
+    w = Wire(f"redis://127.0.0.1:{strata.port}")
+    w.send([["KVC.GET", ns.id]])
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        w.read_bulks(lambda i, n: memoryview(bytearray(n)))
+    w.send([["KVC.GET", ns.id, ns.chunk_hashes(prompt)[0]]])
+    assert w.read_bulks(lambda i, n: memoryview(bytearray(n))) == [len(chunks[0])]
+    w.close()
+    assert c.retrieve(prompt) == chunks
+    c.close()
+
+
+def test_direct_reads_authenticate_with_the_urls_password(tmp_path):
+    from conftest import StrataProcess
+
+    s = StrataProcess({"requirepass": "sekret"})
+    try:
+        ns = Namespace("auth-test", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=4)
+        c = KVCacheClient(f"redis://:sekret@127.0.0.1:{s.port}", ns)
+        chunks = [b"a" * 70000, b"b" * 5]
+        assert c.store(list(range(8)), chunks) == 2
+        assert c.retrieve(list(range(8))) == chunks
+        c.close()
+        with pytest.raises(redis.AuthenticationError):
+            KVCacheClient(f"redis://:wrong@127.0.0.1:{s.port}", ns).retrieve(list(range(8)))
+    finally:
+        s.stop()
+
+
+def test_the_client_read_benchmark_runs_and_writes_its_report(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import strata_bin
+
+    out = tmp_path / "client"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_kvcache_client.py"), "--quick", "--strata", strata_bin(), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "client.json").read_text())
+    assert set(report["results"]) == {"raw", "retrieve", "retrieve_into", "redis-py", "redis-py GET"}
+    assert all(v["gib_per_s"] > 0 for v in report["results"].values())
+    assert "| retrieve_into |" in (tmp_path / "client.md").read_text()
+    assert "round 3/3" in run.stderr, "progress is shown"

@@ -3,6 +3,7 @@
 import mmap
 import os
 import struct
+import threading
 import time
 from collections import OrderedDict
 from typing import List, Optional, Sequence, Tuple, Union
@@ -10,6 +11,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import redis
 
 from .kvcache import GROUP_CHUNKS_DEFAULT, Namespace, groups, key_for
+from .wire import Wire
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -17,6 +19,8 @@ Buffer = Union[bytes, bytearray, memoryview]
 CHUNKS_PER_COMMAND = 256
 #: Value-log files ``retrieve_local`` keeps mapped (each up to the server's vlog_file_bytes).
 MAPS_MAX = 64
+#: Direct-read connections a ``KVCacheClient`` keeps for reuse.
+WIRES_MAX = 8
 #: Times a cluster request is sent again after a redirection (``MOVED``, ``TRYAGAIN``...).
 REDIRECTS_MAX = 16
 #: Failures that mean: the slot map moved, learn it again and send again (redis-py turns
@@ -171,6 +175,12 @@ class KVCacheClient:
             self.group_chunks = 0
             self.pool = redis.ConnectionPool.from_url(url, **kw)
             self.r = redis.Redis(connection_pool=self.pool)
+        # Connections that read chunks straight into buffers (``wire.Wire``), kept for reuse;
+        # not over TLS (``rediss://``), where reads go through redis-py.
+        self.url = url
+        self.direct = self.rc is None and not url.startswith("rediss://")
+        self._wires: List[Wire] = []
+        self._wires_lock = threading.Lock()
 
     def _batches(self, items: list) -> List[list]:
         return [items[i : i + CHUNKS_PER_COMMAND] for i in range(0, len(items), CHUNKS_PER_COMMAND)] or [[]]
@@ -284,8 +294,65 @@ class KVCacheClient:
         return sum(int(n) for n in self._run("KVC.PUT", parts, extra))
 
     def retrieve(self, tokens: Sequence[int]) -> List[bytes]:
-        """The buffers of the leading cached chunks, in order (stops at the first miss)."""
+        """The buffers of the leading cached chunks, in order (stops at the first miss):
+        ``bytearray`` objects each filled straight from the socket (``bytes`` in a cluster)."""
         return self.retrieve_chunks(self.ns.chunk_hashes(tokens))
+
+    def retrieve_into(self, tokens: Sequence[int], buffers: Sequence) -> List[int]:
+        """Reads the leading cached chunks of ``tokens`` into ``buffers`` (one writable,
+        contiguous buffer per chunk, from the first: ``bytearray``, a numpy array, a tensor's
+        memory...; each at least as large as its chunk) and returns the chunks' lengths (as
+        many as were cached). On a single node the bytes go from the socket into the buffers
+        with no copy in between. A chunk larger than its buffer raises ``ValueError``."""
+        hashes = self.ns.chunk_hashes(tokens)[: len(buffers)]
+        views = [memoryview(b).cast("B") for b in buffers[: len(hashes)]]
+
+        def into(i: int, n: int) -> memoryview:
+            if n > len(views[i]):
+                raise ValueError(f"chunk {i} holds {n} bytes, its buffer {len(views[i])}")
+            return views[i][:n]
+
+        if self.direct:
+            return self._read_chunks(hashes, into)
+        lengths = []
+        for i, v in enumerate(self.retrieve_chunks(hashes)):
+            into(i, len(v))[:] = v
+            lengths.append(len(v))
+        return lengths
+
+    def _wire(self) -> Wire:
+        with self._wires_lock:
+            if self._wires:
+                return self._wires.pop()
+        return Wire(self.url)
+
+    def _give_back(self, w: Wire) -> None:
+        with self._wires_lock:
+            if not w.broken and len(self._wires) < WIRES_MAX:
+                self._wires.append(w)
+                return
+        w.close()
+
+    def _read_chunks(self, hashes: Sequence[str], buffer_for) -> List[int]:
+        """The lengths of the leading cached chunks of ``hashes``, chunk ``i`` read into
+        ``buffer_for(i, n)``: a ``KVC.GET`` per ``CHUNKS_PER_COMMAND`` chunks, and again for
+        the rest of a reply the server cut at its size limit; an empty reply means the next
+        chunk is missing."""
+        lengths: List[int] = []
+        w = self._wire()
+        try:
+            rest = list(hashes)
+            while rest:
+                batch, base = rest[:CHUNKS_PER_COMMAND], len(lengths)
+                w.send([self._args("KVC.GET", None, batch)])
+                got = w.read_bulks(lambda i, n: buffer_for(base + i, n))
+                lengths += got
+                if not got:
+                    break
+                rest = rest[len(got) :]
+        finally:
+            self._give_back(w)
+        return lengths
 
     def retrieve_local(self, tokens: Sequence[int], verify: bool = False) -> List[Buffer]:
         """As ``retrieve``, for a client on the server's machine that may read the server's
@@ -315,6 +382,15 @@ class KVCacheClient:
 
     def retrieve_chunks(self, hashes: Sequence[str]) -> List[bytes]:
         """The leading cached chunks of ``hashes`` (chunk ids), read with ``KVC.GET``."""
+        if self.direct:
+            chunks: List[bytearray] = []
+
+            def fresh(i: int, n: int) -> memoryview:
+                chunks.append(bytearray(n))
+                return memoryview(chunks[-1])
+
+            self._read_chunks(hashes, fresh)
+            return chunks
         out: List[bytes] = []
         parts = self._parts(list(hashes))
         for (tag, batch), values in zip(parts, self._run("KVC.GET", parts)):
@@ -325,6 +401,10 @@ class KVCacheClient:
         return out
 
     def close(self):
+        with self._wires_lock:
+            wires, self._wires = self._wires, []
+        for w in wires:
+            w.close()
         if self.rc is not None:
             self.rc.close()
         else:

@@ -13,6 +13,8 @@ loads the connector from its configuration, for example::
       remote_storage_plugin.strata.lease_ms: 30000   # optional
       remote_storage_plugin.strata.local: true       # optional: on Strata's machine, map
                                                      # chunks from its files (KVC.LOCATE)
+      remote_storage_plugin.strata.cluster: true     # optional: url names any node of a
+                                                     # Strata cluster
 
 Each chunk is one Strata value (LMCache's ``RemoteMetadata`` and the chunk's bytes), so
 metadata and bytes cannot disagree; a lookup of N chunks is one ``KVC.MATCH`` (leasing the
@@ -56,8 +58,8 @@ class StrataRemoteConnector(RemoteConnector):
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
         self.lease_ms = int(extra.get(PREFIX + "lease_ms", DEFAULT_LEASE_MS))
-        local = str(extra.get(PREFIX + "local", "false")).lower() in ("1", "true", "yes")
-        self.strata = StrataConnector(url, local=local)
+        flag = lambda name: str(extra.get(PREFIX + name, "false")).lower() in ("1", "true", "yes")  # noqa: E731
+        self.strata = StrataConnector(url, local=flag("local"), cluster=flag("cluster"))
 
     def _to_chunk(self, memory_obj: MemoryObj) -> Chunk:
         kv = _byte_view(memory_obj)

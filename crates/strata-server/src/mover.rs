@@ -6,7 +6,8 @@
 //! and from then on clients are sent to it with `-MOVED`. Each batch of copied slots is
 //! reported to the controller, which gives them to the target in the map; the source then
 //! deletes its copies. If the move is dropped (an end stopped living), the slots go back
-//! to being served where the map says, and a node drops what it no longer serves.
+//! to being served where the map says, and a node drops what it no longer serves. Before a
+//! move's first slot, the target is given the source's pins (`PIN pattern`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,6 +78,17 @@ async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> 
         );
         let password = shared.cfg.read().requirepass.clone();
         let mut link = Link::connect(&target.endpoint(), &password).await?;
+        // Pins go with the keys: the target pins this node's patterns (where it has one
+        // already, nothing changes), so keys held warm here stay warm there.
+        for p in shared.engine.pins() {
+            if let Err(e) = link.call(&[b"PIN", &p]).await {
+                tracing::warn!(
+                    pattern = %String::from_utf8_lossy(&p),
+                    error = %e,
+                    "the target did not take a pin; the pattern's keys move unpinned"
+                );
+            }
+        }
         for chunk in pending.chunks(REPORT_SLOTS as usize) {
             // The map may have moved on meanwhile.
             let now = cluster.map();
