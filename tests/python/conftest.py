@@ -119,3 +119,24 @@ def tiny_strata():
     )
     yield p
     p.stop()
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A real redis-server on loopback, the baseline: its port."""
+    port = free_port()
+    p = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    r = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield port
+    p.terminate()
+    p.wait(10)

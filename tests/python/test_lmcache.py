@@ -9,13 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import redis
-
-from conftest import free_port
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE.parents[1] / "clients" / "python"
@@ -42,26 +39,6 @@ def drive(port: int, connector: str) -> dict:
         sys.stderr.write(out.stderr[-4000:])
     assert out.returncode == 0, f"driver failed ({connector} on port {port}): {out.stderr[-800:]}"
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    port = free_port()
-    p = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    r = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            r.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    yield port
-    p.terminate()
-    p.wait(10)
 
 
 #: What every connector must see (keys 0-3 stored, 4-5 never; chunk 1 then deleted).

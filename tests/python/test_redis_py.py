@@ -117,6 +117,40 @@ def test_pipelined_counters_run_together_and_answer_one_by_one(strata):
     assert p.execute() == list(range(1, 1001))
 
 
+def test_pipelined_gets_read_together_and_answer_as_redis_server_does(strata, redis_server):
+    """Consecutive GETs of a pipeline are one engine read (DRAM's shards in one pass): each
+    still answers what redis-server answers to the same pipeline (values, nil, WRONGTYPE,
+    an expired key, a key of another database), and a GET run touches no WATCHed key."""
+    got = {}
+    for name, port in (("strata", strata.port), ("redis", redis_server)):
+        r, other_db = redis.Redis(port=port), redis.Redis(port=port, db=1)
+        r.flushall()
+        r.set("a", "1")
+        r.set("big", b"x" * 5000)
+        r.hset("h", "f", "v")
+        r.set("gone", "v", px=1)
+        other_db.set("only-in-1", "one")
+        time.sleep(0.05)
+        pipe = r.pipeline(transaction=False)
+        for k in ["a", "missing", "h", "big", "gone", "only-in-1", "a"] * 20:
+            pipe.get(k)
+        replies = pipe.execute(raise_on_error=False)
+        got[name] = [str(x) if isinstance(x, Exception) else x for x in replies]
+        # A watcher of "a" sees no change from a run of GETs of it.
+        w = redis.Redis(port=port)
+        tx = w.pipeline(transaction=True)
+        tx.watch("a")
+        reads = r.pipeline(transaction=False)
+        for _ in range(10):
+            reads.get("a")
+        assert reads.execute() == [b"1"] * 10
+        tx.multi()
+        tx.set("a", "2")
+        assert tx.execute() == [True], name
+    assert got["strata"] == got["redis"]
+    assert got["strata"][2].startswith("WRONGTYPE")
+
+
 def test_transactions_and_watch(strata):
     r = strata.client()
     other = strata.client()

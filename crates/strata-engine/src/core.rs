@@ -203,6 +203,23 @@ impl Core {
                 .insert_tagged(key.stored(), value, expire_ms, kind as u8)
     }
 
+    /// [`Core::hot_get`] of many keys, in one pass over DRAM's shards.
+    pub(crate) fn hot_get_many(
+        &self,
+        keys: &[&Key],
+        now_ms: u64,
+    ) -> Result<Vec<Option<(Bytes, u64, Kind)>>> {
+        let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
+        self.hot
+            .get_many(&stored, now_ms)
+            .into_iter()
+            .map(|g| match g {
+                Some((v, e, tag)) => Ok(Some((v, e, Kind::from_u8(tag)?))),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
     /// The DRAM copy of `key`, live at `now_ms`: value, expiry and kind.
     pub(crate) fn hot_get(&self, key: &Key, now_ms: u64) -> Result<Option<(Bytes, u64, Kind)>> {
         match self.hot.get(key.stored(), now_ms) {

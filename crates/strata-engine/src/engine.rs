@@ -296,6 +296,21 @@ impl Engine {
 
     /// Reads many keys at once: DRAM for all, then one multi-get of the warm store, then
     /// the cold blocks concurrently (keys sharing a block share its fetch).
+    /// [`Engine::get_value`] of many keys in one read (DRAM's shards in one pass, one
+    /// multi-get per family for the rest): a pipeline's consecutive `GET`s. Refused as
+    /// [`Engine::get_many_limited`] is past `bytes_max`.
+    pub async fn get_values(
+        &self,
+        keys: &[&Key],
+        bytes_max: u64,
+    ) -> Result<Vec<Option<(Kind, Bytes)>>> {
+        let got = crate::read::read_many(&self.core, keys, false, bytes_max).await?;
+        Ok(got
+            .into_iter()
+            .map(|g| g.map(|(v, _, kind)| (kind, v)))
+            .collect())
+    }
+
     pub async fn get_many(&self, keys: &[&Key]) -> Result<Vec<Option<Bytes>>> {
         self.get_many_limited(keys, u64::MAX).await
     }

@@ -249,14 +249,15 @@ fn cut_at(found: &[Found], bytes_max: u64, prefix: bool) -> Result<usize> {
     Ok(found.len())
 }
 
-/// The lookup of many keys: DRAM for all, then one multi-get of the warm records of the
-/// rest (with their values), then one of the cold index entries of those not warm.
+/// The lookup of many keys: DRAM for all (one pass over its shards), then one multi-get of
+/// the warm records of the rest (with their values), then one of the cold index entries of
+/// those not warm.
 async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let now = core.now_ms();
     let mut found: Vec<Found> = Vec::with_capacity(keys.len());
     let mut pending = Vec::new();
-    for (i, k) in keys.iter().enumerate() {
-        match core.hot_get(k, now)? {
+    for (i, (k, hot)) in keys.iter().zip(core.hot_get_many(keys, now)?).enumerate() {
+        match hot {
             Some((v, _, kind)) => {
                 hot_hit(core, k);
                 found.push(Found::Value(v, Tier::Hot, kind));

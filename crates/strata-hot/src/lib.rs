@@ -105,8 +105,12 @@ impl HotCache {
     }
 
     fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
         // The table uses the hash's low bits and its top seven; the shard takes others.
-        &self.shards[((hash >> 32) % self.shards.len() as u64) as usize]
+        ((hash >> 32) % self.shards.len() as u64) as usize
     }
 
     /// Records `sh`'s bytes for `trim` (called with its lock held, after every change).
@@ -168,6 +172,57 @@ impl HotCache {
             let e = sh.entry(slot);
             (e.value(), e.data.expire_ms(), e.tag)
         })
+    }
+
+    /// [`HotCache::get`] of many keys at once. The shards they fall in are locked together
+    /// (in shard order; no other path holds two), and every key is looked up before any
+    /// value is copied out, so the look-ups run back to back with no lock between them and
+    /// the processor overlaps their cache misses. Expired entries are dropped at the end.
+    pub fn get_many(&self, keys: &[&[u8]], now_ms: u64) -> Vec<Option<(Bytes, u64, u8)>> {
+        let hashes: Vec<u64> = keys.iter().map(|k| self.hasher.hash_one(k)).collect();
+        let shard_of: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        let mut locked: Vec<usize> = shard_of.clone();
+        locked.sort_unstable();
+        locked.dedup();
+        let mut guards: Vec<_> = locked.iter().map(|&i| self.shards[i].lock()).collect();
+        let guard_of: Vec<usize> = shard_of
+            .iter()
+            .map(|i| locked.binary_search(i).expect("locked"))
+            .collect();
+        let slots: Vec<Option<usize>> = keys
+            .iter()
+            .zip(&hashes)
+            .zip(&guard_of)
+            .map(|((k, &h), &g)| guards[g].find(h, k))
+            .collect();
+        let mut expired = Vec::new();
+        let mut out = Vec::with_capacity(keys.len());
+        for (i, slot) in slots.into_iter().enumerate() {
+            let sh = &mut guards[guard_of[i]];
+            out.push(slot.and_then(|slot| {
+                let e = sh.entry(slot);
+                if !e.data.is_live(now_ms) {
+                    if !e.dirty {
+                        expired.push(i);
+                    }
+                    return None;
+                }
+                sh.touch(slot);
+                let e = sh.entry(slot);
+                Some((e.value(), e.data.expire_ms(), e.tag))
+            }));
+        }
+        // A removal may rehash its shard: each expired key is looked up again.
+        for i in expired {
+            let sh = &mut guards[guard_of[i]];
+            if let Some(slot) = sh.find(hashes[i], keys[i]) {
+                if !sh.entry(slot).dirty && !sh.entry(slot).data.is_live(now_ms) {
+                    self.remove_slot(sh, slot);
+                    self.publish(sh);
+                }
+            }
+        }
+        out
     }
 
     /// The value and tag of `key` if cached and live at `now_ms`, without touching the
@@ -464,6 +519,43 @@ mod tests {
     }
 
     const POLICIES: [PolicyKind; 2] = [PolicyKind::Lru, PolicyKind::Strata];
+
+    #[test]
+    fn get_many_answers_as_get_does_key_by_key() {
+        for policy in POLICIES {
+            // Two caches alike: one read with get_many, its twin key by key.
+            let filled = || {
+                let c = HotCache::new(1 << 20, 4, policy);
+                for i in 0..200u32 {
+                    let expire = if i % 10 == 0 { 50 } else { 0 };
+                    let (k, v) = (format!("k{i}"), format!("v{i}"));
+                    c.insert(k.as_bytes(), Bytes::from(v), expire);
+                }
+                c
+            };
+            let (c, twin) = (filled(), filled());
+            c.insert_dirty(b"dirty-expired", Bytes::from_static(b"d"), 50, 0);
+            let names: Vec<String> = (0..220u32)
+                .map(|i| format!("k{}", i % 210))
+                .chain(["dirty-expired".to_string(), "k5".to_string()])
+                .collect();
+            let keys: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+            let got = c.get_many(&keys, 100);
+            assert_eq!(got.len(), keys.len());
+            for (k, g) in keys.iter().zip(&got) {
+                if *k == b"dirty-expired" {
+                    assert!(g.is_none());
+                    continue;
+                }
+                assert_eq!(g, &twin.get(k, 100), "{}", String::from_utf8_lossy(k));
+            }
+            assert!(got.iter().filter(|g| g.is_some()).count() > 150);
+            // Expired clean entries went; the expired dirty one stays (write-back owns it).
+            assert_eq!(c.stats().entries, 180 + 1);
+            assert!(c.is_dirty(b"dirty-expired"));
+            assert!(c.get_many(&[], 100).is_empty());
+        }
+    }
 
     #[test]
     fn strata_policy_keeps_reused_entries_through_a_scan() {

@@ -857,13 +857,21 @@ pub(crate) async fn dispatch_counted(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes])
 pub(crate) const RUN_MAX: usize = 256;
 pub(crate) const RUN_BYTES_MAX: usize = 1 << 20;
 
-/// Pipelined writes that run with their neighbours of the same kind as one engine batch.
+/// Pipelined commands that run with their neighbours of the same kind as one engine call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RunKind {
     /// `SET key value`, no options.
     Set,
     /// `INCR`, `DECR`, `INCRBY`, `DECRBY`.
     Incr,
+    /// `GET key`.
+    Get,
+}
+
+impl RunKind {
+    fn writes(self) -> bool {
+        !matches!(self, RunKind::Get)
+    }
 }
 
 /// The run `args` may join, outside `MULTI` (see [`execute_run`]).
@@ -873,6 +881,7 @@ pub(crate) fn run_kind(args: &[Bytes], conn: &Conn) -> Option<RunKind> {
     }
     let is = |name: &[u8]| args[0].eq_ignore_ascii_case(name);
     match args.len() {
+        2 if is(b"get") => Some(RunKind::Get),
         3 if is(b"set") => Some(RunKind::Set),
         2 if is(b"incr") || is(b"decr") => Some(RunKind::Incr),
         3 if is(b"incrby") || is(b"decrby") => Some(RunKind::Incr),
@@ -880,9 +889,10 @@ pub(crate) fn run_kind(args: &[Bytes], conn: &Conn) -> Option<RunKind> {
     }
 }
 
-/// Runs consecutive pipelined writes of one kind (see [`run_kind`]) as one write of the
-/// engine: one batch, one log record, one ticket, instead of one each. Each still gets the
-/// checks, `WATCH` touch, metrics and reply of a command of its own, in order.
+/// Runs consecutive pipelined commands of one kind (see [`run_kind`]) as one call of the
+/// engine: writes as one batch, one log record, one ticket, instead of one each; `GET`s as
+/// one read. Each still gets the checks, `WATCH` touch (writes), metrics and reply of a
+/// command of its own, in order.
 pub(crate) async fn execute_run(
     shared: &Arc<Shared>,
     conn: &mut Conn,
@@ -905,7 +915,7 @@ pub(crate) async fn execute_run(
         let asking = conn.asking;
         let elsewhere = |a: &Vec<Bytes>| {
             let slot = strata_format::keys::slot_of(&a[1]);
-            cluster::route_reply(c, slot, true, asking).is_some()
+            cluster::route_reply(c, slot, kind.writes(), asking).is_some()
         };
         if cmds.iter().any(elsewhere) {
             for (a, &i) in cmds.iter().zip(&idxs) {
@@ -917,12 +927,15 @@ pub(crate) async fn execute_run(
     }
     let start = Instant::now();
     let mut ctx = Ctx { shared, conn };
-    for (a, &i) in cmds.iter().zip(&idxs) {
-        touch_keys(&ctx, &COMMANDS[i], a);
+    if kind.writes() {
+        for (a, &i) in cmds.iter().zip(&idxs) {
+            touch_keys(&ctx, &COMMANDS[i], a);
+        }
     }
     let replies = match kind {
         RunKind::Set => strings::set_run(&mut ctx, cmds).await,
         RunKind::Incr => strings::incr_run(&mut ctx, cmds).await,
+        RunKind::Get => strings::get_run(&mut ctx, cmds).await,
     };
     let each = start.elapsed() / cmds.len().max(1) as u32;
     for (r, &i) in replies.iter().zip(&idxs) {

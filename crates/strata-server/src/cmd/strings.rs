@@ -40,6 +40,38 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
 }
 
+/// A pipeline's consecutive `GET key`s as one read of the engine (see `cmd::execute_run`):
+/// each still gets its own reply (a value, nil, or `-WRONGTYPE`). If the read fails as a
+/// whole, or its values pass one reply's limit together, each key is read on its own, so a
+/// failure stays with its own command.
+pub(crate) async fn get_run(ctx: &mut Ctx<'_>, cmds: &[Vec<Bytes>]) -> Vec<Reply> {
+    let keys: Vec<Key> = cmds.iter().map(|a| ctx.key(&a[1])).collect();
+    let engine = &ctx.shared.engine;
+    for k in &keys {
+        engine.note_access(ctx.conn.id, k);
+    }
+    let refs: Vec<&Key> = keys.iter().collect();
+    if let Ok(values) = engine.get_values(&refs, ctx.reply_bytes_max()).await {
+        return values
+            .into_iter()
+            .map(|v| match v {
+                Some((Kind::String, b)) => Reply::Bulk(b),
+                Some(_) => engine_error(&strata_engine::Error::WrongType),
+                None => Reply::Null,
+            })
+            .collect();
+    }
+    let mut out = Vec::with_capacity(keys.len());
+    for k in &keys {
+        out.push(match engine.get(k).await {
+            Ok(Some(v)) => Reply::Bulk(v),
+            Ok(None) => Reply::Null,
+            Err(e) => engine_error(&e),
+        });
+    }
+    out
+}
+
 pub(crate) async fn mget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let keys: Vec<Key> = a[1..].iter().map(|k| ctx.key(k)).collect();
     let engine = &ctx.shared.engine;
