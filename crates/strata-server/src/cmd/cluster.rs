@@ -56,7 +56,12 @@ pub(crate) fn route_reply(
     write: bool,
     asking: bool,
 ) -> Option<Reply> {
-    match cluster.route(slot, write, asking) {
+    refusal_of(slot, cluster.route(slot, write, asking))
+}
+
+/// The reply that refuses a command on `slot` routed as `route` (`None`: it runs here).
+pub(crate) fn refusal_of(slot: u16, route: Route) -> Option<Reply> {
+    match route {
         Route::Local => None,
         Route::Moved(to) => Some(Reply::err(format!("MOVED {slot} {to}"))),
         Route::TryAgain => Some(Reply::err(format!(

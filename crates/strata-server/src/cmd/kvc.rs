@@ -360,12 +360,9 @@ async fn where_group(
             match c.route(slot, false, false) {
                 strata_cluster::Route::Local => None,
                 strata_cluster::Route::Moved(to) => Some(to),
-                strata_cluster::Route::TryAgain => {
-                    return Err(Reply::err(format!(
-                        "TRYAGAIN slot {slot} is being moved to another node; retry"
-                    )))
+                other => {
+                    return Err(super::cluster::refusal_of(slot, other).expect("not local"));
                 }
-                strata_cluster::Route::Down(why) => return Err(Reply::err(why)),
             }
         }
         _ => None,
