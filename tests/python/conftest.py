@@ -16,15 +16,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 
-def strata_bin() -> str:
-    path = os.environ.get("STRATA_BIN")
-    if path:
-        return path
+def built(package: str) -> str:
+    """The debug binary of ``package`` (named after it), built first if it is missing."""
     target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
-    path = pathlib.Path(target) / "debug" / "strata"
+    path = pathlib.Path(target) / "debug" / package
     if not path.exists():
-        subprocess.run(["cargo", "build", "-p", "strata"], cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", "-p", package], cwd=ROOT, check=True)
     return str(path)
+
+
+def strata_bin() -> str:
+    return os.environ.get("STRATA_BIN") or built("strata")
+
+
+def strata_bench_bin() -> str:
+    return os.environ.get("STRATA_BENCH_BIN") or built("strata-bench")
 
 
 def set_when_writable(client, key, value, deadline, errors=redis.ResponseError):

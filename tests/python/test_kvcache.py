@@ -328,6 +328,13 @@ def test_retrieve_reads_chunks_straight_into_the_callers_buffers(strata):
         w.read_bulks(lambda i, n: memoryview(bytearray(n)))
     w.send([["KVC.GET", ns.id, ns.chunk_hashes(prompt)[0]]])
     assert w.read_bulks(lambda i, n: memoryview(bytearray(n))) == [len(chunks[0])]
+    # MGET's missing keys read as -1, with no buffer asked for them (what
+    # `strata-bench compare` reads Redis with).
+    w.call(["SET", "present", b"abc"])
+    asked = []
+    w.send([["MGET", "absent", "present", "absent2"]])
+    assert w.read_bulks(lambda i, n: asked.append(i) or memoryview(bytearray(n))) == [-1, 3, -1]
+    assert asked == [1]
     w.close()
     assert c.retrieve(prompt) == chunks
     c.close()

@@ -118,8 +118,9 @@ class Wire:
     def read_bulks(self, buffer_for: Callable[[int, int], memoryview]) -> List[int]:
         """Reads one array-of-bulk-strings reply: element ``i`` of ``n`` bytes goes into
         ``buffer_for(i, n)`` (a writable byte view of exactly ``n`` bytes). Returns the
-        elements' lengths. An error reply raises ``ResponseError``; anything else that goes
-        wrong (including ``buffer_for`` raising) closes the connection and raises."""
+        elements' lengths, -1 for a nil element (``MGET``'s missing keys: no buffer asked).
+        An error reply raises ``ResponseError``; anything else that goes wrong (including
+        ``buffer_for`` raising) closes the connection and raises."""
         try:
             line = self._line()
             if line[:1] == b"-":
@@ -130,9 +131,12 @@ class Wire:
             crlf = memoryview(bytearray(2))
             for i in range(int(line[1:])):
                 head = self._line()
-                if head[:1] != b"$" or int(head[1:]) < 0:
+                if head[:1] != b"$":
                     raise redis.exceptions.InvalidResponse(f"expected a bulk string, got {head[:40]!r}")
                 n = int(head[1:])
+                if n < 0:
+                    lengths.append(-1)
+                    continue
                 view = buffer_for(i, n)
                 if len(view) != n:
                     raise ValueError(f"a buffer of {len(view)} bytes for a value of {n}")

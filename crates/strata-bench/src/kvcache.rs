@@ -316,7 +316,9 @@ fn located(v: &Value) -> anyhow::Result<Option<Located<'_>>> {
 }
 
 /// Runs the futures sixteen at a time (as an object-store client would), keeping order.
-async fn join_in_batches<F: std::future::Future>(it: impl Iterator<Item = F>) -> Vec<F::Output> {
+pub(crate) async fn join_in_batches<F: std::future::Future>(
+    it: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
     let mut out = Vec::new();
     let mut it = it.peekable();
     while it.peek().is_some() {
@@ -443,7 +445,7 @@ async fn inflight_memory(
 /// memory. With `span` = 1 MiB both buffers stay in the CPU cache (the classic figure);
 /// with a span larger than the cache every byte comes from and goes to DRAM, as the bytes of
 /// a 48 MiB prefix read must on both sides of a real server.
-fn loopback_gib_per_sec(span: usize) -> anyhow::Result<f64> {
+pub(crate) fn loopback_gib_per_sec(span: usize) -> anyhow::Result<f64> {
     const IO: usize = 1 << 20;
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = l.local_addr()?.port();
@@ -476,7 +478,7 @@ fn loopback_gib_per_sec(span: usize) -> anyhow::Result<f64> {
 }
 
 /// Memory copy bandwidth, in GiB/s.
-fn memcpy_gib_per_sec() -> f64 {
+pub(crate) fn memcpy_gib_per_sec() -> f64 {
     let src = vec![3u8; 256 << 20];
     let mut dst = vec![0u8; 256 << 20];
     let t = Instant::now();

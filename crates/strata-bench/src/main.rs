@@ -9,7 +9,11 @@
 //!   local files and the object store, beside loopback and memcpy ceilings.
 //! - `memory`: resident memory per key after a million SETs, beside `redis-server`.
 //! - `tails`: GET p99.9 idle and while a writer pushes the warm tier past its budget.
+//! - `compare`: the headline table: Strata beside a DRAM cache and a filesystem cache in
+//!   front of the same object store, and the object store read directly.
 
+mod cgroup;
+mod compare;
 mod engine;
 mod kvcache;
 mod memory;
@@ -53,6 +57,9 @@ enum Command {
     /// Cold reads of a session-sequential workload with prefetch off and on, beside plain
     /// GETs from the same S3-compatible server (moto).
     Prefetch(prefetch::Args),
+    /// The headline table: Strata, a Redis cache and a file cache (both cache-aside in front
+    /// of the same object store) and the object store itself, on this machine, in one run.
+    Compare(compare::Args),
     /// redis-benchmark against redis-server and against strata, same machine, same run.
     Redis {
         /// Requests per redis-benchmark test.
@@ -100,5 +107,6 @@ fn main() -> anyhow::Result<()> {
         Command::Kvcache(args) => runtime()?.block_on(kvcache::run(args, &cli.out)),
         Command::Memory(args) => memory::run(args, &cli.out),
         Command::Tails(args) => tails::run(args, &cli.out),
+        Command::Compare(args) => runtime()?.block_on(compare::run(args, &cli.out)),
     }
 }

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 use serde::Serialize;
 use strata_engine::{Engine, Key, PutOptions, Settings, Tier};
 
 use crate::report::{self, Summary};
-use crate::servers::{free_port, wait_port, Proc};
+use crate::servers::{Moto, S3_KEY, S3_REGION};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,42 +58,15 @@ struct Row {
     object_store_gets: u64,
 }
 
-const BUCKET: &str = "strata-bench";
-
-fn moto(port: u16) -> anyhow::Result<Proc> {
-    use anyhow::Context;
-    let child = std::process::Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("moto_server must be installed (pip install 'moto[server]')")?;
-    Ok(Proc(child))
-}
-
-/// Creates the bucket with one unsigned PUT (moto accepts it).
-fn create_bucket(port: u16) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    write!(
-        s,
-        "PUT /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply)?;
-    anyhow::ensure!(reply.starts_with("HTTP/1.1 200"), "bucket: {reply}");
-    Ok(())
-}
-
-/// Settings whose cold tier is the moto server on `port`, under `prefix`.
-fn s3_settings(port: u16, prefix: &str) -> Settings {
+/// Settings whose cold tier is `moto`, under `prefix`.
+fn s3_settings(moto: &Moto, prefix: &str) -> Settings {
     let mut s = Settings::default();
     let c = &mut s.cold;
-    c.cold_url = format!("s3://{BUCKET}/{prefix}");
-    c.s3_endpoint = format!("http://127.0.0.1:{port}");
-    c.s3_region = "us-east-1".into();
-    c.s3_access_key_id = "test".into();
-    c.s3_secret_access_key = "test".into();
+    c.cold_url = moto.cold_url(prefix);
+    c.s3_endpoint = moto.endpoint();
+    c.s3_region = S3_REGION.into();
+    c.s3_access_key_id = S3_KEY.into();
+    c.s3_secret_access_key = S3_KEY.into();
     c.s3_allow_http = true;
     s
 }
@@ -182,9 +155,9 @@ async fn sessions(e: &Engine, a: &Args, label: &str) -> anyhow::Result<Vec<(Dura
     Ok(all)
 }
 
-async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> {
+async fn strata_run(a: &Args, moto: &Moto, prefetch: bool) -> anyhow::Result<Row> {
     let dir = tempfile::tempdir()?;
-    let mut o = s3_settings(port, if prefetch { "on" } else { "off" });
+    let mut o = s3_settings(moto, if prefetch { "on" } else { "off" });
     o.prefetch.prefetch = prefetch;
     o.hot.hot_bytes_max = 1 << 30;
     o.warm.warm_bytes_max = 1 << 20;
@@ -245,17 +218,8 @@ async fn strata_run(a: &Args, port: u16, prefetch: bool) -> anyhow::Result<Row> 
     })
 }
 
-async fn plain_gets(a: &Args, port: u16) -> anyhow::Result<Row> {
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name(BUCKET)
-            .with_endpoint(format!("http://127.0.0.1:{port}"))
-            .with_region("us-east-1")
-            .with_access_key_id("test")
-            .with_secret_access_key("test")
-            .with_allow_http(true)
-            .build()?,
-    );
+async fn plain_gets(a: &Args, moto: &Moto) -> anyhow::Result<Row> {
+    let store = moto.store()?;
     let len = a.value_kib << 10;
     let n = (a.sessions * a.keys).min(256);
     for i in 0..n {
@@ -293,17 +257,14 @@ async fn plain_gets(a: &Args, port: u16) -> anyhow::Result<Row> {
 }
 
 pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
-    let port = free_port()?;
-    let _moto = moto(port)?;
-    wait_port(port)?;
-    create_bucket(port)?;
+    let moto = Moto::start()?;
     let started = Instant::now();
     report::progress(1, 3, "plain object-store GETs");
-    let base = plain_gets(&a, port).await?;
+    let base = plain_gets(&a, &moto).await?;
     report::progress(2, 3, "strata, prefetch off");
-    let off = strata_run(&a, port, false).await?;
+    let off = strata_run(&a, &moto, false).await?;
     report::progress(3, 3, "strata, prefetch on");
-    let on = strata_run(&a, port, true).await?;
+    let on = strata_run(&a, &moto, true).await?;
     let ratio = on.reads.p50_us / base.reads.p50_us;
     let ratio_off = off.reads.p50_us / base.reads.p50_us;
     let (precision, coverage) = (on.prefetch_precision, on.prefetch_coverage);

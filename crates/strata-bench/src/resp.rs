@@ -32,13 +32,18 @@ impl Client {
         })
     }
 
-    fn send(&mut self, args: &[&[u8]]) -> anyhow::Result<()> {
+    fn encode(&mut self, args: &[&[u8]]) -> anyhow::Result<()> {
         write!(self.w, "*{}\r\n", args.len())?;
         for a in args {
             write!(self.w, "${}\r\n", a.len())?;
             self.w.write_all(a)?;
             self.w.write_all(b"\r\n")?;
         }
+        Ok(())
+    }
+
+    fn send(&mut self, args: &[&[u8]]) -> anyhow::Result<()> {
+        self.encode(args)?;
         self.w.flush()?;
         Ok(())
     }
@@ -46,6 +51,15 @@ impl Client {
     pub fn call(&mut self, args: &[&[u8]]) -> anyhow::Result<Value> {
         self.send(args)?;
         self.read()
+    }
+
+    /// Sends every command, then reads their replies: one pipeline, one round trip.
+    pub fn pipeline(&mut self, commands: &[Vec<&[u8]>]) -> anyhow::Result<Vec<Value>> {
+        for args in commands {
+            self.encode(args)?;
+        }
+        self.w.flush()?;
+        commands.iter().map(|_| self.read()).collect()
     }
 
     fn header(&mut self) -> anyhow::Result<(u8, i64)> {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::Context;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A child process killed (and reaped) when dropped.
@@ -38,17 +39,23 @@ pub fn redis_server(port: u16) -> anyhow::Result<Proc> {
     redis_server_with(port, &["--appendonly", "no"])
 }
 
+/// The arguments of a `redis-server` on loopback `port` with snapshots off.
+pub fn redis_args(port: u16) -> [String; 6] {
+    [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+    ]
+    .map(String::from)
+}
+
 /// A `redis-server` on loopback with snapshots off and `extra` settings on top.
 pub fn redis_server_with(port: u16, extra: &[&str]) -> anyhow::Result<Proc> {
     let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
+        .args(redis_args(port))
         .args(extra)
         .stdout(Stdio::null())
         .spawn()
@@ -102,4 +109,89 @@ pub fn pin(pid: u32, core: usize) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// The bucket every benchmark's S3-compatible server holds.
+pub const BUCKET: &str = "strata-bench";
+pub const S3_REGION: &str = "us-east-1";
+/// moto accepts any credentials; this one serves as key id and secret.
+pub const S3_KEY: &str = "test";
+
+/// An S3-compatible server on loopback (moto, in memory) with the bucket created.
+pub struct Moto {
+    pub port: u16,
+    _proc: Proc,
+}
+
+impl Moto {
+    pub fn start() -> anyhow::Result<Moto> {
+        let port = free_port()?;
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("moto_server must be installed (pip install 'moto[server]')")?;
+        let moto = Moto {
+            port,
+            _proc: Proc(child),
+        };
+        wait_port(port)?;
+        moto.create_bucket()?;
+        Ok(moto)
+    }
+
+    /// Creates the bucket with one unsigned PUT (moto accepts it).
+    fn create_bucket(&self) -> anyhow::Result<()> {
+        use std::io::{Read, Write};
+        let port = self.port;
+        let mut s = TcpStream::connect(("127.0.0.1", port))?;
+        write!(
+            s,
+            "PUT /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply)?;
+        anyhow::ensure!(reply.starts_with("HTTP/1.1 200"), "bucket: {reply}");
+        Ok(())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self._proc.0.id()
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Strata's `cold_url` for objects under `prefix` in the bucket.
+    pub fn cold_url(&self, prefix: &str) -> String {
+        format!("s3://{BUCKET}/{prefix}")
+    }
+
+    /// Strata's settings (`key=value`) for a cold tier under `prefix` on this server.
+    pub fn strata_settings(&self, prefix: &str) -> Vec<String> {
+        vec![
+            format!("cold_url={}", self.cold_url(prefix)),
+            format!("s3_endpoint={}", self.endpoint()),
+            format!("s3_region={S3_REGION}"),
+            format!("s3_access_key_id={S3_KEY}"),
+            format!("s3_secret_access_key={S3_KEY}"),
+            "s3_allow_http=true".into(),
+        ]
+    }
+
+    /// A client of the bucket, as the benchmarks' baselines read it.
+    pub fn store(&self) -> anyhow::Result<Arc<dyn object_store::ObjectStore>> {
+        Ok(Arc::new(
+            object_store::aws::AmazonS3Builder::new()
+                .with_bucket_name(BUCKET)
+                .with_endpoint(self.endpoint())
+                .with_region(S3_REGION)
+                .with_access_key_id(S3_KEY)
+                .with_secret_access_key(S3_KEY)
+                .with_allow_http(true)
+                .build()?,
+        ))
+    }
 }
