@@ -690,6 +690,9 @@ pub(crate) async fn put_many(
     if writeback::takes(core, &refs, expire_ms) {
         core.check_writable()?;
         let _locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
+        if pairs.len() > 1 {
+            writeback::look_ahead(core, &refs.iter().map(|(k, _)| *k).collect::<Vec<_>>());
+        }
         for (k, v) in pairs {
             writeback::put_locked(core, k, Kind::String, v, expire_ms);
         }
@@ -793,6 +796,9 @@ pub(crate) async fn incr_many(
     }
     let back = {
         let _locks = core.locks.lock_many(items.iter().map(|(k, _)| *k));
+        if items.len() > 1 {
+            writeback::look_ahead(core, &items.iter().map(|(k, _)| *k).collect::<Vec<_>>());
+        }
         incr_back_locked(core, items)?
     };
     if let Some((out, ticket)) = back {
@@ -897,17 +903,26 @@ fn count<'k, S>(
 ) -> Result<Option<(Vec<Result<i64>>, Vec<(&'k Key, i64, u64, S)>)>> {
     // Per key: its integer as the items so far left it, expiry, kept state, changed.
     let mut keys: Vec<(&'k Key, Result<i64>, u64, S, bool)> = Vec::new();
-    let mut at: std::collections::HashMap<&Key, usize> = std::collections::HashMap::new();
+    // Where each key is in `keys`: a map only for long runs (a script's call, a lone INCR,
+    // a pipeline's few keys are found faster by looking through them).
+    let mut at: Option<std::collections::HashMap<&Key, usize>> =
+        (items.len() > 16).then(std::collections::HashMap::new);
     let mut out = Vec::with_capacity(items.len());
     for &(k, delta) in items {
-        let i = match at.get(k) {
-            Some(&i) => i,
+        let seen = match &at {
+            Some(at) => at.get(k).copied(),
+            None => keys.iter().position(|c| c.0 == k),
+        };
+        let i = match seen {
+            Some(i) => i,
             None => {
                 let Some((cur, expire_ms, kept)) = start(k)? else {
                     return Ok(None);
                 };
                 keys.push((k, cur, expire_ms, kept, false));
-                at.insert(k, keys.len() - 1);
+                if let Some(at) = &mut at {
+                    at.insert(k, keys.len() - 1);
+                }
                 keys.len() - 1
             }
         };

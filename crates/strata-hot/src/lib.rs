@@ -179,16 +179,7 @@ impl HotCache {
     /// value is copied out, so the look-ups run back to back with no lock between them and
     /// the processor overlaps their cache misses. Expired entries are dropped at the end.
     pub fn get_many(&self, keys: &[&[u8]], now_ms: u64) -> Vec<Option<(Bytes, u64, u8)>> {
-        let hashes: Vec<u64> = keys.iter().map(|k| self.hasher.hash_one(k)).collect();
-        let shard_of: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
-        let mut locked: Vec<usize> = shard_of.clone();
-        locked.sort_unstable();
-        locked.dedup();
-        let mut guards: Vec<_> = locked.iter().map(|&i| self.shards[i].lock()).collect();
-        let guard_of: Vec<usize> = shard_of
-            .iter()
-            .map(|i| locked.binary_search(i).expect("locked"))
-            .collect();
+        let (hashes, mut guards, guard_of) = self.lock_shards_of(keys);
         let slots: Vec<Option<usize>> = keys
             .iter()
             .zip(&hashes)
@@ -223,6 +214,40 @@ impl HotCache {
             }
         }
         out
+    }
+
+    /// Looks `keys` up and changes nothing (no access counted), so that writes of them
+    /// that follow at once find their entries in the CPU's cache: done for a batch, the
+    /// look-ups' cache misses overlap instead of coming one after another.
+    pub fn look_ahead(&self, keys: &[&[u8]]) {
+        let (hashes, guards, guard_of) = self.lock_shards_of(keys);
+        for ((k, &h), &g) in keys.iter().zip(&hashes).zip(&guard_of) {
+            std::hint::black_box(guards[g].find(h, k));
+        }
+    }
+
+    /// The hash of each key, the locks of every shard they fall in (taken in shard order),
+    /// and which of those guards each key's shard is.
+    #[allow(clippy::type_complexity)]
+    fn lock_shards_of(
+        &self,
+        keys: &[&[u8]],
+    ) -> (
+        Vec<u64>,
+        Vec<parking_lot::MutexGuard<'_, Shard>>,
+        Vec<usize>,
+    ) {
+        let hashes: Vec<u64> = keys.iter().map(|k| self.hasher.hash_one(k)).collect();
+        let shard_of: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        let mut locked: Vec<usize> = shard_of.clone();
+        locked.sort_unstable();
+        locked.dedup();
+        let guards: Vec<_> = locked.iter().map(|&i| self.shards[i].lock()).collect();
+        let guard_of: Vec<usize> = shard_of
+            .iter()
+            .map(|i| locked.binary_search(i).expect("locked"))
+            .collect();
+        (hashes, guards, guard_of)
     }
 
     /// The value and tag of `key` if cached and live at `now_ms`, without touching the
@@ -519,6 +544,35 @@ mod tests {
     }
 
     const POLICIES: [PolicyKind; 2] = [PolicyKind::Lru, PolicyKind::Strata];
+
+    #[test]
+    fn look_ahead_changes_nothing_and_takes_keys_of_any_shards_twice() {
+        for policy in POLICIES {
+            let c = HotCache::new(1 << 20, 4, policy);
+            for i in 0..300u32 {
+                c.insert(format!("k{i}").as_bytes(), Bytes::from(format!("v{i}")), 0);
+            }
+            c.insert_dirty(b"dirty", Bytes::from_static(b"d"), 0, 3);
+            let before = c.stats();
+            // Keys of every shard, some twice, some absent: one lock per shard, no deadlock.
+            let names: Vec<String> = (0..400u32)
+                .map(|i| format!("k{}", i % 350))
+                .chain(["dirty".to_string()])
+                .collect();
+            let keys: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+            c.look_ahead(&keys);
+            let after = c.stats();
+            assert_eq!(
+                (before.entries, before.bytes, before.evictions),
+                (after.entries, after.bytes, after.evictions)
+            );
+            assert!(c.is_dirty(b"dirty"));
+            for i in 0..350u32 {
+                let want = (i < 300).then(|| Bytes::from(format!("v{i}")));
+                assert_eq!(c.peek(format!("k{i}").as_bytes(), 0).map(|v| v.0), want);
+            }
+        }
+    }
 
     #[test]
     fn get_many_answers_as_get_does_key_by_key() {
