@@ -36,6 +36,31 @@ def test_a_feature_store_writes_hashes_with_a_ttl_and_reads_them_in_a_pipeline(s
     assert r.exists("counters") == 0, "a hash with no fields is deleted"
 
 
+def test_reads_answer_with_slices_of_the_stored_value_byte_for_byte(strata):
+    # HGET/HMGET/HGETALL/HKEYS/HVALS and LRANGE/LINDEX answer with parts of the stored
+    # value itself (no copies): empty names, members and values, and binary bytes, come
+    # back exactly; SISMEMBER/SMISMEMBER/SCARD/LLEN read the members without copying them.
+    r = strata.client()
+    blob = bytes(range(256))
+    r.hset("h", mapping={"": "", "bin": blob, "x": "1"})
+    assert r.hget("h", "") == b"" and r.hget("h", "bin") == blob
+    assert r.hmget("h", ["", "bin", "missing"]) == [b"", blob, None]
+    assert r.hgetall("h") == {b"": b"", b"bin": blob, b"x": b"1"}
+    assert sorted(r.hkeys("h")) == [b"", b"bin", b"x"] and sorted(r.hvals("h")) == sorted([b"", blob, b"1"])
+    r.rpush("l", "", blob, "tail")
+    assert r.lrange("l", 0, -1) == [b"", blob, b"tail"] and r.lrange("l", -2, 5) == [blob, b"tail"]
+    assert r.lindex("l", 1) == blob and r.lindex("l", 0) == b"" and r.lindex("l", 3) is None
+    assert r.llen("l") == 3 and r.llen("nolist") == 0 and r.lrange("nolist", 0, -1) == []
+    r.sadd("s", "", blob)
+    assert r.sismember("s", "") and r.sismember("s", blob) and not r.sismember("s", "zz")
+    assert r.smismember("s", ["", "zz", blob]) == [1, 0, 1]
+    assert r.scard("s") == 2 and r.scard("noset") == 0 and not r.sismember("noset", "")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.lrange("h", 0, -1)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.sismember("l", "")
+
+
 def test_the_wrong_type_is_refused_both_ways(strata):
     r = strata.client()
     r.set("s", "1")

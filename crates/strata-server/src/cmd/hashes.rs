@@ -60,17 +60,17 @@ impl Codec for HashCodec {
 async fn with_fields<R>(
     ctx: &mut Ctx<'_>,
     a: &[Bytes],
-    f: impl FnOnce(&[Field<'_>]) -> R,
+    f: impl FnOnce(&[Field<'_>], &Bytes) -> R,
 ) -> Result<R, Reply> {
     let key = ctx.key(&a[1]);
     let now = ctx.shared.engine.now_ms();
-    let value = read_kind(ctx, &key, Kind::Hash).await?;
-    let fields = match &value {
-        Some(v) => decode_hash(v).map_err(|e| engine_error(&corrupt(Kind::Hash, e)))?,
-        None => Vec::new(),
+    let value = read_kind(ctx, &key, Kind::Hash).await?.unwrap_or_default();
+    let mut fields = match value.is_empty() {
+        false => decode_hash(&value).map_err(|e| engine_error(&corrupt(Kind::Hash, e)))?,
+        true => Vec::new(),
     };
-    let live: Vec<Field<'_>> = fields.into_iter().filter(|f| f.is_live(now)).collect();
-    Ok(f(&live))
+    fields.retain(|f| f.is_live(now));
+    Ok(f(&fields, &value))
 }
 
 /// The read-modify-write of a hash's live fields (see [`write_items`]).
@@ -149,8 +149,8 @@ fn find<'f, 'v>(fields: &'f [Field<'v>], name: &[u8]) -> Option<&'f Field<'v>> {
 }
 
 pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| {
-        find(fields, &a[2]).map_or(Reply::Null, |f| bulk(f.value))
+    let r = with_fields(ctx, a, |fields, v| {
+        find(fields, &a[2]).map_or(Reply::Null, |f| Reply::Bulk(v.slice_ref(f.value)))
     });
     reply(r.await, |r| r)
 }
@@ -159,9 +159,9 @@ pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 const LINEAR_LOOKUPS_MAX: usize = 256;
 
 pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| {
+    let r = with_fields(ctx, a, |fields, v| {
         let names = &a[2..];
-        let value_of = |f: &Field<'_>| bulk(f.value);
+        let value_of = |f: &Field<'_>| Reply::Bulk(v.slice_ref(f.value));
         if names.len() * fields.len() <= LINEAR_LOOKUPS_MAX {
             return names
                 .iter()
@@ -180,10 +180,15 @@ pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| {
+    let r = with_fields(ctx, a, |fields, v| {
         fields
             .iter()
-            .map(|f| (bulk(f.name), bulk(f.value)))
+            .map(|f| {
+                (
+                    Reply::Bulk(v.slice_ref(f.name)),
+                    Reply::Bulk(v.slice_ref(f.value)),
+                )
+            })
             .collect()
     })
     .await;
@@ -191,31 +196,37 @@ pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn hkeys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| {
-        fields.iter().map(|f| bulk(f.name)).collect()
+    let r = with_fields(ctx, a, |fields, v| {
+        fields
+            .iter()
+            .map(|f| Reply::Bulk(v.slice_ref(f.name)))
+            .collect()
     });
     reply(r.await, Reply::Array)
 }
 
 pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| {
-        fields.iter().map(|f| bulk(f.value)).collect()
+    let r = with_fields(ctx, a, |fields, v| {
+        fields
+            .iter()
+            .map(|f| Reply::Bulk(v.slice_ref(f.value)))
+            .collect()
     });
     reply(r.await, Reply::Array)
 }
 
 pub(crate) async fn hlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| fields.len() as i64);
+    let r = with_fields(ctx, a, |fields, _| fields.len() as i64);
     reply(r.await, Reply::Integer)
 }
 
 pub(crate) async fn hexists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| find(fields, &a[2]).is_some() as i64);
+    let r = with_fields(ctx, a, |fields, _| find(fields, &a[2]).is_some() as i64);
     reply(r.await, Reply::Integer)
 }
 
 pub(crate) async fn hstrlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields| {
+    let r = with_fields(ctx, a, |fields, _| {
         find(fields, &a[2]).map_or(0, |f| f.value.len() as i64)
     });
     reply(r.await, Reply::Integer)
@@ -296,7 +307,7 @@ pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Err(r) => return r,
     };
     let resp3 = ctx.conn.proto == 3;
-    let r = with_fields(ctx, a, move |fields| {
+    let r = with_fields(ctx, a, move |fields, _| {
         let Some(count) = count else {
             return match fields.len() {
                 0 => Reply::Null,
@@ -327,7 +338,7 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(o) => o,
         Err(r) => return r,
     };
-    let r = with_fields(ctx, a, move |fields| {
+    let r = with_fields(ctx, a, move |fields, _| {
         let mut out = Vec::new();
         for f in fields.iter().filter(|f| matches(&pattern, f.name)) {
             out.push(bulk(f.name));
@@ -459,7 +470,7 @@ async fn field_expiry(ctx: &mut Ctx<'_>, a: &[Bytes], view: ExpiryView) -> Reply
         Err(r) => return r,
     };
     let now = ctx.shared.engine.now_ms();
-    let r = with_fields(ctx, a, |fields| {
+    let r = with_fields(ctx, a, |fields, _| {
         names
             .iter()
             .map(|n| {

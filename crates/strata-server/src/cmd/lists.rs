@@ -9,7 +9,7 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, keys_then_timeout, mpop_args, parse_timeout, pop_count,
-    read_items, read_kind, reply, write_items, MembersCodec,
+    read_items, read_kind, read_members, reply, write_items, MembersCodec,
 };
 use super::{lower, not_integer, parse_int, syntax_error, Ctx};
 
@@ -95,8 +95,7 @@ pub(crate) async fn rpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn llen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_items::<ListCodec>(ctx, &a[1]).await;
-    reply(r, |l| Reply::Integer(l.len() as i64))
+    read_members::<true>(ctx, &a[1], |l, _| Reply::Integer(l.len() as i64)).await
 }
 
 /// Redis's range of `start..=stop` (negative from the end) over `len` elements.
@@ -122,11 +121,16 @@ pub(crate) async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let r = read_items::<ListCodec>(ctx, &a[1]).await;
-    reply(r, |l| {
+    read_members::<true>(ctx, &a[1], |l, v| {
         let range = index_range(l.len(), start, stop);
-        Reply::Array(l[range].iter().cloned().map(Reply::Bulk).collect())
+        Reply::Array(
+            l[range]
+                .iter()
+                .map(|m| Reply::Bulk(v.slice_ref(m)))
+                .collect(),
+        )
     })
+    .await
 }
 
 pub(crate) async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -153,10 +157,10 @@ pub(crate) async fn lindex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let Some(index) = parse_int(&a[2]) else {
         return not_integer();
     };
-    let r = read_items::<ListCodec>(ctx, &a[1]).await;
-    reply(r, |l| {
-        position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(l[i].clone()))
+    read_members::<true>(ctx, &a[1], |l, v| {
+        position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(v.slice_ref(l[i])))
     })
+    .await
 }
 
 pub(crate) async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

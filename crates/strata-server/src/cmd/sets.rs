@@ -10,8 +10,8 @@ use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
-    bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, reply,
-    scan_options, scan_reply, store_items, write_items, MembersCodec,
+    bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, read_members,
+    reply, scan_options, scan_reply, store_items, write_items, MembersCodec,
 };
 use super::{engine_error, lower, parse_int, syntax_error, Ctx};
 
@@ -55,27 +55,25 @@ pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn scard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    reply(read_items::<SetCodec>(ctx, &a[1]).await, |m| {
-        Reply::Integer(m.len() as i64)
-    })
+    read_members::<false>(ctx, &a[1], |m, _| Reply::Integer(m.len() as i64)).await
 }
 
 pub(crate) async fn sismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_items::<SetCodec>(ctx, &a[1]).await;
-    reply(r, |m| Reply::Integer(m.contains(&a[2]) as i64))
+    let x = &a[2][..];
+    read_members::<false>(ctx, &a[1], |m, _| Reply::Integer(m.contains(&x) as i64)).await
 }
 
 pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_items::<SetCodec>(ctx, &a[1]).await;
-    reply(r, |m| {
-        let set: HashSet<&Bytes> = m.iter().collect();
+    read_members::<false>(ctx, &a[1], |m, _| {
+        let set: HashSet<&[u8]> = m.iter().copied().collect();
         Reply::Array(
             a[2..]
                 .iter()
-                .map(|x| Reply::Integer(set.contains(x) as i64))
+                .map(|x| Reply::Integer(set.contains(&x[..]) as i64))
                 .collect(),
         )
     })
+    .await
 }
 
 pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

@@ -181,6 +181,27 @@ pub(crate) async fn read_items<C: Codec>(
     }
 }
 
+/// The members of the set or list (`C`'s kind) at the client key `key`, as slices of its
+/// value (no `Bytes` per member), for the reads that answer with a few members or none
+/// (`SISMEMBER`, `LRANGE`...): `f` sees them (none if the key is absent) and the value they
+/// are cut from, to `slice_ref` what the reply returns.
+pub(crate) async fn read_members<const LIST: bool>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    f: impl FnOnce(&[&[u8]], &Bytes) -> Reply,
+) -> Reply {
+    let kind = <MembersCodec<LIST> as Codec>::KIND;
+    let key = ctx.key(key);
+    match read_kind(ctx, &key, kind).await {
+        Ok(Some(v)) => match strata_format::members::decode_members(&v) {
+            Ok(members) => f(&members, &v),
+            Err(e) => engine_error(&corrupt(kind, e)),
+        },
+        Ok(None) => f(&[], &Bytes::new()),
+        Err(r) => r,
+    }
+}
+
 /// The read-modify-write of the items at `key`: `f` changes them and says whether it did;
 /// a value left with no items deletes its key.
 pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
