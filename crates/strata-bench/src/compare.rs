@@ -267,6 +267,18 @@ fn object_path(dir: &str, key: &str) -> object_store::path::Path {
     object_store::path::Path::from(format!("{dir}/{key}"))
 }
 
+/// The object at `path`, or `None` if there is none.
+async fn get_if_present(
+    store: &Arc<dyn ObjectStore>,
+    path: &object_store::path::Path,
+) -> anyhow::Result<Option<Bytes>> {
+    match store.get(path).await {
+        Ok(r) => Ok(Some(r.bytes().await?)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Contender {
     fn is_aside(&self) -> bool {
         matches!(self.kind, Kind::Redis { .. } | Kind::Files(_))
@@ -322,11 +334,7 @@ impl Contender {
 
     async fn store_get(&mut self, dir: &str, key: &str) -> anyhow::Result<Option<Bytes>> {
         self.store_gets += 1;
-        match self.store.get(&object_path(dir, key)).await {
-            Ok(r) => Ok(Some(r.bytes().await?)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        get_if_present(&self.store, &object_path(dir, key)).await
     }
 
     /// Reads one key: from the cache, else from the object store under `dir` (filling the
@@ -405,13 +413,7 @@ impl Contender {
             let next = &rest[vals.len()..(vals.len() + wave).min(rest.len())];
             let gets = next.iter().map(|k| {
                 let path = object_path(dir, k);
-                async move {
-                    match store.get(&path).await {
-                        Ok(r) => Ok(Some(r.bytes().await?)),
-                        Err(object_store::Error::NotFound { .. }) => Ok(None),
-                        Err(e) => Err(anyhow::Error::from(e)),
-                    }
-                }
+                async move { get_if_present(store, &path).await }
             });
             for v in futures::future::join_all(gets).await {
                 vals.push(v?);

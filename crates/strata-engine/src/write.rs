@@ -690,9 +690,7 @@ pub(crate) async fn put_many(
     if writeback::takes(core, &refs, expire_ms) {
         core.check_writable()?;
         let _locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
-        if pairs.len() > 1 {
-            writeback::look_ahead(core, &refs.iter().map(|(k, _)| *k).collect::<Vec<_>>());
-        }
+        writeback::look_ahead(core, pairs.iter().map(|(k, _)| *k));
         for (k, v) in pairs {
             writeback::put_locked(core, k, Kind::String, v, expire_ms);
         }
@@ -796,9 +794,7 @@ pub(crate) async fn incr_many(
     }
     let back = {
         let _locks = core.locks.lock_many(items.iter().map(|(k, _)| *k));
-        if items.len() > 1 {
-            writeback::look_ahead(core, &items.iter().map(|(k, _)| *k).collect::<Vec<_>>());
-        }
+        writeback::look_ahead(core, items.iter().map(|(k, _)| *k));
         incr_back_locked(core, items)?
     };
     if let Some((out, ticket)) = back {

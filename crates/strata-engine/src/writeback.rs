@@ -326,21 +326,26 @@ pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bo
     dirty <= dirty_max && core.sizes.warm_bytes() + dirty <= core.settings.warm.warm_hard_limit()
 }
 
-/// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
-/// held. The ticket is the caller's to take, once for all of its writes.
 /// Before writes of many keys (a pipeline's run of `SET`s or `INCR`s): looks up their DRAM
 /// entries and record slots once, all of them, changing nothing, so that the writes that
 /// follow find them in the CPU's cache; the look-ups' cache misses overlap instead of
-/// coming one after another. Callers skip it for a single key.
-pub(crate) fn look_ahead(core: &Core, keys: &[&Key]) {
-    let wb = &core.writeback;
-    for k in keys {
-        std::hint::black_box(wb.record_slot(k).load(Ordering::Relaxed));
+/// coming one after another. Nothing for a single key.
+pub(crate) fn look_ahead<'k>(core: &Core, keys: impl ExactSizeIterator<Item = &'k Key>) {
+    if keys.len() < 2 {
+        return;
     }
-    let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
+    let wb = &core.writeback;
+    let stored: Vec<&[u8]> = keys
+        .map(|k| {
+            std::hint::black_box(wb.record_slot(k).load(Ordering::Relaxed));
+            k.stored()
+        })
+        .collect();
     wb.hot.look_ahead(&stored);
 }
 
+/// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
+/// held. The ticket is the caller's to take, once for all of its writes.
 pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
     let wb = &core.writeback;
     let gen = wb

@@ -65,9 +65,11 @@ async fn with_fields<R>(
     let key = ctx.key(&a[1]);
     let now = ctx.shared.engine.now_ms();
     let value = read_kind(ctx, &key, Kind::Hash).await?.unwrap_or_default();
-    let mut fields = match value.is_empty() {
-        false => decode_hash(&value).map_err(|e| engine_error(&corrupt(Kind::Hash, e)))?,
-        true => Vec::new(),
+    // An absent key reads as an empty value; a stored hash is never empty (its header).
+    let mut fields = if value.is_empty() {
+        Vec::new()
+    } else {
+        decode_hash(&value).map_err(|e| engine_error(&corrupt(Kind::Hash, e)))?
     };
     fields.retain(|f| f.is_live(now));
     Ok(f(&fields, &value))

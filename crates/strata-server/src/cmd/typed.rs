@@ -181,7 +181,7 @@ pub(crate) async fn read_items<C: Codec>(
     }
 }
 
-/// The members of the set or list (`C`'s kind) at the client key `key`, as slices of its
+/// The members of the list (`LIST`) or set at the client key `key`, as slices of its
 /// value (no `Bytes` per member), for the reads that answer with a few members or none
 /// (`SISMEMBER`, `LRANGE`...): `f` sees them (none if the key is absent) and the value they
 /// are cut from, to `slice_ref` what the reply returns.
