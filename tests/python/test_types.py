@@ -415,3 +415,54 @@ def test_sort_by_and_get_patterns_read_other_keys(strata):
     r.set("w_2", "x")
     with pytest.raises(redis.ResponseError, match="can't be converted"):
         r.sort("ids", by="w_*")
+
+
+def test_collections_changed_in_place_are_seen_by_every_other_command(strata):
+    """A collection's writes change it in place in memory (a live value, stored when the
+    logs are written out): every other command sees the newest state at once, and a write
+    of another kind replaces it."""
+    r = strata.client(decode_responses=True)
+    before = int(r.info("strata")["live_writes"])
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    r.sadd("s", "x", "y")
+    r.rpush("l", "1", "2", "3")
+    r.zadd("z", {"m": 1.5})
+    assert int(r.info("strata")["live_writes"]) >= before + 4
+    assert [r.type(k) for k in ("h", "s", "l", "z")] == ["hash", "set", "list", "zset"]
+    assert r.exists("h", "s", "l", "z") == 4 and r.dbsize() == 4
+    assert sorted(r.scan_iter(_type="hash")) == ["h"]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.get("h")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.incr("l")
+    # Copies, renames and dumps carry the newest state.
+    r.hset("h", "c", "3")
+    assert r.copy("h", "h2") and r.hgetall("h2") == {"a": "1", "b": "2", "c": "3"}
+    r.rpush("l", "4")
+    r.rename("l", "l2")
+    assert r.lrange("l2", 0, -1) == ["1", "2", "3", "4"] and not r.exists("l")
+    r.sadd("s", "z")
+    dumped = r.dump("s")
+    r.restore("s2", 0, dumped)
+    assert r.smembers("s2") == {"x", "y", "z"}
+    # Expiry and deletion of a live key.
+    r.zadd("z", {"n": 2})
+    assert r.expire("z", 100) and 0 < r.ttl("z") <= 100
+    r.zadd("z", {"o": 3})
+    assert 0 < r.ttl("z") <= 100 and r.zcard("z") == 3
+    r.sadd("s", "w")
+    assert r.delete("s") == 1 and r.smembers("s") == set() and not r.exists("s")
+    # A write of another kind replaces the live value; writes after it see the string.
+    r.hset("h", "d", "4")
+    r.set("h", "now a string")
+    assert r.get("h") == "now a string"
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.hset("h", "e", "5")
+    # Popping the last element deletes the key.
+    r.rpush("q", "only")
+    assert r.lpop("q") == "only" and not r.exists("q")
+    r.sadd("t", "a")
+    r.flushdb()
+    assert r.dbsize() == 0 and r.smembers("t") == set()
+    r.sadd("t", "b")
+    assert r.smembers("t") == {"b"}

@@ -119,6 +119,8 @@ pub(crate) struct Core {
     pub(crate) prefetch: crate::prefetcher::Prefetcher,
     /// Values written to DRAM and the hot log, not yet to the warm store.
     pub(crate) writeback: WriteBack,
+    /// Collections changed in place, ahead of what is stored (see `live`).
+    pub(crate) live: crate::live::Live,
     /// Sequence of per-write ids: only needs to differ from every earlier record's.
     pub(crate) write_seq: AtomicU64,
     /// Average size of recent warm values (decides whether a warm batch is split).

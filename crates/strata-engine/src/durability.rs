@@ -108,12 +108,14 @@ impl GroupCommit {
                 }
                 r.requested
             };
-            // Values before the records that point at them (see `vlog`); the hot log after
-            // the warm store's, up to where it stood before (see `writeback`).
+            // Live values' changes into the logs first (see `live`). Values before the
+            // records that point at them (see `vlog`); the hot log after the warm store's, up
+            // to where it stood before (see `writeback`).
+            let folded = hot.fold_live();
             let hot_upto = hot.mark();
-            if let Err(e) = vlog
-                .sync()
+            if let Err(e) = folded
                 .map_err(|e| e.to_string())
+                .and_then(|()| vlog.sync().map_err(|e| e.to_string()))
                 .and_then(|()| warm.sync_log().map_err(|e| e.to_string()))
                 .and_then(|()| hot.write_out(hot_upto, true).map_err(|e| e.to_string()))
             {
@@ -174,11 +176,16 @@ pub(crate) async fn flush_log_every(
             _ = tick.tick() => {}
             _ = hot.full.notified() => {}
         }
-        let hot_upto = hot.mark();
         // A second's worth of writes can take a while to copy into the page cache: off the
         // runtime's workers, which serve clients meanwhile.
         let (w, h) = (Arc::clone(&warm), Arc::clone(&hot));
         let flushed = tokio::task::spawn_blocking(move || {
+            // Live values' changes into the logs first (see `live`); a failure leaves them
+            // changed, folded on the next tick.
+            if let Err(e) = h.fold_live() {
+                tracing::warn!(error = %e, "storing live values failed; retrying");
+            }
+            let hot_upto = h.mark();
             if let Err(e) = w.flush_log() {
                 tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
             } else if let Err(e) = h.write_out(hot_upto, false) {

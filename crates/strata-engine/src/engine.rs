@@ -20,6 +20,7 @@ use crate::cold::{open_store, url_for, Cold};
 use crate::core::{Core, TierSizes};
 use crate::disk::DiskGuard;
 use crate::durability::{GroupCommit, Ticket, Written};
+use crate::live::LiveValue;
 use crate::locks::Stripes;
 use crate::read::LocalValue;
 use crate::scan::ScanPage;
@@ -184,10 +185,18 @@ impl Engine {
             gc_gate: tokio::sync::RwLock::new(()),
             after_read: Default::default(),
             writeback,
+            live: Default::default(),
             write_seq: AtomicU64::new(seq_start),
             warm_value_bytes_avg: AtomicU64::new(0),
         });
         crate::writeback::recover(&core)?;
+        let weak = Arc::downgrade(&core);
+        core.writeback
+            .log()
+            .set_fold(Box::new(move || match weak.upgrade() {
+                Some(core) => crate::live::fold_all(&core),
+                None => Ok(()),
+            }));
         let (tx, rx) = watch::channel(false);
         if core.settings.warm.durability == Durability::None {
             let period = std::time::Duration::from_millis(core.settings.warm.none_flush_ms);
@@ -442,6 +451,21 @@ impl Engine {
         crate::write::update(&self.core, key, want_value, f).await
     }
 
+    /// The read-modify-write of a collection of `kind` at `key`, changed in place while it
+    /// stays live in memory (see [`LiveValue`]): `decode` makes the value from its stored
+    /// form (`None`: the key holds nothing), `f` changes it and says whether it did, and
+    /// must change nothing when it fails. A value left empty deletes its key; the key keeps
+    /// its expiry; another kind there is [`crate::Error::WrongType`].
+    pub async fn update_live<R>(
+        &self,
+        key: &Key,
+        kind: Kind,
+        decode: impl Fn(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+        f: impl FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>,
+    ) -> Result<Written<R>> {
+        crate::live::update_live(&self.core, key, kind, decode, f).await
+    }
+
     /// Stores `value` under `key`.
     pub async fn put(
         &self,
@@ -588,6 +612,8 @@ impl Engine {
         s.hot_bytes = hot.bytes;
         s.hot_bytes_max = hot.bytes_max;
         s.hot_dirty_bytes = core.writeback.dirty_bytes();
+        s.live_values = core.live.held() as u64;
+        s.live_bytes = core.live.bytes() as u64;
         s.warm_memory_bytes = core.warm.store.memory_bytes();
         s.hot_evictions = hot.evictions;
         s.warm_entries = sizes.warm_entries as u64;

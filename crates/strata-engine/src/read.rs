@@ -60,6 +60,7 @@ fn hot_hit(core: &Core, key: &Key) {
 
 /// Reads `key` (its value and kind) from the first tier that holds it.
 pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
+    crate::live::fold_keys(core, &[key])?;
     let now = core.now_ms();
     if let Some((v, _, kind)) = core.hot_get(key, now)? {
         hot_hit(core, key);
@@ -178,6 +179,7 @@ pub(crate) async fn read_many(
     prefix: bool,
     bytes_max: u64,
 ) -> Result<Vec<Option<(Bytes, Tier, Kind)>>> {
+    crate::live::fold_keys(core, keys)?;
     let mut found = lookup_many(core, keys).await?;
     let first_miss = found
         .iter()
@@ -424,6 +426,7 @@ fn live(core: &Core, key: &Key) -> Result<Option<Stored>> {
 
 /// Whether `key` holds a live value, without reading a cold value.
 pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
+    crate::live::fold_keys(core, &[key])?;
     if core.hot.contains(key.stored(), core.now_ms()) {
         return Ok(true);
     }
@@ -432,6 +435,7 @@ pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
 
 /// The kind of value `key` holds, if live, without reading the value.
 pub(crate) fn kind_of(core: &Core, key: &Key) -> Result<Option<Kind>> {
+    crate::live::fold_keys(core, &[key])?;
     if let Some((_, tag)) = core.hot.peek(key.stored(), core.now_ms()) {
         return Ok(Some(Kind::from_u8(tag)?));
     }
@@ -440,11 +444,13 @@ pub(crate) fn kind_of(core: &Core, key: &Key) -> Result<Option<Kind>> {
 
 /// The absolute expiry of `key` in Unix ms: `None` if absent, `Some(0)` if it never expires.
 pub(crate) fn expire_time_ms(core: &Core, key: &Key) -> Result<Option<u64>> {
+    crate::live::fold_keys(core, &[key])?;
     Ok(live(core, key)?.map(|s| s.expire_ms))
 }
 
 /// Which tier serves `key` now and how many bytes its value holds, without reading it.
 pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
+    crate::live::fold_keys(core, &[key])?;
     // DRAM holds only copies of stored, live keys: a hit there needs no warm read (which
     // would copy a large value out of a memtable or a blob file).
     let now = core.now_ms();
@@ -466,6 +472,7 @@ pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
 /// For each leading key of `keys` that holds a live value, where that value lies in the
 /// value log (`None` if elsewhere); stops at the first key with no live value.
 pub(crate) fn locate_local(core: &Core, keys: &[&Key]) -> Result<Vec<Option<LocalValue>>> {
+    crate::live::fold_keys(core, keys)?;
     let mut out = Vec::with_capacity(keys.len());
     for &key in keys {
         let Some(s) = live(core, key)?.filter(|s| s.kind == Kind::String) else {

@@ -150,7 +150,7 @@ impl WriteBack {
     }
 
     /// Most bytes dirty values may hold now.
-    fn bytes_max(&self) -> u64 {
+    pub(crate) fn bytes_max(&self) -> u64 {
         ((self.hot.bytes_max() as f64 * self.fraction) as u64).min(self.warm_share_max)
     }
 
@@ -306,8 +306,19 @@ pub(crate) fn try_put(
 
 /// Whether write-back takes all of `pairs` (strings expiring at `expire_ms`), or none.
 pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bool {
-    let wb = &core.writeback;
     let value_max = core.settings.vlog.vlog_value_bytes_min.max(1);
+    takes_below(core, pairs, expire_ms, value_max)
+}
+
+/// Whether write-back takes `value` at `key` whatever its size (a live value's fold: one
+/// write of what many commands changed), if DRAM and the budget hold it.
+pub(crate) fn takes_any_size(core: &Core, key: &Key, value: &Bytes, expire_ms: u64) -> bool {
+    takes_below(core, &[(key, value)], expire_ms, u64::MAX)
+}
+
+/// [`takes`] of values smaller than `value_max`.
+fn takes_below(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64, value_max: u64) -> bool {
+    let wb = &core.writeback;
     let dirty_max = wb.bytes_max();
     if dirty_max == 0
         || core.syncs_client_writes()
@@ -347,6 +358,16 @@ pub(crate) fn look_ahead<'k>(core: &Core, keys: impl ExactSizeIterator<Item = &'
 /// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
 /// held. The ticket is the caller's to take, once for all of its writes.
 pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
+    // The value replaces whatever the key held, a live value too.
+    core.live.forget(key);
+    log_locked(core, key, kind, value, expire_ms);
+    add(&core.counters.writes);
+    add(&core.counters.writes_back);
+}
+
+/// The part of [`put_locked`] a live value's fold shares: `value` into the hot log and DRAM
+/// as `key`'s dirty value.
+pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
     let wb = &core.writeback;
     let gen = wb
         .log
@@ -360,8 +381,6 @@ pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expi
     };
     let held = wb.put(key, kind, value, expire_ms, gen);
     debug_assert!(held, "takes() checked that DRAM holds it");
-    add(&core.counters.writes);
-    add(&core.counters.writes_back);
     core.locks.bump(key);
     if wb.settle_due() {
         core.background_wake.notify_one();
@@ -377,6 +396,8 @@ pub(crate) fn current_locked(
     key: &Key,
     now: u64,
 ) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
+    // A write follows: a live value of the key is stored first, and let go.
+    crate::live::fold_locked(core, key, true)?;
     let Some((value, expire_ms, tag, dirty)) = core.hot.current(key.stored(), now) else {
         return Ok(None);
     };
@@ -389,8 +410,9 @@ pub(crate) fn current_locked(
     ))))
 }
 
-/// Before a write that is not write-back's changes `key` (its stripe lock held): writes the
-/// key's dirty value to the warm store, and logs that the warm store answers for it now.
+/// Before a write that is not write-back's changes `key` (its stripe lock held): stores
+/// and lets go the key's live value, writes the key's dirty value to the warm store, and
+/// logs that the warm store answers for it now.
 pub(crate) fn settle_locked(core: &Core, key: &Key) -> Result<()> {
     settle_many_locked(core, &[key])
 }
@@ -398,6 +420,18 @@ pub(crate) fn settle_locked(core: &Core, key: &Key) -> Result<()> {
 /// [`settle_locked`] for many keys, all their stripes locked: their dirty values in one
 /// batch.
 pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
+    for k in keys {
+        crate::live::fold_locked(core, k, true)?;
+    }
+    settle_dirty_many_locked(core, keys)
+}
+
+/// [`settle_locked`] but for the live value (a fold, which writes `key` itself).
+pub(crate) fn settle_dirty_locked(core: &Core, key: &Key) -> Result<()> {
+    settle_dirty_many_locked(core, &[key])
+}
+
+fn settle_dirty_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
     let wb = &core.writeback;
     if wb.is_empty() {
         return Ok(());
@@ -453,8 +487,9 @@ fn write_dirty(core: &Core, items: &[(&Key, Dirty)]) -> Result<()> {
 }
 
 /// Writes every dirty value to the warm store (before an operation that reads the warm
-/// store as a whole), a chunk of keys per batch. Returns how many it wrote.
+/// store as a whole; the live values folded first), a chunk of keys per batch. Returns how many it wrote.
 pub(crate) fn settle_all(core: &Core) -> Result<u64> {
+    crate::live::fold_all(core)?;
     let mut written = 0;
     for keys in core.writeback.dirty_keys() {
         written += settle_keys(core, &keys)?;
@@ -558,6 +593,7 @@ pub(crate) fn flush_all_locked(core: &Core) {
     let wb = &core.writeback;
     wb.log.append(OP_FLUSHED, 0, 0, b"", b"");
     wb.clear();
+    core.live.clear();
 }
 
 /// Opening: reads the hot log's files into dirty entries, then checkpoints them into the
@@ -680,6 +716,9 @@ pub(crate) struct HotLog {
     /// Held while writing to the current file, and while switching files.
     file: Mutex<LogFile>,
     file_bytes: AtomicU64,
+    /// Stores the live values' changes (`live::fold_all`): whoever writes the log out calls
+    /// it first ([`HotLog::fold_live`]), so what it writes covers every change before.
+    fold: std::sync::OnceLock<Box<dyn Fn() -> Result<()> + Send + Sync>>,
 }
 
 struct LogState {
@@ -718,6 +757,7 @@ impl HotLog {
                 file: File::open(dir).map_err(|e| io_error("open", dir, e))?,
             }),
             file_bytes: AtomicU64::new(0),
+            fold: std::sync::OnceLock::new(),
         };
         let gen = log.files()?.last().map_or(0, |f| f.0) + 1;
         log.file.get_mut().file = log.create(gen)?;
@@ -766,6 +806,17 @@ impl HotLog {
             self.full.notify_one();
         }
         s.gen
+    }
+
+    /// Sets what [`HotLog::fold_live`] does (once, at open).
+    pub(crate) fn set_fold(&self, fold: Box<dyn Fn() -> Result<()> + Send + Sync>) {
+        let _ = self.fold.set(fold);
+    }
+
+    /// Stores the live values' changes into the logs; call before [`HotLog::mark`] when
+    /// writing the logs out for durability.
+    pub(crate) fn fold_live(&self) -> Result<()> {
+        self.fold.get().map_or(Ok(()), |f| f())
     }
 
     /// Where the log ends now: pass it to [`HotLog::write_out`] after the warm store's own

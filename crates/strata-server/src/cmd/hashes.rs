@@ -10,7 +10,7 @@ use strata_resp::Reply;
 use super::strings::{float_plus, parse_float};
 use super::typed::{
     bulk, corrupt, matches, random_args, random_positions, read_kind, reply, scan_options,
-    scan_reply, write_items, Codec,
+    scan_reply, write_items, write_items_whole, Codec,
 };
 use super::{engine_error, not_integer, parse_int, wrong_args, Ctx};
 
@@ -53,6 +53,9 @@ impl Codec for HashCodec {
     fn encode(items: &[Owned]) -> Vec<u8> {
         let fields: Vec<Field<'_>> = items.iter().map(Owned::field).collect();
         encode_hash(&fields)
+    }
+    fn expires(item: &Owned) -> bool {
+        item.expire_ms != 0
     }
 }
 
@@ -412,7 +415,8 @@ async fn hexpire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], unit_ms: u64, absolute:
     }
     let when = when as u64;
     let key = ctx.key(&a[1]);
-    let r = write_hash(ctx, &key, move |fields| {
+    // Fields with a TTL of their own are not kept live: the whole-value way.
+    let r = write_items_whole::<HashCodec, _>(ctx, &key, move |fields| {
         let mut out = Vec::with_capacity(names.len());
         let mut changed = false;
         for n in &names {

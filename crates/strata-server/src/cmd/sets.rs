@@ -17,6 +17,9 @@ use super::{engine_error, lower, parse_int, syntax_error, Ctx};
 
 type SetCodec = MembersCodec<false>;
 
+/// `SADD` of at most this many members looks each up by comparing; more build a table.
+const LINEAR_ADDS_MAX: usize = 8;
+
 fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
     Reply::Set(members.into_iter().map(Reply::Bulk).collect())
 }
@@ -25,11 +28,20 @@ pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let new: Vec<Bytes> = a[2..].to_vec();
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
-        let mut seen: HashSet<Bytes> = members.iter().cloned().collect();
         let before = members.len();
-        for m in new {
-            if seen.insert(m.clone()) {
-                members.push(m);
+        if new.len() <= LINEAR_ADDS_MAX {
+            // A few members: compared with each one, no table of them all built.
+            for m in new {
+                if !members.contains(&m) {
+                    members.push(m);
+                }
+            }
+        } else {
+            let mut seen: HashSet<Bytes> = members.iter().cloned().collect();
+            for m in new {
+                if seen.insert(m.clone()) {
+                    members.push(m);
+                }
             }
         }
         let added = members.len() - before;

@@ -142,12 +142,57 @@ pub(crate) fn bulk(b: &[u8]) -> Reply {
 }
 
 /// How a kind's value decodes into items (sharing its buffer) and encodes back.
-pub(crate) trait Codec {
+pub(crate) trait Codec: Send + 'static {
     type Item: Send + 'static;
     const KIND: Kind;
     /// The live items of `value` at `now_ms` (a hash drops its expired fields).
     fn decode(value: &Bytes, now_ms: u64) -> strata_format::Result<Vec<Self::Item>>;
     fn encode(items: &[Self::Item]) -> Vec<u8>;
+    /// Whether `item` expires on its own (a hash field with a TTL): a value holding one
+    /// is not kept live, where nothing would drop it when it expires.
+    fn expires(_item: &Self::Item) -> bool {
+        false
+    }
+}
+
+/// A collection's items as the engine keeps them live between commands
+/// ([`strata_engine::LiveValue`]): changed in place, encoded when the engine stores them.
+struct LiveItems<C: Codec> {
+    items: Vec<C::Item>,
+    /// Bytes per item, as stored when decoded plus the item itself: `bytes` in constant
+    /// time.
+    item_bytes: usize,
+    stays: bool,
+}
+
+impl<C: Codec> LiveItems<C> {
+    fn decode(value: Option<&Bytes>, now_ms: u64) -> strata_engine::Result<Self> {
+        let items = match value {
+            Some(v) => C::decode(v, now_ms).map_err(|e| corrupt(C::KIND, e))?,
+            None => Vec::new(),
+        };
+        let stored = value.map_or(0, |v| v.len());
+        Ok(LiveItems {
+            item_bytes: std::mem::size_of::<C::Item>() + stored / items.len().max(1),
+            stays: !items.iter().any(C::expires),
+            items,
+        })
+    }
+}
+
+impl<C: Codec> strata_engine::LiveValue for LiveItems<C> {
+    fn encode(&self) -> Vec<u8> {
+        C::encode(&self.items)
+    }
+    fn bytes(&self) -> usize {
+        self.items.len() * self.item_bytes
+    }
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    fn stays(&self) -> bool {
+        self.stays
+    }
 }
 
 /// The byte strings of a set (`LIST` false: in the order added) or a list (head first):
@@ -202,9 +247,47 @@ pub(crate) async fn read_members<const LIST: bool>(
     }
 }
 
-/// The read-modify-write of the items at `key`: `f` changes them and says whether it did;
-/// a value left with no items deletes its key.
+/// The read-modify-write of the items at `key`, in place while the engine keeps them live
+/// ([`strata_engine::Engine::update_live`]): `f` changes them and says whether it did, and
+/// changes nothing when it fails; a value left with no items deletes its key.
 pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    f: impl FnOnce(&mut Vec<C::Item>) -> strata_engine::Result<(bool, R)> + Send,
+) -> Result<R, Reply> {
+    let now = ctx.shared.engine.now_ms();
+    let r = ctx
+        .shared
+        .engine
+        .update_live(
+            key,
+            C::KIND,
+            move |value| Ok(Box::new(LiveItems::<C>::decode(value, now)?)),
+            move |live| {
+                let any: &mut dyn std::any::Any = live;
+                let items = any
+                    .downcast_mut::<LiveItems<C>>()
+                    .expect("a live value of this kind is this codec's");
+                let (changed, out) = f(&mut items.items)?;
+                Ok((changed, (changed, out)))
+            },
+        )
+        .await;
+    match r {
+        Ok(w) => {
+            let (written, out) = ctx.defer(w);
+            if written {
+                changed(ctx, key, C::KIND);
+            }
+            Ok(out)
+        }
+        Err(e) => Err(engine_error(&e)),
+    }
+}
+
+/// [`write_items`] always the whole-value way (the value read, changed and stored again):
+/// for changes that give items an expiry of their own, which live values do not hold.
+pub(crate) async fn write_items_whole<C: Codec, R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &Key,
     f: impl FnOnce(&mut Vec<C::Item>) -> strata_engine::Result<(bool, R)> + Send,

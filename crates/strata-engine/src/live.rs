@@ -1,0 +1,403 @@
+//! Live values: a collection (hash, set, sorted set, list) that its writes change in place,
+//! decoded in memory, instead of each command decoding the stored value, changing it and
+//! storing it whole again (a write to a thousand-field hash stored a hundred kilobytes).
+//!
+//! A key's live value, while it has one, is its newest state: DRAM, the hot log and the
+//! warm store may hold an older one. The live value reaches them (is *folded*: encoded and
+//! stored through write-back, or through the warm store when write-back cannot take it)
+//! - before the logs are written out: a group commit folds before it syncs, the `none`
+//!   flush before it hands the logs to the OS, so `durability` keeps its promises;
+//! - before anything else reads the key ([`fold_keys`]), or the whole keyspace
+//!   ([`fold_all`], from `writeback::settle_all`);
+//! - before any other write of the key, which also drops the live value
+//!   (`writeback::settle_many_locked`, `put_locked`, `current_locked` call
+//!   [`fold_locked`]).
+//!
+//! Every change happens under the key's stripe lock, and so does every fold. Live values
+//! are bounded by half of write-back's budget (past it, writes go the whole-value way); one
+//! that has not changed for [`IDLE_MS`] is dropped at the next fold.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strata_format::{Key, Kind};
+
+use crate::core::Core;
+use crate::durability::{Ticket, Written};
+use crate::stats::add;
+use crate::warm::{Counts, Loc};
+use crate::write::{apply_locked, check_sizes, commit_acknowledged, stage, update, Change};
+use crate::writeback;
+use crate::{Error, Result};
+
+/// A live value unchanged for this long is dropped at the next fold (its stored form is
+/// current; the next write decodes it again).
+pub const IDLE_MS: u64 = 1000;
+
+/// A decoded collection the server changes in place (see the module doc). Its methods run
+/// under the key's stripe lock: keep them short.
+pub trait LiveValue: Any + Send {
+    /// The stored form of the value now.
+    fn encode(&self) -> Vec<u8>;
+    /// About how many bytes of memory it holds (what the live values' budget counts). Runs
+    /// after every change: constant time.
+    fn bytes(&self) -> usize;
+    /// Whether it holds nothing (then its key is deleted, as Redis deletes an empty
+    /// collection).
+    fn is_empty(&self) -> bool;
+    /// Whether it may stay decoded between commands; `false` sends each write of it the
+    /// whole-value way.
+    fn stays(&self) -> bool {
+        true
+    }
+}
+
+struct Slot {
+    kind: Kind,
+    expire_ms: u64,
+    value: Box<dyn LiveValue>,
+    /// Changed since it was last folded.
+    changed: bool,
+    /// When it last changed (Unix ms).
+    changed_ms: u64,
+    /// What it counted against the budget when it last changed.
+    bytes: usize,
+}
+
+/// The live values, by stored key.
+#[derive(Default)]
+pub(crate) struct Live {
+    slots: Mutex<HashMap<Vec<u8>, Slot>>,
+    /// Slots held, and of those changed since their fold: 0 lets every check skip the map.
+    held: AtomicUsize,
+    changed: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Live {
+    fn set_changed(&self, slot: &mut Slot, changed: bool) {
+        if slot.changed != changed {
+            slot.changed = changed;
+            if changed {
+                self.changed.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.changed.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn set_bytes(&self, slot: &mut Slot, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.bytes.fetch_sub(slot.bytes, Ordering::Relaxed);
+        slot.bytes = bytes;
+    }
+
+    /// Drops `key`'s live value, changed or not (a write replaces it; its stripe lock held).
+    pub(crate) fn forget(&self, key: &Key) {
+        if self.held() != 0 {
+            self.remove(key.stored());
+        }
+    }
+
+    fn remove(&self, key: &[u8]) {
+        if let Some(mut s) = self.slots.lock().remove(key) {
+            self.set_changed(&mut s, false);
+            self.set_bytes(&mut s, 0);
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// How many values are live now.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Forgets every live value (`FLUSHALL`, every stripe locked).
+    pub(crate) fn clear(&self) {
+        let mut slots = self.slots.lock();
+        for (_, mut s) in slots.drain() {
+            self.set_changed(&mut s, false);
+            self.set_bytes(&mut s, 0);
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Most bytes the live values may hold: half of write-back's budget, where they are
+/// folded to.
+fn bytes_max(core: &Core) -> usize {
+    (core.writeback.bytes_max() / 2) as usize
+}
+
+/// Folds `key`'s live value into its stored state if it changed since its last fold, and
+/// with `forget` drops it; the caller holds the key's stripe lock.
+pub(crate) fn fold_locked(core: &Core, key: &Key, forget: bool) -> Result<()> {
+    let live = &core.live;
+    if live.held() == 0 {
+        return Ok(());
+    }
+    let mut slots = live.slots.lock();
+    let Some(slot) = slots.get_mut(key.stored()) else {
+        return Ok(());
+    };
+    if slot.changed {
+        let (kind, expire_ms) = (slot.kind, slot.expire_ms);
+        let value = Bytes::from(slot.value.encode());
+        live.set_changed(slot, false);
+        // Changes of this key wait for its stripe lock, which the caller holds: the map
+        // may be let go while the value is stored.
+        drop(slots);
+        if let Err(e) = store_locked(core, key, kind, value, expire_ms) {
+            if let Some(s) = live.slots.lock().get_mut(key.stored()) {
+                live.set_changed(s, true);
+            }
+            return Err(e);
+        }
+        add(&core.counters.live_folds);
+    } else {
+        drop(slots);
+    }
+    if forget {
+        live.remove(key.stored());
+    }
+    Ok(())
+}
+
+/// Stores a folded value as any write of it would be stored: through write-back when it
+/// takes it (whatever its size: it is one value of many changes), else into the warm store,
+/// not held to the hard limit (its changes were acknowledged).
+fn store_locked(core: &Core, key: &Key, kind: Kind, value: Bytes, expire_ms: u64) -> Result<()> {
+    if writeback::takes_any_size(core, key, &value, expire_ms) {
+        writeback::log_locked(core, key, kind, &value, expire_ms);
+        return Ok(());
+    }
+    writeback::settle_dirty_locked(core, key)?;
+    let old = core.lookup(key, false)?;
+    let mut batch = core.warm.batch();
+    let mut d = Counts::default();
+    let change = Change::Put {
+        kind,
+        value: value.clone(),
+        expire_ms,
+    };
+    let staged = stage(core, key, old.as_ref(), change, &mut batch, &mut d)?;
+    commit_acknowledged(core, staged.into_iter().collect(), batch, &d)?;
+    if strata_format::is_live(expire_ms, core.now_ms()) {
+        core.hot
+            .insert_tagged(key.stored(), value, expire_ms, kind as u8);
+    } else {
+        core.hot.remove(key.stored());
+    }
+    core.locks.bump(key);
+    Ok(())
+}
+
+/// Before a read of `keys`: folds those with changes not yet folded, so that the read finds
+/// their newest state where it looks.
+pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
+    let live = &core.live;
+    if live.changed.load(Ordering::SeqCst) == 0 {
+        return Ok(());
+    }
+    let changed: Vec<&Key> = {
+        let slots = live.slots.lock();
+        keys.iter()
+            .copied()
+            .filter(|k| slots.get(k.stored()).is_some_and(|s| s.changed))
+            .collect()
+    };
+    for k in changed {
+        let _g = core.locks.lock(k);
+        fold_locked(core, k, false)?;
+    }
+    Ok(())
+}
+
+/// Folds every changed live value, and drops those idle for [`IDLE_MS`] (all unchanged
+/// ones while the live values are over their budget): before the logs are written out, and
+/// before an operation on the whole keyspace.
+pub(crate) fn fold_all(core: &Core) -> Result<()> {
+    let live = &core.live;
+    if live.held() == 0 {
+        return Ok(());
+    }
+    let now = core.now_ms();
+    let over = live.bytes() > bytes_max(core);
+    let due: Vec<(Vec<u8>, bool)> = live
+        .slots
+        .lock()
+        .iter()
+        .filter_map(|(k, s)| {
+            let idle = !s.changed && (over || now.saturating_sub(s.changed_ms) >= IDLE_MS);
+            (s.changed || idle).then(|| (k.clone(), idle))
+        })
+        .collect();
+    for (stored, forget) in due {
+        let key = Key::from_stored(&stored)?;
+        let _g = core.locks.lock(&key);
+        fold_locked(core, &key, forget)?;
+    }
+    Ok(())
+}
+
+/// Whether writes may keep values live: write-back is on and client writes are not synced
+/// one by one (a live value's changes reach the disk only when it is folded).
+fn allowed(core: &Core) -> bool {
+    core.writeback.bytes_max() > 0 && !core.syncs_client_writes()
+}
+
+/// The read-modify-write of a collection of `kind` at `key`, in place (see the module
+/// doc). `decode` makes the live value from the stored form (`None`: the key holds
+/// nothing); `f` changes it and says whether it did. A value left empty deletes its key;
+/// the key keeps its expiry. Where the value cannot stay live (a cold value, the budget
+/// full, `stays` false, live values off), the same closures change it the whole-value way.
+pub(crate) async fn update_live<R>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: impl Fn(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: impl FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>,
+) -> Result<Written<R>> {
+    check_sizes(key, None)?;
+    if allowed(core) {
+        core.check_writable()?;
+        let _g = core.locks.lock(key);
+        let now = core.now_ms();
+        let live = &core.live;
+        let mut slots = live.slots.lock();
+        if let Some(slot) = slots.get_mut(key.stored()) {
+            if slot.kind != kind && strata_format::is_live(slot.expire_ms, now) {
+                return Err(Error::WrongType);
+            }
+            if strata_format::is_live(slot.expire_ms, now) {
+                let (changed, out) = f(slot.value.as_mut())?;
+                if !changed {
+                    return Ok(Written::new(out, Ticket::NONE));
+                }
+                if slot.value.is_empty() {
+                    drop(slots);
+                    live.remove(key.stored());
+                    return delete_locked(core, key).map(|t| Written::new(out, t));
+                }
+                live.set_changed(slot, true);
+                slot.changed_ms = now;
+                let bytes = slot.value.bytes();
+                live.set_bytes(slot, bytes);
+                drop(slots);
+                return Ok(Written::new(out, changed_locked(core, key)));
+            }
+            // Expired: the key is gone, whatever its stored form says.
+            drop(slots);
+            live.remove(key.stored());
+        } else {
+            drop(slots);
+        }
+        if let Some(current) = adoptable(core, key, now)? {
+            let (value, expire_ms) = match current {
+                Some((v, e, k)) if k == kind => (Some(v), e),
+                Some(_) => return Err(Error::WrongType),
+                None => (None, 0),
+            };
+            let mut obj = decode(value.as_ref())?;
+            if obj.stays() && live.bytes() + obj.bytes() <= bytes_max(core) {
+                let (changed, out) = f(obj.as_mut())?;
+                if !changed {
+                    return Ok(Written::new(out, Ticket::NONE));
+                }
+                if obj.is_empty() {
+                    return delete_locked(core, key).map(|t| Written::new(out, t));
+                }
+                let mut slot = Slot {
+                    kind,
+                    expire_ms,
+                    value: obj,
+                    changed: false,
+                    changed_ms: now,
+                    bytes: 0,
+                };
+                live.set_changed(&mut slot, true);
+                let bytes = slot.value.bytes();
+                live.set_bytes(&mut slot, bytes);
+                live.slots.lock().insert(key.stored().to_vec(), slot);
+                live.held.fetch_add(1, Ordering::SeqCst);
+                return Ok(Written::new(out, changed_locked(core, key)));
+            }
+        }
+    }
+    whole(core, key, kind, decode, f).await
+}
+
+/// The current value of `key` (its stripe lock held) if one can be made live without
+/// waiting: `Some(None)` if the key holds nothing, `None` if it is cold.
+#[allow(clippy::type_complexity)]
+fn adoptable(core: &Core, key: &Key, now: u64) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
+    if let Some(known) = writeback::current_locked(core, key, now)? {
+        return Ok(Some(known));
+    }
+    Ok(match core.lookup(key, true)? {
+        None => Some(None),
+        Some(s) if !s.is_live(now) => Some(None),
+        Some(s) => match s.loc {
+            Loc::Warm { value: Some(v), .. } => Some(Some((v, s.expire_ms, s.kind))),
+            _ => None,
+        },
+    })
+}
+
+/// After a live value changed (its stripe lock held): the write's ticket.
+fn changed_locked(core: &Core, key: &Key) -> Ticket {
+    add(&core.counters.writes);
+    add(&core.counters.live_writes);
+    core.locks.bump(key);
+    core.ticket()
+}
+
+/// Deletes `key`'s stored state (its live value is gone; its stripe lock held).
+fn delete_locked(core: &Core, key: &Key) -> Result<Ticket> {
+    writeback::settle_dirty_locked(core, key)?;
+    let stored = core.lookup(key, false)?;
+    apply_locked(
+        core,
+        key,
+        stored.as_ref(),
+        Change::Delete,
+        core.syncs_client_writes(),
+    )
+}
+
+/// [`update_live`] the whole-value way: the stored value decoded, changed and stored again.
+async fn whole<R>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: impl Fn(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: impl FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>,
+) -> Result<Written<R>> {
+    update(core, key, true, move |cur| {
+        let (value, expire_ms) = match &cur {
+            None => (None, 0),
+            Some(c) if c.kind != kind => return Err(Error::WrongType),
+            Some(c) => (c.value, c.expire_ms),
+        };
+        let mut obj = decode(value)?;
+        let (changed, out) = f(obj.as_mut())?;
+        let change = match (changed, obj.is_empty()) {
+            (false, _) => None,
+            (true, true) => cur.is_some().then_some(Change::Delete),
+            (true, false) => Some(Change::Put {
+                kind,
+                value: Bytes::from(obj.encode()),
+                expire_ms,
+            }),
+        };
+        Ok((change, out))
+    })
+    .await
+}
