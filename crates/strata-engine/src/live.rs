@@ -70,7 +70,7 @@ struct Slot {
 /// The live values, by stored key.
 #[derive(Default)]
 pub(crate) struct Live {
-    slots: Mutex<HashMap<Vec<u8>, Slot>>,
+    slots: Mutex<HashMap<Vec<u8>, Slot, ahash::RandomState>>,
     /// Slots held, and of those changed since their fold: 0 lets every check skip the map.
     held: AtomicUsize,
     changed: AtomicUsize,

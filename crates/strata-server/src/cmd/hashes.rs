@@ -10,7 +10,7 @@ use strata_resp::Reply;
 use super::strings::{float_plus, parse_float};
 use super::typed::{
     bulk, corrupt, matches, random_args, random_positions, read_kind, reply, scan_options,
-    scan_reply, write_items, write_items_whole, Codec,
+    scan_reply, write_items, write_items_whole, Codec, Indexed, Named,
 };
 use super::{engine_error, not_integer, parse_int, wrong_args, Ctx};
 
@@ -21,6 +21,12 @@ struct Owned {
     name: Bytes,
     value: Bytes,
     expire_ms: u64,
+}
+
+impl Named for Owned {
+    fn name(&self) -> &Bytes {
+        &self.name
+    }
 }
 
 impl Owned {
@@ -38,6 +44,7 @@ struct HashCodec;
 
 impl Codec for HashCodec {
     type Item = Owned;
+    type Items = Indexed<Owned>;
     const KIND: Kind = Kind::Hash;
     fn decode(value: &Bytes, now_ms: u64) -> strata_format::Result<Vec<Owned>> {
         Ok(decode_hash(value)?
@@ -82,16 +89,17 @@ async fn with_fields<R>(
 async fn write_hash<R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &Key,
-    f: impl FnOnce(&mut Vec<Owned>) -> strata_engine::Result<(bool, R)> + Send,
+    f: impl FnOnce(&mut Indexed<Owned>) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
     write_items::<HashCodec, R>(ctx, key, f).await
 }
 
 /// Sets `name` to `value` in `fields` (a new field goes last; an existing one keeps its
 /// place, and loses any expiry, as `HSET` does). Says whether the field is new.
-fn set_field(fields: &mut Vec<Owned>, name: &Bytes, value: &Bytes) -> bool {
-    match fields.iter_mut().find(|f| f.name == *name) {
-        Some(f) => {
+fn set_field(fields: &mut Indexed<Owned>, name: &Bytes, value: &Bytes) -> bool {
+    match fields.position(name) {
+        Some(i) => {
+            let f = fields.get_mut(i);
             f.value = value.clone();
             f.expire_ms = 0;
             false
@@ -138,7 +146,7 @@ pub(crate) async fn hsetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let (name, value) = (a[2].clone(), a[3].clone());
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
-        if fields.iter().any(|f| f.name == name) {
+        if fields.contains(&name) {
             return Ok((false, 0));
         }
         set_field(fields, &name, &value);
@@ -245,7 +253,7 @@ pub(crate) async fn hdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
         let before = fields.len();
-        fields.retain(|f| !names.contains(&f.name));
+        fields.vec_mut().retain(|f| !names.contains(&f.name));
         let removed = before - fields.len();
         Ok((removed > 0, removed as i64))
     })
@@ -260,8 +268,8 @@ pub(crate) async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let name = a[2].clone();
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
-        let old = match fields.iter().find(|f| f.name == name) {
-            Some(f) => parse_int(&f.value).ok_or_else(|| {
+        let old = match fields.position(&name) {
+            Some(i) => parse_int(&fields.get_mut(i).value).ok_or_else(|| {
                 strata_engine::Error::Invalid("hash value is not an integer".into())
             })?,
             None => 0,
@@ -277,9 +285,9 @@ pub(crate) async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 /// Sets field `name` to `value`, keeping its place and its expiry (as the increments do).
-fn replace_value(fields: &mut Vec<Owned>, name: &Bytes, value: Bytes) {
-    match fields.iter_mut().find(|f| f.name == *name) {
-        Some(f) => f.value = value,
+fn replace_value(fields: &mut Indexed<Owned>, name: &Bytes, value: Bytes) {
+    match fields.position(name) {
+        Some(i) => fields.get_mut(i).value = value,
         None => fields.push(Owned {
             name: name.clone(),
             value,
@@ -298,9 +306,8 @@ pub(crate) async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
         let old = fields
-            .iter()
-            .find(|f| f.name == name)
-            .map(|f| f.value.clone());
+            .position(&name)
+            .map(|i| fields.get_mut(i).value.clone());
         let text = float_plus(old.as_deref(), delta, "hash value is not a float")?;
         replace_value(fields, &name, text.clone());
         Ok((true, text))
@@ -526,7 +533,7 @@ pub(crate) async fn hpersist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let out = names
             .iter()
             .map(|n| {
-                Reply::Integer(match fields.iter_mut().find(|f| f.name == *n) {
+                Reply::Integer(match fields.position(n).map(|i| fields.get_mut(i)) {
                     None => -2,
                     Some(f) if f.expire_ms == 0 => -1,
                     Some(f) => {
@@ -545,17 +552,19 @@ pub(crate) async fn hpersist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 #[cfg(test)]
 mod tests {
+    use super::super::typed::Items;
     use super::*;
 
     #[test]
     fn set_field_keeps_the_place_of_an_existing_field_and_appends_new_ones() {
         let b = |s: &str| Bytes::from(s.to_string());
-        let mut fields = Vec::new();
+        let mut fields = <Indexed<Owned> as Items<Owned>>::from_vec(Vec::new());
         assert!(set_field(&mut fields, &b("a"), &b("1")));
         assert!(set_field(&mut fields, &b("b"), &b("2")));
-        fields[0].expire_ms = 5;
+        fields.get_mut(0).expire_ms = 5;
         assert!(!set_field(&mut fields, &b("a"), &b("3")));
         let got: Vec<(&[u8], &[u8], u64)> = fields
+            .vec_mut()
             .iter()
             .map(|f| (&f.name[..], &f.value[..], f.expire_ms))
             .collect();

@@ -3,23 +3,23 @@
 //! forms (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`) run outside the server's gate
 //! and take it for each attempt; every write to a list wakes them to try again.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, keys_then_timeout, mpop_args, parse_timeout, pop_count,
-    read_items, read_kind, read_members, reply, write_items, MembersCodec,
+    read_items, read_kind, read_members, reply, write_items, ListCodec,
 };
 use super::{lower, not_integer, parse_int, syntax_error, Ctx};
-
-type ListCodec = MembersCodec<true>;
 
 /// Changes the list at client key `key` (any change wakes blocked pops: `write_kind`).
 async fn write_list<R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    f: impl FnOnce(&mut Vec<Bytes>) -> strata_engine::Result<(bool, R)> + Send,
+    f: impl FnOnce(&mut VecDeque<Bytes>) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(key);
     write_items::<ListCodec, R>(ctx, &key, f).await
@@ -33,7 +33,7 @@ async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool, only_if_exists: bool) 
         }
         if left {
             for e in new {
-                list.insert(0, e);
+                list.push_front(e);
             }
         } else {
             list.extend(new);
@@ -60,7 +60,7 @@ pub(crate) async fn rpushx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 /// Takes up to `n` elements off one end of `list`, in the order they come off.
-fn take(list: &mut Vec<Bytes>, left: bool, n: usize) -> Vec<Bytes> {
+fn take(list: &mut VecDeque<Bytes>, left: bool, n: usize) -> Vec<Bytes> {
     let n = n.min(list.len());
     if left {
         list.drain(..n).collect()
@@ -141,7 +141,8 @@ pub(crate) async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = write_list(ctx, &a[1], move |list| {
         let range = index_range(list.len(), start, stop);
         let before = list.len();
-        *list = list[range].to_vec();
+        list.truncate(range.end);
+        list.drain(..range.start.min(list.len()));
         Ok((list.len() != before, ()))
     });
     reply(r.await, |_| Reply::ok())
@@ -342,9 +343,9 @@ async fn move_once(
     let e = element.clone();
     write_list(ctx, dst, move |list| {
         if to_left {
-            list.insert(0, e);
+            list.push_front(e);
         } else {
-            list.push(e);
+            list.push_back(e);
         }
         Ok((true, ()))
     })

@@ -11,14 +11,9 @@ use strata_resp::Reply;
 
 use super::typed::{
     bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, read_members,
-    reply, scan_options, scan_reply, store_items, write_items, MembersCodec,
+    reply, scan_options, scan_reply, store_items, write_items, SetCodec,
 };
 use super::{engine_error, lower, parse_int, syntax_error, Ctx};
-
-type SetCodec = MembersCodec<false>;
-
-/// `SADD` of at most this many members looks each up by comparing; more build a table.
-const LINEAR_ADDS_MAX: usize = 8;
 
 fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
     Reply::Set(members.into_iter().map(Reply::Bulk).collect())
@@ -29,19 +24,9 @@ pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let before = members.len();
-        if new.len() <= LINEAR_ADDS_MAX {
-            // A few members: compared with each one, no table of them all built.
-            for m in new {
-                if !members.contains(&m) {
-                    members.push(m);
-                }
-            }
-        } else {
-            let mut seen: HashSet<Bytes> = members.iter().cloned().collect();
-            for m in new {
-                if seen.insert(m.clone()) {
-                    members.push(m);
-                }
+        for m in new {
+            if !members.contains(&m) {
+                members.push(m);
             }
         }
         let added = members.len() - before;
@@ -55,7 +40,7 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let before = members.len();
-        members.retain(|m| !gone.contains(m));
+        members.vec_mut().retain(|m| !gone.contains(m));
         let removed = before - members.len();
         Ok((removed > 0, removed as i64))
     });
@@ -100,7 +85,7 @@ pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         picked.sort_unstable();
         let mut popped = Vec::with_capacity(n);
         for i in picked.into_iter().rev() {
-            popped.push(members.remove(i));
+            popped.push(members.vec_mut().remove(i));
         }
         Ok((n > 0, popped))
     });
@@ -283,7 +268,7 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let m = member.clone();
     let moved = write_items::<SetCodec, _>(ctx, &src, move |members| {
         let before = members.len();
-        members.retain(|x| *x != m);
+        members.vec_mut().retain(|x| *x != m);
         let removed = members.len() < before;
         Ok((removed, removed))
     })

@@ -12,7 +12,7 @@ use strata_format::members::decode_members;
 use strata_format::zset::decode_zset;
 use strata_resp::Reply;
 
-use super::typed::{store_items, MembersCodec};
+use super::typed::{store_items, ListCodec};
 use super::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 
 pub(crate) async fn sort(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -210,7 +210,7 @@ async fn finish(
     }
     if gets.is_empty() {
         return match store {
-            Some(dst) => store_items::<MembersCodec<true>>(ctx, &dst, &sorted).await,
+            Some(dst) => store_items::<ListCodec>(ctx, &dst, &sorted).await,
             None => Reply::Array(sorted.into_iter().map(Reply::Bulk).collect()),
         };
     }
@@ -224,7 +224,7 @@ async fn finish(
         // A missing value is stored as an empty string, as Redis does.
         Some(dst) => {
             let items: Vec<Bytes> = values.into_iter().map(Option::unwrap_or_default).collect();
-            store_items::<MembersCodec<true>>(ctx, &dst, &items).await
+            store_items::<ListCodec>(ctx, &dst, &items).await
         }
         None => Reply::Array(
             values

@@ -3,6 +3,7 @@
 //! lock (the key keeps its expiry; a value left empty deletes its key, as in Redis), or
 //! overwrite it whole (the `STORE` forms).
 
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -144,6 +145,8 @@ pub(crate) fn bulk(b: &[u8]) -> Reply {
 /// How a kind's value decodes into items (sharing its buffer) and encodes back.
 pub(crate) trait Codec: Send + 'static {
     type Item: Send + 'static;
+    /// What a write changes the items in (and a live value keeps them in).
+    type Items: Items<Self::Item>;
     const KIND: Kind;
     /// The live items of `value` at `now_ms` (a hash drops its expired fields).
     fn decode(value: &Bytes, now_ms: u64) -> strata_format::Result<Vec<Self::Item>>;
@@ -155,17 +158,145 @@ pub(crate) trait Codec: Send + 'static {
     }
 }
 
+/// What a write changes a collection's items in: a `Vec`, or for lists (pushed at both
+/// ends) a `VecDeque`.
+pub(crate) trait Items<I>: Send + 'static {
+    /// Bytes an item costs beside itself (a lookup table's entry).
+    const EXTRA_BYTES: usize = 0;
+    fn from_vec(items: Vec<I>) -> Self;
+    fn len(&self) -> usize;
+    /// `encode` of the items, in order.
+    fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8>;
+}
+
+impl<I: Send + 'static> Items<I> for Vec<I> {
+    fn from_vec(items: Vec<I>) -> Self {
+        items
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
+        encode(self)
+    }
+}
+
+impl<I: Clone + Send + 'static> Items<I> for VecDeque<I> {
+    fn from_vec(items: Vec<I>) -> Self {
+        items.into()
+    }
+    fn len(&self) -> usize {
+        VecDeque::len(self)
+    }
+    fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
+        match self.as_slices() {
+            (front, []) => encode(front),
+            _ => encode(&self.iter().cloned().collect::<Vec<I>>()),
+        }
+    }
+}
+
+/// What identifies an item in its collection: a hash field's name, a set's member.
+pub(crate) trait Named {
+    fn name(&self) -> &Bytes;
+}
+
+impl Named for Bytes {
+    fn name(&self) -> &Bytes {
+        self
+    }
+}
+
+/// Items looked up by name: compared one by one, or through a table from name to position
+/// once a value is looked up again (a live value, kept between commands) and holds more
+/// than [`LINEAR_ITEMS_MAX`] items. The table holds while items are only appended or
+/// changed in place ([`Indexed::push`], [`Indexed::get_mut`]); [`Indexed::vec_mut`] drops it.
+pub(crate) struct Indexed<I> {
+    items: Vec<I>,
+    index: Option<HashMap<Bytes, usize, ahash::RandomState>>,
+    lookups: u32,
+}
+
+/// Values up to this many items are searched by comparing names; a table costs more.
+const LINEAR_ITEMS_MAX: usize = 32;
+
+impl<I: Named> Indexed<I> {
+    /// Where the item named `name` is.
+    pub(crate) fn position(&mut self, name: &[u8]) -> Option<usize> {
+        if self.index.is_none() && self.items.len() > LINEAR_ITEMS_MAX {
+            self.lookups += 1;
+            if self.lookups > 1 {
+                let mut index =
+                    HashMap::with_capacity_and_hasher(self.items.len(), ahash::RandomState::new());
+                for (i, item) in self.items.iter().enumerate() {
+                    index.insert(item.name().clone(), i);
+                }
+                self.index = Some(index);
+            }
+        }
+        match &self.index {
+            Some(index) => index.get(name).copied(),
+            None => self.items.iter().position(|i| &i.name()[..] == name),
+        }
+    }
+
+    pub(crate) fn contains(&mut self, name: &[u8]) -> bool {
+        self.position(name).is_some()
+    }
+
+    /// Appends `item`, whose name none of the items has.
+    pub(crate) fn push(&mut self, item: I) {
+        if let Some(index) = &mut self.index {
+            index.insert(item.name().clone(), self.items.len());
+        }
+        self.items.push(item);
+    }
+
+    /// The item at `i`, to change in place; its name must stay.
+    pub(crate) fn get_mut(&mut self, i: usize) -> &mut I {
+        &mut self.items[i]
+    }
+
+    /// The items, for any change (the table is dropped).
+    pub(crate) fn vec_mut(&mut self) -> &mut Vec<I> {
+        self.index = None;
+        &mut self.items
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+impl<I: Named + Send + 'static> Items<I> for Indexed<I> {
+    const EXTRA_BYTES: usize = 48;
+    fn from_vec(items: Vec<I>) -> Self {
+        Indexed {
+            items,
+            index: None,
+            lookups: 0,
+        }
+    }
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+    fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
+        encode(&self.items)
+    }
+}
+
 /// A collection's items as the engine keeps them live between commands
 /// ([`strata_engine::LiveValue`]): changed in place, encoded when the engine stores them.
-struct LiveItems<C: Codec> {
-    items: Vec<C::Item>,
+struct LiveItems<C: Codec, T> {
+    items: T,
     /// Bytes per item, as stored when decoded plus the item itself: `bytes` in constant
     /// time.
     item_bytes: usize,
     stays: bool,
+    codec: std::marker::PhantomData<C>,
 }
 
-impl<C: Codec> LiveItems<C> {
+impl<C: Codec, T: Items<C::Item>> LiveItems<C, T> {
     fn decode(value: Option<&Bytes>, now_ms: u64) -> strata_engine::Result<Self> {
         let items = match value {
             Some(v) => C::decode(v, now_ms).map_err(|e| corrupt(C::KIND, e))?,
@@ -173,45 +304,67 @@ impl<C: Codec> LiveItems<C> {
         };
         let stored = value.map_or(0, |v| v.len());
         Ok(LiveItems {
-            item_bytes: std::mem::size_of::<C::Item>() + stored / items.len().max(1),
+            item_bytes: std::mem::size_of::<C::Item>()
+                + T::EXTRA_BYTES
+                + stored / items.len().max(1),
             stays: !items.iter().any(C::expires),
-            items,
+            items: T::from_vec(items),
+            codec: std::marker::PhantomData,
         })
     }
 }
 
-impl<C: Codec> strata_engine::LiveValue for LiveItems<C> {
+impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
     fn encode(&self) -> Vec<u8> {
-        C::encode(&self.items)
+        self.items.encode_with(C::encode)
     }
     fn bytes(&self) -> usize {
         self.items.len() * self.item_bytes
     }
     fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.len() == 0
     }
     fn stays(&self) -> bool {
         self.stays
     }
 }
 
-/// The byte strings of a set (`LIST` false: in the order added) or a list (head first):
-/// one format, `strata_format::members`.
-pub(crate) struct MembersCodec<const LIST: bool>;
+/// A codec of the byte strings of a set or a list: one format, `strata_format::members`,
+/// each kind with its own container.
+macro_rules! members_codec {
+    ($(#[$doc:meta])* $name:ident, $items:ty, $kind:expr) => {
+        $(#[$doc])*
+        pub(crate) struct $name;
 
-impl<const LIST: bool> Codec for MembersCodec<LIST> {
-    type Item = Bytes;
-    const KIND: Kind = if LIST { Kind::List } else { Kind::Set };
-    fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Bytes>> {
-        Ok(strata_format::members::decode_members(value)?
-            .into_iter()
-            .map(|m| value.slice_ref(m))
-            .collect())
-    }
-    fn encode(items: &[Bytes]) -> Vec<u8> {
-        strata_format::members::encode_members(items)
-    }
+        impl Codec for $name {
+            type Item = Bytes;
+            type Items = $items;
+            const KIND: Kind = $kind;
+            fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Bytes>> {
+                Ok(strata_format::members::decode_members(value)?
+                    .into_iter()
+                    .map(|m| value.slice_ref(m))
+                    .collect())
+            }
+            fn encode(items: &[Bytes]) -> Vec<u8> {
+                strata_format::members::encode_members(items)
+            }
+        }
+    };
 }
+
+members_codec!(
+    /// A set's members, in the order they were added.
+    SetCodec,
+    Indexed<Bytes>,
+    Kind::Set
+);
+members_codec!(
+    /// A list's elements, head first (pushed and popped at both ends).
+    ListCodec,
+    VecDeque<Bytes>,
+    Kind::List
+);
 
 /// The items of the value of `C`'s kind at the client key `key` (none if absent).
 pub(crate) async fn read_items<C: Codec>(
@@ -235,7 +388,7 @@ pub(crate) async fn read_members<const LIST: bool>(
     key: &[u8],
     f: impl FnOnce(&[&[u8]], &Bytes) -> Reply,
 ) -> Reply {
-    let kind = <MembersCodec<LIST> as Codec>::KIND;
+    let kind = if LIST { Kind::List } else { Kind::Set };
     let key = ctx.key(key);
     match read_kind(ctx, &key, kind).await {
         Ok(Some(v)) => match strata_format::members::decode_members(&v) {
@@ -253,7 +406,7 @@ pub(crate) async fn read_members<const LIST: bool>(
 pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &Key,
-    f: impl FnOnce(&mut Vec<C::Item>) -> strata_engine::Result<(bool, R)> + Send,
+    f: impl FnOnce(&mut C::Items) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
     let now = ctx.shared.engine.now_ms();
     let r = ctx
@@ -262,11 +415,11 @@ pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
         .update_live(
             key,
             C::KIND,
-            move |value| Ok(Box::new(LiveItems::<C>::decode(value, now)?)),
+            move |value| Ok(Box::new(LiveItems::<C, C::Items>::decode(value, now)?)),
             move |live| {
                 let any: &mut dyn std::any::Any = live;
                 let items = any
-                    .downcast_mut::<LiveItems<C>>()
+                    .downcast_mut::<LiveItems<C, C::Items>>()
                     .expect("a live value of this kind is this codec's");
                 let (changed, out) = f(&mut items.items)?;
                 Ok((changed, (changed, out)))
@@ -600,4 +753,52 @@ pub(crate) fn mpop_args(
 pub(crate) fn keys_then_timeout(a: &[Bytes]) -> Result<(Vec<Bytes>, Option<Duration>), Reply> {
     let timeout = parse_timeout(&a[a.len() - 1])?;
     Ok((a[1..a.len() - 1].to_vec(), timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indexed_items_answer_alike_by_comparing_and_by_their_table() {
+        let name = |i: usize| Bytes::from(format!("m{i}"));
+        let mut by_table = Indexed::from_vec((0..100).map(name).collect());
+        // The first lookup compares; the second builds the table (past 32 items).
+        assert_eq!(by_table.position(b"m7"), Some(7));
+        assert!(by_table.index.is_none());
+        assert_eq!(by_table.position(b"m99"), Some(99));
+        assert!(by_table.index.is_some());
+        // Appends keep the table.
+        by_table.push(name(100));
+        assert!(by_table.index.is_some());
+        let mut by_comparing = Indexed::from_vec(by_table.vec_mut().clone());
+        assert!(by_table.index.is_none(), "vec_mut drops the table");
+        assert_eq!(by_table.position(b"m1"), Some(1));
+        assert_eq!(by_table.position(b"m2"), Some(2));
+        assert!(by_table.index.is_some());
+        for i in 0..110 {
+            let n = format!("m{i}");
+            let want = (i <= 100).then_some(i);
+            assert_eq!(by_table.position(n.as_bytes()), want);
+            by_comparing.lookups = 0;
+            assert_eq!(by_comparing.position(n.as_bytes()), want);
+            assert!(by_comparing.index.is_none());
+        }
+        // A small value never builds one.
+        let mut small = Indexed::from_vec((0..LINEAR_ITEMS_MAX).map(name).collect());
+        for _ in 0..3 {
+            assert!(small.contains(b"m3") && !small.contains(b"x"));
+        }
+        assert!(small.index.is_none());
+    }
+
+    #[test]
+    fn a_list_encodes_in_order_whichever_way_it_wrapped() {
+        let mut l: VecDeque<Bytes> = Items::from_vec(vec![Bytes::from("b"), Bytes::from("c")]);
+        l.push_front(Bytes::from("a"));
+        let want = ListCodec::encode(&[Bytes::from("a"), Bytes::from("b"), Bytes::from("c")]);
+        assert_eq!(l.encode_with(ListCodec::encode), want);
+        l.make_contiguous();
+        assert_eq!(l.encode_with(ListCodec::encode), want);
+    }
 }

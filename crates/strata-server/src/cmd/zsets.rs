@@ -15,7 +15,7 @@ use strata_resp::Reply;
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
     random_args, random_positions, read_items, reply, scan_options, scan_reply, store_items,
-    write_items, Codec,
+    write_items, Codec, Items,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -59,6 +59,7 @@ struct ZSetCodec;
 
 impl Codec for ZSetCodec {
     type Item = Entry;
+    type Items = Scored;
     const KIND: Kind = Kind::ZSet;
     fn decode(value: &Bytes, _now_ms: u64) -> strata_format::Result<Vec<Entry>> {
         Ok(decode_zset(value)?
@@ -71,14 +72,92 @@ impl Codec for ZSetCodec {
     }
 }
 
-/// Puts `member` at `score` in `entries`, keeping the order.
-fn place(entries: &mut Vec<Entry>, score: f64, member: Bytes) {
-    if let Some(i) = entries.iter().position(|(_, m)| *m == member) {
+/// Puts `member` at `score` in `entries`, keeping the order; its current score is `cur`
+/// (`None`: not in `entries`), so its entry is found by its order.
+fn place_known(entries: &mut Vec<Entry>, cur: Option<f64>, score: f64, member: Bytes) {
+    if let Some(c) = cur {
+        let old = (c, &member);
+        let i = entries.partition_point(|x| order(x, &old) == Ordering::Less);
+        debug_assert!(
+            entries[i].1 == member,
+            "the member is where its score puts it"
+        );
         entries.remove(i);
     }
     let e = (score, member);
     let at = entries.partition_point(|x| order(x, &e) == Ordering::Less);
     entries.insert(at, e);
+}
+
+/// A sorted set's entries in order, with a table from member to score once a value is
+/// looked up again (a live value, kept between commands) and holds more than
+/// [`LINEAR_ENTRIES_MAX`] entries, so `ZADD` finds a member's entry by its order. The table
+/// holds through [`Scored::place`]; [`Scored::vec_mut`] drops it.
+pub(crate) struct Scored {
+    entries: Vec<Entry>,
+    scores: Option<HashMap<Bytes, f64, ahash::RandomState>>,
+    lookups: u32,
+}
+
+/// Sets up to this many entries are searched by comparing members.
+const LINEAR_ENTRIES_MAX: usize = 32;
+
+impl Scored {
+    /// The score of `member`, if it is in the set.
+    fn score_of(&mut self, member: &[u8]) -> Option<f64> {
+        if self.scores.is_none() && self.entries.len() > LINEAR_ENTRIES_MAX {
+            self.lookups += 1;
+            if self.lookups > 1 {
+                let mut t = HashMap::with_capacity_and_hasher(
+                    self.entries.len(),
+                    ahash::RandomState::new(),
+                );
+                for (s, m) in &self.entries {
+                    t.insert(m.clone(), *s);
+                }
+                self.scores = Some(t);
+            }
+        }
+        match &self.scores {
+            Some(t) => t.get(member).copied(),
+            None => self
+                .entries
+                .iter()
+                .find(|(_, m)| &m[..] == member)
+                .map(|(s, _)| *s),
+        }
+    }
+
+    /// Puts `member` at `score`, whose current score is `cur` (from [`Scored::score_of`]).
+    fn place(&mut self, cur: Option<f64>, score: f64, member: Bytes) {
+        if let Some(t) = &mut self.scores {
+            t.insert(member.clone(), score);
+        }
+        place_known(&mut self.entries, cur, score, member);
+    }
+
+    /// The entries, for any change (the table is dropped).
+    fn vec_mut(&mut self) -> &mut Vec<Entry> {
+        self.scores = None;
+        &mut self.entries
+    }
+}
+
+impl Items<Entry> for Scored {
+    const EXTRA_BYTES: usize = 48;
+    fn from_vec(entries: Vec<Entry>) -> Self {
+        Scored {
+            entries,
+            scores: None,
+            lookups: 0,
+        }
+    }
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    fn encode_with(&self, encode: fn(&[Entry]) -> Vec<u8>) -> Vec<u8> {
+        encode(&self.entries)
+    }
 }
 
 fn score_reply(s: f64) -> Reply {
@@ -148,7 +227,7 @@ pub(crate) async fn zadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let (mut added, mut changed) = (0i64, 0i64);
         let mut incr_result = None;
         for (score, member) in pairs {
-            let cur = entries.iter().find(|(_, m)| *m == member).map(|(s, _)| *s);
+            let cur = entries.score_of(&member);
             let new = match (cur, incr) {
                 (Some(c), true) => c + score,
                 _ => score,
@@ -171,7 +250,7 @@ pub(crate) async fn zadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 Some(c) if c != new => changed += 1,
                 Some(_) => continue,
             }
-            place(entries, new, member);
+            entries.place(cur, new, member);
         }
         let out = match incr {
             true => incr_result.map_or(Reply::Null, score_reply),
@@ -188,17 +267,14 @@ pub(crate) async fn zincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     };
     let (member, key) = (a[3].clone(), ctx.key(&a[1]));
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
-        let cur = entries
-            .iter()
-            .find(|(_, m)| *m == member)
-            .map_or(0.0, |(s, _)| *s);
-        let new = cur + delta;
+        let cur = entries.score_of(&member);
+        let new = cur.unwrap_or(0.0) + delta;
         if new.is_nan() {
             return Err(strata_engine::Error::Invalid(
                 "resulting score is not a number (NaN)".into(),
             ));
         }
-        place(entries, new, member);
+        entries.place(cur, new, member);
         Ok((true, new))
     });
     reply(r.await, score_reply)
@@ -208,6 +284,7 @@ pub(crate) async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let gone: Vec<Bytes> = a[2..].to_vec();
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let entries = entries.vec_mut();
         let before = entries.len();
         entries.retain(|(_, m)| !gone.contains(m));
         let n = before - entries.len();
@@ -638,6 +715,7 @@ async fn remove_range(ctx: &mut Ctx<'_>, a: &[Bytes], by: Option<&'static str>) 
     };
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let entries = entries.vec_mut();
         let sel = select(entries, &range, false);
         let n = sel.len();
         entries.drain(sel);
@@ -666,6 +744,7 @@ async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Reply {
     let resp3 = ctx.conn.proto == 3;
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+        let entries = entries.vec_mut();
         let n = count.unwrap_or(1).min(entries.len());
         let popped: Vec<Entry> = if max {
             entries.drain(entries.len() - n..).rev().collect()
@@ -702,6 +781,7 @@ async fn zpop_first(
     for k in keys {
         let key = ctx.key(k);
         let popped = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
+            let entries = entries.vec_mut();
             let n = count.min(entries.len());
             let popped: Vec<Entry> = if max {
                 entries.drain(entries.len() - n..).rev().collect()
@@ -1108,9 +1188,35 @@ mod tests {
             names(&ranged(&z, &lex, false, Some((0, -1)))),
             ["b", "c", "d"]
         );
-        let mut z2 = z.clone();
-        place(&mut z2, 0.5, Bytes::from("d"));
-        assert_eq!(names(&z2), ["d", "a", "b", "c"]);
+        let mut z2 = Scored::from_vec(z.clone());
+        let cur = z2.score_of(b"d");
+        z2.place(cur, 0.5, Bytes::from("d"));
+        assert_eq!(names(&z2.entries), ["d", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn scores_found_by_table_place_members_as_comparing_does() {
+        let member = |i: u64| Bytes::from(format!("m{}", i % 97));
+        let mut by_table = Scored::from_vec(Vec::new());
+        let mut by_comparing = Scored::from_vec(Vec::new());
+        let mut x = 7u64;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (m, score) = (member(x >> 33), ((x >> 40) % 13) as f64);
+            let cur = by_table.score_of(&m);
+            by_table.place(cur, score, m.clone());
+            by_comparing.lookups = 0;
+            let cur2 = by_comparing.score_of(&m);
+            assert_eq!(cur, cur2);
+            by_comparing.place(cur2, score, m);
+            assert!(by_comparing.scores.is_none());
+        }
+        assert!(by_table.scores.is_some(), "97 members: the table was built");
+        assert_eq!(by_table.entries, by_comparing.entries);
+        let e = &by_table.entries;
+        assert!(e.windows(2).all(|w| order(&w[0], &w[1]) == Ordering::Less));
     }
 
     #[test]
