@@ -171,18 +171,21 @@ pub(crate) async fn flush_log_every(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        // Live values are stored on the tick, which bounds what a kill loses; not when the
+        // buffer fills early (their stored forms fill it, so each fold would call for the
+        // next).
+        let fold = tokio::select! {
             _ = shutdown.changed() => return,
-            _ = tick.tick() => {}
-            _ = hot.full.notified() => {}
-        }
+            _ = tick.tick() => true,
+            _ = hot.full.notified() => false,
+        };
         // A second's worth of writes can take a while to copy into the page cache: off the
         // runtime's workers, which serve clients meanwhile.
         let (w, h) = (Arc::clone(&warm), Arc::clone(&hot));
         let flushed = tokio::task::spawn_blocking(move || {
             // Live values' changes into the logs first (see `live`); a failure leaves them
             // changed, folded on the next tick.
-            if let Err(e) = h.fold_live() {
+            if let Err(e) = if fold { h.fold_live() } else { Ok(()) } {
                 tracing::warn!(error = %e, "storing live values failed; retrying");
             }
             let hot_upto = h.mark();

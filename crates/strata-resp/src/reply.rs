@@ -224,6 +224,11 @@ pub fn format_g(d: f64, precision: usize) -> String {
         };
     }
     let p = precision.max(1);
+    // An integer of at most `p` digits prints as itself (a sorted set's scores mostly are):
+    // no exact decimal expansion needed.
+    if d.fract() == 0.0 && d.abs() < 10f64.powi(p.min(18) as i32) {
+        return (d as i64).to_string();
+    }
     // The exponent %e would print with `p` significant digits decides the style.
     let e_form = format!("{:.*e}", p - 1, d);
     let (mantissa, exp) = e_form.split_once('e').expect("an exponent");
@@ -290,6 +295,11 @@ mod tests {
             (2f64.powi(40), 14, "1099511627776"),
             (0.1, 17, "0.10000000000000001"),
             (1e17, 17, "1e+17"),
+            (99999999999999999.0, 17, "1e+17"),
+            (12345678901234567.0, 17, "12345678901234568"),
+            (-42.0, 17, "-42"),
+            (99999999999999.0, 14, "99999999999999"),
+            (100000000000000.0, 14, "1e+14"),
         ] {
             assert_eq!(super::format_g(n, p), want, "{n} at {p}");
         }

@@ -14,8 +14,8 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
-    random_args, random_positions, read_items, reply, scan_options, scan_reply, store_items,
-    write_items, Codec, Items,
+    random_args, random_positions, read_items, read_kind, reply, scan_options, scan_reply,
+    store_items, write_items, Codec, Items,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -294,31 +294,30 @@ pub(crate) async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn zcard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    reply(read_items::<ZSetCodec>(ctx, &a[1]).await, |e| {
-        Reply::Integer(e.len() as i64)
-    })
+    let r = read_entries(ctx, &a[1], |e, _| Reply::Integer(e.len() as i64));
+    reply(r.await, |r| r)
 }
 
 pub(crate) async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
-    reply(r, |e| {
+    let r = read_entries(ctx, &a[1], |e, _| {
         e.iter()
-            .find(|(_, m)| *m == a[2])
+            .find(|(_, m)| *m == &a[2][..])
             .map_or(Reply::Null, |(s, _)| score_reply(*s))
-    })
+    });
+    reply(r.await, |r| r)
 }
 
 pub(crate) async fn zmscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
-    reply(r, |e| {
-        let by: HashMap<&Bytes, f64> = e.iter().map(|(s, m)| (m, *s)).collect();
+    let r = read_entries(ctx, &a[1], |e, _| {
+        let by: HashMap<&[u8], f64> = e.iter().map(|(s, m)| (*m, *s)).collect();
         Reply::Array(
             a[2..]
                 .iter()
-                .map(|m| by.get(m).map_or(Reply::Null, |s| score_reply(*s)))
+                .map(|m| by.get(&m[..]).map_or(Reply::Null, |s| score_reply(*s)))
                 .collect(),
         )
-    })
+    });
+    reply(r.await, |r| r)
 }
 
 async fn rank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Reply {
@@ -328,9 +327,8 @@ async fn rank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Reply {
         _ => return syntax_error(),
     };
     let resp3 = ctx.conn.proto == 3;
-    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
-    reply(r, |e| {
-        let Some(i) = e.iter().position(|(_, m)| *m == a[2]) else {
+    let r = read_entries(ctx, &a[1], |e, _| {
+        let Some(i) = e.iter().position(|(_, m)| *m == &a[2][..]) else {
             return if with_score && resp3 {
                 Reply::NullArray
             } else {
@@ -342,7 +340,8 @@ async fn rank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Reply {
             false => Reply::Integer(r),
             true => Reply::Array(vec![Reply::Integer(r), score_reply(e[i].0)]),
         }
-    })
+    });
+    reply(r.await, |r| r)
 }
 
 pub(crate) async fn zrank(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -433,7 +432,11 @@ fn lex_below(m: &[u8], b: &LexBound) -> bool {
 
 /// The positions `range` selects in `len` entries (in ascending order), before `REV` and
 /// `LIMIT`. For `REV` the bounds come in as the client gave them (max first).
-fn select(entries: &[Entry], range: &Range, rev: bool) -> std::ops::Range<usize> {
+fn select<M: AsRef<[u8]>>(
+    entries: &[(f64, M)],
+    range: &Range,
+    rev: bool,
+) -> std::ops::Range<usize> {
     let len = entries.len() as i64;
     match range {
         Range::Rank(start, stop) => {
@@ -491,8 +494,8 @@ fn lex_range_possible(min: &LexBound, max: &LexBound) -> bool {
 /// `min`, skipping `offset`, then while members stay at or below `max` (backward from the
 /// last member at or below `max`, while they stay at or above `min`, with `rev`); at most
 /// `limit` (negative: all).
-fn lex_walk(
-    entries: &[Entry],
+fn lex_walk<M: AsRef<[u8]>>(
+    entries: &[(f64, M)],
     min: &LexBound,
     max: &LexBound,
     rev: bool,
@@ -503,19 +506,22 @@ fn lex_walk(
     if len == 0
         || offset < 0
         || !lex_range_possible(min, max)
-        || !lex_above(&entries[len - 1].1, min)
-        || !lex_below(&entries[0].1, max)
+        || !lex_above(entries[len - 1].1.as_ref(), min)
+        || !lex_below(entries[0].1.as_ref(), max)
     {
         return Vec::new();
     }
     let start = if rev {
-        match entries.iter().rposition(|(_, m)| lex_below(m, max)) {
-            Some(i) if lex_above(&entries[i].1, min) => i,
+        match entries
+            .iter()
+            .rposition(|(_, m)| lex_below(m.as_ref(), max))
+        {
+            Some(i) if lex_above(entries[i].1.as_ref(), min) => i,
             _ => return Vec::new(),
         }
     } else {
-        match entries.iter().position(|(_, m)| lex_above(m, min)) {
-            Some(i) if lex_below(&entries[i].1, max) => i,
+        match entries.iter().position(|(_, m)| lex_above(m.as_ref(), min)) {
+            Some(i) if lex_below(entries[i].1.as_ref(), max) => i,
             _ => return Vec::new(),
         }
     };
@@ -525,7 +531,7 @@ fn lex_walk(
         Box::new(start..len)
     };
     let in_range = |i: &usize| {
-        let m = &entries[*i].1;
+        let m = entries[*i].1.as_ref();
         if rev {
             lex_above(m, min)
         } else {
@@ -540,7 +546,12 @@ fn lex_walk(
     }
 }
 
-fn ranged(entries: &[Entry], range: &Range, rev: bool, limit: Option<(i64, i64)>) -> Vec<Entry> {
+fn ranged<M: AsRef<[u8]> + Clone>(
+    entries: &[(f64, M)],
+    range: &Range,
+    rev: bool,
+    limit: Option<(i64, i64)>,
+) -> Vec<(f64, M)> {
     if let Range::Lex(a, b) = range {
         let (min, max) = if rev { (b, a) } else { (a, b) };
         let (offset, count) = limit.unwrap_or((0, -1));
@@ -550,7 +561,7 @@ fn ranged(entries: &[Entry], range: &Range, rev: bool, limit: Option<(i64, i64)>
             .collect();
     }
     let sel = select(entries, range, rev);
-    let mut picked: Vec<Entry> = entries[sel].to_vec();
+    let mut picked: Vec<(f64, M)> = entries[sel].to_vec();
     if rev {
         picked.reverse();
     }
@@ -657,11 +668,33 @@ async fn range_command(
         Err(r) => return r,
     };
     let resp3 = ctx.conn.proto == 3;
-    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
-    reply(r, |e| {
-        let picked = ranged(&e, &range, o.rev, o.limit);
+    let r = read_entries(ctx, &a[1], |e, v| {
+        let picked: Vec<Entry> = ranged(e, &range, o.rev, o.limit)
+            .into_iter()
+            .map(|(s, m)| (s, v.slice_ref(m)))
+            .collect();
         entries_reply(picked.iter(), o.with_scores, resp3)
-    })
+    });
+    reply(r.await, |r| r)
+}
+
+/// The entries of the sorted set at the client key `key` as slices of its value (no
+/// `Bytes` per member), for the reads that answer with a few of them or a count: `f` sees
+/// them (none if the key is absent) and the value they are cut from, to `slice_ref` what
+/// the reply returns.
+async fn read_entries<R>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    f: impl FnOnce(&[(f64, &[u8])], &Bytes) -> R,
+) -> Result<R, Reply> {
+    let key = ctx.key(key);
+    match read_kind(ctx, &key, Kind::ZSet).await? {
+        Some(v) => match decode_zset(&v) {
+            Ok(e) => Ok(f(&e, &v)),
+            Err(e) => Err(engine_error(&corrupt(Kind::ZSet, e))),
+        },
+        None => Ok(f(&[], &Bytes::new())),
+    }
 }
 
 pub(crate) async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -693,11 +726,10 @@ async fn count_in(ctx: &mut Ctx<'_>, a: &[Bytes], by: &'static str) -> Reply {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
-    reply(
-        r,
-        |e| Reply::Integer(select(&e, &range, false).len() as i64),
-    )
+    let r = read_entries(ctx, &a[1], |e, _| {
+        Reply::Integer(select(e, &range, false).len() as i64)
+    });
+    reply(r.await, |r| r)
 }
 
 pub(crate) async fn zcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
