@@ -466,3 +466,36 @@ def test_collections_changed_in_place_are_seen_by_every_other_command(strata):
     assert r.dbsize() == 0 and r.smembers("t") == set()
     r.sadd("t", "b")
     assert r.smembers("t") == {"b"}
+
+
+def test_parts_read_alike_lent_from_dram_or_shared_from_the_tiers(tiny_strata):
+    """A read that answers with parts of a collection borrows the value where DRAM holds
+    it (copying out only the parts) and shares it where a tier hands it over: both answer
+    the same bytes, for every kind, before and after the value leaves DRAM."""
+    r = tiny_strata.client()
+    blob = bytes(range(256))
+    r.hset("h", mapping={"": "", "bin": blob, "x": "1"})
+    r.rpush("l", "", blob, "tail")
+    r.sadd("s", "", blob)
+    r.zadd("z", {blob: 1.5, "": 2, "m": 3})
+
+    def check():
+        assert r.hmget("h", ["", "bin", "missing"]) == [b"", blob, None]
+        assert r.hgetall("h") == {b"": b"", b"bin": blob, b"x": b"1"}
+        assert r.lrange("l", 0, -1) == [b"", blob, b"tail"] and r.lindex("l", 1) == blob
+        assert r.smismember("s", ["", "zz", blob]) == [1, 0, 1] and r.scard("s") == 2
+        assert r.zrange("z", 0, -1, withscores=True) == [(blob, 1.5), (b"", 2.0), (b"m", 3.0)]
+        assert r.zscore("z", blob) == 1.5 and r.zrank("z", "m") == 2 and r.zcard("z") == 3
+
+    check()
+    hits = int(r.info("strata")["hot_hits"])
+    check()
+    assert int(r.info("strata")["hot_hits"]) > hits, "the second reads were not DRAM hits"
+    # Push them out of DRAM (64 KiB) and down the tiers, then read them from there.
+    for i in range(2000):
+        r.set(f"filler:{i}", b"f" * 1000)
+        r.get(f"filler:{i}")
+        r.get(f"filler:{i}")
+    misses_before = int(r.info("strata")["warm_hits"]) + int(r.info("strata")["cold_hits"])
+    check()
+    assert int(r.info("strata")["warm_hits"]) + int(r.info("strata")["cold_hits"]) > misses_before

@@ -22,7 +22,7 @@ use crate::disk::DiskGuard;
 use crate::durability::{GroupCommit, Ticket, Written};
 use crate::live::LiveValue;
 use crate::locks::Stripes;
-use crate::read::LocalValue;
+use crate::read::{LocalValue, Source};
 use crate::scan::ScanPage;
 use crate::settings::{Durability, HotPolicy, Settings};
 use crate::stats::{Counters, Stats};
@@ -296,6 +296,16 @@ impl Engine {
         Ok(crate::read::get(&self.core, key)
             .await?
             .map(|(v, kind)| (kind, v)))
+    }
+
+    /// [`Engine::get_value`] for a read that answers with a part of the value: `f` sees it
+    /// lent from DRAM (under a lock: keep `f` short) or shared, never copied whole.
+    pub async fn get_value_with<R>(
+        &self,
+        key: &Key,
+        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+    ) -> Result<Option<R>> {
+        crate::read::get_with(&self.core, key, f).await
     }
 
     /// The kind of value `key` holds, if it holds a live one, without reading the value.

@@ -69,7 +69,7 @@ pub use durability::{Ticket, Written};
 pub use engine::{warm_dir, Engine, Parts};
 pub use error::{Error, ErrorKind, Result};
 pub use live::LiveValue;
-pub use read::LocalValue;
+pub use read::{LocalValue, Source};
 pub use scan::{ScanItem, ScanPage};
 pub use settings::{Durability, HotPolicy, Settings};
 pub use stats::Stats;

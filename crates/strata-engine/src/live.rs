@@ -15,7 +15,7 @@
 //!
 //! Every change happens under the key's stripe lock, and so does every fold. Live values
 //! are bounded by half of write-back's budget (past it, writes go the whole-value way); one
-//! that has not changed for [`IDLE_MS`] is dropped at the next fold.
+//! that no write has used for [`IDLE_MS`] is dropped at the next fold.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ use crate::write::{apply_locked, check_sizes, commit_acknowledged, stage, update
 use crate::writeback;
 use crate::{Error, Result};
 
-/// A live value unchanged for this long is dropped at the next fold (its stored form is
+/// A live value no write used for this long is dropped at the next fold (its stored form is
 /// current; the next write decodes it again).
 pub const IDLE_MS: u64 = 1000;
 
@@ -61,8 +61,8 @@ struct Slot {
     value: Box<dyn LiveValue>,
     /// Changed since it was last folded.
     changed: bool,
-    /// When it last changed (Unix ms).
-    changed_ms: u64,
+    /// When a write last used it, changing it or not (Unix ms).
+    used_ms: u64,
     /// What it counted against the budget when it last changed.
     bytes: usize,
 }
@@ -220,7 +220,7 @@ pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
     Ok(())
 }
 
-/// Folds every changed live value, and drops those idle for [`IDLE_MS`] (all unchanged
+/// Folds every changed live value, and drops those unused for [`IDLE_MS`] (all unchanged
 /// ones while the live values are over their budget): before the logs are written out, and
 /// before an operation on the whole keyspace.
 pub(crate) fn fold_all(core: &Core) -> Result<()> {
@@ -235,7 +235,7 @@ pub(crate) fn fold_all(core: &Core) -> Result<()> {
         .lock()
         .iter()
         .filter_map(|(k, s)| {
-            let idle = !s.changed && (over || now.saturating_sub(s.changed_ms) >= IDLE_MS);
+            let idle = !s.changed && (over || now.saturating_sub(s.used_ms) >= IDLE_MS);
             (s.changed || idle).then(|| (k.clone(), idle))
         })
         .collect();
@@ -277,6 +277,7 @@ pub(crate) async fn update_live<R>(
                 return Err(Error::WrongType);
             }
             if strata_format::is_live(slot.expire_ms, now) {
+                slot.used_ms = now;
                 let (changed, out) = f(slot.value.as_mut())?;
                 if !changed {
                     return Ok(Written::new(out, Ticket::NONE));
@@ -287,7 +288,6 @@ pub(crate) async fn update_live<R>(
                     return delete_locked(core, key).map(|t| Written::new(out, t));
                 }
                 live.set_changed(slot, true);
-                slot.changed_ms = now;
                 let bytes = slot.value.bytes();
                 live.set_bytes(slot, bytes);
                 drop(slots);
@@ -308,26 +308,32 @@ pub(crate) async fn update_live<R>(
             let mut obj = decode(value.as_ref())?;
             if obj.stays() && live.bytes() + obj.bytes() <= bytes_max(core) {
                 let (changed, out) = f(obj.as_mut())?;
-                if !changed {
-                    return Ok(Written::new(out, Ticket::NONE));
-                }
                 if obj.is_empty() {
-                    return delete_locked(core, key).map(|t| Written::new(out, t));
+                    return match changed {
+                        true => delete_locked(core, key).map(|t| Written::new(out, t)),
+                        false => Ok(Written::new(out, Ticket::NONE)),
+                    };
                 }
+                // Kept even when unchanged: the next write finds it decoded (a stream of
+                // `SADD`s of members already there would decode the value every time).
                 let mut slot = Slot {
                     kind,
                     expire_ms,
                     value: obj,
                     changed: false,
-                    changed_ms: now,
+                    used_ms: now,
                     bytes: 0,
                 };
-                live.set_changed(&mut slot, true);
+                live.set_changed(&mut slot, changed);
                 let bytes = slot.value.bytes();
                 live.set_bytes(&mut slot, bytes);
                 live.slots.lock().insert(key.stored().to_vec(), slot);
                 live.held.fetch_add(1, Ordering::SeqCst);
-                return Ok(Written::new(out, changed_locked(core, key)));
+                let ticket = match changed {
+                    true => changed_locked(core, key),
+                    false => Ticket::NONE,
+                };
+                return Ok(Written::new(out, ticket));
             }
         }
     }

@@ -74,6 +74,56 @@ pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>>
     Ok(got)
 }
 
+/// [`get`] that lends the value to `f` when DRAM holds it (under its shard's lock, no copy)
+/// and hands it over otherwise: for reads that answer with a part of a value.
+pub(crate) async fn get_with<R>(
+    core: &Core,
+    key: &Key,
+    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+) -> Result<Option<R>> {
+    crate::live::fold_keys(core, &[key])?;
+    let mut f = Some(f);
+    let lent = core.hot.read_with(key.stored(), core.now_ms(), |v, tag| {
+        let f = f.take().expect("called once");
+        Kind::from_u8(tag)
+            .map_err(Error::from)
+            .and_then(|k| f(k, Source::Lent(v)))
+    });
+    if let Some(r) = lent {
+        hot_hit(core, key);
+        return r.map(Some);
+    }
+    let f = f.take().expect("not called");
+    match get(core, key).await? {
+        Some((v, kind)) => f(kind, Source::Shared(&v)).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A value a read lends: shared (parts cut from it without a copy) or lent from DRAM
+/// (parts copied out).
+pub enum Source<'a> {
+    Shared(&'a Bytes),
+    Lent(&'a [u8]),
+}
+
+impl Source<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Shared(b) => b,
+            Source::Lent(b) => b,
+        }
+    }
+
+    /// `part` (a slice of [`Source::bytes`]) as `Bytes`.
+    pub fn cut(&self, part: &[u8]) -> Bytes {
+        match self {
+            Source::Shared(b) => b.slice_ref(part),
+            Source::Lent(_) => Bytes::copy_from_slice(part),
+        }
+    }
+}
+
 /// A read of a key whose newest value write-back holds (DRAM let its copy go): that value,
 /// or nothing if it expired, whatever the warm store holds.
 fn written_back(core: &Core, key: &Key, d: Dirty, now: u64) -> Option<(Bytes, Kind)> {

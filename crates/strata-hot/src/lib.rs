@@ -174,6 +174,22 @@ impl HotCache {
         })
     }
 
+    /// [`HotCache::get`] that lends the value to `f` (with its tag) under the shard's lock
+    /// instead of handing out a copy: for a read that answers with a part of it. Keep `f`
+    /// short.
+    pub fn read_with<T>(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&[u8], u8) -> T,
+    ) -> Option<T> {
+        self.with_live(key, now_ms, |sh, slot| {
+            sh.touch(slot);
+            let e = sh.entry(slot);
+            f(e.data.value(), e.tag)
+        })
+    }
+
     /// [`HotCache::get`] of many keys at once. The shards they fall in are locked together
     /// (in shard order; no other path holds two), and every key is looked up before any
     /// value is copied out, so the look-ups run back to back with no lock between them and

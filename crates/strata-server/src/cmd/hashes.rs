@@ -3,16 +3,16 @@
 //! goes. It tiers like a string.
 
 use bytes::Bytes;
-use strata_engine::{Key, Kind};
+use strata_engine::{Key, Kind, Source};
 use strata_format::hash::{decode_hash, encode_hash, Field};
 use strata_resp::Reply;
 
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    bulk, corrupt, matches, random_args, random_positions, read_kind, reply, scan_options,
+    bulk, corrupt, matches, random_args, random_positions, read_kind_with, reply, scan_options,
     scan_reply, write_items, write_items_whole, Codec, Indexed, Named,
 };
-use super::{engine_error, not_integer, parse_int, wrong_args, Ctx};
+use super::{not_integer, parse_int, wrong_args, Ctx};
 
 /// A field as a write sees it: name and value share the buffers they came from (the old
 /// value, the command's arguments).
@@ -70,19 +70,22 @@ impl Codec for HashCodec {
 async fn with_fields<R>(
     ctx: &mut Ctx<'_>,
     a: &[Bytes],
-    f: impl FnOnce(&[Field<'_>], &Bytes) -> R,
+    f: impl FnOnce(&[Field<'_>], &Source<'_>) -> R + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(&a[1]);
     let now = ctx.shared.engine.now_ms();
-    let value = read_kind(ctx, &key, Kind::Hash).await?.unwrap_or_default();
-    // An absent key reads as an empty value; a stored hash is never empty (its header).
-    let mut fields = if value.is_empty() {
-        Vec::new()
-    } else {
-        decode_hash(&value).map_err(|e| engine_error(&corrupt(Kind::Hash, e)))?
-    };
-    fields.retain(|f| f.is_live(now));
-    Ok(f(&fields, &value))
+    read_kind_with(ctx, &key, Kind::Hash, |v| {
+        let v = v.unwrap_or(&Source::Lent(&[]));
+        // An absent key reads as an empty value; a stored hash is never empty (its header).
+        let mut fields = if v.bytes().is_empty() {
+            Vec::new()
+        } else {
+            decode_hash(v.bytes()).map_err(|e| corrupt(Kind::Hash, e))?
+        };
+        fields.retain(|f| f.is_live(now));
+        Ok(f(&fields, v))
+    })
+    .await
 }
 
 /// The read-modify-write of a hash's live fields (see [`write_items`]).
@@ -163,7 +166,7 @@ fn find<'f, 'v>(fields: &'f [Field<'v>], name: &[u8]) -> Option<&'f Field<'v>> {
 
 pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = with_fields(ctx, a, |fields, v| {
-        find(fields, &a[2]).map_or(Reply::Null, |f| Reply::Bulk(v.slice_ref(f.value)))
+        find(fields, &a[2]).map_or(Reply::Null, |f| Reply::Bulk(v.cut(f.value)))
     });
     reply(r.await, |r| r)
 }
@@ -177,7 +180,7 @@ const LINEAR_LOOKUPS_MAX: usize = 4096;
 pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = with_fields(ctx, a, |fields, v| {
         let names = &a[2..];
-        let value_of = |f: &Field<'_>| Reply::Bulk(v.slice_ref(f.value));
+        let value_of = |f: &Field<'_>| Reply::Bulk(v.cut(f.value));
         if names.len() * fields.len() <= LINEAR_LOOKUPS_MAX {
             return names
                 .iter()
@@ -199,12 +202,7 @@ pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = with_fields(ctx, a, |fields, v| {
         fields
             .iter()
-            .map(|f| {
-                (
-                    Reply::Bulk(v.slice_ref(f.name)),
-                    Reply::Bulk(v.slice_ref(f.value)),
-                )
-            })
+            .map(|f| (Reply::Bulk(v.cut(f.name)), Reply::Bulk(v.cut(f.value))))
             .collect()
     })
     .await;
@@ -213,20 +211,14 @@ pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 pub(crate) async fn hkeys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = with_fields(ctx, a, |fields, v| {
-        fields
-            .iter()
-            .map(|f| Reply::Bulk(v.slice_ref(f.name)))
-            .collect()
+        fields.iter().map(|f| Reply::Bulk(v.cut(f.name))).collect()
     });
     reply(r.await, Reply::Array)
 }
 
 pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = with_fields(ctx, a, |fields, v| {
-        fields
-            .iter()
-            .map(|f| Reply::Bulk(v.slice_ref(f.value)))
-            .collect()
+        fields.iter().map(|f| Reply::Bulk(v.cut(f.value))).collect()
     });
     reply(r.await, Reply::Array)
 }

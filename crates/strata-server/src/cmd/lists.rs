@@ -123,12 +123,7 @@ pub(crate) async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     };
     read_members::<true>(ctx, &a[1], |l, v| {
         let range = index_range(l.len(), start, stop);
-        Reply::Array(
-            l[range]
-                .iter()
-                .map(|m| Reply::Bulk(v.slice_ref(m)))
-                .collect(),
-        )
+        Reply::Array(l[range].iter().map(|m| Reply::Bulk(v.cut(m))).collect())
     })
     .await
 }
@@ -159,7 +154,7 @@ pub(crate) async fn lindex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return not_integer();
     };
     read_members::<true>(ctx, &a[1], |l, v| {
-        position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(v.slice_ref(l[i])))
+        position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(v.cut(l[i])))
     })
     .await
 }

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_engine::{Change, Key, Kind};
+use strata_engine::{Change, Key, Kind, Source};
 use strata_resp::Reply;
 
 use super::{engine_error, wrong_type, Ctx};
@@ -386,17 +386,45 @@ pub(crate) async fn read_items<C: Codec>(
 pub(crate) async fn read_members<const LIST: bool>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    f: impl FnOnce(&[&[u8]], &Bytes) -> Reply,
+    f: impl FnOnce(&[&[u8]], &Source<'_>) -> Reply + Send,
 ) -> Reply {
     let kind = if LIST { Kind::List } else { Kind::Set };
     let key = ctx.key(key);
-    match read_kind(ctx, &key, kind).await {
-        Ok(Some(v)) => match strata_format::members::decode_members(&v) {
-            Ok(members) => f(&members, &v),
-            Err(e) => engine_error(&corrupt(kind, e)),
-        },
-        Ok(None) => f(&[], &Bytes::new()),
-        Err(r) => r,
+    let r = read_kind_with(ctx, &key, kind, |v| match v {
+        Some(v) => {
+            let members =
+                strata_format::members::decode_members(v.bytes()).map_err(|e| corrupt(kind, e))?;
+            Ok(f(&members, v))
+        }
+        None => Ok(f(&[], &Source::Lent(&[]))),
+    });
+    r.await.unwrap_or_else(|e| e)
+}
+
+/// [`read_kind`] for a read that answers with parts of the value: `f` sees it lent (no
+/// copy of the whole value; [`Source::cut`] takes the parts), or `None` if the key holds
+/// nothing.
+pub(crate) async fn read_kind_with<R>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    f: impl FnOnce(Option<&Source<'_>>) -> strata_engine::Result<R> + Send,
+) -> Result<R, Reply> {
+    let engine = &ctx.shared.engine;
+    engine.note_access(ctx.conn.id, key);
+    let mut f = Some(f);
+    let got = engine
+        .get_value_with(key, |k, v| {
+            if k != kind {
+                return Err(strata_engine::Error::WrongType);
+            }
+            (f.take().expect("called once"))(Some(&v))
+        })
+        .await;
+    match got {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => (f.take().expect("not called"))(None).map_err(|e| engine_error(&e)),
+        Err(e) => Err(engine_error(&e)),
     }
 }
 

@@ -7,14 +7,14 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use strata_engine::Kind;
+use strata_engine::{Kind, Source};
 use strata_format::members::decode_members;
 use strata_format::zset::{decode_zset, encode_zset};
 use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
-    random_args, random_positions, read_items, read_kind, reply, scan_options, scan_reply,
+    random_args, random_positions, read_items, read_kind_with, reply, scan_options, scan_reply,
     store_items, write_items, Codec, Items,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
@@ -671,7 +671,7 @@ async fn range_command(
     let r = read_entries(ctx, &a[1], |e, v| {
         let picked: Vec<Entry> = ranged(e, &range, o.rev, o.limit)
             .into_iter()
-            .map(|(s, m)| (s, v.slice_ref(m)))
+            .map(|(s, m)| (s, v.cut(m)))
             .collect();
         entries_reply(picked.iter(), o.with_scores, resp3)
     });
@@ -680,21 +680,22 @@ async fn range_command(
 
 /// The entries of the sorted set at the client key `key` as slices of its value (no
 /// `Bytes` per member), for the reads that answer with a few of them or a count: `f` sees
-/// them (none if the key is absent) and the value they are cut from, to `slice_ref` what
-/// the reply returns.
+/// them (none if the key is absent) and the value they are cut from, to `cut` what the
+/// reply returns.
 async fn read_entries<R>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    f: impl FnOnce(&[(f64, &[u8])], &Bytes) -> R,
+    f: impl FnOnce(&[(f64, &[u8])], &Source<'_>) -> R + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(key);
-    match read_kind(ctx, &key, Kind::ZSet).await? {
-        Some(v) => match decode_zset(&v) {
-            Ok(e) => Ok(f(&e, &v)),
-            Err(e) => Err(engine_error(&corrupt(Kind::ZSet, e))),
-        },
-        None => Ok(f(&[], &Bytes::new())),
-    }
+    read_kind_with(ctx, &key, Kind::ZSet, |v| match v {
+        Some(v) => {
+            let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
+            Ok(f(&e, v))
+        }
+        None => Ok(f(&[], &Source::Lent(&[]))),
+    })
+    .await
 }
 
 pub(crate) async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
