@@ -87,7 +87,7 @@ pub(crate) async fn get_with<R>(
         let f = f.take().expect("called once");
         Kind::from_u8(tag)
             .map_err(Error::from)
-            .and_then(|k| f(k, Source::Lent(v)))
+            .and_then(|k| f(k, Source::lent(v)))
     });
     if let Some(r) = lent {
         hot_hit(core, key);
@@ -95,32 +95,63 @@ pub(crate) async fn get_with<R>(
     }
     let f = f.take().expect("not called");
     match get(core, key).await? {
-        Some((v, kind)) => f(kind, Source::Shared(&v)).map(Some),
+        Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
         None => Ok(None),
     }
 }
 
-/// A value a read lends: shared (parts cut from it without a copy) or lent from DRAM
-/// (parts copied out).
-pub enum Source<'a> {
-    Shared(&'a Bytes),
-    Lent(&'a [u8]),
+/// A value a read sees: shared (parts are cut from it without a copy) or lent from DRAM
+/// (the first [`LENT_CUTS_MAX`] parts are copied out one by one; past them the value is
+/// copied once and the rest cut from the copy, so a read of many parts pays one copy, not
+/// one allocation per part).
+pub struct Source<'a> {
+    bytes: &'a [u8],
+    shared: Option<&'a Bytes>,
+    cuts: std::cell::Cell<usize>,
+    whole: std::cell::OnceCell<Bytes>,
 }
 
-impl Source<'_> {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Source::Shared(b) => b,
-            Source::Lent(b) => b,
+/// Parts of a lent value copied out one by one before it is copied whole.
+const LENT_CUTS_MAX: usize = 8;
+
+impl<'a> Source<'a> {
+    pub fn shared(b: &'a Bytes) -> Self {
+        Source {
+            bytes: b,
+            shared: Some(b),
+            cuts: Default::default(),
+            whole: Default::default(),
         }
+    }
+
+    pub fn lent(b: &'a [u8]) -> Self {
+        Source {
+            bytes: b,
+            shared: None,
+            cuts: Default::default(),
+            whole: Default::default(),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes
     }
 
     /// `part` (a slice of [`Source::bytes`]) as `Bytes`.
     pub fn cut(&self, part: &[u8]) -> Bytes {
-        match self {
-            Source::Shared(b) => b.slice_ref(part),
-            Source::Lent(_) => Bytes::copy_from_slice(part),
+        if let Some(b) = self.shared {
+            return b.slice_ref(part);
         }
+        let n = self.cuts.get();
+        if n < LENT_CUTS_MAX && self.whole.get().is_none() {
+            self.cuts.set(n + 1);
+            return Bytes::copy_from_slice(part);
+        }
+        let whole = self
+            .whole
+            .get_or_init(|| Bytes::copy_from_slice(self.bytes));
+        let at = part.as_ptr() as usize - self.bytes.as_ptr() as usize;
+        whole.slice(at..at + part.len())
     }
 }
 
@@ -545,4 +576,23 @@ pub(crate) fn locate_local(core: &Core, keys: &[&Key]) -> Result<Vec<Option<Loca
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::Source;
+    use bytes::Bytes;
+
+    #[test]
+    fn parts_cut_from_a_lent_value_match_those_cut_from_a_shared_one() {
+        let value = Bytes::from((0..=255u8).collect::<Vec<u8>>());
+        let (lent, shared) = (Source::lent(&value), Source::shared(&value));
+        // Past LENT_CUTS_MAX parts the lent value is copied once and cut from the copy.
+        for i in 0..40 {
+            let part = &value[i * 5..i * 5 + 7];
+            assert_eq!(lent.cut(part), shared.cut(part));
+        }
+        assert!(lent.whole.get().is_some());
+        assert_eq!(lent.cut(&value[..0]), Bytes::new());
+    }
 }

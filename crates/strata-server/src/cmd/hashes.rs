@@ -75,7 +75,8 @@ async fn with_fields<R>(
     let key = ctx.key(&a[1]);
     let now = ctx.shared.engine.now_ms();
     read_kind_with(ctx, &key, Kind::Hash, |v| {
-        let v = v.unwrap_or(&Source::Lent(&[]));
+        let empty = Source::lent(&[]);
+        let v = v.unwrap_or(&empty);
         // An absent key reads as an empty value; a stored hash is never empty (its header).
         let mut fields = if v.bytes().is_empty() {
             Vec::new()

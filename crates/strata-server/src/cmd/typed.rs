@@ -396,7 +396,7 @@ pub(crate) async fn read_members<const LIST: bool>(
                 strata_format::members::decode_members(v.bytes()).map_err(|e| corrupt(kind, e))?;
             Ok(f(&members, v))
         }
-        None => Ok(f(&[], &Source::Lent(&[]))),
+        None => Ok(f(&[], &Source::lent(&[]))),
     });
     r.await.unwrap_or_else(|e| e)
 }

@@ -693,7 +693,7 @@ async fn read_entries<R>(
             let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
             Ok(f(&e, v))
         }
-        None => Ok(f(&[], &Source::Lent(&[]))),
+        None => Ok(f(&[], &Source::lent(&[]))),
     })
     .await
 }
