@@ -468,6 +468,78 @@ def test_collections_changed_in_place_are_seen_by_every_other_command(strata):
     assert r.smembers("t") == {"b"}
 
 
+def test_reads_of_a_collection_read_again_answer_from_its_live_value(tmp_path):
+    """A collection read a second time running is decoded once and kept in memory (a live
+    value): later reads answer from it (the `live_reads` figure counts them) exactly as from
+    the stored value, and see every write, an expiry and another kind at once."""
+    p = StrataProcess(data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        members = [f"m{i:03d}" for i in range(100)]
+        r.sadd("s", *members)
+        r.hset("h", mapping={f"f{i}": f"v{i}" for i in range(50)})
+        r.rpush("l", *members)
+        r.zadd("z", {m: i for i, m in enumerate(members)})
+        r.shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass
+    p.proc.wait()
+    p = StrataProcess(data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+
+        def live_reads():
+            return int(r.info("strata")["live_reads"])
+
+        def answers():
+            return [
+                bool(r.sismember("s", "m042")), bool(r.sismember("s", "nope")),
+                [bool(x) for x in r.smismember("s", ["m000", "x", "m099"])], r.scard("s"),
+                r.hget("h", "f7"), r.hget("h", "nope"), r.hmget("h", ["f1", "x", "f49"]),
+                r.hgetall("h"), r.hlen("h"), bool(r.hexists("h", "f3")),
+                r.lrange("l", 0, 4), r.lrange("l", -3, -1), r.lindex("l", -1), r.llen("l"),
+                r.zrange("z", 0, 2, withscores=True), r.zrevrange("z", 0, 1),
+                r.zrangebyscore("z", 10, 12), r.zrange("z", "[m010", "(m013", bylex=True),
+                r.zscore("z", "m005"), r.zmscore("z", ["m001", "x"]), r.zcard("z"),
+            ]
+
+        expected = [
+            True, False, [True, False, True], 100,
+            "v7", None, ["v1", None, "v49"], {f"f{i}": f"v{i}" for i in range(50)}, 50, True,
+            members[:5], members[-3:], "m099", 100,
+            [("m000", 0.0), ("m001", 1.0), ("m002", 2.0)], ["m099", "m098"],
+            ["m010", "m011", "m012"], ["m010", "m011", "m012"], 5.0, [1.0, None], 100,
+        ]
+        # Nothing is live after the restart: a first read decodes the stored value.
+        before = live_reads()
+        assert [r.scard("s"), r.hlen("h"), r.llen("l"), r.zcard("z")] == [100, 50, 100, 100]
+        assert live_reads() == before
+        # Read again: from the live value, alike.
+        assert answers() == expected
+        assert live_reads() >= before + len(expected) - 4
+        # Writes change the live value; reads see them at once.
+        r.srem("s", "m042")
+        r.hset("h", "f7", "changed")
+        r.lpush("l", "head")
+        r.zadd("z", {"m000": 1000})
+        now = answers()
+        assert not now[0] and now[3] == 99 and now[4] == "changed"
+        assert now[10][0] == "head" and now[13] == 101 and now[14][0] == ("m001", 1.0)
+        # Another kind, read through a live value's key, and an expiry.
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            r.hget("s", "x")
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            r.lrange("z", 0, 1)
+        r.pexpire("s", 50)
+        time.sleep(0.2)
+        assert not r.sismember("s", "m001") and r.scard("s") == 0 and not r.exists("s")
+        r.set("h", "a string")
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            r.hget("h", "f1")
+    finally:
+        p.stop()
+
+
 def test_parts_read_alike_lent_from_dram_or_shared_from_the_tiers(tiny_strata):
     """A read that answers with parts of a collection borrows the value where DRAM holds
     it (copying out only the parts) and shares it where a tier hands it over: both answer

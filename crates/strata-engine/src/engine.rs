@@ -476,6 +476,19 @@ impl Engine {
         crate::live::update_live(&self.core, key, kind, decode, f).await
     }
 
+    /// A read of the collection of `kind` at `key` from its live value, which the read may
+    /// create (a key read again soon): `f` sees it, under a lock (keep `f` short).
+    /// `Ok(None)`: it has none, read the stored value ([`Engine::get_value_with`]).
+    pub fn read_live<R>(
+        &self,
+        key: &Key,
+        kind: Kind,
+        decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+        f: impl FnOnce(&mut dyn LiveValue) -> R,
+    ) -> Result<Option<R>> {
+        crate::live::read_live(&self.core, key, kind, decode, f)
+    }
+
     /// Stores `value` under `key`.
     pub async fn put(
         &self,

@@ -15,11 +15,15 @@
 //!
 //! Every change happens under the key's stripe lock, and so does every fold. Live values
 //! are bounded by half of write-back's budget (past it, writes go the whole-value way); one
-//! that no write has used for [`IDLE_MS`] is dropped at the next fold.
+//! that no command has used for [`IDLE_MS`] is dropped at the next fold.
+//!
+//! Reads use a live value in place too ([`read_live`]: `SISMEMBER` finds the member
+//! through its table instead of decoding the stored set), and a collection read again soon
+//! (its key seen twice running in [`Live::seen`]) is made live by the read.
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -61,20 +65,40 @@ struct Slot {
     value: Box<dyn LiveValue>,
     /// Changed since it was last folded.
     changed: bool,
-    /// When a write last used it, changing it or not (Unix ms).
+    /// When a command last used it, changing it, reading it or neither (Unix ms).
     used_ms: u64,
     /// What it counted against the budget when it last changed.
     bytes: usize,
 }
 
 /// The live values, by stored key.
-#[derive(Default)]
 pub(crate) struct Live {
     slots: Mutex<HashMap<Vec<u8>, Slot, ahash::RandomState>>,
     /// Slots held, and of those changed since their fold: 0 lets every check skip the map.
     held: AtomicUsize,
     changed: AtomicUsize,
     bytes: AtomicUsize,
+    /// The reads' doorkeeper: the hash of the last key read with no live value, per
+    /// bucket. A read that finds its own key's hash there makes the value live; a key read
+    /// once, or among many others, is not decoded for nothing.
+    seen: Box<[AtomicU64]>,
+    hasher: ahash::RandomState,
+}
+
+/// Buckets of [`Live::seen`].
+const SEEN_BUCKETS: usize = 4096;
+
+impl Default for Live {
+    fn default() -> Self {
+        Live {
+            slots: Default::default(),
+            held: Default::default(),
+            changed: Default::default(),
+            bytes: Default::default(),
+            seen: (0..SEEN_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            hasher: Default::default(),
+        }
+    }
 }
 
 impl Live {
@@ -108,6 +132,38 @@ impl Live {
             self.set_bytes(&mut s, 0);
             self.held.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// Keeps `value` live for `key`, which has no live value (its stripe lock held).
+    fn hold(
+        &self,
+        key: &Key,
+        kind: Kind,
+        expire_ms: u64,
+        value: Box<dyn LiveValue>,
+        changed: bool,
+        now: u64,
+    ) {
+        let mut slot = Slot {
+            kind,
+            expire_ms,
+            value,
+            changed: false,
+            used_ms: now,
+            bytes: 0,
+        };
+        self.set_changed(&mut slot, changed);
+        let bytes = slot.value.bytes();
+        self.set_bytes(&mut slot, bytes);
+        self.slots.lock().insert(key.stored().to_vec(), slot);
+        self.held.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether a read of `key` (which has no live value) is the second one running: its
+    /// bucket of [`Live::seen`] holds its hash from the last read.
+    fn seen_again(&self, key: &[u8]) -> bool {
+        let h = self.hasher.hash_one(key) | 1;
+        self.seen[h as usize % SEEN_BUCKETS].swap(h, Ordering::Relaxed) == h
     }
 
     /// How many values are live now.
@@ -316,19 +372,7 @@ pub(crate) async fn update_live<R>(
                 }
                 // Kept even when unchanged: the next write finds it decoded (a stream of
                 // `SADD`s of members already there would decode the value every time).
-                let mut slot = Slot {
-                    kind,
-                    expire_ms,
-                    value: obj,
-                    changed: false,
-                    used_ms: now,
-                    bytes: 0,
-                };
-                live.set_changed(&mut slot, changed);
-                let bytes = slot.value.bytes();
-                live.set_bytes(&mut slot, bytes);
-                live.slots.lock().insert(key.stored().to_vec(), slot);
-                live.held.fetch_add(1, Ordering::SeqCst);
+                live.hold(key, kind, expire_ms, obj, changed, now);
                 let ticket = match changed {
                     true => changed_locked(core, key),
                     false => Ticket::NONE,
@@ -355,6 +399,73 @@ fn adoptable(core: &Core, key: &Key, now: u64) -> Result<Option<Option<(Bytes, u
             _ => None,
         },
     })
+}
+
+/// A read of the collection of `kind` at `key` from its live value, if it has one or gets
+/// one now: `f` sees it (under the map's lock: keep `f` short), `Ok(None)` sends the
+/// caller to the stored value (no live value; the key is absent, expired or cold; live
+/// values are off or full). A key read a second time running ([`Live::seen`]) is made live
+/// with `decode`, as a write makes it. Another kind there is [`Error::WrongType`].
+pub(crate) fn read_live<R>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: impl FnOnce(&mut dyn LiveValue) -> R,
+) -> Result<Option<R>> {
+    if !allowed(core) {
+        return Ok(None);
+    }
+    let live = &core.live;
+    let now = core.now_ms();
+    if live.held() != 0 {
+        if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
+            return read_slot(core, key, slot, kind, now, f);
+        }
+    }
+    if !live.seen_again(key.stored()) || live.bytes() >= bytes_max(core) {
+        return Ok(None);
+    }
+    let _g = core.locks.lock(key);
+    if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
+        return read_slot(core, key, slot, kind, now, f);
+    }
+    let (value, expire_ms) = match adoptable(core, key, now)? {
+        Some(Some((v, e, k))) if k == kind => (v, e),
+        Some(Some(_)) => return Err(Error::WrongType),
+        // Absent or cold: the stored value answers.
+        Some(None) | None => return Ok(None),
+    };
+    let obj = decode(Some(&value))?;
+    if !obj.stays() || obj.is_empty() || live.bytes() + obj.bytes() > bytes_max(core) {
+        return Ok(None);
+    }
+    live.hold(key, kind, expire_ms, obj, false, now);
+    let mut slots = live.slots.lock();
+    let slot = slots.get_mut(key.stored()).expect("held under the stripe lock");
+    read_slot(core, key, slot, kind, now, f)
+}
+
+/// [`read_live`] of the live value in `slot` (the map's lock held): `Ok(None)` if it
+/// expired (the key is gone: the stored value says so too).
+fn read_slot<R>(
+    core: &Core,
+    key: &Key,
+    slot: &mut Slot,
+    kind: Kind,
+    now: u64,
+    f: impl FnOnce(&mut dyn LiveValue) -> R,
+) -> Result<Option<R>> {
+    if !strata_format::is_live(slot.expire_ms, now) {
+        return Ok(None);
+    }
+    if slot.kind != kind {
+        return Err(Error::WrongType);
+    }
+    slot.used_ms = now;
+    add(&core.counters.live_reads);
+    crate::read::hot_hit(core, key);
+    Ok(Some(f(slot.value.as_mut())))
 }
 
 /// After a live value changed (its stripe lock held): the write's ticket.

@@ -45,7 +45,7 @@ thread_local! {
 
 /// A DRAM hit's bookkeeping: the hit counts, a prefetched value counts as used, and one hit
 /// in [`HOT_HITS_PER_COUNT`] counts as a read for the warm tier.
-fn hot_hit(core: &Core, key: &Key) {
+pub(crate) fn hot_hit(core: &Core, key: &Key) {
     add(&core.counters.hot_hits);
     crate::hook::on_hot_hit(core, key);
     let n = HOT_HITS.with(|c| {

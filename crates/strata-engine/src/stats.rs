@@ -122,6 +122,7 @@ define_stats! {
         writes: "strata_writes_total" "" "Keys written or deleted.",
         writes_back: "strata_writes_back_total" "" "Writes taken by write-back (DRAM and the hot log; the warm store filled behind).",
         live_writes: "strata_live_writes_total" "" "Collection writes made in place, to a live (decoded) value in memory.",
+        live_reads: "strata_live_reads_total" "" "Collection reads answered from a live (decoded) value in memory.",
         live_folds: "strata_live_folds_total" "" "Live values encoded and stored (before the logs are written out, or another command reads or writes the key).",
         checkpoints: "strata_checkpoints_total" "" "Write-back checkpoints: dirty values written to the warm store, older hot-log files deleted.",
         write_back_settles: "strata_write_back_settles_total" "" "Times write-back wrote the colder half of its dirty values to the warm store (past three quarters of its budget).",

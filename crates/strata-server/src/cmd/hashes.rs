@@ -9,8 +9,8 @@ use strata_resp::Reply;
 
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    bulk, corrupt, matches, random_args, random_positions, read_kind_with, reply, scan_options,
-    scan_reply, write_items, write_items_whole, Codec, Indexed, Named,
+    bulk, corrupt, matches, random_args, random_positions, read_kind_with, read_live, reply,
+    scan_options, scan_reply, write_items, write_items_whole, Codec, Indexed, Named,
 };
 use super::{not_integer, parse_int, wrong_args, Ctx};
 
@@ -73,8 +73,17 @@ async fn with_fields<R>(
     f: impl FnOnce(&[Field<'_>], &Source<'_>) -> R + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(&a[1]);
+    with_fields_at(ctx, &key, f).await
+}
+
+/// [`with_fields`] of the hash at `key`.
+async fn with_fields_at<R>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    f: impl FnOnce(&[Field<'_>], &Source<'_>) -> R + Send,
+) -> Result<R, Reply> {
     let now = ctx.shared.engine.now_ms();
-    read_kind_with(ctx, &key, Kind::Hash, |v| {
+    read_kind_with(ctx, key, Kind::Hash, |v| {
         let empty = Source::lent(&[]);
         let v = v.unwrap_or(&empty);
         // An absent key reads as an empty value; a stored hash is never empty (its header).
@@ -165,8 +174,19 @@ fn find<'f, 'v>(fields: &'f [Field<'v>], name: &[u8]) -> Option<&'f Field<'v>> {
     fields.iter().find(|f| f.name == name)
 }
 
+/// The value of the field `name` of a live hash.
+fn live_value(fields: &mut Indexed<Owned>, name: &[u8]) -> Reply {
+    fields.position(name).map_or(Reply::Null, |i| {
+        Reply::Bulk(fields.items()[i].value.clone())
+    })
+}
+
 pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields, v| {
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<HashCodec, _>(ctx, &key, |h| live_value(h, &a[2])) {
+        return reply(r, |r| r);
+    }
+    let r = with_fields_at(ctx, &key, |fields, v| {
         find(fields, &a[2]).map_or(Reply::Null, |f| Reply::Bulk(v.cut(f.value)))
     });
     reply(r.await, |r| r)
@@ -179,7 +199,14 @@ pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 const LINEAR_LOOKUPS_MAX: usize = 4096;
 
 pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields, v| {
+    let key = ctx.key(&a[1]);
+    let live = read_live::<HashCodec, _>(ctx, &key, |h| {
+        a[2..].iter().map(|n| live_value(h, n)).collect()
+    });
+    if let Some(r) = live {
+        return reply(r, Reply::Array);
+    }
+    let r = with_fields_at(ctx, &key, |fields, v| {
         let names = &a[2..];
         let value_of = |f: &Field<'_>| Reply::Bulk(v.cut(f.value));
         if names.len() * fields.len() <= LINEAR_LOOKUPS_MAX {
@@ -200,7 +227,15 @@ pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields, v| {
+    let key = ctx.key(&a[1]);
+    let live = read_live::<HashCodec, _>(ctx, &key, |h| {
+        let pair = |f: &Owned| (Reply::Bulk(f.name.clone()), Reply::Bulk(f.value.clone()));
+        h.items().iter().map(pair).collect()
+    });
+    if let Some(r) = live {
+        return reply(r, Reply::Map);
+    }
+    let r = with_fields_at(ctx, &key, |fields, v| {
         fields
             .iter()
             .map(|f| (Reply::Bulk(v.cut(f.name)), Reply::Bulk(v.cut(f.value))))
@@ -225,12 +260,20 @@ pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn hlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields, _| fields.len() as i64);
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<HashCodec, _>(ctx, &key, |h| h.len() as i64) {
+        return reply(r, Reply::Integer);
+    }
+    let r = with_fields_at(ctx, &key, |fields, _| fields.len() as i64);
     reply(r.await, Reply::Integer)
 }
 
 pub(crate) async fn hexists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields, _| find(fields, &a[2]).is_some() as i64);
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<HashCodec, _>(ctx, &key, |h| h.contains(&a[2]) as i64) {
+        return reply(r, Reply::Integer);
+    }
+    let r = with_fields_at(ctx, &key, |fields, _| find(fields, &a[2]).is_some() as i64);
     reply(r.await, Reply::Integer)
 }
 

@@ -11,7 +11,7 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, keys_then_timeout, mpop_args, parse_timeout, pop_count,
-    read_items, read_kind, read_members, reply, write_items, ListCodec,
+    read_items, read_kind, read_live, read_members, reply, write_items, ListCodec,
 };
 use super::{lower, not_integer, parse_int, syntax_error, Ctx};
 
@@ -95,6 +95,10 @@ pub(crate) async fn rpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn llen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<ListCodec, _>(ctx, &key, |l| l.len() as i64) {
+        return reply(r, Reply::Integer);
+    }
     read_members::<true>(ctx, &a[1], |l, _| Reply::Integer(l.len() as i64)).await
 }
 
@@ -121,6 +125,14 @@ pub(crate) async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(v) => v,
         Err(r) => return r,
     };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ListCodec, _>(ctx, &key, |l| {
+        let range = index_range(l.len(), start, stop);
+        l.range(range).map(|m| Reply::Bulk(m.clone())).collect()
+    });
+    if let Some(r) = live {
+        return reply(r, Reply::Array);
+    }
     read_members::<true>(ctx, &a[1], |l, v| {
         let range = index_range(l.len(), start, stop);
         Reply::Array(l[range].iter().map(|m| Reply::Bulk(v.cut(m))).collect())
@@ -153,6 +165,13 @@ pub(crate) async fn lindex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let Some(index) = parse_int(&a[2]) else {
         return not_integer();
     };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ListCodec, _>(ctx, &key, |l| {
+        position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(l[i].clone()))
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
     read_members::<true>(ctx, &a[1], |l, v| {
         position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(v.cut(l[i])))
     })

@@ -10,8 +10,8 @@ use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
-    bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, read_members,
-    reply, scan_options, scan_reply, store_items, write_items, SetCodec,
+    bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, read_live,
+    read_members, reply, scan_options, scan_reply, store_items, write_items, SetCodec,
 };
 use super::{engine_error, lower, parse_int, syntax_error, Ctx};
 
@@ -52,15 +52,31 @@ pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn scard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| m.len() as i64) {
+        return reply(r, Reply::Integer);
+    }
     read_members::<false>(ctx, &a[1], |m, _| Reply::Integer(m.len() as i64)).await
 }
 
 pub(crate) async fn sismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let x = &a[2][..];
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| m.contains(x) as i64) {
+        return reply(r, Reply::Integer);
+    }
     read_members::<false>(ctx, &a[1], |m, _| Reply::Integer(m.contains(&x) as i64)).await
 }
 
 pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    let live = read_live::<SetCodec, _>(ctx, &key, |m| {
+        let found = a[2..].iter().map(|x| Reply::Integer(m.contains(x) as i64));
+        Reply::Array(found.collect())
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
     read_members::<false>(ctx, &a[1], |m, _| {
         let set: HashSet<&[u8]> = m.iter().copied().collect();
         Reply::Array(

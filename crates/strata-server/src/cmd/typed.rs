@@ -266,6 +266,11 @@ impl<I: Named> Indexed<I> {
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
+
+    /// The items, in order.
+    pub(crate) fn items(&self) -> &[I] {
+        &self.items
+    }
 }
 
 impl<I: Named + Send + 'static> Items<I> for Indexed<I> {
@@ -376,6 +381,39 @@ pub(crate) async fn read_items<C: Codec>(
     match read_kind(ctx, &key, C::KIND).await? {
         Some(v) => C::decode(&v, now).map_err(|e| engine_error(&corrupt(C::KIND, e))),
         None => Ok(Vec::new()),
+    }
+}
+
+/// A read of the items of `C`'s kind at `key` in place, from the live value the engine
+/// keeps decoded ([`strata_engine::Engine::read_live`]; a collection read again soon gets
+/// one): what `f` answers, or `None` when there is no live value to read (the caller reads
+/// the stored value). `f` runs under a lock: it answers, it does not wait.
+pub(crate) fn read_live<C: Codec, R>(
+    ctx: &Ctx<'_>,
+    key: &Key,
+    f: impl FnOnce(&mut C::Items) -> R,
+) -> Option<Result<R, Reply>> {
+    let engine = &ctx.shared.engine;
+    let now = engine.now_ms();
+    let r = engine.read_live(
+        key,
+        C::KIND,
+        |value| Ok(Box::new(LiveItems::<C, C::Items>::decode(value, now)?)),
+        |live| {
+            let any: &mut dyn std::any::Any = live;
+            let items = any
+                .downcast_mut::<LiveItems<C, C::Items>>()
+                .expect("a live value of this kind is this codec's");
+            f(&mut items.items)
+        },
+    );
+    match r {
+        Ok(Some(r)) => {
+            engine.note_access(ctx.conn.id, key);
+            Some(Ok(r))
+        }
+        Ok(None) => None,
+        Err(e) => Some(Err(engine_error(&e))),
     }
 }
 

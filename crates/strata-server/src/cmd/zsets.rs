@@ -14,8 +14,8 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
-    random_args, random_positions, read_items, read_kind_with, reply, scan_options, scan_reply,
-    store_items, write_items, Codec, Items,
+    random_args, random_positions, read_items, read_kind_with, read_live, reply, scan_options,
+    scan_reply, store_items, write_items, Codec, Items,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -294,11 +294,22 @@ pub(crate) async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn zcard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<ZSetCodec, _>(ctx, &key, |z| z.entries.len() as i64) {
+        return reply(r, Reply::Integer);
+    }
     let r = read_entries(ctx, &a[1], |e, _| Reply::Integer(e.len() as i64));
     reply(r.await, |r| r)
 }
 
 pub(crate) async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
+        z.score_of(&a[2]).map_or(Reply::Null, score_reply)
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
     let r = read_entries(ctx, &a[1], |e, _| {
         e.iter()
             .find(|(_, m)| *m == &a[2][..])
@@ -308,6 +319,14 @@ pub(crate) async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn zmscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
+        let score = |m: &Bytes| z.score_of(m).map_or(Reply::Null, score_reply);
+        Reply::Array(a[2..].iter().map(score).collect())
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
     let r = read_entries(ctx, &a[1], |e, _| {
         let by: HashMap<&[u8], f64> = e.iter().map(|(s, m)| (*m, *s)).collect();
         Reply::Array(
@@ -668,6 +687,14 @@ async fn range_command(
         Err(r) => return r,
     };
     let resp3 = ctx.conn.proto == 3;
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
+        let picked = ranged(&z.entries, &range, o.rev, o.limit);
+        entries_reply(picked.iter(), o.with_scores, resp3)
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
     let r = read_entries(ctx, &a[1], |e, v| {
         let picked: Vec<Entry> = ranged(e, &range, o.rev, o.limit)
             .into_iter()
