@@ -381,7 +381,8 @@ pub(crate) async fn update_live<R>(
             }
         }
     }
-    whole(core, key, kind, decode, f).await
+    // Boxed: the whole-value way's state is large; a write in place need not carry it.
+    Box::pin(whole(core, key, kind, decode, f)).await
 }
 
 /// The current value of `key` (its stripe lock held) if one can be made live without
@@ -442,7 +443,9 @@ pub(crate) fn read_live<R>(
     }
     live.hold(key, kind, expire_ms, obj, false, now);
     let mut slots = live.slots.lock();
-    let slot = slots.get_mut(key.stored()).expect("held under the stripe lock");
+    let slot = slots
+        .get_mut(key.stored())
+        .expect("held under the stripe lock");
     read_slot(core, key, slot, kind, now, f)
 }
 

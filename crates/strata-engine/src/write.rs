@@ -746,12 +746,14 @@ pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Writte
     check_sizes(key, None)?;
     let back = {
         let _g = core.locks.lock(key);
-        incr_back_locked(core, &[(key, delta)])?
+        incr_one_back_locked(core, key, delta)?
     };
-    if let Some((mut out, ticket)) = back {
-        return Ok(Written::new(out.remove(0)?, ticket));
+    if let Some((out, ticket)) = back {
+        return Ok(Written::new(out?, ticket));
     }
-    update(core, key, true, move |cur| {
+    // Boxed: the read-modify-write's state is large, and the future of every `INCR` (a
+    // script's calls too) would carry it, allocated past the allocator's small sizes.
+    Box::pin(update(core, key, true, move |cur| {
         let live = cur
             .as_ref()
             .map(|c| (&c.value.expect("value requested")[..], c.expire_ms, c.kind));
@@ -764,7 +766,7 @@ pub(crate) async fn incr_by(core: &Core, key: &Key, delta: i64) -> Result<Writte
             expire_ms,
         };
         Ok((Some(change), new))
-    })
+    }))
     .await
 }
 
@@ -841,21 +843,7 @@ fn incr_back_locked(
 ) -> Result<Option<(Vec<Result<i64>>, Ticket)>> {
     let now = core.now_ms();
     let counted = count(items, |k| {
-        let known = match writeback::current_locked(core, k, now)? {
-            Some(known) => known,
-            // Only the warm store knows: one read of it (no write) tells, unless the value
-            // is cold.
-            None => match core.lookup(k, true)?.filter(|s| s.is_live(now)) {
-                None => None,
-                Some(s) => match s.loc {
-                    Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
-                    _ => return Ok(None),
-                },
-            },
-        };
-        let (cur, expire_ms) =
-            counter_start(known.as_ref().map(|(v, e, kind)| (&v[..], *e, *kind)));
-        Ok(Some((cur, expire_ms, ())))
+        Ok(counter_known(core, k, now)?.map(|(cur, expire_ms)| (cur, expire_ms, ())))
     })?;
     let Some((out, changed)) = counted else {
         return Ok(None);
@@ -876,6 +864,48 @@ fn incr_back_locked(
         writeback::put_locked(core, k, Kind::String, v, *e);
     }
     Ok(Some((out, core.ticket())))
+}
+
+/// A counter's integer (or why it has none) and expiry as write-back or the warm store
+/// knows it (its stripe lock held), or `None` if the value is cold.
+fn counter_known(core: &Core, key: &Key, now: u64) -> Result<Option<(Result<i64>, u64)>> {
+    let known = match writeback::current_locked(core, key, now)? {
+        Some(known) => known,
+        // Only the warm store knows: one read of it (no write) tells, unless the value is
+        // cold.
+        None => match core.lookup(key, true)?.filter(|s| s.is_live(now)) {
+            None => None,
+            Some(s) => match s.loc {
+                Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
+                _ => return Ok(None),
+            },
+        },
+    };
+    Ok(Some(counter_start(
+        known.as_ref().map(|(v, e, kind)| (&v[..], *e, *kind)),
+    )))
+}
+
+/// [`incr_back_locked`] of one key, with nothing collected (`INCR`, a script's calls).
+fn incr_one_back_locked(
+    core: &Core,
+    key: &Key,
+    delta: i64,
+) -> Result<Option<(Result<i64>, Ticket)>> {
+    let Some((cur, expire_ms)) = counter_known(core, key, core.now_ms())? else {
+        return Ok(None);
+    };
+    let new = match cur.and_then(|n| counter_plus(n, delta)) {
+        Ok(n) => n,
+        Err(e) => return Ok(Some((Err(e), Ticket::NONE))),
+    };
+    let value = Bytes::copy_from_slice(itoa::Buffer::new().format(new).as_bytes());
+    if !writeback::takes(core, &[(key, &value)], 0) {
+        return Ok(None);
+    }
+    core.check_writable()?;
+    writeback::put_locked(core, key, Kind::String, &value, expire_ms);
+    Ok(Some((Ok(new), core.ticket())))
 }
 
 /// A counter's integer (or why it has none) and expiry, from its live value (value,

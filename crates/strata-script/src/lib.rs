@@ -452,9 +452,10 @@ pub(crate) fn command(
     }
     // Taken out while it runs: a second `redis.call` meanwhile (there is none: commands a
     // script calls run no Lua) would find nothing rather than alias it.
-    let taken = lua
-        .app_data_mut::<env::Running>()
-        .and_then(|mut r| r.call.take());
+    let (taken, resp) = match lua.app_data_mut::<env::Running>() {
+        Some(mut r) => (r.call.take(), r.resp),
+        None => (None, 2),
+    };
     let Some(env::RawCall(ptr)) = taken else {
         return Err(mlua::Error::RuntimeError(
             "ERR redis.call is only available while a script runs".into(),
@@ -463,17 +464,19 @@ pub(crate) fn command(
     // SAFETY: see `Run::call`: the pointer is valid for the whole run and used by one
     // caller at a time.
     let reply = unsafe { (*ptr)(argv) };
+    let raised = match (raise, &reply) {
+        (true, Reply::Error(e)) => Some((e.clone(), script_line(lua))),
+        _ => None,
+    };
     if let Some(mut r) = lua.app_data_mut::<env::Running>() {
         r.call = Some(env::RawCall(ptr));
-    }
-    if let (true, Reply::Error(e)) = (raise, &reply) {
-        let line = script_line(lua);
-        if let Some(mut running) = lua.app_data_mut::<env::Running>() {
-            running.raised = Some((e.clone(), line));
+        if raised.is_some() {
+            r.raised = raised.clone();
         }
-        return Err(mlua::Error::RuntimeError(e.clone()));
     }
-    let resp = lua.app_data_ref::<env::Running>().map_or(2, |r| r.resp);
+    if let Some((e, _)) = raised {
+        return Err(mlua::Error::RuntimeError(e));
+    }
     convert::to_lua(lua, reply, resp)
 }
 
