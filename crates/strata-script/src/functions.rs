@@ -13,7 +13,7 @@ use mlua::{Function, Table, Value};
 use strata_resp::Reply;
 
 use crate::env::Env;
-use crate::{bytes_table, lua_err, Call, Control, Flags, Run};
+use crate::{bytes_tables, lua_err, Call, Control, Flags, Run};
 
 /// A function as `FUNCTION LIST` shows it.
 #[derive(Debug, Clone)]
@@ -255,9 +255,9 @@ impl Functions {
         let f = library.callbacks[*i].clone();
         let fname = library.functions[*i].name.clone();
         let lua = &self.env.lua;
-        let args = match (bytes_table(lua, keys), bytes_table(lua, argv)) {
-            (Ok(k), Ok(a)) => (k, a),
-            (Err(e), _) | (_, Err(e)) => return err(format!("ERR {}", lua_err(e))),
+        let args = match bytes_tables(lua, keys, argv) {
+            Ok(ka) => ka,
+            Err(e) => return err(format!("ERR {}", lua_err(e))),
         };
         let run = Run {
             env: &self.env,
