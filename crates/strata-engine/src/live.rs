@@ -414,6 +414,23 @@ pub(crate) fn read_live<R>(
     decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
     f: impl FnOnce(&mut dyn LiveValue) -> R,
 ) -> Result<Option<R>> {
+    let out = read_in_place(core, key, kind, decode, f)?;
+    if out.is_some() {
+        // A hit, counted once the live values' lock is let go (it may queue a job).
+        add(&core.counters.live_reads);
+        crate::read::hot_hit(core, key);
+    }
+    Ok(out)
+}
+
+/// [`read_live`] up to its answer, under the locks it takes.
+fn read_in_place<R>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: impl FnOnce(&mut dyn LiveValue) -> R,
+) -> Result<Option<R>> {
     if !allowed(core) {
         return Ok(None);
     }
@@ -421,7 +438,7 @@ pub(crate) fn read_live<R>(
     let now = core.now_ms();
     if live.held() != 0 {
         if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
-            return read_slot(core, key, slot, kind, now, f);
+            return read_slot(slot, kind, now, f);
         }
     }
     if !live.seen_again(key.stored()) || live.bytes() >= bytes_max(core) {
@@ -429,7 +446,7 @@ pub(crate) fn read_live<R>(
     }
     let _g = core.locks.lock(key);
     if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
-        return read_slot(core, key, slot, kind, now, f);
+        return read_slot(slot, kind, now, f);
     }
     let (value, expire_ms) = match adoptable(core, key, now)? {
         Some(Some((v, e, k))) if k == kind => (v, e),
@@ -446,14 +463,12 @@ pub(crate) fn read_live<R>(
     let slot = slots
         .get_mut(key.stored())
         .expect("held under the stripe lock");
-    read_slot(core, key, slot, kind, now, f)
+    read_slot(slot, kind, now, f)
 }
 
 /// [`read_live`] of the live value in `slot` (the map's lock held): `Ok(None)` if it
 /// expired (the key is gone: the stored value says so too).
 fn read_slot<R>(
-    core: &Core,
-    key: &Key,
     slot: &mut Slot,
     kind: Kind,
     now: u64,
@@ -466,8 +481,6 @@ fn read_slot<R>(
         return Err(Error::WrongType);
     }
     slot.used_ms = now;
-    add(&core.counters.live_reads);
-    crate::read::hot_hit(core, key);
     Ok(Some(f(slot.value.as_mut())))
 }
 

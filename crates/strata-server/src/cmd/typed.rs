@@ -220,19 +220,27 @@ pub(crate) struct Indexed<I> {
 /// Values up to this many items are searched by comparing names; a table costs more.
 const LINEAR_ITEMS_MAX: usize = 32;
 
+/// Whether a live value of `len` items with no lookup table yet should build one now: it
+/// is past [`LINEAR_ITEMS_MAX`] and this is its second lookup (`lookups` counts them).
+/// `Indexed`'s table and `Scored`'s follow this one rule.
+pub(crate) fn table_due(len: usize, lookups: &mut u32) -> bool {
+    if len <= LINEAR_ITEMS_MAX {
+        return false;
+    }
+    *lookups += 1;
+    *lookups > 1
+}
+
 impl<I: Named> Indexed<I> {
     /// Where the item named `name` is.
     pub(crate) fn position(&mut self, name: &[u8]) -> Option<usize> {
-        if self.index.is_none() && self.items.len() > LINEAR_ITEMS_MAX {
-            self.lookups += 1;
-            if self.lookups > 1 {
-                let mut index =
-                    HashMap::with_capacity_and_hasher(self.items.len(), ahash::RandomState::new());
-                for (i, item) in self.items.iter().enumerate() {
-                    index.insert(item.name().clone(), i);
-                }
-                self.index = Some(index);
+        if self.index.is_none() && table_due(self.items.len(), &mut self.lookups) {
+            let mut index =
+                HashMap::with_capacity_and_hasher(self.items.len(), ahash::RandomState::new());
+            for (i, item) in self.items.iter().enumerate() {
+                index.insert(item.name().clone(), i);
             }
+            self.index = Some(index);
         }
         match &self.index {
             Some(index) => index.get(name).copied(),

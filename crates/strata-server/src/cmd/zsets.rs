@@ -15,7 +15,7 @@ use strata_resp::Reply;
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
     random_args, random_positions, read_items, read_kind_with, read_live, reply, scan_options,
-    scan_reply, store_items, write_items, Codec, Items,
+    scan_reply, store_items, table_due, write_items, Codec, Items,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -90,8 +90,8 @@ fn place_known(entries: &mut Vec<Entry>, cur: Option<f64>, score: f64, member: B
 }
 
 /// A sorted set's entries in order, with a table from member to score once a value is
-/// looked up again (a live value, kept between commands) and holds more than
-/// [`LINEAR_ENTRIES_MAX`] entries, so `ZADD` finds a member's entry by its order. The table
+/// looked up again (a live value, kept between commands) and is large enough
+/// ([`table_due`]), so `ZADD` finds a member's entry by its order. The table
 /// holds through [`Scored::place`]; [`Scored::vec_mut`] drops it.
 pub(crate) struct Scored {
     entries: Vec<Entry>,
@@ -99,24 +99,16 @@ pub(crate) struct Scored {
     lookups: u32,
 }
 
-/// Sets up to this many entries are searched by comparing members.
-const LINEAR_ENTRIES_MAX: usize = 32;
-
 impl Scored {
     /// The score of `member`, if it is in the set.
     fn score_of(&mut self, member: &[u8]) -> Option<f64> {
-        if self.scores.is_none() && self.entries.len() > LINEAR_ENTRIES_MAX {
-            self.lookups += 1;
-            if self.lookups > 1 {
-                let mut t = HashMap::with_capacity_and_hasher(
-                    self.entries.len(),
-                    ahash::RandomState::new(),
-                );
-                for (s, m) in &self.entries {
-                    t.insert(m.clone(), *s);
-                }
-                self.scores = Some(t);
+        if self.scores.is_none() && table_due(self.entries.len(), &mut self.lookups) {
+            let mut t =
+                HashMap::with_capacity_and_hasher(self.entries.len(), ahash::RandomState::new());
+            for (s, m) in &self.entries {
+                t.insert(m.clone(), *s);
             }
+            self.scores = Some(t);
         }
         match &self.scores {
             Some(t) => t.get(member).copied(),
