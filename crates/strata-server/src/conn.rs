@@ -213,6 +213,11 @@ where
             let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
             break 'conn;
         }
+        if !out.is_empty() {
+            // Other connections' requests that arrived with this one run before the replies
+            // go out, so replies leave in a burst, as Redis writes them before it sleeps.
+            tokio::task::yield_now().await;
+        }
         if !out.is_empty()
             && write_out(&mut wr, &mut out, &shared, &mut conn.pending)
                 .await

@@ -35,15 +35,28 @@ fn order(a: &(f64, impl AsRef<[u8]>), b: &(f64, impl AsRef<[u8]>)) -> Ordering {
 /// A score as Redis reads one (`strtod`): `inf` and `-inf` allowed, NaN, spaces and values
 /// out of range refused.
 pub(crate) fn parse_score(b: &[u8]) -> Option<f64> {
+    // Most scores are small integers: up to 15 digits an `f64` holds exactly (`-0` is
+    // left to the parser below, which keeps its sign).
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    if (1..=15).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+        let n = digits
+            .iter()
+            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        if n != 0 || digits.len() == b.len() {
+            return Some(if digits.len() == b.len() { n } else { -n } as f64);
+        }
+    }
     let s = std::str::from_utf8(b).ok()?;
     if s.is_empty() || s.trim() != s {
         return None;
     }
     let v: f64 = s.parse().ok()?;
-    let word = s.trim_start_matches(['+', '-']).to_ascii_lowercase();
-    let is_inf_word = word == "inf" || word == "infinity";
+    let is_inf_word = || {
+        let word = s.trim_start_matches(['+', '-']);
+        word.eq_ignore_ascii_case("inf") || word.eq_ignore_ascii_case("infinity")
+    };
     if v.is_nan()
-        || v.is_infinite() && !is_inf_word
+        || v.is_infinite() && !is_inf_word()
         || v == 0.0
             && s.bytes()
                 .take_while(|&c| c != b'e' && c != b'E')
@@ -73,28 +86,44 @@ impl Codec for ZSetCodec {
 }
 
 /// Puts `member` at `score` in `entries`, keeping the order; its current score is `cur`
-/// (`None`: not in `entries`), so its entry is found by its order.
+/// (`None`: not in `entries`), so its entry is found by its order. A member already there
+/// moves: only the entries between its old and its new place shift, by one.
 fn place_known(entries: &mut Vec<Entry>, cur: Option<f64>, score: f64, member: Bytes) {
-    if let Some(c) = cur {
-        let old = (c, &member);
-        let i = entries.partition_point(|x| order(x, &old) == Ordering::Less);
-        debug_assert!(
-            entries[i].1 == member,
-            "the member is where its score puts it"
-        );
-        entries.remove(i);
-    }
     let e = (score, member);
-    let at = entries.partition_point(|x| order(x, &e) == Ordering::Less);
-    entries.insert(at, e);
+    let Some(c) = cur else {
+        let at = entries.partition_point(|x| order(x, &e) == Ordering::Less);
+        entries.insert(at, e);
+        return;
+    };
+    let i = entries.partition_point(|x| order(x, &(c, &e.1)) == Ordering::Less);
+    debug_assert!(entries[i].1 == e.1, "the member is where its score puts it");
+    if order(&e, &entries[i]) == Ordering::Less {
+        let j = entries[..i].partition_point(|x| order(x, &e) == Ordering::Less);
+        entries[j..=i].rotate_right(1);
+        entries[j] = e;
+    } else {
+        let j = i + entries[i + 1..].partition_point(|x| order(x, &e) == Ordering::Less);
+        entries[i..=j].rotate_left(1);
+        entries[j] = e;
+    }
 }
+
+/// Most entries a run of [`Scored`] holds while the set is written; a longer one splits in
+/// two. A move shifts at most this many entries (40 bytes each), not the whole set.
+const RUN_MAX: usize = 256;
 
 /// A sorted set's entries in order, with a table from member to score once a value is
 /// looked up again (a live value, kept between commands) and is large enough
 /// ([`table_due`]), so `ZADD` finds a member's entry by its order. The table
 /// holds through [`Scored::place`]; [`Scored::vec_mut`] drops it.
+///
+/// The entries are kept in runs, each sorted and each after the one before: one run as
+/// read (a slice for ranges, [`Scored::entries`] joins them), runs of at most [`RUN_MAX`]
+/// once [`Scored::place`] changes a larger set, so writes to a large live set cost a run,
+/// and a read after them joins the runs once. There is always at least one run, and
+/// only a lone run is empty.
 pub(crate) struct Scored {
-    entries: Vec<Entry>,
+    runs: Vec<Vec<Entry>>,
     scores: Option<HashMap<Bytes, f64, ahash::RandomState>>,
     lookups: u32,
 }
@@ -102,10 +131,9 @@ pub(crate) struct Scored {
 impl Scored {
     /// The score of `member`, if it is in the set.
     fn score_of(&mut self, member: &[u8]) -> Option<f64> {
-        if self.scores.is_none() && table_due(self.entries.len(), &mut self.lookups) {
-            let mut t =
-                HashMap::with_capacity_and_hasher(self.entries.len(), ahash::RandomState::new());
-            for (s, m) in &self.entries {
+        if self.scores.is_none() && table_due(self.len(), &mut self.lookups) {
+            let mut t = HashMap::with_capacity_and_hasher(self.len(), ahash::RandomState::new());
+            for (s, m) in self.runs.iter().flatten() {
                 t.insert(m.clone(), *s);
             }
             self.scores = Some(t);
@@ -113,8 +141,9 @@ impl Scored {
         match &self.scores {
             Some(t) => t.get(member).copied(),
             None => self
-                .entries
+                .runs
                 .iter()
+                .flatten()
                 .find(|(_, m)| &m[..] == member)
                 .map(|(s, _)| *s),
         }
@@ -125,13 +154,65 @@ impl Scored {
         if let Some(t) = &mut self.scores {
             t.insert(member.clone(), score);
         }
-        place_known(&mut self.entries, cur, score, member);
+        if self.runs.len() == 1 && self.runs[0].len() <= RUN_MAX {
+            return place_known(&mut self.runs[0], cur, score, member);
+        }
+        if self.runs.len() == 1 {
+            let all = std::mem::take(&mut self.runs[0]);
+            self.runs = all.chunks(RUN_MAX / 2).map(<[Entry]>::to_vec).collect();
+        }
+        if let Some(c) = cur {
+            let old = (c, &member);
+            let r = self.run_of(&old);
+            let run = &mut self.runs[r];
+            let i = run.partition_point(|x| order(x, &old) == Ordering::Less);
+            debug_assert!(run[i].1 == member, "the member is where its score puts it");
+            run.remove(i);
+            if run.is_empty() && self.runs.len() > 1 {
+                self.runs.remove(r);
+            }
+        }
+        let e = (score, member);
+        let r = self.run_of(&(e.0, &e.1));
+        let run = &mut self.runs[r];
+        let i = run.partition_point(|x| order(x, &e) == Ordering::Less);
+        run.insert(i, e);
+        if run.len() > RUN_MAX {
+            let upper = run.split_off(run.len() / 2);
+            self.runs.insert(r + 1, upper);
+        }
+    }
+
+    /// The run an entry ordered as `e` belongs in: the first whose last entry is not
+    /// before it (the last run if none).
+    fn run_of(&self, e: &(f64, &Bytes)) -> usize {
+        let r = self.runs.partition_point(|run| {
+            run.last()
+                .is_some_and(|last| order(last, e) == Ordering::Less)
+        });
+        r.min(self.runs.len() - 1)
+    }
+
+    /// Every entry in order, as one slice (the runs joined, if there are several).
+    fn entries(&mut self) -> &[Entry] {
+        self.join()
+    }
+
+    fn join(&mut self) -> &mut Vec<Entry> {
+        if self.runs.len() > 1 {
+            let mut all = Vec::with_capacity(self.len());
+            for run in self.runs.drain(..) {
+                all.extend(run);
+            }
+            self.runs.push(all);
+        }
+        &mut self.runs[0]
     }
 
     /// The entries, for any change (the table is dropped).
     fn vec_mut(&mut self) -> &mut Vec<Entry> {
         self.scores = None;
-        &mut self.entries
+        self.join()
     }
 }
 
@@ -139,16 +220,19 @@ impl Items<Entry> for Scored {
     const EXTRA_BYTES: usize = 48;
     fn from_vec(entries: Vec<Entry>) -> Self {
         Scored {
-            entries,
+            runs: vec![entries],
             scores: None,
             lookups: 0,
         }
     }
     fn len(&self) -> usize {
-        self.entries.len()
+        self.runs.iter().map(Vec::len).sum()
     }
     fn encode_with(&self, encode: fn(&[Entry]) -> Vec<u8>) -> Vec<u8> {
-        encode(&self.entries)
+        match &self.runs[..] {
+            [one] => encode(one),
+            runs => encode(&runs.concat()),
+        }
     }
 }
 
@@ -287,7 +371,7 @@ pub(crate) async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 pub(crate) async fn zcard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
-    if let Some(r) = read_live::<ZSetCodec, _>(ctx, &key, |z| z.entries.len() as i64) {
+    if let Some(r) = read_live::<ZSetCodec, _>(ctx, &key, |z| z.len() as i64) {
         return reply(r, Reply::Integer);
     }
     let r = read_entries(ctx, &a[1], |e, _| Reply::Integer(e.len() as i64));
@@ -681,7 +765,7 @@ async fn range_command(
     let resp3 = ctx.conn.proto == 3;
     let key = ctx.key(&a[1]);
     let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
-        let picked = ranged(&z.entries, &range, o.rev, o.limit);
+        let picked = ranged(z.entries(), &range, o.rev, o.limit);
         entries_reply(picked.iter(), o.with_scores, resp3)
     });
     if let Some(r) = live {
@@ -1243,7 +1327,7 @@ mod tests {
         let mut z2 = Scored::from_vec(z.clone());
         let cur = z2.score_of(b"d");
         z2.place(cur, 0.5, Bytes::from("d"));
-        assert_eq!(names(&z2.entries), ["d", "a", "b", "c"]);
+        assert_eq!(names(z2.entries()), ["d", "a", "b", "c"]);
     }
 
     #[test]
@@ -1251,6 +1335,7 @@ mod tests {
         let member = |i: u64| Bytes::from(format!("m{}", i % 97));
         let mut by_table = Scored::from_vec(Vec::new());
         let mut by_comparing = Scored::from_vec(Vec::new());
+        let mut model = HashMap::new();
         let mut x = 7u64;
         for _ in 0..2000 {
             x = x
@@ -1262,13 +1347,63 @@ mod tests {
             by_comparing.lookups = 0;
             let cur2 = by_comparing.score_of(&m);
             assert_eq!(cur, cur2);
-            by_comparing.place(cur2, score, m);
+            by_comparing.place(cur2, score, m.clone());
             assert!(by_comparing.scores.is_none());
+            assert_eq!(model.insert(m, score), cur);
         }
         assert!(by_table.scores.is_some(), "97 members: the table was built");
-        assert_eq!(by_table.entries, by_comparing.entries);
-        let e = &by_table.entries;
+        assert_eq!(by_table.entries(), by_comparing.entries());
+        let mut sorted: Vec<Entry> = model.into_iter().map(|(m, s)| (s, m)).collect();
+        sorted.sort_by(order);
+        assert_eq!(
+            by_table.entries(),
+            sorted,
+            "each member once, at its last score"
+        );
+        let e = by_table.entries();
         assert!(e.windows(2).all(|w| order(&w[0], &w[1]) == Ordering::Less));
+    }
+
+    #[test]
+    fn large_sets_written_in_runs_keep_one_order() {
+        let member = |i: u64| Bytes::from(format!("m{}", i % 1500));
+        let mut z = Scored::from_vec(Vec::new());
+        let mut model: HashMap<Bytes, f64> = HashMap::new();
+        let sorted = |model: &HashMap<Bytes, f64>| {
+            let mut v: Vec<Entry> = model.iter().map(|(m, s)| (*s, m.clone())).collect();
+            v.sort_by(order);
+            v
+        };
+        let (mut x, mut most_runs) = (11u64, 0);
+        for step in 0..30_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (m, score) = (member(x >> 33), ((x >> 40) % 50) as f64);
+            let cur = z.score_of(&m);
+            assert_eq!(cur, model.get(&m).copied());
+            z.place(cur, score, m.clone());
+            model.insert(m, score);
+            most_runs = most_runs.max(z.runs.len());
+            assert!(z.runs.iter().all(|r| r.len() <= RUN_MAX) || z.runs.len() == 1);
+            assert_eq!(Items::len(&z), model.len());
+            match step % 5000 {
+                // A read joins the runs; the next writes split them again.
+                1234 => assert_eq!(z.entries(), sorted(&model)),
+                // Any other change goes through the whole vector.
+                4321 => {
+                    z.vec_mut().retain(|(s, _)| *s != 7.0);
+                    model.retain(|_, s| *s != 7.0);
+                }
+                _ => {}
+            }
+        }
+        assert!(most_runs > 4, "1,500 members were written in runs");
+        assert!(z.runs.len() > 1);
+        let want = sorted(&model);
+        assert_eq!(z.encode_with(encode_zset), encode_zset(&want));
+        assert_eq!(z.entries(), want);
+        assert_eq!(z.runs.len(), 1, "read as one slice");
     }
 
     #[test]
@@ -1280,5 +1415,16 @@ mod tests {
             assert_eq!(parse_score(bad), None, "{bad:?}");
         }
         assert_eq!(parse_score(b"0e5"), Some(0.0));
+        assert_eq!(parse_score(b"-12"), Some(-12.0));
+        assert_eq!(parse_score(b"007"), Some(7.0));
+        assert_eq!(parse_score(b"123456789012345"), Some(123456789012345.0));
+        assert_eq!(parse_score(b"12345678901234567"), Some(12345678901234567.0));
+        assert!(
+            parse_score(b"-0").unwrap().is_sign_negative(),
+            "-0 keeps its sign"
+        );
+        assert!(parse_score(b"0").unwrap().is_sign_positive());
+        assert_eq!(parse_score(b"-"), None);
+        assert_eq!(parse_score(b"INF"), Some(f64::INFINITY));
     }
 }
