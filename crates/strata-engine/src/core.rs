@@ -143,6 +143,14 @@ impl Core {
         self.clock.now_ms()
     }
 
+    /// The clock as [`LazyNow`]: read when first asked.
+    pub(crate) fn lazy_now(&self) -> LazyNow<'_> {
+        LazyNow {
+            core: self,
+            at: std::cell::Cell::new(None),
+        }
+    }
+
     pub(crate) fn check_writable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -316,5 +324,24 @@ pub(crate) fn key_of_entry(r: &BlockRef, entry_key: &[u8]) -> Result<Key> {
     match r.layout {
         1 => Ok(Key::from_layout_1(entry_key)),
         _ => Ok(Key::from_stored(entry_key)?),
+    }
+}
+
+/// The clock, read once, and only if something asks (most keys do not expire).
+pub(crate) struct LazyNow<'a> {
+    core: &'a Core,
+    at: std::cell::Cell<Option<u64>>,
+}
+
+impl LazyNow<'_> {
+    pub(crate) fn get(&self) -> u64 {
+        match self.at.get() {
+            Some(now) => now,
+            None => {
+                let now = self.core.now_ms();
+                self.at.set(Some(now));
+                now
+            }
+        }
     }
 }

@@ -686,7 +686,7 @@ pub(crate) async fn put_many(
     for (k, v) in pairs {
         check_sizes(k, Some(v))?;
     }
-    let refs: Vec<(&Key, &Bytes)> = pairs.iter().map(|(k, v)| (*k, v)).collect();
+    let refs: Vec<(&Key, &[u8])> = pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
     if writeback::takes(core, &refs, expire_ms) {
         core.check_writable()?;
         let _locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
@@ -841,9 +841,9 @@ fn incr_back_locked(
     core: &Core,
     items: &[(&Key, i64)],
 ) -> Result<Option<(Vec<Result<i64>>, Ticket)>> {
-    let now = core.now_ms();
+    let now = core.lazy_now();
     let counted = count(items, |k| {
-        Ok(counter_known(core, k, now)?.map(|(cur, expire_ms)| (cur, expire_ms, ())))
+        Ok(counter_known(core, k, &now)?.map(|(cur, expire_ms)| (cur, expire_ms, ())))
     })?;
     let Some((out, changed)) = counted else {
         return Ok(None);
@@ -851,16 +851,18 @@ fn incr_back_locked(
     if changed.is_empty() {
         return Ok(Some((out, Ticket::NONE)));
     }
-    let values: Vec<Bytes> = changed
+    // Each integer's text, from a buffer on the stack (DRAM copies it).
+    let mut digits: Vec<itoa::Buffer> = vec![itoa::Buffer::new(); changed.len()];
+    let pairs: Vec<(&Key, &[u8])> = changed
         .iter()
-        .map(|c| Bytes::from(c.1.to_string()))
+        .zip(&mut digits)
+        .map(|(c, d)| (c.0, d.format(c.1).as_bytes()))
         .collect();
-    let pairs: Vec<(&Key, &Bytes)> = changed.iter().zip(&values).map(|(c, v)| (c.0, v)).collect();
     if !writeback::takes(core, &pairs, 0) {
         return Ok(None);
     }
     core.check_writable()?;
-    for ((k, _, e, ()), v) in changed.iter().zip(&values) {
+    for ((k, v), (_, _, e, ())) in pairs.iter().zip(&changed) {
         writeback::put_locked(core, k, Kind::String, v, *e);
     }
     Ok(Some((out, core.ticket())))
@@ -868,17 +870,21 @@ fn incr_back_locked(
 
 /// A counter's integer (or why it has none) and expiry as write-back or the warm store
 /// knows it (its stripe lock held), or `None` if the value is cold.
-fn counter_known(core: &Core, key: &Key, now: u64) -> Result<Option<(Result<i64>, u64)>> {
-    let known = match writeback::current_locked(core, key, now)? {
-        Some(known) => known,
-        // Only the warm store knows: one read of it (no write) tells, unless the value is
-        // cold.
-        None => match core.lookup(key, true)?.filter(|s| s.is_live(now)) {
-            None => None,
-            Some(s) => match s.loc {
-                Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
-                _ => return Ok(None),
-            },
+fn counter_known(
+    core: &Core,
+    key: &Key,
+    now: &crate::core::LazyNow<'_>,
+) -> Result<Option<(Result<i64>, u64)>> {
+    if let Some(known) = writeback::current_seen_locked(core, key, now, counter_start)? {
+        return Ok(Some(known));
+    }
+    // Only the warm store knows: one read of it (no write) tells, unless the value is
+    // cold.
+    let known = match core.lookup(key, true)?.filter(|s| s.is_live(now.get())) {
+        None => None,
+        Some(s) => match s.loc {
+            Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
+            _ => return Ok(None),
         },
     };
     Ok(Some(counter_start(
@@ -892,19 +898,20 @@ fn incr_one_back_locked(
     key: &Key,
     delta: i64,
 ) -> Result<Option<(Result<i64>, Ticket)>> {
-    let Some((cur, expire_ms)) = counter_known(core, key, core.now_ms())? else {
+    let Some((cur, expire_ms)) = counter_known(core, key, &core.lazy_now())? else {
         return Ok(None);
     };
     let new = match cur.and_then(|n| counter_plus(n, delta)) {
         Ok(n) => n,
         Err(e) => return Ok(Some((Err(e), Ticket::NONE))),
     };
-    let value = Bytes::copy_from_slice(itoa::Buffer::new().format(new).as_bytes());
-    if !writeback::takes(core, &[(key, &value)], 0) {
+    let mut digits = itoa::Buffer::new();
+    let value = digits.format(new).as_bytes();
+    if !writeback::takes(core, &[(key, value)], 0) {
         return Ok(None);
     }
     core.check_writable()?;
-    writeback::put_locked(core, key, Kind::String, &value, expire_ms);
+    writeback::put_locked(core, key, Kind::String, value, expire_ms);
     Ok(Some((Ok(new), core.ticket())))
 }
 

@@ -201,7 +201,7 @@ impl WriteBack {
 
     /// Holds `value` as `key`'s dirty value (the caller holds its stripe lock), its last
     /// record in log file `gen`. False if DRAM cannot hold it ([`takes`] checks first).
-    fn put(&self, key: &Key, kind: Kind, value: Bytes, expire_ms: u64, gen: u64) -> bool {
+    fn put(&self, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, gen: u64) -> bool {
         self.note_record(key, gen);
         self.hot
             .insert_dirty(key.stored(), value, expire_ms, kind as u8)
@@ -305,24 +305,24 @@ pub(crate) fn try_put(
 }
 
 /// Whether write-back takes all of `pairs` (strings expiring at `expire_ms`), or none.
-pub(crate) fn takes(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64) -> bool {
+pub(crate) fn takes(core: &Core, pairs: &[(&Key, &[u8])], expire_ms: u64) -> bool {
     let value_max = core.settings.vlog.vlog_value_bytes_min.max(1);
     takes_below(core, pairs, expire_ms, value_max)
 }
 
 /// Whether write-back takes `value` at `key` whatever its size (a live value's fold: one
 /// write of what many commands changed), if DRAM and the budget hold it.
-pub(crate) fn takes_any_size(core: &Core, key: &Key, value: &Bytes, expire_ms: u64) -> bool {
+pub(crate) fn takes_any_size(core: &Core, key: &Key, value: &[u8], expire_ms: u64) -> bool {
     takes_below(core, &[(key, value)], expire_ms, u64::MAX)
 }
 
 /// [`takes`] of values smaller than `value_max`.
-fn takes_below(core: &Core, pairs: &[(&Key, &Bytes)], expire_ms: u64, value_max: u64) -> bool {
+fn takes_below(core: &Core, pairs: &[(&Key, &[u8])], expire_ms: u64, value_max: u64) -> bool {
     let wb = &core.writeback;
     let dirty_max = wb.bytes_max();
     if dirty_max == 0
         || core.syncs_client_writes()
-        || !strata_format::is_live(expire_ms, core.now_ms())
+        || expire_ms != 0 && !strata_format::is_live(expire_ms, core.now_ms())
         || pairs
             .iter()
             .any(|(k, v)| v.len() as u64 >= value_max || !core.hot.fits(k.stored().len(), v.len()))
@@ -357,7 +357,7 @@ pub(crate) fn look_ahead<'k>(core: &Core, keys: impl ExactSizeIterator<Item = &'
 
 /// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
 /// held. The ticket is the caller's to take, once for all of its writes.
-pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
+pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) {
     // The value replaces whatever the key held, a live value too.
     core.live.forget(key);
     log_locked(core, key, kind, value, expire_ms);
@@ -367,24 +367,43 @@ pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expi
 
 /// The part of [`put_locked`] a live value's fold shares: `value` into the hot log and DRAM
 /// as `key`'s dirty value.
-pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &Bytes, expire_ms: u64) {
+pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) {
     let wb = &core.writeback;
     let gen = wb
         .log
         .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
-    // DRAM copies a small value into its entry; a larger one is copied here, so that it
-    // does not keep alive the client's input buffer it was cut from.
-    let value = if value.len() > strata_hot::INLINE_VALUE_BYTES_MAX {
-        Bytes::copy_from_slice(value)
-    } else {
-        value.clone()
-    };
+    // DRAM holds a copy: the value does not keep alive the client's input buffer it was
+    // cut from.
     let held = wb.put(key, kind, value, expire_ms, gen);
     debug_assert!(held, "takes() checked that DRAM holds it");
     core.locks.bump(key);
     if wb.settle_due() {
         core.background_wake.notify_one();
     }
+}
+
+/// [`current_locked`] that lends the value to `see` (`None`: write-back knows the key is
+/// gone) instead of copying it; `None` if only the warm store knows.
+pub(crate) fn current_seen_locked<T>(
+    core: &Core,
+    key: &Key,
+    now: &crate::core::LazyNow<'_>,
+    see: impl FnOnce(Option<(&[u8], u64, Kind)>) -> T,
+) -> Result<Option<T>> {
+    crate::live::fold_locked(core, key, true)?;
+    let seen = core.hot.current_seen(
+        key.stored(),
+        || now.get(),
+        |value, expire_ms, tag, dirty| {
+            let live = expire_ms == 0 || strata_format::is_live(expire_ms, now.get());
+            debug_assert!(live || dirty, "DRAM answers only live clean entries");
+            Ok(see(match live {
+                true => Some((value, expire_ms, Kind::from_u8(tag)?)),
+                false => None,
+            }))
+        },
+    );
+    seen.transpose()
 }
 
 /// The current value of `key` as DRAM or write-back knows it (its stripe lock held), for a
@@ -638,7 +657,7 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
     // What DRAM cannot hold (its budget shrank since) goes to the warm store at once.
     let mut apart = Vec::new();
     for (key, (dirty, gen)) in values {
-        if !wb.put(&key, dirty.kind, dirty.value.clone(), dirty.expire_ms, gen) {
+        if !wb.put(&key, dirty.kind, &dirty.value, dirty.expire_ms, gen) {
             apart.push((key, dirty));
         }
     }

@@ -35,6 +35,20 @@ impl Data {
                 expire_ms,
             }));
         }
+        Data::packed(key, &value, expire_ms)
+    }
+
+    /// [`Data::new`] of a copy of `value` (a large one is copied into its own buffer, so
+    /// that it keeps nothing else alive).
+    pub(crate) fn copied(key: &[u8], value: &[u8], expire_ms: u64) -> Data {
+        if value.len() > INLINE_VALUE_BYTES_MAX || key.len() > u32::MAX as usize {
+            return Data::new(key, Bytes::copy_from_slice(value), expire_ms);
+        }
+        Data::packed(key, value, expire_ms)
+    }
+
+    /// A small value packed with its key in one allocation.
+    fn packed(key: &[u8], value: &[u8], expire_ms: u64) -> Data {
         let expiry_bytes = if expire_ms != 0 { 8 } else { 0 };
         let mut b = Vec::with_capacity(HEAD_BYTES + expiry_bytes + key.len() + value.len());
         b.push(if expire_ms != 0 { HAS_EXPIRY } else { 0 });
@@ -43,7 +57,7 @@ impl Data {
             b.extend_from_slice(&expire_ms.to_le_bytes());
         }
         b.extend_from_slice(key);
-        b.extend_from_slice(&value);
+        b.extend_from_slice(value);
         Data::Packed(b.into_boxed_slice())
     }
 

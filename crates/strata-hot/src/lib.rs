@@ -300,21 +300,36 @@ impl HotCache {
     /// useful. The caller must not replace a dirty entry this way (it would lose the only
     /// copy of its value): it settles the entry first.
     pub fn insert_tagged(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8) -> bool {
-        self.put(key, value, expire_ms, tag, false)
+        let len = value.len();
+        self.put(key, len, || Data::new(key, value, expire_ms), tag, false)
     }
 
     /// Holds `value` for `key` as a dirty entry: the only copy of an acknowledged write,
     /// never evicted until [`HotCache::mark_clean`]. Returns false (and changes nothing)
-    /// when it does not [`HotCache::fits`]; the caller checks that first.
-    pub fn insert_dirty(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8) -> bool {
-        self.fits(key.len(), value.len()) && self.put(key, value, expire_ms, tag, true)
+    /// when it does not [`HotCache::fits`]; the caller checks that first. The entry holds a
+    /// copy of `value`.
+    pub fn insert_dirty(&self, key: &[u8], value: &[u8], expire_ms: u64, tag: u8) -> bool {
+        self.fits(key.len(), value.len())
+            && self.put(
+                key,
+                value.len(),
+                || Data::copied(key, value, expire_ms),
+                tag,
+                true,
+            )
     }
 
-    fn put(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8, dirty: bool) -> bool {
+    /// Holds the entry `data` makes (of a value of `value_len` bytes) for `key`.
+    fn put(
+        &self,
+        key: &[u8],
+        value_len: usize,
+        data: impl FnOnce() -> Data,
+        tag: u8,
+        dirty: bool,
+    ) -> bool {
         let hash = self.hasher.hash_one(key);
-        let data = self
-            .fits(key.len(), value.len())
-            .then(|| Data::new(key, value, expire_ms));
+        let data = self.fits(key.len(), value_len).then(data);
         let mut sh = self.shard_of(hash).lock();
         let held = sh.find(hash, key);
         debug_assert!(
@@ -360,12 +375,39 @@ impl HotCache {
     /// live or not (an expired one says the key is gone), a clean one only if live (an
     /// expired clean entry is dropped). No access is counted.
     pub fn current(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64, u8, bool)> {
+        self.current_lent(
+            key,
+            || now_ms,
+            |e| (e.value(), e.data.expire_ms(), e.tag, e.dirty),
+        )
+    }
+
+    /// [`HotCache::current`] that lends the value to `see` (value, expiry, tag, dirty)
+    /// instead of copying it, and reads the clock (`now_ms`) only for an entry that
+    /// expires.
+    pub fn current_seen<T>(
+        &self,
+        key: &[u8],
+        now_ms: impl FnOnce() -> u64,
+        see: impl FnOnce(&[u8], u64, u8, bool) -> T,
+    ) -> Option<T> {
+        self.current_lent(key, now_ms, |e| {
+            see(e.data.value(), e.data.expire_ms(), e.tag, e.dirty)
+        })
+    }
+
+    fn current_lent<T>(
+        &self,
+        key: &[u8],
+        now_ms: impl FnOnce() -> u64,
+        f: impl FnOnce(&shard::Entry) -> T,
+    ) -> Option<T> {
         let hash = self.hasher.hash_one(key);
         let mut sh = self.shard_of(hash).lock();
         let slot = sh.find(hash, key)?;
         let e = sh.entry(slot);
-        if e.dirty || e.data.is_live(now_ms) {
-            return Some((e.value(), e.data.expire_ms(), e.tag, e.dirty));
+        if e.dirty || e.data.expire_ms() == 0 || e.data.is_live(now_ms()) {
+            return Some(f(e));
         }
         self.remove_slot(&mut sh, slot);
         self.publish(&sh);
@@ -568,7 +610,7 @@ mod tests {
             for i in 0..300u32 {
                 c.insert(format!("k{i}").as_bytes(), Bytes::from(format!("v{i}")), 0);
             }
-            c.insert_dirty(b"dirty", Bytes::from_static(b"d"), 0, 3);
+            c.insert_dirty(b"dirty", b"d", 0, 3);
             let before = c.stats();
             // Keys of every shard, some twice, some absent: one lock per shard, no deadlock.
             let names: Vec<String> = (0..400u32)
@@ -604,7 +646,7 @@ mod tests {
                 c
             };
             let (c, twin) = (filled(), filled());
-            c.insert_dirty(b"dirty-expired", Bytes::from_static(b"d"), 50, 0);
+            c.insert_dirty(b"dirty-expired", b"d", 50, 0);
             let names: Vec<String> = (0..220u32)
                 .map(|i| format!("k{}", i % 210))
                 .chain(["dirty-expired".to_string(), "k5".to_string()])
@@ -808,17 +850,43 @@ mod tests {
     }
 
     #[test]
+    fn current_seen_lends_the_value_and_reads_the_clock_only_for_expiring_entries() {
+        let c = cache(1 << 16);
+        let mut big = vec![b'x'; INLINE_VALUE_BYTES_MAX + 10];
+        assert!(c.insert_dirty(b"big", &big, 0, 1));
+        big[0] = b'y';
+        let no_clock = || -> u64 { panic!("the clock was read for an entry with no expiry") };
+        let seen = c.current_seen(b"big", no_clock, |v, e, tag, dirty| {
+            (v.to_vec(), e, tag, dirty)
+        });
+        assert_eq!(
+            seen,
+            Some((vec![b'x'; INLINE_VALUE_BYTES_MAX + 10], 0, 1, true)),
+            "DRAM holds its own copy of the value"
+        );
+        c.insert(b"soon", Bytes::from_static(b"v"), 100);
+        let mut read = false;
+        let live = c.current_seen(
+            b"soon",
+            || {
+                read = true;
+                50
+            },
+            |v, e, _, dirty| (v.to_vec(), e, dirty),
+        );
+        assert!(read, "an expiring entry needs the clock");
+        assert_eq!(live, Some((b"v".to_vec(), 100, false)));
+        assert_eq!(c.current_seen(b"soon", || 100, |_, _, _, _| ()), None);
+        assert_eq!(c.stats().entries, 1, "the expired clean entry was dropped");
+    }
+
+    #[test]
     fn dirty_entries_are_never_evicted_or_cleared_until_marked_clean() {
         for policy in POLICIES {
             let each = ENTRY_OVERHEAD_BYTES + 5 + 1;
             let c = HotCache::new(100 * each, 2, policy);
             for i in 0..20u32 {
-                assert!(c.insert_dirty(
-                    format!("d{i:04}").as_bytes(),
-                    Bytes::from_static(b"v"),
-                    50,
-                    2
-                ));
+                assert!(c.insert_dirty(format!("d{i:04}").as_bytes(), b"v", 50, 2));
             }
             assert_eq!(c.dirty_bytes(), 20 * each);
             for i in 0..5_000u32 {
@@ -832,12 +900,12 @@ mod tests {
             assert_eq!(dirty, 20, "{policy:?}");
             assert_eq!(c.stats().entries, 20);
             // A dirty entry overwritten stays dirty once, counted once.
-            assert!(c.insert_dirty(b"d0003", Bytes::from_static(b"w"), 0, 2));
+            assert!(c.insert_dirty(b"d0003", b"w", 0, 2));
             assert_eq!(c.dirty_bytes(), 20 * each);
             // Dirty entries past the budget: clean, the cache comes back under it.
             for i in 0..200u32 {
                 let k = format!("e{i:04}");
-                assert!(c.insert_dirty(k.as_bytes(), Bytes::from_static(b"v"), 0, 2));
+                assert!(c.insert_dirty(k.as_bytes(), b"v", 0, 2));
             }
             assert!(c.stats().bytes > c.stats().bytes_max);
             for i in 0..200u32 {
@@ -851,7 +919,7 @@ mod tests {
             assert!(!c.is_dirty(b"d0003"));
             c.clear();
             assert_eq!(c.stats().entries, 0);
-            assert!(c.insert_dirty(b"x", Bytes::from_static(b"v"), 0, 0));
+            assert!(c.insert_dirty(b"x", b"v", 0, 0));
             c.clear_all();
             assert_eq!((c.stats().bytes, c.dirty_bytes()), (0, 0));
         }

@@ -365,6 +365,9 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
     } = io;
     let mut read_guard = None;
     let mut last_cmd = None;
+    // Commands are timed from the end of the one before only while nothing is waited on
+    // between them: whatever waits (the gate, a write, a blocking command) starts over.
+    conn.lap = None;
     let mut batch = batch.into_iter().peekable();
     let mut run = Vec::new();
     let mut replies = Vec::new();
@@ -402,6 +405,7 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
             }
             last_cmd = run.last().map(|a| a[0].clone());
             crate::cmd::execute_run(shared, conn, kind, &run, &mut replies).await;
+            conn.lap = None;
             run.clear();
             out.set_proto(conn.proto);
             for r in replies.drain(..) {
@@ -413,6 +417,7 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
                 // A blocking command may wait for another client: the replies before it leave
                 // now, and it runs without the gate (it takes it for each attempt).
                 read_guard = None;
+                conn.lap = None;
                 if !out.is_empty() {
                     write_out(wr, out, shared, &mut conn.pending).await?;
                 }
@@ -444,10 +449,12 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
                     }
                 };
                 conn.may_block = false;
+                conn.lap = None;
                 out.set_proto(conn.proto);
                 out.push(&reply);
             } else if crate::cmd::is_exclusive(idx, conn) {
                 read_guard = None;
+                conn.lap = None;
                 let reply = match gate_write(shared).await {
                     Ok(_w) => crate::cmd::execute(shared, conn, args, idx).await,
                     Err(busy) => beside_busy_script(shared, conn, args, idx, busy).await,
@@ -457,6 +464,7 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
             } else {
                 let mut busy = None;
                 if read_guard.is_none() {
+                    conn.lap = None;
                     match gate_read(shared).await {
                         Ok(g) => read_guard = Some(g),
                         Err(b) => busy = Some(b),
@@ -475,6 +483,7 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
             // Never wait on a slow client while holding the gate.
             read_guard = None;
             write_out(wr, out, shared, &mut conn.pending).await?;
+            conn.lap = None;
         }
         if conn.quit {
             break;

@@ -86,6 +86,10 @@ pub(crate) struct Conn {
     /// Ends a blocking command from outside (the client left, `CLIENT UNBLOCK`); shared
     /// with the client list.
     pub(crate) unblock: std::sync::Arc<crate::blocked::Unblock>,
+    /// When the command before ran to its end, if the next one follows it at once (in one
+    /// pipeline, nothing waited on between): the next one's timing starts there, one clock
+    /// read per command instead of two.
+    pub(crate) lap: Option<std::time::Instant>,
 }
 
 impl Conn {
@@ -108,6 +112,7 @@ impl Conn {
             next_cursor: 1,
             may_block: false,
             unblock: Default::default(),
+            lap: None,
             quit: false,
             pending: Ticket::NONE,
             last_cmd: Default::default(),

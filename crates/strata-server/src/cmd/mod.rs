@@ -840,11 +840,13 @@ async fn execute_request(
 /// [`dispatch`], timed and counted in the server's figures (a client's command, or one a
 /// script calls).
 pub(crate) async fn dispatch_counted(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
-    let start = Instant::now();
+    let start = ctx.conn.lap.take().unwrap_or_else(Instant::now);
     let reply = dispatch(ctx, idx, a).await;
+    let end = Instant::now();
+    ctx.conn.lap = Some(end);
     ctx.shared
         .metrics
-        .record(idx, start.elapsed(), reply.is_error());
+        .record(idx, end - start, reply.is_error());
     ctx.shared
         .counters
         .total_commands_processed

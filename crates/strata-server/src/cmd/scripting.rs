@@ -200,6 +200,8 @@ async fn call_from_script(
             return Reply::err("ERR Script attempted to access a non local key in a cluster node");
         }
     }
+    // Timed from here: the script's own work before the call is not the command's.
+    ctx.conn.lap = None;
     super::dispatch_counted(ctx, idx, &args).await
 }
 

@@ -482,14 +482,16 @@ pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
     key: &Key,
     f: impl FnOnce(&mut C::Items) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
-    let now = ctx.shared.engine.now_ms();
-    let r = ctx
-        .shared
-        .engine
+    let engine = &ctx.shared.engine;
+    let r = engine
         .update_live(
             key,
             C::KIND,
-            move |value| Ok(Box::new(LiveItems::<C, C::Items>::decode(value, now)?)),
+            // The clock is read only when a value is decoded (a live value needs none).
+            |value| {
+                let now = engine.now_ms();
+                Ok(Box::new(LiveItems::<C, C::Items>::decode(value, now)?))
+            },
             move |live| {
                 let any: &mut dyn std::any::Any = live;
                 let items = any
