@@ -144,7 +144,15 @@ fn metrics_and_healthz_are_served_over_http() {
         out
     };
     assert!(get("/healthz").ends_with("ok\n"));
-    let m = get("/metrics");
+    // The harness's readiness probe connected and left at once: the server drops it from
+    // its clients when its connection task sees the close, which a loaded machine may
+    // not have run yet.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut m = get("/metrics");
+    while !m.contains("strata_connected_clients 1\n") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        m = get("/metrics");
+    }
     for want in [
         "strata_command_calls_total{cmd=\"get\"} 1",
         "strata_command_duration_seconds_bucket{cmd=\"set\",le=\"+Inf\"} 1",
