@@ -1263,6 +1263,12 @@ pub(crate) async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 mod tests {
     use super::*;
 
+    /// The next number of a seeded pseudo-random sequence (a linear congruential step).
+    fn next_random(x: u64) -> u64 {
+        x.wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+    }
+
     fn e(items: &[(f64, &str)]) -> Vec<Entry> {
         items
             .iter()
@@ -1338,9 +1344,7 @@ mod tests {
         let mut model = HashMap::new();
         let mut x = 7u64;
         for _ in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            x = next_random(x);
             let (m, score) = (member(x >> 33), ((x >> 40) % 13) as f64);
             let cur = by_table.score_of(&m);
             by_table.place(cur, score, m.clone());
@@ -1376,9 +1380,7 @@ mod tests {
         };
         let (mut x, mut most_runs) = (11u64, 0);
         for step in 0..30_000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            x = next_random(x);
             let (m, score) = (member(x >> 33), ((x >> 40) % 50) as f64);
             let cur = z.score_of(&m);
             assert_eq!(cur, model.get(&m).copied());
