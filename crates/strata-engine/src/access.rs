@@ -34,14 +34,6 @@ impl AccessCounts {
         &self.slots[h as usize % ACCESS_SLOTS]
     }
 
-    fn mark(&self, key: &[u8]) {
-        let c = self.slot(key);
-        let v = c.load(Ordering::Relaxed);
-        if v < ACCESS_COUNT_MAX {
-            c.store(v + 1, Ordering::Relaxed);
-        }
-    }
-
     /// Counts a read of `key`. With values returning to warm, only reads that found the key
     /// count. Without, every read counts: a key written after a read that missed it starts
     /// with one, which keeps new keys through a pass of the clock (the only reuse the warm
@@ -49,7 +41,19 @@ impl AccessCounts {
     /// this way and 13,800 counting found keys only).
     pub(crate) fn count_read(&self, key: &Key, found: bool) {
         if found || !self.returns_to_warm {
-            self.mark(key.stored());
+            self.count_reads_found(&[key]);
+        }
+    }
+
+    /// [`AccessCounts::count_read`] of keys that were found, their slots looked up before
+    /// any is changed (the changes' cache misses overlap).
+    pub(crate) fn count_reads_found(&self, keys: &[&Key]) {
+        let slots: Vec<&AtomicU8> = keys.iter().map(|k| self.slot(k.stored())).collect();
+        for c in slots {
+            let v = c.load(Ordering::Relaxed);
+            if v < ACCESS_COUNT_MAX {
+                c.store(v + 1, Ordering::Relaxed);
+            }
         }
     }
 

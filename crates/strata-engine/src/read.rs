@@ -46,16 +46,32 @@ thread_local! {
 /// A DRAM hit's bookkeeping: the hit counts, a prefetched value counts as used, and one hit
 /// in [`HOT_HITS_PER_COUNT`] counts as a read for the warm tier.
 pub(crate) fn hot_hit(core: &Core, key: &Key) {
-    add(&core.counters.hot_hits);
-    crate::hook::on_hot_hit(core, key);
-    let n = HOT_HITS.with(|c| {
-        let n = c.get().wrapping_add(1);
-        c.set(n);
-        n
-    });
-    if n.is_multiple_of(HOT_HITS_PER_COUNT) {
-        core.access.count_read(key, true);
+    hot_hits(core, &[key]);
+}
+
+/// [`hot_hit`] of a batch's hits: the counter moves once, and the keys that count for the
+/// warm tier are counted together, so the processor overlaps the count table's cache
+/// misses.
+fn hot_hits(core: &Core, keys: &[&Key]) {
+    if keys.is_empty() {
+        return;
     }
+    core.counters
+        .hot_hits
+        .fetch_add(keys.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    let mut counted = Vec::new();
+    HOT_HITS.with(|c| {
+        let mut n = c.get();
+        for &key in keys {
+            crate::hook::on_hot_hit(core, key);
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(HOT_HITS_PER_COUNT) {
+                counted.push(key);
+            }
+        }
+        c.set(n);
+    });
+    core.access.count_reads_found(&counted);
 }
 
 /// Reads `key` (its value and kind) from the first tier that holds it.
@@ -339,10 +355,11 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let now = core.now_ms();
     let mut found: Vec<Found> = Vec::with_capacity(keys.len());
     let mut pending = Vec::new();
-    for (i, (k, hot)) in keys.iter().zip(core.hot_get_many(keys, now)?).enumerate() {
+    let mut hits = Vec::with_capacity(keys.len());
+    for (i, (&k, hot)) in keys.iter().zip(core.hot_get_many(keys, now)?).enumerate() {
         match hot {
             Some((v, _, kind)) => {
-                hot_hit(core, k);
+                hits.push(k);
                 found.push(Found::Value(v, Tier::Hot, kind));
             }
             None => match core.writeback.get(k) {
@@ -357,6 +374,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
             },
         }
     }
+    hot_hits(core, &hits);
     if pending.is_empty() {
         return Ok(found);
     }

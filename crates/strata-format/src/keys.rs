@@ -18,6 +18,7 @@
 //! collected later.
 
 use crate::{FormatError, Result, KEY_BYTES_MAX};
+use smallvec::SmallVec;
 
 /// The key layout this crate writes.
 pub const LAYOUT_VERSION: u32 = 2;
@@ -26,9 +27,13 @@ pub const STORED_KEY_PREFIX_BYTES: usize = 3;
 /// Slots of Redis Cluster.
 pub const SLOT_COUNT: u16 = 16384;
 
+/// Stored keys up to this many bytes (the client's key and the three-byte prefix) are held
+/// inline, with no allocation of their own: most keys of a command's batch.
+const KEY_INLINE_BYTES: usize = 32;
+
 /// A key as the warm store holds it: database, slot and the client's key.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(Vec<u8>);
+pub struct Key(SmallVec<[u8; KEY_INLINE_BYTES]>);
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,11 +50,19 @@ impl std::fmt::Debug for Key {
 impl Key {
     /// The stored key of `client` in database `db` and slot `slot`.
     pub fn new(db: u8, slot: u16, client: &[u8]) -> Key {
-        let mut v = Vec::with_capacity(STORED_KEY_PREFIX_BYTES + client.len());
+        let len = STORED_KEY_PREFIX_BYTES + client.len();
+        if len <= KEY_INLINE_BYTES {
+            let mut b = [0u8; KEY_INLINE_BYTES];
+            b[0] = db;
+            b[1..3].copy_from_slice(&slot.to_be_bytes());
+            b[3..len].copy_from_slice(client);
+            return Key(SmallVec::from_buf_and_len(b, len));
+        }
+        let mut v = Vec::with_capacity(len);
         v.push(db);
         v.extend_from_slice(&slot.to_be_bytes());
         v.extend_from_slice(client);
-        Key(v)
+        Key(SmallVec::from_vec(v))
     }
 
     /// Reads a stored key back (from a family, a segment, the value log).
@@ -61,7 +74,7 @@ impl Key {
                 have: stored.len(),
             });
         }
-        Ok(Key(stored.to_vec()))
+        Ok(Key(SmallVec::from_slice(stored)))
     }
 
     /// The key of layout 1, where keys were stored as the client sent them: database 0,
@@ -262,6 +275,23 @@ mod tests {
         assert!(k.stored().starts_with(&slot_prefix(3, 500)));
         assert!(k.stored().starts_with(&db_prefix(3)));
         assert_eq!(k.in_db(4).db(), 4);
+    }
+
+    #[test]
+    fn keys_held_inline_and_on_the_heap_read_and_compare_alike() {
+        // Client keys on both sides of what fits inline, and the same bytes built either way.
+        let inline = KEY_INLINE_BYTES - STORED_KEY_PREFIX_BYTES;
+        for len in [0, 1, inline - 1, inline, inline + 1, 300] {
+            let client: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let k = Key::new(2, 0x1234, &client);
+            assert_eq!((k.db(), k.slot(), k.client()), (2, 0x1234, &client[..]));
+            assert_eq!(k.stored().len(), STORED_KEY_PREFIX_BYTES + len);
+            assert_eq!(Key::from_stored(k.stored()).unwrap(), k);
+            assert_eq!(k.in_db(5).client(), &client[..]);
+            let mut longer = client.clone();
+            longer.push(0);
+            assert!(k < Key::new(2, 0x1234, &longer));
+        }
     }
 
     #[test]

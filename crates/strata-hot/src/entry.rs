@@ -96,6 +96,14 @@ impl Data {
         }
     }
 
+    /// The value's own shared handle, if it is kept apart (a packed value has none).
+    pub(crate) fn shared(&self) -> Option<&Bytes> {
+        match self {
+            Data::Packed(_) => None,
+            Data::Apart(a) => Some(&a.value),
+        }
+    }
+
     pub(crate) fn expire_ms(&self) -> u64 {
         match self {
             Data::Packed(b) if b[0] & HAS_EXPIRY != 0 => {
@@ -109,6 +117,24 @@ impl Data {
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         let e = self.expire_ms();
         e == 0 || e > now_ms
+    }
+
+    /// Asks the processor to start loading the entry's block (its head and key), without
+    /// waiting for it: a batch of look-ups prefetches every entry before comparing any key.
+    pub(crate) fn prefetch(&self) {
+        let at: *const u8 = match self {
+            Data::Packed(b) => b.as_ptr(),
+            Data::Apart(a) => a.key.as_ptr(),
+        };
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault,
+        // whatever the address. `sse` is part of every x86_64 target.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(at.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
     }
 
     /// Key and value bytes: what the budget charges beside the fixed overhead.

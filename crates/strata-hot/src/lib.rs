@@ -19,7 +19,7 @@ mod shard;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use entry::Data;
@@ -191,11 +191,16 @@ impl HotCache {
     }
 
     /// [`HotCache::get`] of many keys at once. The shards they fall in are locked together
-    /// (in shard order; no other path holds two), and every key is looked up before any
-    /// value is copied out, so the look-ups run back to back with no lock between them and
-    /// the processor overlaps their cache misses. Expired entries are dropped at the end.
+    /// (in shard order; no other path holds two), every key's entry is prefetched before
+    /// any is compared, and every key is looked up before any value is copied out: the
+    /// processor overlaps the batch's cache misses instead of waiting for one after
+    /// another. Expired entries are dropped at the end. The small values found share one
+    /// buffer: a caller that keeps one of them long should copy it.
     pub fn get_many(&self, keys: &[&[u8]], now_ms: u64) -> Vec<Option<(Bytes, u64, u8)>> {
         let (hashes, mut guards, guard_of) = self.lock_shards_of(keys);
+        for (&h, &g) in hashes.iter().zip(&guard_of) {
+            guards[g].prefetch(h);
+        }
         let slots: Vec<Option<usize>> = keys
             .iter()
             .zip(&hashes)
@@ -203,22 +208,52 @@ impl HotCache {
             .map(|((k, &h), &g)| guards[g].find(h, k))
             .collect();
         let mut expired = Vec::new();
-        let mut out = Vec::with_capacity(keys.len());
+        let mut live = Vec::with_capacity(keys.len());
+        let mut packed_bytes = 0;
         for (i, slot) in slots.into_iter().enumerate() {
             let sh = &mut guards[guard_of[i]];
-            out.push(slot.and_then(|slot| {
+            live.push(slot.filter(|&slot| {
                 let e = sh.entry(slot);
                 if !e.data.is_live(now_ms) {
                     if !e.dirty {
                         expired.push(i);
                     }
-                    return None;
+                    return false;
+                }
+                if e.data.shared().is_none() {
+                    packed_bytes += e.data.value().len();
                 }
                 sh.touch(slot);
-                let e = sh.entry(slot);
-                Some((e.value(), e.data.expire_ms(), e.tag))
+                true
             }));
         }
+        // Packed values are copied into one buffer that their handles share: one
+        // allocation for the batch, not one per value.
+        let mut arena = BytesMut::with_capacity(packed_bytes);
+        let mut found = Vec::with_capacity(keys.len());
+        for (i, slot) in live.into_iter().enumerate() {
+            found.push(slot.map(|slot| {
+                let e = guards[guard_of[i]].entry(slot);
+                let value = match e.data.shared() {
+                    Some(v) => Err(v.clone()),
+                    None => {
+                        let at = arena.len();
+                        arena.extend_from_slice(e.data.value());
+                        Ok(at..arena.len())
+                    }
+                };
+                (value, e.data.expire_ms(), e.tag)
+            }));
+        }
+        let arena = arena.freeze();
+        let out = found
+            .into_iter()
+            .map(|f| {
+                f.map(|(v, expire_ms, tag)| {
+                    (v.map_or_else(|v| v, |r| arena.slice(r)), expire_ms, tag)
+                })
+            })
+            .collect();
         // A removal may rehash its shard: each expired key is looked up again.
         for i in expired {
             let sh = &mut guards[guard_of[i]];
@@ -232,13 +267,13 @@ impl HotCache {
         out
     }
 
-    /// Looks `keys` up and changes nothing (no access counted), so that writes of them
-    /// that follow at once find their entries in the CPU's cache: done for a batch, the
-    /// look-ups' cache misses overlap instead of coming one after another.
+    /// Prefetches the entries of `keys` and changes nothing (no access counted), so that
+    /// writes of them that follow at once find their entries in the CPU's cache: done for
+    /// a batch, the look-ups' cache misses overlap instead of coming one after another.
     pub fn look_ahead(&self, keys: &[&[u8]]) {
         let (hashes, guards, guard_of) = self.lock_shards_of(keys);
-        for ((k, &h), &g) in keys.iter().zip(&hashes).zip(&guard_of) {
-            std::hint::black_box(guards[g].find(h, k));
+        for (&h, &g) in hashes.iter().zip(&guard_of) {
+            guards[g].prefetch(h);
         }
     }
 
@@ -637,11 +672,17 @@ mod tests {
         for policy in POLICIES {
             // Two caches alike: one read with get_many, its twin key by key.
             let filled = || {
-                let c = HotCache::new(1 << 20, 4, policy);
+                let c = HotCache::new(16 << 20, 4, policy);
                 for i in 0..200u32 {
                     let expire = if i % 10 == 0 { 50 } else { 0 };
-                    let (k, v) = (format!("k{i}"), format!("v{i}"));
-                    c.insert(k.as_bytes(), Bytes::from(v), expire);
+                    // Packed values (copied into one shared buffer), empty ones, and values
+                    // past the inline limit (handed out as their own handles).
+                    let v = match i % 7 {
+                        0 => Bytes::from(vec![i as u8; INLINE_VALUE_BYTES_MAX + 1 + i as usize]),
+                        1 => Bytes::new(),
+                        _ => Bytes::from(format!("v{i}")),
+                    };
+                    c.insert(format!("k{i}").as_bytes(), v, expire);
                 }
                 c
             };

@@ -71,6 +71,16 @@ impl Shard {
         self.table.find_bucket_index(hash, |e| e.data.key() == key)
     }
 
+    /// Starts loading what [`Shard::find`] of a key hashed to `hash` reads, waiting for
+    /// none of it: the table's group and buckets (probed, so the processor overlaps the
+    /// probes of a batch) and the blocks of the entries whose tags match (prefetched).
+    pub(crate) fn prefetch(&self, hash: u64) {
+        self.table.find(hash, |e| {
+            e.data.prefetch();
+            false
+        });
+    }
+
     pub(crate) fn entry(&self, slot: usize) -> &Entry {
         self.table.get_bucket(slot).expect("a live slot")
     }

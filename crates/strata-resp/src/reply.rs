@@ -113,9 +113,16 @@ impl ReplyBuf {
     }
 
     fn header(&mut self, tag: u8, n: i64) {
+        if (0..10).contains(&n) {
+            self.cur
+                .extend_from_slice(&[tag, b'0' + n as u8, b'\r', b'\n']);
+            return;
+        }
+        let mut b = itoa::Buffer::new();
+        let digits = b.format(n).as_bytes();
+        self.cur.reserve(digits.len() + 3);
         self.cur.put_u8(tag);
-        let mut b = itoa_buf(n);
-        self.cur.extend_from_slice(b.as_bytes_mut());
+        self.cur.extend_from_slice(digits);
         self.cur.extend_from_slice(b"\r\n");
     }
 
@@ -246,37 +253,6 @@ pub fn format_g(d: f64, precision: usize) -> String {
     } else {
         trim(&format!("{d:.*}", (p as i32 - 1 - exp) as usize))
     }
-}
-
-struct ItoaBuf {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl ItoaBuf {
-    fn as_bytes_mut(&mut self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-}
-
-fn itoa_buf(n: i64) -> ItoaBuf {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let neg = n < 0;
-    let mut v = n.unsigned_abs();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    if neg {
-        i -= 1;
-        buf[i] = b'-';
-    }
-    ItoaBuf { buf, start: i }
 }
 
 #[cfg(test)]
