@@ -61,6 +61,25 @@ impl Data {
         Data::Packed(b.into_boxed_slice())
     }
 
+    /// Writes `value` and `expire_ms` over a packed value of the same length whose block
+    /// has room for the expiry (or needs none): no allocation. False, and nothing changed,
+    /// otherwise.
+    pub(crate) fn overwrite(&mut self, value: &[u8], expire_ms: u64) -> bool {
+        let Data::Packed(b) = self else {
+            return false;
+        };
+        let (at, key_len) = Self::packed_key(b);
+        let has_expiry = b[0] & HAS_EXPIRY != 0;
+        if b.len() - at - key_len != value.len() || has_expiry != (expire_ms != 0) {
+            return false;
+        }
+        if has_expiry {
+            b[HEAD_BYTES..HEAD_BYTES + 8].copy_from_slice(&expire_ms.to_le_bytes());
+        }
+        b[at + key_len..].copy_from_slice(value);
+        true
+    }
+
     /// Where the key starts in a packed block, and its length.
     fn packed_key(b: &[u8]) -> (usize, usize) {
         let key_len = u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")) as usize;

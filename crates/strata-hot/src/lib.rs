@@ -344,14 +344,28 @@ impl HotCache {
     /// when it does not [`HotCache::fits`]; the caller checks that first. The entry holds a
     /// copy of `value`.
     pub fn insert_dirty(&self, key: &[u8], value: &[u8], expire_ms: u64, tag: u8) -> bool {
-        self.fits(key.len(), value.len())
-            && self.put(
-                key,
-                value.len(),
-                || Data::copied(key, value, expire_ms),
-                tag,
-                true,
-            )
+        // An overwrite of a value of the same length (a counter, a fixed-size feature)
+        // takes the old value's place in its block.
+        if self.fits(key.len(), value.len()) {
+            let hash = self.hasher.hash_one(key);
+            let mut sh = self.shard_of(hash).lock();
+            if let Some(slot) = sh.find(hash, key) {
+                if let Some(was_dirty) = sh.overwrite_dirty(slot, value, expire_ms, tag) {
+                    if !was_dirty {
+                        let charge = data_charge(&sh.entry(slot).data);
+                        self.dirty.fetch_add(charge, Ordering::Relaxed);
+                    }
+                    return true;
+                }
+            }
+        }
+        self.put(
+            key,
+            value.len(),
+            || Data::copied(key, value, expire_ms),
+            tag,
+            true,
+        )
     }
 
     /// Holds the entry `data` makes (of a value of `value_len` bytes) for `key`.
@@ -963,6 +977,35 @@ mod tests {
             assert!(c.insert_dirty(b"x", b"v", 0, 0));
             c.clear_all();
             assert_eq!((c.stats().bytes, c.dirty_bytes()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn a_dirty_value_of_the_same_length_is_written_in_place_and_counted_once() {
+        for policy in POLICIES {
+            let c = HotCache::new(1 << 20, 2, policy);
+            c.insert(b"k", Bytes::from_static(b"10"), 0);
+            let before = c.stats();
+            // Clean to dirty in place: the same charge, now counted dirty.
+            assert!(c.insert_dirty(b"k", b"11", 0, 0));
+            let each = before.bytes as usize;
+            assert_eq!((c.stats().bytes, c.dirty_bytes()), (before.bytes, each));
+            assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"11"), 0, 0)));
+            // Dirty to dirty in place, a new tag; then with an expiry the block has no room
+            // for (a new block), then in place again with another expiry.
+            assert!(c.insert_dirty(b"k", b"12", 0, 3));
+            assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"12"), 0, 3)));
+            assert!(c.insert_dirty(b"k", b"13", 500, 3));
+            assert!(c.insert_dirty(b"k", b"14", 700, 3));
+            assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"14"), 700, 3)));
+            // Longer and shorter values take new blocks; the charge follows the length.
+            assert!(c.insert_dirty(b"k", b"100", 0, 0));
+            assert!(c.insert_dirty(b"k", b"9", 0, 0));
+            assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"9"), 0, 0)));
+            assert_eq!(c.dirty_bytes(), each - 1);
+            assert_eq!(c.stats().entries, 1);
+            c.mark_clean(b"k");
+            assert_eq!((c.dirty_bytes(), c.stats().bytes as usize), (0, each - 1));
         }
     }
 

@@ -3,11 +3,87 @@
 //! written: a RESP3 map reaches a RESP2 client as a flat array.
 
 use bytes::Bytes;
-use mlua::{Lua, Table, Value};
+use mlua::{ffi, FromLuaMulti, Lua, MultiValue, Table, Value};
 use strata_resp::Reply;
 
 /// Deepest table a script's reply may nest.
 const REPLY_DEPTH_MAX: usize = 64;
+
+/// What Redis answers a `redis.call` argument that is neither a string nor a number.
+pub(crate) const ARG_NOT_STRING: &str =
+    "ERR Lua redis lib command arguments must be strings or integers";
+
+/// The arguments of a `redis.call`, converted as Redis converts them: a string as it is, a
+/// number as C's `%.17g` writes it; anything else refuses the call. They are read straight
+/// off Lua's stack, not through mlua's values.
+pub(crate) struct CommandArgs(pub(crate) Result<Vec<Bytes>, &'static str>);
+
+/// Collects the converted arguments.
+struct ArgsBuf(Vec<Bytes>);
+
+impl ArgsBuf {
+    fn new(n: usize) -> ArgsBuf {
+        ArgsBuf(Vec::with_capacity(n))
+    }
+
+    fn push(&mut self, arg: &[u8]) {
+        self.0.push(Bytes::copy_from_slice(arg));
+    }
+
+    /// `%.17g` of `n`: an integral number below 1e17 prints as its digits, the rest as C does.
+    fn push_number(&mut self, n: f64) {
+        let negative_zero = n == 0.0 && n.is_sign_negative();
+        if n.fract() == 0.0 && n.abs() < 1e17 && !negative_zero {
+            self.push(itoa::Buffer::new().format(n as i64).as_bytes());
+        } else {
+            self.push(strata_resp::format_g(n, 17).as_bytes());
+        }
+    }
+
+    fn finish(self) -> CommandArgs {
+        CommandArgs(Ok(self.0))
+    }
+}
+
+impl FromLuaMulti for CommandArgs {
+    fn from_lua_multi(values: MultiValue, _: &Lua) -> mlua::Result<Self> {
+        let mut args = ArgsBuf::new(values.len());
+        for v in values.iter() {
+            match v {
+                Value::String(s) => args.push(&s.as_bytes()),
+                Value::Integer(n) => args.push_number(*n as f64),
+                Value::Number(n) => args.push_number(*n),
+                _ => return Ok(CommandArgs(Err(ARG_NOT_STRING))),
+            }
+        }
+        Ok(args.finish())
+    }
+
+    unsafe fn from_stack_args(
+        nargs: std::ffi::c_int,
+        _: usize,
+        _: Option<&str>,
+        lua: &mlua::state::RawLua,
+    ) -> mlua::Result<Self> {
+        let state = lua.state();
+        let mut args = ArgsBuf::new(nargs.max(0) as usize);
+        for idx in -nargs..0 {
+            // SAFETY: `idx` is one of the callback's `nargs` arguments on `state`'s stack;
+            // `lua_tolstring` is called on strings only (it would convert a number in
+            // place), and the bytes it points to live while the argument is on the stack.
+            match unsafe { ffi::lua_type(state, idx) } {
+                ffi::LUA_TSTRING => unsafe {
+                    let mut len = 0;
+                    let at = ffi::lua_tolstring(state, idx, &mut len);
+                    args.push(std::slice::from_raw_parts(at.cast::<u8>(), len));
+                },
+                ffi::LUA_TNUMBER => args.push_number(unsafe { ffi::lua_tonumber(state, idx) }),
+                _ => return Ok(CommandArgs(Err(ARG_NOT_STRING))),
+            }
+        }
+        Ok(args.finish())
+    }
+}
 
 fn single(lua: &Lua, field: &str, v: impl mlua::IntoLua) -> mlua::Result<Value> {
     let t = lua.create_table()?;

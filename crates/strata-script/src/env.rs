@@ -3,7 +3,7 @@
 //! when undefined or written at all; a hook that notices a script past the busy threshold
 //! and stops a killed one.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,11 +28,6 @@ pub(crate) struct Running {
     pub(crate) busy_at: Option<Instant>,
     /// When the run is stopped outright (library code at load).
     pub(crate) deadline: Option<Instant>,
-    /// The protocol `redis.call` replies are converted with (`redis.setresp`).
-    pub(crate) resp: u8,
-    /// What runs the run's commands (see `Run::call`); `None` outside a run, at load and
-    /// while a command runs.
-    pub(crate) call: Option<RawCall>,
 }
 
 /// The command runner of the run in progress, its lifetime erased (see `Run::call`).
@@ -40,9 +35,15 @@ pub(crate) struct RawCall(
     pub(crate) *mut (dyn FnMut(Vec<bytes::Bytes>) -> strata_resp::Reply + 'static),
 );
 
-// SAFETY: the pointer is used only on the thread running the script, during the run that
-// set it; the VM holding it is behind the caller's lock.
-unsafe impl Send for RawCall {}
+/// What `redis.call` reaches of the run in progress without a look-up in the VM: its
+/// command runner and the protocol replies are converted with (`redis.setresp`).
+#[derive(Default)]
+pub(crate) struct CallSlot {
+    /// The run's runner (on `Run::call`'s stack) while a run is in progress and none of
+    /// its commands runs; null otherwise (outside a run, at load, during a call).
+    pub(crate) call: AtomicPtr<RawCall>,
+    pub(crate) resp: AtomicU8,
+}
 
 pub(crate) struct Env {
     pub(crate) lua: Lua,
@@ -54,6 +55,7 @@ pub(crate) struct Env {
     pub(crate) seal: Function,
     /// The `__index` that raises "Script attempted to access nonexistent global variable".
     pub(crate) nonexistent: Function,
+    pub(crate) slot: Arc<CallSlot>,
 }
 
 impl Env {
@@ -72,14 +74,16 @@ impl Env {
         g.raw_set("cmsgpack", crate::libs::cmsgpack::open(&lua)?)?;
         g.raw_set("bit", crate::libs::bit::open(&lua)?)?;
         g.raw_set("struct", crate::libs::structs::open(&lua)?)?;
-        let redis = redis_table(&lua)?;
+        let slot = Arc::new(CallSlot::default());
+        let redis = redis_table(&lua, &slot)?;
         // `redis.call` raises a command's error; `redis.pcall` returns it as a table.
         for (name, raise) in [("call", true), ("pcall", false)] {
             let c = Arc::clone(control);
+            let slot = Arc::clone(&slot);
             redis.raw_set(
                 name,
-                lua.create_function(move |lua, args: mlua::MultiValue| {
-                    crate::command(lua, args, raise, &c)
+                lua.create_function(move |lua, args: crate::convert::CommandArgs| {
+                    crate::command(lua, args, raise, &c, &slot)
                 })?,
             )?;
         }
@@ -125,12 +129,13 @@ impl Env {
             globals_meta,
             seal,
             nonexistent,
+            slot,
         })
     }
 }
 
 /// The `redis` table a script sees, but `call` and `pcall` (bound for each run).
-fn redis_table(lua: &Lua) -> mlua::Result<Table> {
+fn redis_table(lua: &Lua, slot: &Arc<CallSlot>) -> mlua::Result<Table> {
     let redis = lua.create_table()?;
     // `redis.error_reply(m)` is `{err = m}`, `redis.status_reply(m)` is `{ok = m}`.
     for (name, field) in [("error_reply", "err"), ("status_reply", "ok")] {
@@ -154,17 +159,16 @@ fn redis_table(lua: &Lua) -> mlua::Result<Table> {
         })?,
     )?;
     redis.raw_set("log", log_function(lua)?)?;
+    let slot = Arc::clone(slot);
     redis.raw_set(
         "setresp",
-        lua.create_function(|lua, v: i64| {
+        lua.create_function(move |_, v: i64| {
             if v != 2 && v != 3 {
                 return Err(mlua::Error::RuntimeError(
                     "RESP version must be 2 or 3.".into(),
                 ));
             }
-            if let Some(mut r) = lua.app_data_mut::<Running>() {
-                r.resp = v as u8;
-            }
+            slot.resp.store(v as u8, Ordering::Relaxed);
             Ok(())
         })?,
     )?;

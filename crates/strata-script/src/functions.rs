@@ -169,8 +169,6 @@ impl Functions {
             raised: None,
             busy_at: None,
             deadline: Some(std::time::Instant::now() + LOAD_TIME_MAX),
-            resp: 2,
-            call: None,
         });
         let result = chunk.call::<()>(());
         lua.remove_app_data::<crate::env::Running>();

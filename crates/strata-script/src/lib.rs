@@ -353,8 +353,8 @@ impl Run<'_> {
     ) -> Reply {
         let lua = &self.env.lua;
         let call: *mut (dyn FnMut(Vec<Bytes>) -> Reply + '_) = call;
-        // SAFETY: only the lifetime is erased. The pointer lives in the run's state, which
-        // is removed below before this function returns (and `call` outlives this frame);
+        // SAFETY: only the lifetime is erased. The pointer lives in the VM's call slot, which
+        // is emptied below before this function returns (and `call` outlives this frame);
         // `redis.call` takes it out while it calls, so it is never used twice at once.
         let call = unsafe {
             std::mem::transmute::<
@@ -366,14 +366,17 @@ impl Run<'_> {
             raised: None,
             busy_at: busy_after.map(|l| Instant::now() + l),
             deadline: None,
-            resp: 2,
-            call: Some(env::RawCall(call)),
         });
+        let mut raw = env::RawCall(call);
+        let slot = &self.env.slot;
+        slot.resp.store(2, Ordering::Relaxed);
+        slot.call.store(&mut raw, Ordering::Release);
         self.control.begin(self.function);
         let result = f.call::<Value>(args);
         self.control.end();
+        slot.call.store(std::ptr::null_mut(), Ordering::Release);
         let running = lua.remove_app_data::<env::Running>();
-        let resp = running.as_ref().map_or(2, |r| r.resp);
+        let resp = slot.resp.load(Ordering::Relaxed);
         match result {
             Ok(v) => convert::to_reply(&v, 0, resp),
             Err(e) => self.error(e, running.and_then(|r| r.raised)),
@@ -442,59 +445,45 @@ fn script_line(lua: &Lua) -> usize {
 /// back as an error table), through the run's command runner.
 pub(crate) fn command(
     lua: &Lua,
-    args: mlua::MultiValue,
+    args: convert::CommandArgs,
     raise: bool,
     control: &Control,
+    slot: &env::CallSlot,
 ) -> mlua::Result<Value> {
     if control.kill.load(Ordering::Relaxed) {
         return Err(mlua::Error::RuntimeError(env::KILLED.into()));
     }
-    let mut argv = Vec::with_capacity(args.len());
-    for a in args.iter() {
-        match a {
-            Value::String(s) => argv.push(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(n) => argv.push(Bytes::from(n.to_string())),
-            Value::Number(n) => argv.push(Bytes::from(strata_resp::format_g(*n, 17))),
-            _ => {
+    // Arguments Redis refuses are answered as a command's error is: raised by
+    // `redis.call` (with the script's line), returned as a table by `redis.pcall`.
+    let reply = match args.0 {
+        Err(e) => Reply::err(e),
+        Ok(argv) if argv.is_empty() => {
+            Reply::err("ERR Please specify at least one argument for this redis lib call")
+        }
+        Ok(argv) => {
+            // Taken out while it runs: a second `redis.call` meanwhile (there is none:
+            // commands a script calls run no Lua) would find nothing rather than alias it.
+            let taken = slot.call.swap(std::ptr::null_mut(), Ordering::Acquire);
+            if taken.is_null() {
                 return Err(mlua::Error::RuntimeError(
-                    "ERR Lua redis lib command arguments must be strings or integers".into(),
-                ))
+                    "ERR redis.call is only available while a script runs".into(),
+                ));
             }
+            // SAFETY: see `Run::call`: the runner is valid for the whole run, and taking
+            // it out of the slot makes this its one user until it is put back.
+            let reply = unsafe { (*(*taken).0)(argv) };
+            slot.call.store(taken, Ordering::Release);
+            reply
         }
-    }
-    if argv.is_empty() {
-        return Err(mlua::Error::RuntimeError(
-            "ERR Please specify at least one argument for this redis lib call".into(),
-        ));
-    }
-    // Taken out while it runs: a second `redis.call` meanwhile (there is none: commands a
-    // script calls run no Lua) would find nothing rather than alias it.
-    let (taken, resp) = match lua.app_data_mut::<env::Running>() {
-        Some(mut r) => (r.call.take(), r.resp),
-        None => (None, 2),
     };
-    let Some(env::RawCall(ptr)) = taken else {
-        return Err(mlua::Error::RuntimeError(
-            "ERR redis.call is only available while a script runs".into(),
-        ));
-    };
-    // SAFETY: see `Run::call`: the pointer is valid for the whole run and used by one
-    // caller at a time.
-    let reply = unsafe { (*ptr)(argv) };
-    let raised = match (raise, &reply) {
-        (true, Reply::Error(e)) => Some((e.clone(), script_line(lua))),
-        _ => None,
-    };
-    if let Some(mut r) = lua.app_data_mut::<env::Running>() {
-        r.call = Some(env::RawCall(ptr));
-        if raised.is_some() {
-            r.raised = raised.clone();
+    if let (true, Reply::Error(e)) = (raise, &reply) {
+        let line = script_line(lua);
+        if let Some(mut r) = lua.app_data_mut::<env::Running>() {
+            r.raised = Some((e.clone(), line));
         }
+        return Err(mlua::Error::RuntimeError(e.clone()));
     }
-    if let Some((e, _)) = raised {
-        return Err(mlua::Error::RuntimeError(e));
-    }
-    convert::to_lua(lua, reply, resp)
+    convert::to_lua(lua, reply, slot.resp.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]

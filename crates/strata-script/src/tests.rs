@@ -47,6 +47,60 @@ fn err_of(r: Reply) -> String {
 }
 
 #[test]
+fn call_arguments_convert_as_redis_converts_them() {
+    // Numbers as C's `%.17g` writes them (what redis-server 7.0.15 sends for the same
+    // script), strings as they are, embedded zeros kept.
+    let mut vm = Vm::new(control()).unwrap();
+    assert_eq!(
+        run(
+            &mut vm,
+            "return redis.call('X', 1e17, 3.5, 2^53, -0.0, 0.1, -12, 'a\\0b')",
+            &[],
+            &[]
+        ),
+        Reply::Array(
+            [
+                "X",
+                "1e+17",
+                "3.5",
+                "9007199254740992",
+                "-0",
+                "0.10000000000000001",
+                "-12",
+                "a\0b"
+            ]
+            .iter()
+            .map(|s| Reply::bulk(s.as_bytes().to_vec()))
+            .collect()
+        )
+    );
+    // (Lua 5.1 keeps one constant for 0 and -0 in a chunk: 0 has its own.)
+    assert_eq!(
+        run(&mut vm, "return redis.call('X', 0)", &[], &[]),
+        Reply::Array(vec![Reply::bulk("X"), Reply::bulk("0")])
+    );
+    // Anything else is refused as a command's error: `redis.call` raises it with the
+    // script's line, `redis.pcall` returns it as a table.
+    let refused = "ERR Lua redis lib command arguments must be strings or integers";
+    let e = err_of(run(
+        &mut vm,
+        "\nreturn redis.call('SET', 'a', {})",
+        &[],
+        &[],
+    ));
+    assert!(
+        e.starts_with(refused) && e.ends_with("on @user_script:2."),
+        "{e}"
+    );
+    assert_eq!(
+        run(&mut vm, "return redis.pcall('SET', 'a', true)", &[], &[]),
+        Reply::err(refused)
+    );
+    let e = err_of(run(&mut vm, "\n\nreturn redis.call()", &[], &[]));
+    assert!(e.ends_with("on @user_script:3."), "{e}");
+}
+
+#[test]
 fn values_convert_as_redis_converts_them() {
     let mut vm = Vm::new(control()).unwrap();
     assert_eq!(run(&mut vm, "return 3.99", &[], &[]), Reply::Integer(3));

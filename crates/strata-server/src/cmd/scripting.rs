@@ -191,7 +191,8 @@ async fn call_from_script(
     if let Some(r) = refusal(ctx.conn, spec, args.len()) {
         return r;
     }
-    if let (Some(c), Ok(at)) = (&shared.cluster, super::key_positions(spec, &args)) {
+    let keys_at = |c| super::key_positions(spec, &args).ok().map(|at| (c, at));
+    if let Some((c, at)) = shared.cluster.as_ref().and_then(keys_at) {
         let slot = |i: usize| strata_format::keys::slot_of(&args[i]);
         // The script's own keys passed the routing check (with the client's ASKING).
         let write = spec.flags & super::WRITE != 0;
