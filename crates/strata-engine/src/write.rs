@@ -898,6 +898,9 @@ fn incr_one_back_locked(
     key: &Key,
     delta: i64,
 ) -> Result<Option<(Result<i64>, Ticket)>> {
+    if let Some(done) = incr_in_place_locked(core, key, delta)? {
+        return Ok(Some(done));
+    }
     let Some((cur, expire_ms)) = counter_known(core, key, &core.lazy_now())? else {
         return Ok(None);
     };
@@ -912,6 +915,45 @@ fn incr_one_back_locked(
     }
     core.check_writable()?;
     writeback::put_locked(core, key, Kind::String, value, expire_ms);
+    Ok(Some((Ok(new), core.ticket())))
+}
+
+/// [`incr_one_back_locked`] when DRAM holds the counter and the new integer has as many
+/// digits as the old (most increments): rewritten in its block under one look-up, then
+/// logged. `None` (nothing changed) for everything else: the general path answers it.
+fn incr_in_place_locked(
+    core: &Core,
+    key: &Key,
+    delta: i64,
+) -> Result<Option<(Result<i64>, Ticket)>> {
+    crate::live::fold_locked(core, key, true)?;
+    let now = core.lazy_now();
+    let rewritten = core.hot.rewrite_dirty(
+        key.stored(),
+        || now.get(),
+        |value, expire_ms, tag| {
+            if tag != Kind::String as u8 {
+                return None;
+            }
+            let new = counter_plus(counter_of(value).ok()?, delta).ok()?;
+            let mut digits = itoa::Buffer::new();
+            let digits = digits.format(new).as_bytes();
+            if digits.len() != value.len()
+                || !writeback::takes(core, &[(key, digits)], expire_ms)
+                || core.check_writable().is_err()
+            {
+                return None;
+            }
+            value.copy_from_slice(digits);
+            Some((new, expire_ms))
+        },
+    );
+    let Some((new, expire_ms)) = rewritten else {
+        return Ok(None);
+    };
+    let mut digits = itoa::Buffer::new();
+    let value = digits.format(new).as_bytes();
+    writeback::put_in_place_locked(core, key, Kind::String, value, expire_ms);
     Ok(Some((Ok(new), core.ticket())))
 }
 

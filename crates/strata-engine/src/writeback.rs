@@ -376,8 +376,34 @@ pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expir
     // cut from.
     let held = wb.put(key, kind, value, expire_ms, gen);
     debug_assert!(held, "takes() checked that DRAM holds it");
+    logged(core, key);
+}
+
+/// [`put_locked`] of a value DRAM already holds as `key`'s dirty value (rewritten in its
+/// block by `HotCache::rewrite_dirty`, after [`takes`] took it): its record in the hot log.
+pub(crate) fn put_in_place_locked(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    value: &[u8],
+    expire_ms: u64,
+) {
+    core.live.forget(key);
+    let wb = &core.writeback;
+    let gen = wb
+        .log
+        .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
+    wb.note_record(key, gen);
+    logged(core, key);
+    add(&core.counters.writes);
+    add(&core.counters.writes_back);
+}
+
+/// What follows a write-back write of `key`: its version moves, and the background task
+/// is woken if the dirty values are due to be settled.
+fn logged(core: &Core, key: &Key) {
     core.locks.bump(key);
-    if wb.settle_due() {
+    if core.writeback.settle_due() {
         core.background_wake.notify_one();
     }
 }

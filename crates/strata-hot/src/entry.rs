@@ -107,6 +107,17 @@ impl Data {
         }
     }
 
+    /// A packed value, to change in place (it keeps its length); `None` for one apart.
+    pub(crate) fn value_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Data::Packed(b) => {
+                let (at, len) = Self::packed_key(b);
+                Some(&mut b[at + len..])
+            }
+            Data::Apart(_) => None,
+        }
+    }
+
     /// The value as `Bytes`: a copy of a packed value, the shared handle of one apart.
     pub(crate) fn value_bytes(&self) -> Bytes {
         match self {

@@ -368,6 +368,36 @@ impl HotCache {
         )
     }
 
+    /// Rewrites `key`'s live value in its block under one look-up (an `INCR` of a counter
+    /// whose digits keep their count): `f` sees the value, its expiry and tag, and
+    /// answers `Some` once it has written the new value over the old (same length), `None`
+    /// having changed nothing. The entry is dirty afterwards, and the write counts as an
+    /// access. `None` if DRAM holds no live value of `key` packed in its block.
+    pub fn rewrite_dirty<T>(
+        &self,
+        key: &[u8],
+        now_ms: impl FnOnce() -> u64,
+        f: impl FnOnce(&mut [u8], u64, u8) -> Option<T>,
+    ) -> Option<T> {
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
+        let slot = sh.find(hash, key)?;
+        let e = sh.entry_mut(slot);
+        let expire_ms = e.data.expire_ms();
+        if expire_ms != 0 && !e.data.is_live(now_ms()) {
+            return None;
+        }
+        let tag = e.tag;
+        let out = f(e.data.value_mut()?, expire_ms, tag)?;
+        sh.touch(slot);
+        let e = sh.entry_mut(slot);
+        if !std::mem::replace(&mut e.dirty, true) {
+            self.dirty
+                .fetch_add(data_charge(&e.data), Ordering::Relaxed);
+        }
+        Some(out)
+    }
+
     /// Holds the entry `data` makes (of a value of `value_len` bytes) for `key`.
     fn put(
         &self,

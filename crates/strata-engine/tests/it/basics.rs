@@ -249,6 +249,90 @@ async fn incr_parses_strictly_and_detects_overflow() {
 }
 
 #[tokio::test]
+async fn counters_rewritten_in_dram_keep_their_expiry_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    // Budgets write-back works within (its share is a part of DRAM's and of warm's).
+    let options = || {
+        let mut o = small_options(dir.path());
+        o.s.hot.hot_bytes_max = 4 << 20;
+        o.s.warm.warm_bytes_max = 64 << 20;
+        o
+    };
+    let engine = open_with_clock(options(), clock.clone()).await.unwrap();
+    let incr = |k: &'static [u8], by: i64| {
+        let engine = &engine;
+        async move { engine.incr_by(&key(k), by).await.acked(engine).await }
+    };
+    // A clean DRAM copy (settled into warm) is rewritten in place through write-back;
+    // `stats` settles what write-back holds, so each round starts clean again.
+    let at = put_opts(Condition::Always, Expire::AtMs(1_050_000));
+    engine
+        .put(&key(b"ttl"), "10".into(), at)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    for want in 11..=16 {
+        assert_eq!(incr(b"ttl", 1).await.unwrap(), want);
+        if want % 2 == 0 {
+            let st = engine.stats();
+            assert_eq!((st.hot_dirty_bytes, st.hot_entries), (0, 1));
+        }
+    }
+    assert!(
+        engine.stats().writes_back >= 6,
+        "write-back took the counter"
+    );
+    assert_eq!(
+        engine.expire_time_ms(&key(b"ttl")).await.unwrap(),
+        Some(1_050_000)
+    );
+    // Digits that change in number, a sign, and errors that leave the value as it was.
+    assert_eq!(incr(b"n", 99).await.unwrap(), 99);
+    assert_eq!(incr(b"n", 1).await.unwrap(), 100);
+    assert_eq!(incr(b"n", -101).await.unwrap(), -1);
+    assert_eq!(incr(b"n", -8).await.unwrap(), -9);
+    engine
+        .put(
+            &key(b"big"),
+            (i64::MAX - 1).to_string().into(),
+            PutOptions::default(),
+        )
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert_eq!(incr(b"big", 1).await.unwrap(), i64::MAX);
+    assert_eq!(incr(b"big", 1).await, Err(Error::Overflow));
+    engine
+        .put(&key(b"word"), "ab".into(), PutOptions::default())
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert_eq!(incr(b"word", 1).await, Err(Error::NotInteger));
+    assert_eq!(engine.get(&key(b"word")).await.unwrap().unwrap(), "ab");
+    // Past its expiry a counter starts again from nothing, without an expiry.
+    clock.advance_ms(60_000);
+    assert_eq!(incr(b"ttl", 1).await.unwrap(), 1);
+    assert_eq!(engine.expire_time_ms(&key(b"ttl")).await.unwrap(), Some(0));
+    assert_eq!(incr(b"ttl", 2).await.unwrap(), 3);
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = open_with_clock(small_options(dir.path()), clock)
+        .await
+        .unwrap();
+    for (k, want) in [
+        (&b"ttl"[..], "3"),
+        (b"n", "-9"),
+        (b"big", &i64::MAX.to_string()),
+    ] {
+        assert_eq!(engine.get(&key(k)).await.unwrap().unwrap(), want);
+    }
+}
+
+#[tokio::test]
 async fn ttl_holds_in_every_tier_and_expired_keys_are_never_demoted() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000));
