@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use smallvec::SmallVec;
 use strata_format::Key;
 
 /// Slots of the count table.
@@ -48,7 +49,7 @@ impl AccessCounts {
     /// [`AccessCounts::count_read`] of keys that were found, their slots looked up before
     /// any is changed (the changes' cache misses overlap).
     pub(crate) fn count_reads_found(&self, keys: &[&Key]) {
-        let slots: Vec<&AtomicU8> = keys.iter().map(|k| self.slot(k.stored())).collect();
+        let slots: SmallVec<[&AtomicU8; 16]> = keys.iter().map(|k| self.slot(k.stored())).collect();
         for c in slots {
             let v = c.load(Ordering::Relaxed);
             if v < ACCESS_COUNT_MAX {

@@ -59,7 +59,7 @@ fn hot_hits(core: &Core, keys: &[&Key]) {
     core.counters
         .hot_hits
         .fetch_add(keys.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    let mut counted = Vec::new();
+    let mut counted: smallvec::SmallVec<[&Key; 16]> = smallvec::SmallVec::new();
     HOT_HITS.with(|c| {
         let mut n = c.get();
         for &key in keys {

@@ -358,25 +358,7 @@ pub(crate) fn look_ahead<'k>(core: &Core, keys: impl ExactSizeIterator<Item = &'
 /// Writes `value` to `key` through write-back, which [`takes`] it; `key`'s stripe lock is
 /// held. The ticket is the caller's to take, once for all of its writes.
 pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) {
-    // The value replaces whatever the key held, a live value too.
-    core.live.forget(key);
-    log_locked(core, key, kind, value, expire_ms);
-    add(&core.counters.writes);
-    add(&core.counters.writes_back);
-}
-
-/// The part of [`put_locked`] a live value's fold shares: `value` into the hot log and DRAM
-/// as `key`'s dirty value.
-pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) {
-    let wb = &core.writeback;
-    let gen = wb
-        .log
-        .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
-    // DRAM holds a copy: the value does not keep alive the client's input buffer it was
-    // cut from.
-    let held = wb.put(key, kind, value, expire_ms, gen);
-    debug_assert!(held, "takes() checked that DRAM holds it");
-    logged(core, key);
+    put_with(core, key, kind, value, expire_ms, true);
 }
 
 /// [`put_locked`] of a value DRAM already holds as `key`'s dirty value (rewritten in its
@@ -388,22 +370,40 @@ pub(crate) fn put_in_place_locked(
     value: &[u8],
     expire_ms: u64,
 ) {
+    put_with(core, key, kind, value, expire_ms, false);
+}
+
+/// [`put_locked`] (`copy`: DRAM takes a copy of `value`; without, it holds it already).
+fn put_with(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, copy: bool) {
+    // The value replaces whatever the key held, a live value too.
     core.live.forget(key);
-    let wb = &core.writeback;
-    let gen = wb
-        .log
-        .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
-    wb.note_record(key, gen);
-    logged(core, key);
+    log_with(core, key, kind, value, expire_ms, copy);
     add(&core.counters.writes);
     add(&core.counters.writes_back);
 }
 
-/// What follows a write-back write of `key`: its version moves, and the background task
-/// is woken if the dirty values are due to be settled.
-fn logged(core: &Core, key: &Key) {
+/// The part of [`put_locked`] a live value's fold shares: `value` into the hot log and DRAM
+/// as `key`'s dirty value.
+pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) {
+    log_with(core, key, kind, value, expire_ms, true);
+}
+
+/// [`log_locked`] (`copy` as in [`put_with`]).
+fn log_with(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, copy: bool) {
+    let wb = &core.writeback;
+    let gen = wb
+        .log
+        .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
+    if copy {
+        // DRAM holds a copy: the value does not keep alive the client's input buffer it
+        // was cut from.
+        let held = wb.put(key, kind, value, expire_ms, gen);
+        debug_assert!(held, "takes() checked that DRAM holds it");
+    } else {
+        wb.note_record(key, gen);
+    }
     core.locks.bump(key);
-    if core.writeback.settle_due() {
+    if wb.settle_due() {
         core.background_wake.notify_one();
     }
 }

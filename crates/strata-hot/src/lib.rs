@@ -344,28 +344,20 @@ impl HotCache {
     /// when it does not [`HotCache::fits`]; the caller checks that first. The entry holds a
     /// copy of `value`.
     pub fn insert_dirty(&self, key: &[u8], value: &[u8], expire_ms: u64, tag: u8) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let fits = self.fits(key.len(), value.len());
+        let mut sh = self.shard_of(hash).lock();
+        let held = sh.find(hash, key);
         // An overwrite of a value of the same length (a counter, a fixed-size feature)
         // takes the old value's place in its block.
-        if self.fits(key.len(), value.len()) {
-            let hash = self.hasher.hash_one(key);
-            let mut sh = self.shard_of(hash).lock();
-            if let Some(slot) = sh.find(hash, key) {
-                if let Some(was_dirty) = sh.overwrite_dirty(slot, value, expire_ms, tag) {
-                    if !was_dirty {
-                        let charge = data_charge(&sh.entry(slot).data);
-                        self.dirty.fetch_add(charge, Ordering::Relaxed);
-                    }
-                    return true;
-                }
+        if let (true, Some(slot)) = (fits, held) {
+            if sh.entry_mut(slot).data.overwrite(value, expire_ms) {
+                self.dirtied(&mut sh, slot, tag);
+                return true;
             }
         }
-        self.put(
-            key,
-            value.len(),
-            || Data::copied(key, value, expire_ms),
-            tag,
-            true,
-        )
+        let data = fits.then(|| Data::copied(key, value, expire_ms));
+        self.place(sh, hash, held, data, tag, true)
     }
 
     /// Rewrites `key`'s live value in its block under one look-up (an `INCR` of a counter
@@ -389,13 +381,20 @@ impl HotCache {
         }
         let tag = e.tag;
         let out = f(e.data.value_mut()?, expire_ms, tag)?;
+        self.dirtied(&mut sh, slot, tag);
+        Some(out)
+    }
+
+    /// After `slot`'s value was written in its block: the entry is dirty with `tag`, the
+    /// write counts as an access, and its bytes count as dirty if they did not yet.
+    fn dirtied(&self, sh: &mut Shard, slot: usize, tag: u8) {
         sh.touch(slot);
         let e = sh.entry_mut(slot);
+        e.tag = tag;
         if !std::mem::replace(&mut e.dirty, true) {
             self.dirty
                 .fetch_add(data_charge(&e.data), Ordering::Relaxed);
         }
-        Some(out)
     }
 
     /// Holds the entry `data` makes (of a value of `value_len` bytes) for `key`.
@@ -409,8 +408,22 @@ impl HotCache {
     ) -> bool {
         let hash = self.hasher.hash_one(key);
         let data = self.fits(key.len(), value_len).then(data);
-        let mut sh = self.shard_of(hash).lock();
+        let sh = self.shard_of(hash).lock();
         let held = sh.find(hash, key);
+        self.place(sh, hash, held, data, tag, dirty)
+    }
+
+    /// The rest of [`HotCache::put`], with `key`'s shard locked and its slot (`held`)
+    /// found: `data` (`None`: too large to hold) takes the slot or a new one.
+    fn place(
+        &self,
+        mut sh: parking_lot::MutexGuard<'_, Shard>,
+        hash: u64,
+        held: Option<usize>,
+        data: Option<Data>,
+        tag: u8,
+        dirty: bool,
+    ) -> bool {
         debug_assert!(
             dirty || held.is_none_or(|s| !sh.entry(s).dirty),
             "a dirty entry replaced by a clean one"

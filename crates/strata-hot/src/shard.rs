@@ -131,25 +131,6 @@ impl Shard {
         (old, was_dirty)
     }
 
-    /// Writes a dirty value over `slot`'s in place when it has the same length (see
-    /// [`Data::overwrite`]), as an access. Whether the entry was dirty, or `None` (nothing
-    /// changed) if it cannot be overwritten.
-    pub(crate) fn overwrite_dirty(
-        &mut self,
-        slot: usize,
-        value: &[u8],
-        expire_ms: u64,
-        tag: u8,
-    ) -> Option<bool> {
-        if !self.entry_mut(slot).data.overwrite(value, expire_ms) {
-            return None;
-        }
-        self.touch(slot);
-        let e = self.entry_mut(slot);
-        e.tag = tag;
-        Some(std::mem::replace(&mut e.dirty, true))
-    }
-
     /// Adds an entry for a key the shard does not hold, as its first access.
     pub(crate) fn insert(
         &mut self,

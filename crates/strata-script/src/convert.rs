@@ -10,53 +10,36 @@ use strata_resp::Reply;
 const REPLY_DEPTH_MAX: usize = 64;
 
 /// What Redis answers a `redis.call` argument that is neither a string nor a number.
-pub(crate) const ARG_NOT_STRING: &str =
-    "ERR Lua redis lib command arguments must be strings or integers";
+const ARG_NOT_STRING: &str = "ERR Lua redis lib command arguments must be strings or integers";
 
 /// The arguments of a `redis.call`, converted as Redis converts them: a string as it is, a
 /// number as C's `%.17g` writes it; anything else refuses the call. They are read straight
 /// off Lua's stack, not through mlua's values.
 pub(crate) struct CommandArgs(pub(crate) Result<Vec<Bytes>, &'static str>);
 
-/// Collects the converted arguments.
-struct ArgsBuf(Vec<Bytes>);
-
-impl ArgsBuf {
-    fn new(n: usize) -> ArgsBuf {
-        ArgsBuf(Vec::with_capacity(n))
-    }
-
-    fn push(&mut self, arg: &[u8]) {
-        self.0.push(Bytes::copy_from_slice(arg));
-    }
-
-    /// `%.17g` of `n`: an integral number below 1e17 prints as its digits, the rest as C does.
-    fn push_number(&mut self, n: f64) {
-        let negative_zero = n == 0.0 && n.is_sign_negative();
-        if n.fract() == 0.0 && n.abs() < 1e17 && !negative_zero {
-            self.push(itoa::Buffer::new().format(n as i64).as_bytes());
-        } else {
-            self.push(strata_resp::format_g(n, 17).as_bytes());
-        }
-    }
-
-    fn finish(self) -> CommandArgs {
-        CommandArgs(Ok(self.0))
+/// A numeric argument as C's `%.17g` writes it: an integral number below 1e17 as its
+/// digits, the rest through [`strata_resp::format_g`].
+fn number_arg(n: f64) -> Bytes {
+    let negative_zero = n == 0.0 && n.is_sign_negative();
+    if n.fract() == 0.0 && n.abs() < 1e17 && !negative_zero {
+        Bytes::copy_from_slice(itoa::Buffer::new().format(n as i64).as_bytes())
+    } else {
+        Bytes::from(strata_resp::format_g(n, 17))
     }
 }
 
 impl FromLuaMulti for CommandArgs {
     fn from_lua_multi(values: MultiValue, _: &Lua) -> mlua::Result<Self> {
-        let mut args = ArgsBuf::new(values.len());
+        let mut args = Vec::with_capacity(values.len());
         for v in values.iter() {
-            match v {
-                Value::String(s) => args.push(&s.as_bytes()),
-                Value::Integer(n) => args.push_number(*n as f64),
-                Value::Number(n) => args.push_number(*n),
+            args.push(match v {
+                Value::String(s) => Bytes::copy_from_slice(&s.as_bytes()),
+                Value::Integer(n) => number_arg(*n as f64),
+                Value::Number(n) => number_arg(*n),
                 _ => return Ok(CommandArgs(Err(ARG_NOT_STRING))),
-            }
+            });
         }
-        Ok(args.finish())
+        Ok(CommandArgs(Ok(args)))
     }
 
     unsafe fn from_stack_args(
@@ -66,22 +49,22 @@ impl FromLuaMulti for CommandArgs {
         lua: &mlua::state::RawLua,
     ) -> mlua::Result<Self> {
         let state = lua.state();
-        let mut args = ArgsBuf::new(nargs.max(0) as usize);
+        let mut args = Vec::with_capacity(nargs.max(0) as usize);
         for idx in -nargs..0 {
             // SAFETY: `idx` is one of the callback's `nargs` arguments on `state`'s stack;
             // `lua_tolstring` is called on strings only (it would convert a number in
             // place), and the bytes it points to live while the argument is on the stack.
-            match unsafe { ffi::lua_type(state, idx) } {
+            args.push(match unsafe { ffi::lua_type(state, idx) } {
                 ffi::LUA_TSTRING => unsafe {
                     let mut len = 0;
                     let at = ffi::lua_tolstring(state, idx, &mut len);
-                    args.push(std::slice::from_raw_parts(at.cast::<u8>(), len));
+                    Bytes::copy_from_slice(std::slice::from_raw_parts(at.cast::<u8>(), len))
                 },
-                ffi::LUA_TNUMBER => args.push_number(unsafe { ffi::lua_tonumber(state, idx) }),
+                ffi::LUA_TNUMBER => number_arg(unsafe { ffi::lua_tonumber(state, idx) }),
                 _ => return Ok(CommandArgs(Err(ARG_NOT_STRING))),
-            }
+            });
         }
-        Ok(args.finish())
+        Ok(CommandArgs(Ok(args)))
     }
 }
 
