@@ -108,17 +108,23 @@ impl GroupCommit {
                 }
                 r.requested
             };
-            // Live values' changes into the logs first (see `live`). Values before the
-            // records that point at them (see `vlog`); the hot log after the warm store's, up
-            // to where it stood before (see `writeback`).
-            let folded = hot.fold_live();
-            let hot_upto = hot.mark();
-            if let Err(e) = folded
-                .map_err(|e| e.to_string())
-                .and_then(|()| vlog.sync().map_err(|e| e.to_string()))
-                .and_then(|()| warm.sync_log().map_err(|e| e.to_string()))
-                .and_then(|()| hot.write_out(hot_upto, true).map_err(|e| e.to_string()))
-            {
+            // Live values' changes and unlogged dirty values into the logs first (see
+            // `live`, `writeback`), a buffer at a time. Values before the records that
+            // point at them (see `vlog`); the hot log after the warm store's, up to where it
+            // stood before.
+            let synced_all = || -> Result<()> {
+                loop {
+                    let all = hot.log_deferred()?;
+                    let hot_upto = hot.mark();
+                    vlog.sync()?;
+                    warm.sync_log()?;
+                    hot.write_out(hot_upto, true)?;
+                    if all {
+                        return Ok(());
+                    }
+                }
+            };
+            if let Err(e) = synced_all().map_err(|e| e.to_string()) {
                 tracing::error!(error = %e, "log fsync failed; refusing further writes");
                 self.synced.send_replace((synced, Some(e)));
                 return;
@@ -171,9 +177,9 @@ pub(crate) async fn flush_log_every(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        // Live values are stored on the tick, which bounds what a kill loses; not when the
-        // buffer fills early (their stored forms fill it, so each fold would call for the
-        // next).
+        // Live values are stored, and dirty values logged, on the tick, which bounds what a
+        // kill loses; not when the buffer fills early (their records fill it, so each would
+        // call for the next).
         let fold = tokio::select! {
             _ = shutdown.changed() => return,
             _ = tick.tick() => true,
@@ -182,19 +188,26 @@ pub(crate) async fn flush_log_every(
         // A second's worth of writes can take a while to copy into the page cache: off the
         // runtime's workers, which serve clients meanwhile.
         let (w, h) = (Arc::clone(&warm), Arc::clone(&hot));
-        let flushed = tokio::task::spawn_blocking(move || {
-            // Live values' changes into the logs first (see `live`); a failure leaves them
-            // changed, folded on the next tick.
-            if let Err(e) = if fold { h.fold_live() } else { Ok(()) } {
+        let flushed = tokio::task::spawn_blocking(move || loop {
+            // Live values' changes and unlogged dirty values into the logs first (see
+            // `live`, `writeback`), a buffer at a time; a failure leaves them as they are,
+            // for the next tick.
+            let all = if fold { h.log_deferred() } else { Ok(true) };
+            let all = all.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "storing live values failed; retrying");
-            }
+                true
+            });
             let hot_upto = h.mark();
             if let Err(e) = w.flush_log() {
                 tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
+                return;
             } else if let Err(e) = h.write_out(hot_upto, false) {
                 // Those records are dropped from the log; their values stay dirty in memory
                 // until a checkpoint writes them.
                 tracing::warn!(error = %e, "handing the hot log to the OS failed");
+            }
+            if all {
+                return;
             }
         })
         .await;

@@ -147,6 +147,7 @@ impl Engine {
             &data_dir,
             settings.hot.hot_dirty_fraction,
             settings.warm.warm_bytes_max,
+            settings.warm.durability == Durability::None,
             Arc::clone(&hot),
         )?;
         let group = (settings.warm.durability == Durability::Group).then(|| {
@@ -193,9 +194,12 @@ impl Engine {
         let weak = Arc::downgrade(&core);
         core.writeback
             .log()
-            .set_fold(Box::new(move || match weak.upgrade() {
-                Some(core) => crate::live::fold_all(&core),
-                None => Ok(()),
+            .set_deferred(Box::new(move || match weak.upgrade() {
+                Some(core) => {
+                    crate::live::fold_all(&core)?;
+                    Ok(crate::writeback::log_unlogged(&core))
+                }
+                None => Ok(true),
             }));
         let (tx, rx) = watch::channel(false);
         if core.settings.warm.durability == Durability::None {

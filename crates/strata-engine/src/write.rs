@@ -930,6 +930,7 @@ fn incr_in_place_locked(
     let now = core.lazy_now();
     let rewritten = core.hot.rewrite_dirty(
         key.stored(),
+        !writeback::defers_log(core),
         || now.get(),
         |value, expire_ms, tag| {
             if tag != Kind::String as u8 {
@@ -967,6 +968,15 @@ fn counter_start(live: Option<(&[u8], u64, Kind)>) -> (Result<i64>, u64) {
     }
 }
 
+/// A key's last eight bytes and its length, in one word: equal for equal keys.
+fn key_tail(key: &Key) -> u64 {
+    let b = key.stored();
+    let mut last = [0u8; 8];
+    let n = b.len().min(8);
+    last[..n].copy_from_slice(&b[b.len() - n..]);
+    u64::from_le_bytes(last) ^ (b.len() as u64).rotate_left(56)
+}
+
 /// Runs counter `items` in order (a key named twice sees its first result). `start` gives
 /// a key's integer, expiry and whatever the caller keeps of its state, or `None` to give
 /// up. Returns each item's result, and each key an item changed (in first-seen order) with
@@ -979,14 +989,17 @@ fn count<'k, S>(
     // Per key: its integer as the items so far left it, expiry, kept state, changed.
     let mut keys: Vec<(&'k Key, Result<i64>, u64, S, bool)> = Vec::new();
     // Where each key is in `keys`: a map only for long runs (a script's call, a lone INCR,
-    // a pipeline's few keys are found faster by looking through them).
+    // a pipeline's few keys are found faster by looking through them, their tails first:
+    // keys that differ mostly differ there).
     let mut at: Option<std::collections::HashMap<&Key, usize>> =
         (items.len() > 16).then(std::collections::HashMap::new);
+    let mut tails: Vec<u64> = Vec::new();
     let mut out = Vec::with_capacity(items.len());
     for &(k, delta) in items {
+        let tail = key_tail(k);
         let seen = match &at {
             Some(at) => at.get(k).copied(),
-            None => keys.iter().position(|c| c.0 == k),
+            None => (0..keys.len()).find(|&i| tails[i] == tail && keys[i].0 == k),
         };
         let i = match seen {
             Some(i) => i,
@@ -995,6 +1008,7 @@ fn count<'k, S>(
                     return Ok(None);
                 };
                 keys.push((k, cur, expire_ms, kept, false));
+                tails.push(tail);
                 if let Some(at) = &mut at {
                     at.insert(k, keys.len() - 1);
                 }

@@ -12,7 +12,11 @@
 //! body`, body `op u8 | kind u8 | expire_ms u64 | key_len u32 | stored key | value`. `PUT`
 //! gives a key a value; `SETTLED` says the warm store now answers for the key and its
 //! earlier records are void (logged when another write changes a key that has records);
-//! `FLUSHED` voids every earlier record (`FLUSHALL`). The log is handed to the OS (with
+//! `FLUSHED` voids every earlier record (`FLUSHALL`). With `durability = none` a write
+//! logs nothing itself: DRAM marks the entry unlogged, and the task that hands the log to
+//! the OS every `none_flush_ms` first logs each marked key's value as it is then
+//! ([`log_unlogged`]), so a key written many times in a period is logged once; a value
+//! written to the warm store before its tick gets a `SETTLED` record instead. The log is handed to the OS (with
 //! `group`, fsynced) by the tasks that do so for the warm store's log, right after it and
 //! only up to where it stood before it, so a `SETTLED` record never reaches the disk ahead
 //! of the warm-store writes it stands for. Opening replays the files. A compaction
@@ -108,6 +112,8 @@ pub(crate) struct WriteBack {
     /// Slots of `records` in use: 0 lets every check skip DRAM (a dirty key always has one).
     slots_used: AtomicU64,
     log: Arc<HotLog>,
+    /// Writes leave their records to [`log_unlogged`] (`durability = none`).
+    defers: bool,
     last_checkpoint: Mutex<Instant>,
     /// Held for the whole of a checkpoint (the background task's, one on request, one at
     /// close): two at once would each delete the files the other retired.
@@ -120,6 +126,7 @@ impl WriteBack {
         data_dir: &Path,
         fraction: f64,
         warm_bytes_max: u64,
+        defers: bool,
         hot: Arc<HotCache>,
     ) -> Result<WriteBack> {
         let warm_share_max = warm_bytes_max / 2;
@@ -136,6 +143,7 @@ impl WriteBack {
             hasher: ahash::RandomState::new(),
             slots_used: AtomicU64::new(0),
             log: Arc::new(HotLog::open(&data_dir.join("hotlog"))?),
+            defers,
             last_checkpoint: Mutex::new(Instant::now()),
             checkpointing: Mutex::new(()),
         })
@@ -166,12 +174,13 @@ impl WriteBack {
 
     /// Notes that log file `gen` has a record of `key`.
     fn note_record(&self, key: &Key, gen: u64) {
-        // Generations only grow: the slot keeps the newest of the keys hashed to it.
-        if self
-            .record_slot(key)
-            .fetch_max(gen as u32, Ordering::AcqRel)
-            == 0
-        {
+        // Generations only grow: the slot keeps the newest of the keys hashed to it (most
+        // writes find it there already, and change nothing).
+        let slot = self.record_slot(key);
+        if slot.load(Ordering::Acquire) >= gen as u32 {
+            return;
+        }
+        if slot.fetch_max(gen as u32, Ordering::AcqRel) == 0 {
             self.slots_used.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -200,17 +209,44 @@ impl WriteBack {
     }
 
     /// Holds `value` as `key`'s dirty value (the caller holds its stripe lock), its last
-    /// record in log file `gen`. False if DRAM cannot hold it ([`takes`] checks first).
-    fn put(&self, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, gen: u64) -> bool {
+    /// record in log file `gen`, or (not `logged`) in a file from `gen` on once
+    /// [`log_unlogged`] logs it. False if DRAM cannot hold it ([`takes`] checks first).
+    fn put(
+        &self,
+        key: &Key,
+        kind: Kind,
+        value: &[u8],
+        expire_ms: u64,
+        gen: u64,
+        logged: bool,
+    ) -> bool {
         self.note_record(key, gen);
         self.hot
-            .insert_dirty(key.stored(), value, expire_ms, kind as u8)
+            .insert_dirty(key.stored(), value, expire_ms, kind as u8, logged)
+    }
+
+    /// Where a write's record goes: `(gen, logged)`, the log file it is in (appended now),
+    /// or (`durability = none`, not logged) the first file [`log_unlogged`] may log it in.
+    /// A compaction that rotates meanwhile retires only files before that one, and logs the
+    /// key again itself if it finds it dirty.
+    fn record(&self, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) -> (u64, bool) {
+        if self.defers {
+            (self.log.gen() + 1, false)
+        } else {
+            let gen = self
+                .log
+                .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
+            (gen, true)
+        }
     }
 
     /// Marks `key`'s value as held by the warm store (its records stay live until their
-    /// file is retired); DRAM keeps it as a copy.
+    /// file is retired); DRAM keeps it as a copy. A value not logged yet gets a `SETTLED`
+    /// record instead: otherwise an older record of the key would be replayed over it.
     fn mark_settled(&self, key: &Key) {
-        self.hot.mark_clean(key.stored());
+        if self.hot.mark_clean(key.stored()) {
+            self.log.append(OP_SETTLED, 0, 0, key.stored(), b"");
+        }
     }
 
     /// Every key with a dirty value now, a DRAM shard at a time (a checkpoint's lists stay
@@ -362,7 +398,8 @@ pub(crate) fn put_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expir
 }
 
 /// [`put_locked`] of a value DRAM already holds as `key`'s dirty value (rewritten in its
-/// block by `HotCache::rewrite_dirty`, after [`takes`] took it): its record in the hot log.
+/// block by `HotCache::rewrite_dirty`, after [`takes`] took it, marked unlogged if
+/// [`defers_log`]): its record in the hot log.
 pub(crate) fn put_in_place_locked(
     core: &Core,
     key: &Key,
@@ -391,13 +428,11 @@ pub(crate) fn log_locked(core: &Core, key: &Key, kind: Kind, value: &[u8], expir
 /// [`log_locked`] (`copy` as in [`put_with`]).
 fn log_with(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, copy: bool) {
     let wb = &core.writeback;
-    let gen = wb
-        .log
-        .append(OP_PUT, kind as u8, expire_ms, key.stored(), value);
+    let (gen, logged) = wb.record(key, kind, value, expire_ms);
     if copy {
         // DRAM holds a copy: the value does not keep alive the client's input buffer it
         // was cut from.
-        let held = wb.put(key, kind, value, expire_ms, gen);
+        let held = wb.put(key, kind, value, expire_ms, gen, logged);
         debug_assert!(held, "takes() checked that DRAM holds it");
     } else {
         wb.note_record(key, gen);
@@ -633,6 +668,26 @@ pub(crate) fn compact(core: &Core) -> Result<u64> {
     Ok(relogged)
 }
 
+/// Whether write-back's writes leave their records to [`log_unlogged`]: what a rewrite in
+/// DRAM passes as not `logged`.
+pub(crate) fn defers_log(core: &Core) -> bool {
+    core.writeback.defers
+}
+
+/// Logs the value of every dirty key whose write logged nothing (`durability = none`), as
+/// DRAM holds it now; whoever writes the log out calls it first (`HotLog::log_deferred`).
+/// Each entry's shard is locked while its record is appended, so no write of the key, and
+/// no `SETTLED` record of a settle (which unmarks the entry under that lock), falls between
+/// the value read and its record. Stops once the log's buffer holds
+/// [`LOG_BUFFER_BYTES_MAX`]: returns whether it logged them all (if not, the caller writes
+/// the log out and calls again).
+pub(crate) fn log_unlogged(core: &Core) -> bool {
+    let log = &core.writeback.log;
+    core.hot.drain_unlogged(|key, value, expire_ms, tag| {
+        log.push(OP_PUT, tag, expire_ms, key, value).1 < LOG_BUFFER_BYTES_MAX
+    })
+}
+
 /// `FLUSHALL` (every stripe locked): every entry goes, and the log says so.
 pub(crate) fn flush_all_locked(core: &Core) {
     let wb = &core.writeback;
@@ -683,7 +738,7 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
     // What DRAM cannot hold (its budget shrank since) goes to the warm store at once.
     let mut apart = Vec::new();
     for (key, (dirty, gen)) in values {
-        if !wb.put(&key, dirty.kind, &dirty.value, dirty.expire_ms, gen) {
+        if !wb.put(&key, dirty.kind, &dirty.value, dirty.expire_ms, gen, true) {
             apart.push((key, dirty));
         }
     }
@@ -761,9 +816,13 @@ pub(crate) struct HotLog {
     /// Held while writing to the current file, and while switching files.
     file: Mutex<LogFile>,
     file_bytes: AtomicU64,
-    /// Stores the live values' changes (`live::fold_all`): whoever writes the log out calls
-    /// it first ([`HotLog::fold_live`]), so what it writes covers every change before.
-    fold: std::sync::OnceLock<Box<dyn Fn() -> Result<()> + Send + Sync>>,
+    /// The generation of the file records go to now (`LogState::gen`, read without its lock).
+    gen: AtomicU64,
+    /// Logs what DRAM holds unlogged: the live values' changes (`live::fold_all`) and the
+    /// dirty values whose writes logged nothing ([`log_unlogged`]). Whoever writes the log
+    /// out calls it first ([`HotLog::log_deferred`]), so what it writes covers every change
+    /// before.
+    deferred: std::sync::OnceLock<Box<dyn Fn() -> Result<bool> + Send + Sync>>,
 }
 
 struct LogState {
@@ -802,11 +861,13 @@ impl HotLog {
                 file: File::open(dir).map_err(|e| io_error("open", dir, e))?,
             }),
             file_bytes: AtomicU64::new(0),
-            fold: std::sync::OnceLock::new(),
+            gen: AtomicU64::new(0),
+            deferred: std::sync::OnceLock::new(),
         };
         let gen = log.files()?.last().map_or(0, |f| f.0) + 1;
         log.file.get_mut().file = log.create(gen)?;
         log.state.get_mut().gen = gen;
+        log.gen.store(gen, Ordering::Release);
         Ok(log)
     }
 
@@ -843,6 +904,11 @@ impl HotLog {
 
     /// Appends one record to the buffer; returns the generation of the file it goes to.
     fn append(&self, op: u8, kind: u8, expire_ms: u64, key: &[u8], value: &[u8]) -> u64 {
+        self.push(op, kind, expire_ms, key, value).0
+    }
+
+    /// [`HotLog::append`], also returning how many bytes the buffer holds now.
+    fn push(&self, op: u8, kind: u8, expire_ms: u64, key: &[u8], value: &[u8]) -> (u64, usize) {
         let mut s = self.state.lock();
         let before = s.buf.len();
         encode(&mut s.buf, op, kind, expire_ms, key, value);
@@ -850,18 +916,24 @@ impl HotLog {
         if before < LOG_BUFFER_BYTES_MAX && s.buf.len() >= LOG_BUFFER_BYTES_MAX {
             self.full.notify_one();
         }
-        s.gen
+        (s.gen, s.buf.len())
     }
 
-    /// Sets what [`HotLog::fold_live`] does (once, at open).
-    pub(crate) fn set_fold(&self, fold: Box<dyn Fn() -> Result<()> + Send + Sync>) {
-        let _ = self.fold.set(fold);
+    /// The generation of the file records go to now.
+    fn gen(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
     }
 
-    /// Stores the live values' changes into the logs; call before [`HotLog::mark`] when
-    /// writing the logs out for durability.
-    pub(crate) fn fold_live(&self) -> Result<()> {
-        self.fold.get().map_or(Ok(()), |f| f())
+    /// Sets what [`HotLog::log_deferred`] does (once, at open).
+    pub(crate) fn set_deferred(&self, deferred: Box<dyn Fn() -> Result<bool> + Send + Sync>) {
+        let _ = self.deferred.set(deferred);
+    }
+
+    /// Logs what DRAM holds unlogged (live values' changes, dirty values); call before
+    /// [`HotLog::mark`] when writing the logs out for durability. False: it stopped with
+    /// the buffer full; write the logs out (as always) and call it again.
+    pub(crate) fn log_deferred(&self) -> Result<bool> {
+        self.deferred.get().map_or(Ok(true), |f| f())
     }
 
     /// Where the log ends now: pass it to [`HotLog::write_out`] after the warm store's own
@@ -912,6 +984,7 @@ impl HotLog {
             let mut s = self.state.lock();
             s.taken = s.appended;
             s.gen = gen + 1;
+            self.gen.store(gen + 1, Ordering::Release);
             std::mem::take(&mut s.buf)
         };
         f.file

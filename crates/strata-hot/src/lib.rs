@@ -30,6 +30,10 @@ use shard::Shard;
 /// the hash table and the spare room of the table and the array, the packed block's header
 /// and the allocator's. `strata-bench memory` measures what an entry really costs.
 pub const ENTRY_OVERHEAD_BYTES: usize = 64;
+/// Entries a drain of unlogged values visits per hold of a shard's lock.
+const DRAIN_CHUNK: usize = 256;
+/// Stale hashes a shard's list of unlogged entries may hold beyond twice its entries.
+const UNLOGGED_SLACK: usize = 1024;
 
 /// How a shard chooses what to evict. Both keep their state in the entries (a priority
 /// and a frequency count) and evict the lowest priority among a random sample.
@@ -71,6 +75,8 @@ pub struct HotCache {
     loads: Box<[AtomicUsize]>,
     /// Bytes of dirty entries (included in `used`).
     dirty: AtomicUsize,
+    /// Hashes in the shards' lists of unlogged entries (0: a drain has nothing to do).
+    unlogged: AtomicUsize,
     evictions: AtomicU64,
     rejected: AtomicU64,
 }
@@ -99,6 +105,7 @@ impl HotCache {
             used: AtomicUsize::new(0),
             loads: (0..shard_count).map(|_| Default::default()).collect(),
             dirty: AtomicUsize::new(0),
+            unlogged: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         }
@@ -342,8 +349,16 @@ impl HotCache {
     /// Holds `value` for `key` as a dirty entry: the only copy of an acknowledged write,
     /// never evicted until [`HotCache::mark_clean`]. Returns false (and changes nothing)
     /// when it does not [`HotCache::fits`]; the caller checks that first. The entry holds a
-    /// copy of `value`.
-    pub fn insert_dirty(&self, key: &[u8], value: &[u8], expire_ms: u64, tag: u8) -> bool {
+    /// copy of `value`. `logged`: the caller's log has a record of the value; if not, the
+    /// entry is marked for [`HotCache::drain_unlogged`].
+    pub fn insert_dirty(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        expire_ms: u64,
+        tag: u8,
+        logged: bool,
+    ) -> bool {
         let hash = self.hasher.hash_one(key);
         let fits = self.fits(key.len(), value.len());
         let mut sh = self.shard_of(hash).lock();
@@ -352,22 +367,24 @@ impl HotCache {
         // takes the old value's place in its block.
         if let (true, Some(slot)) = (fits, held) {
             if sh.entry_mut(slot).data.overwrite(value, expire_ms) {
-                self.dirtied(&mut sh, slot, tag);
+                self.dirtied(&mut sh, slot, hash, tag, logged);
                 return true;
             }
         }
         let data = fits.then(|| Data::copied(key, value, expire_ms));
-        self.place(sh, hash, held, data, tag, true)
+        self.place(sh, hash, held, data, tag, Some(logged))
     }
 
     /// Rewrites `key`'s live value in its block under one look-up (an `INCR` of a counter
     /// whose digits keep their count): `f` sees the value, its expiry and tag, and
     /// answers `Some` once it has written the new value over the old (same length), `None`
     /// having changed nothing. The entry is dirty afterwards, and the write counts as an
-    /// access. `None` if DRAM holds no live value of `key` packed in its block.
+    /// access. `None` if DRAM holds no live value of `key` packed in its block. `logged` as
+    /// in [`HotCache::insert_dirty`].
     pub fn rewrite_dirty<T>(
         &self,
         key: &[u8],
+        logged: bool,
         now_ms: impl FnOnce() -> u64,
         f: impl FnOnce(&mut [u8], u64, u8) -> Option<T>,
     ) -> Option<T> {
@@ -381,13 +398,13 @@ impl HotCache {
         }
         let tag = e.tag;
         let out = f(e.data.value_mut()?, expire_ms, tag)?;
-        self.dirtied(&mut sh, slot, tag);
+        self.dirtied(&mut sh, slot, hash, tag, logged);
         Some(out)
     }
 
     /// After `slot`'s value was written in its block: the entry is dirty with `tag`, the
     /// write counts as an access, and its bytes count as dirty if they did not yet.
-    fn dirtied(&self, sh: &mut Shard, slot: usize, tag: u8) {
+    fn dirtied(&self, sh: &mut Shard, slot: usize, hash: u64, tag: u8, logged: bool) {
         sh.touch(slot);
         let e = sh.entry_mut(slot);
         e.tag = tag;
@@ -395,6 +412,74 @@ impl HotCache {
             self.dirty
                 .fetch_add(data_charge(&e.data), Ordering::Relaxed);
         }
+        self.note_logged(sh, slot, hash, logged);
+    }
+
+    /// `slot` (of a key hashed to `hash`) now holds a dirty value the log has a record of
+    /// (`logged`), or one it has none of: marked, and listed for the next drain.
+    fn note_logged(&self, sh: &mut Shard, slot: usize, hash: u64, logged: bool) {
+        let e = sh.entry_mut(slot);
+        if logged {
+            e.unlogged = false;
+            return;
+        }
+        if std::mem::replace(&mut e.unlogged, true) {
+            return;
+        }
+        sh.unlogged.push(hash);
+        self.unlogged.fetch_add(1, Ordering::Relaxed);
+        // Entries logged, cleaned or dropped since they were listed leave their hashes
+        // behind; the list stays within a few times the entries the shard holds.
+        if sh.unlogged.len() > 2 * sh.len() + UNLOGGED_SLACK {
+            let before = sh.unlogged.len();
+            let mut list = std::mem::take(&mut sh.unlogged);
+            list.sort_unstable();
+            list.dedup();
+            list.retain(|&h| sh.entries_of(h).any(|e| e.unlogged));
+            self.unlogged
+                .fetch_sub(before - list.len(), Ordering::Relaxed);
+            sh.unlogged = list;
+        }
+    }
+
+    /// Hands the dirty values whose entries are marked unlogged to `log` (key, value,
+    /// expiry, tag), clearing the mark, with the entry's shard locked: a writer of the key,
+    /// which takes that lock, comes wholly before or after. A shard's lock is let go every
+    /// [`DRAIN_CHUNK`] entries. `log` answers whether to go on; once it says no, the
+    /// entries not yet handed over stay marked and listed for the next drain. Returns
+    /// whether every marked entry was handed over.
+    pub fn drain_unlogged(&self, mut log: impl FnMut(&[u8], &[u8], u64, u8) -> bool) -> bool {
+        if self.unlogged.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        for m in self.shards.iter() {
+            let list = {
+                let mut sh = m.lock();
+                let list = std::mem::take(&mut sh.unlogged);
+                self.unlogged.fetch_sub(list.len(), Ordering::Relaxed);
+                list
+            };
+            let mut at = 0;
+            while at < list.len() {
+                let mut sh = m.lock();
+                let end = (at + DRAIN_CHUNK).min(list.len());
+                let mut more = true;
+                while more && at < end {
+                    for e in sh.entries_of(list[at]) {
+                        if std::mem::take(&mut e.unlogged) {
+                            more &= log(e.data.key(), e.data.value(), e.data.expire_ms(), e.tag);
+                        }
+                    }
+                    at += 1;
+                }
+                if !more {
+                    sh.unlogged.extend_from_slice(&list[at..]);
+                    self.unlogged.fetch_add(list.len() - at, Ordering::Relaxed);
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// Holds the entry `data` makes (of a value of `value_len` bytes) for `key`.
@@ -410,7 +495,7 @@ impl HotCache {
         let data = self.fits(key.len(), value_len).then(data);
         let sh = self.shard_of(hash).lock();
         let held = sh.find(hash, key);
-        self.place(sh, hash, held, data, tag, dirty)
+        self.place(sh, hash, held, data, tag, dirty.then_some(true))
     }
 
     /// The rest of [`HotCache::put`], with `key`'s shard locked and its slot (`held`)
@@ -422,10 +507,10 @@ impl HotCache {
         held: Option<usize>,
         data: Option<Data>,
         tag: u8,
-        dirty: bool,
+        dirty: Option<bool>,
     ) -> bool {
         debug_assert!(
-            dirty || held.is_none_or(|s| !sh.entry(s).dirty),
+            dirty.is_some() || held.is_none_or(|s| !sh.entry(s).dirty),
             "a dirty entry replaced by a clean one"
         );
         let Some(data) = data else {
@@ -437,10 +522,10 @@ impl HotCache {
             return false;
         };
         let new = data_charge(&data);
-        if let Some(slot) = held {
+        let slot = if let Some(slot) = held {
             // An overwrite keeps its slot: the new value takes the old one's place, and the
             // write counts as an access.
-            let (old_data, was_dirty) = sh.replace(slot, data, tag, dirty);
+            let (old_data, was_dirty) = sh.replace(slot, data, tag, dirty.is_some());
             let old = data_charge(&old_data);
             sh.bytes = sh.bytes - old + new;
             self.used.fetch_add(new, Ordering::Relaxed);
@@ -448,14 +533,17 @@ impl HotCache {
             if was_dirty {
                 self.dirty.fetch_sub(old, Ordering::Relaxed);
             }
+            slot
         } else {
             self.make_room(&mut sh, new);
-            sh.insert(hash, data, tag, dirty, &self.hasher);
+            let slot = sh.insert(hash, data, tag, dirty.is_some(), &self.hasher);
             sh.bytes += new;
             self.used.fetch_add(new, Ordering::Relaxed);
-        }
-        if dirty {
+            slot
+        };
+        if let Some(logged) = dirty {
             self.dirty.fetch_add(new, Ordering::Relaxed);
+            self.note_logged(&mut sh, slot, hash, logged);
         }
         self.publish(&sh);
         drop(sh);
@@ -522,17 +610,19 @@ impl HotCache {
     }
 
     /// `key`'s entry is a copy from now on (its value reached durable storage): it may be
-    /// evicted.
-    pub fn mark_clean(&self, key: &[u8]) {
-        self.with_entry(key, |sh, slot| {
+    /// evicted. Returns whether it was marked unlogged (the mark goes too).
+    pub fn mark_clean(&self, key: &[u8]) -> bool {
+        let unlogged = self.with_entry(key, |sh, slot| {
             let e = sh.entry_mut(slot);
             if std::mem::take(&mut e.dirty) {
                 self.dirty
                     .fetch_sub(data_charge(&e.data), Ordering::Relaxed);
             }
+            std::mem::take(&mut e.unlogged)
         });
         // Dirty entries may have held the cache over its budget: it can give way now.
         self.trim();
+        unlogged == Some(true)
     }
 
     /// The number of shards (for walking the dirty keys a shard at a time).
@@ -702,7 +792,7 @@ mod tests {
             for i in 0..300u32 {
                 c.insert(format!("k{i}").as_bytes(), Bytes::from(format!("v{i}")), 0);
             }
-            c.insert_dirty(b"dirty", b"d", 0, 3);
+            c.insert_dirty(b"dirty", b"d", 0, 3, true);
             let before = c.stats();
             // Keys of every shard, some twice, some absent: one lock per shard, no deadlock.
             let names: Vec<String> = (0..400u32)
@@ -744,7 +834,7 @@ mod tests {
                 c
             };
             let (c, twin) = (filled(), filled());
-            c.insert_dirty(b"dirty-expired", b"d", 50, 0);
+            c.insert_dirty(b"dirty-expired", b"d", 50, 0, true);
             let names: Vec<String> = (0..220u32)
                 .map(|i| format!("k{}", i % 210))
                 .chain(["dirty-expired".to_string(), "k5".to_string()])
@@ -951,7 +1041,7 @@ mod tests {
     fn current_seen_lends_the_value_and_reads_the_clock_only_for_expiring_entries() {
         let c = cache(1 << 16);
         let mut big = vec![b'x'; INLINE_VALUE_BYTES_MAX + 10];
-        assert!(c.insert_dirty(b"big", &big, 0, 1));
+        assert!(c.insert_dirty(b"big", &big, 0, 1, true));
         big[0] = b'y';
         let no_clock = || -> u64 { panic!("the clock was read for an entry with no expiry") };
         let seen = c.current_seen(b"big", no_clock, |v, e, tag, dirty| {
@@ -984,7 +1074,7 @@ mod tests {
             let each = ENTRY_OVERHEAD_BYTES + 5 + 1;
             let c = HotCache::new(100 * each, 2, policy);
             for i in 0..20u32 {
-                assert!(c.insert_dirty(format!("d{i:04}").as_bytes(), b"v", 50, 2));
+                assert!(c.insert_dirty(format!("d{i:04}").as_bytes(), b"v", 50, 2, true));
             }
             assert_eq!(c.dirty_bytes(), 20 * each);
             for i in 0..5_000u32 {
@@ -998,12 +1088,12 @@ mod tests {
             assert_eq!(dirty, 20, "{policy:?}");
             assert_eq!(c.stats().entries, 20);
             // A dirty entry overwritten stays dirty once, counted once.
-            assert!(c.insert_dirty(b"d0003", b"w", 0, 2));
+            assert!(c.insert_dirty(b"d0003", b"w", 0, 2, true));
             assert_eq!(c.dirty_bytes(), 20 * each);
             // Dirty entries past the budget: clean, the cache comes back under it.
             for i in 0..200u32 {
                 let k = format!("e{i:04}");
-                assert!(c.insert_dirty(k.as_bytes(), b"v", 0, 2));
+                assert!(c.insert_dirty(k.as_bytes(), b"v", 0, 2, true));
             }
             assert!(c.stats().bytes > c.stats().bytes_max);
             for i in 0..200u32 {
@@ -1017,7 +1107,7 @@ mod tests {
             assert!(!c.is_dirty(b"d0003"));
             c.clear();
             assert_eq!(c.stats().entries, 0);
-            assert!(c.insert_dirty(b"x", b"v", 0, 0));
+            assert!(c.insert_dirty(b"x", b"v", 0, 0, true));
             c.clear_all();
             assert_eq!((c.stats().bytes, c.dirty_bytes()), (0, 0));
         }
@@ -1030,26 +1120,128 @@ mod tests {
             c.insert(b"k", Bytes::from_static(b"10"), 0);
             let before = c.stats();
             // Clean to dirty in place: the same charge, now counted dirty.
-            assert!(c.insert_dirty(b"k", b"11", 0, 0));
+            assert!(c.insert_dirty(b"k", b"11", 0, 0, true));
             let each = before.bytes as usize;
             assert_eq!((c.stats().bytes, c.dirty_bytes()), (before.bytes, each));
             assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"11"), 0, 0)));
             // Dirty to dirty in place, a new tag; then with an expiry the block has no room
             // for (a new block), then in place again with another expiry.
-            assert!(c.insert_dirty(b"k", b"12", 0, 3));
+            assert!(c.insert_dirty(b"k", b"12", 0, 3, true));
             assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"12"), 0, 3)));
-            assert!(c.insert_dirty(b"k", b"13", 500, 3));
-            assert!(c.insert_dirty(b"k", b"14", 700, 3));
+            assert!(c.insert_dirty(b"k", b"13", 500, 3, true));
+            assert!(c.insert_dirty(b"k", b"14", 700, 3, true));
             assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"14"), 700, 3)));
             // Longer and shorter values take new blocks; the charge follows the length.
-            assert!(c.insert_dirty(b"k", b"100", 0, 0));
-            assert!(c.insert_dirty(b"k", b"9", 0, 0));
+            assert!(c.insert_dirty(b"k", b"100", 0, 0, true));
+            assert!(c.insert_dirty(b"k", b"9", 0, 0, true));
             assert_eq!(c.dirty(b"k"), Some((Bytes::from_static(b"9"), 0, 0)));
             assert_eq!(c.dirty_bytes(), each - 1);
             assert_eq!(c.stats().entries, 1);
             c.mark_clean(b"k");
             assert_eq!((c.dirty_bytes(), c.stats().bytes as usize), (0, each - 1));
         }
+    }
+
+    #[test]
+    fn unlogged_values_are_drained_once_each_newest_value_only() {
+        for policy in POLICIES {
+            let c = HotCache::new(1 << 20, 4, policy);
+            let drain = |c: &HotCache| {
+                let mut out = Vec::new();
+                assert!(c.drain_unlogged(|k, v, e, t| {
+                    out.push((k.to_vec(), v.to_vec(), e, t));
+                    true
+                }));
+                out.sort();
+                out
+            };
+            // Overwrites before a drain coalesce: one value per key, the newest.
+            for i in 0..3u8 {
+                for k in [&b"a"[..], b"b", b"c"] {
+                    assert!(c.insert_dirty(k, &[b'0' + i], 0, 1, false));
+                }
+            }
+            let rewritten = c.rewrite_dirty(
+                b"b",
+                false,
+                || 0,
+                |v, _, _| {
+                    v.copy_from_slice(b"9");
+                    Some(())
+                },
+            );
+            assert_eq!(rewritten, Some(()));
+            // A value logged by its writer, and one made clean, need no drain; one longer
+            // value takes a new block and stays marked.
+            assert!(c.insert_dirty(b"c", b"logged", 0, 1, true));
+            assert!(c.insert_dirty(b"d", b"x", 0, 1, false));
+            assert!(c.mark_clean(b"d"), "the mark goes with the dirt");
+            assert!(!c.mark_clean(b"c"));
+            assert!(c.insert_dirty(b"e", b"long value", 7, 2, false));
+            let want = |k: &[u8], v: &[u8], e: u64, t: u8| (k.to_vec(), v.to_vec(), e, t);
+            assert_eq!(
+                drain(&c),
+                vec![
+                    want(b"a", b"2", 0, 1),
+                    want(b"b", b"9", 0, 1),
+                    want(b"e", b"long value", 7, 2)
+                ],
+                "{policy:?}"
+            );
+            assert!(drain(&c).is_empty(), "each value is drained once");
+            // Still dirty: a drain logs, it does not clean.
+            assert!(c.is_dirty(b"a") && c.is_dirty(b"e"));
+            // Marked again by the next write; gone with the entry.
+            assert!(c.insert_dirty(b"a", b"3", 0, 1, false));
+            assert!(c.insert_dirty(b"f", b"1", 0, 1, false));
+            c.clear_all();
+            assert!(drain(&c).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_drain_stopped_early_leaves_the_rest_for_the_next() {
+        let c = HotCache::new(1 << 24, 3, PolicyKind::Strata);
+        for i in 0..1000u32 {
+            assert!(c.insert_dirty(format!("k{i}").as_bytes(), b"v", 0, 0, false));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut drains = 0;
+        loop {
+            drains += 1;
+            let mut taken = 0;
+            let done = c.drain_unlogged(|k, _, _, _| {
+                assert!(seen.insert(k.to_vec()), "a value handed over twice");
+                taken += 1;
+                taken < 300
+            });
+            if done {
+                break;
+            }
+            assert_eq!(taken, 300);
+        }
+        assert_eq!((seen.len(), drains), (1000, 4));
+        assert_eq!(c.unlogged.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_list_of_unlogged_entries_stays_near_the_entries_it_names() {
+        let c = HotCache::new(1 << 24, 1, PolicyKind::Lru);
+        // Marked, then logged by the writer, many times over: the list sheds stale hashes.
+        for round in 0..20_000u32 {
+            let k = format!("k{}", round % 10);
+            assert!(c.insert_dirty(k.as_bytes(), b"v", 0, 0, false));
+            assert!(c.insert_dirty(k.as_bytes(), b"w", 0, 0, true));
+        }
+        let listed = c.shards[0].lock().unlogged.len();
+        assert!(listed <= 2 * 10 + UNLOGGED_SLACK + 1, "{listed}");
+        assert_eq!(c.unlogged.load(Ordering::Relaxed), listed);
+        let mut n = 0;
+        c.drain_unlogged(|_, _, _, _| {
+            n += 1;
+            true
+        });
+        assert_eq!((n, c.unlogged.load(Ordering::Relaxed)), (0, 0));
     }
 
     #[test]

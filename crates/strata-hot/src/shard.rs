@@ -37,6 +37,8 @@ pub(crate) struct Entry {
     pub(crate) tag: u8,
     /// The only copy of an acknowledged write (the engine's write-back): never evicted.
     pub(crate) dirty: bool,
+    /// Dirty, and the log has no record of this value yet (see `HotCache::drain_unlogged`).
+    pub(crate) unlogged: bool,
 }
 
 pub(crate) struct Shard {
@@ -48,6 +50,9 @@ pub(crate) struct Shard {
     /// `Lru`: counts touches. `Strata`: the priority of the last victim (the inflation).
     clock: u32,
     rng: u64,
+    /// Hashes of entries marked unlogged since the last drain (some may since be logged,
+    /// clean or gone: a drain checks the mark).
+    pub(crate) unlogged: Vec<u64>,
 }
 
 impl Shard {
@@ -59,6 +64,7 @@ impl Shard {
             policy,
             clock: 0,
             rng: 0x9E37_79B9_7F4A_7C15 ^ index as u64,
+            unlogged: Vec::new(),
         }
     }
 
@@ -126,12 +132,14 @@ impl Shard {
         self.touch(slot);
         let e = self.entry_mut(slot);
         e.tag = tag;
+        e.unlogged &= dirty;
         let was_dirty = std::mem::replace(&mut e.dirty, dirty);
         let old = std::mem::replace(&mut e.data, data);
         (old, was_dirty)
     }
 
-    /// Adds an entry for a key the shard does not hold, as its first access.
+    /// Adds an entry for a key the shard does not hold, as its first access; returns its
+    /// slot.
     pub(crate) fn insert(
         &mut self,
         hash: u64,
@@ -139,7 +147,7 @@ impl Shard {
         tag: u8,
         dirty: bool,
         hasher: &ahash::RandomState,
-    ) {
+    ) -> usize {
         let (prio, frequency) = self.touched(0);
         let e = Entry {
             data,
@@ -147,9 +155,16 @@ impl Shard {
             frequency,
             tag,
             dirty,
+            unlogged: false,
         };
         self.table
-            .insert_unique(hash, e, |e| hasher.hash_one(e.data.key()));
+            .insert_unique(hash, e, |e| hasher.hash_one(e.data.key()))
+            .bucket_index()
+    }
+
+    /// The entries of keys hashed to `hash`.
+    pub(crate) fn entries_of(&mut self, hash: u64) -> impl Iterator<Item = &mut Entry> {
+        self.table.iter_hash_mut(hash)
     }
 
     /// Takes `slot` out and returns it.

@@ -2,6 +2,8 @@
 //! (`redis.setresp(3)`). The caller's own protocol is applied later, when the reply is
 //! written: a RESP3 map reaches a RESP2 client as a flat array.
 
+use std::cell::RefCell;
+
 use bytes::Bytes;
 use mlua::{ffi, FromLuaMulti, Lua, MultiValue, Table, Value};
 use strata_resp::Reply;
@@ -16,6 +18,33 @@ const ARG_NOT_STRING: &str = "ERR Lua redis lib command arguments must be string
 /// number as C's `%.17g` writes it; anything else refuses the call. They are read straight
 /// off Lua's stack, not through mlua's values.
 pub(crate) struct CommandArgs(pub(crate) Result<Vec<Bytes>, &'static str>);
+
+thread_local! {
+    /// The command name the last `redis.call` on this thread named, and an emptied
+    /// argument list: a script calls a command or two over and over, and then neither
+    /// costs an allocation per call.
+    static REUSED: RefCell<(Bytes, Vec<Bytes>)> = const { RefCell::new((Bytes::new(), Vec::new())) };
+}
+
+/// Most arguments a list kept for reuse may have room for.
+const REUSED_ARGS_MAX: usize = 64;
+
+impl CommandArgs {
+    /// Gives back a call's argument list once the call is over (see `REUSED`).
+    pub(crate) fn reuse(mut args: Vec<Bytes>) {
+        REUSED.with_borrow_mut(|(name, list)| {
+            if let Some(first) = args.first() {
+                if first != name {
+                    *name = first.clone();
+                }
+            }
+            if args.capacity() <= REUSED_ARGS_MAX {
+                args.clear();
+                *list = args;
+            }
+        });
+    }
+}
 
 /// A numeric argument as C's `%.17g` writes it: an integral number below 1e17 as its
 /// digits, the rest through [`strata_resp::format_g`].
@@ -49,7 +78,8 @@ impl FromLuaMulti for CommandArgs {
         lua: &mlua::state::RawLua,
     ) -> mlua::Result<Self> {
         let state = lua.state();
-        let mut args = Vec::with_capacity(nargs.max(0) as usize);
+        let (name, mut args) = REUSED.with_borrow_mut(|(n, l)| (n.clone(), std::mem::take(l)));
+        args.reserve(nargs.max(0) as usize);
         for idx in -nargs..0 {
             // SAFETY: `idx` is one of the callback's `nargs` arguments on `state`'s stack;
             // `lua_tolstring` is called on strings only (it would convert a number in
@@ -58,7 +88,12 @@ impl FromLuaMulti for CommandArgs {
                 ffi::LUA_TSTRING => unsafe {
                     let mut len = 0;
                     let at = ffi::lua_tolstring(state, idx, &mut len);
-                    Bytes::copy_from_slice(std::slice::from_raw_parts(at.cast::<u8>(), len))
+                    let arg = std::slice::from_raw_parts(at.cast::<u8>(), len);
+                    if idx == -nargs && arg == &name[..] {
+                        name.clone()
+                    } else {
+                        Bytes::copy_from_slice(arg)
+                    }
                 },
                 ffi::LUA_TNUMBER => number_arg(unsafe { ffi::lua_tonumber(state, idx) }),
                 _ => return Ok(CommandArgs(Err(ARG_NOT_STRING))),

@@ -32,7 +32,7 @@ pub(crate) struct Running {
 
 /// The command runner of the run in progress, its lifetime erased (see `Run::call`).
 pub(crate) struct RawCall(
-    pub(crate) *mut (dyn FnMut(Vec<bytes::Bytes>) -> strata_resp::Reply + 'static),
+    pub(crate) *mut (dyn FnMut(&[bytes::Bytes]) -> strata_resp::Reply + 'static),
 );
 
 /// What `redis.call` reaches of the run in progress without a look-up in the VM: its

@@ -27,7 +27,7 @@ pub use env::VM_BYTES_MAX;
 pub use functions::{FunctionInfo, Functions, Library, RestorePolicy};
 
 /// How a command reached from a script is run: its arguments in, its reply out.
-pub type Call<'a> = &'a mut dyn FnMut(Vec<Bytes>) -> Reply;
+pub type Call<'a> = &'a mut dyn FnMut(&[Bytes]) -> Reply;
 
 /// The flags a script declares (`#!lua flags=...`) or a function registers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -269,12 +269,22 @@ impl Vm {
     }
 
     pub fn exists(&self, sha: &[u8]) -> bool {
-        std::str::from_utf8(sha).is_ok_and(|s| self.scripts.contains_key(&s.to_ascii_lowercase()))
+        std::str::from_utf8(sha).is_ok_and(|s| self.script(s).is_some())
     }
 
     /// The flags script `sha` declares, if it is cached.
     pub fn flags(&self, sha: &str) -> Option<Flags> {
-        self.scripts.get(&sha.to_ascii_lowercase()).map(|s| s.flags)
+        self.script(sha).map(|s| s.flags)
+    }
+
+    /// The cached script `sha` (any case; clients send it as `SCRIPT LOAD` answered it,
+    /// lower case, so that look-up allocates nothing).
+    fn script(&self, sha: &str) -> Option<&Script> {
+        if sha.bytes().any(|b| b.is_ascii_uppercase()) {
+            self.scripts.get(&sha.to_ascii_lowercase())
+        } else {
+            self.scripts.get(sha)
+        }
     }
 
     /// Scripts in the cache.
@@ -303,21 +313,10 @@ impl Vm {
         call: Call<'_>,
         busy_after: Option<Duration>,
     ) -> Reply {
-        let Some(f) = self
-            .scripts
-            .get(&sha.to_ascii_lowercase())
-            .map(|s| s.body.clone())
-        else {
+        let Some(f) = self.script(sha).map(|s| s.body.clone()) else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
-        let lua = &self.env.lua;
-        let set = || -> mlua::Result<()> {
-            let (k, a) = bytes_tables(lua, keys, argv)?;
-            self.env.runtime.raw_set("KEYS", k)?;
-            self.env.runtime.raw_set("ARGV", a)?;
-            Ok(())
-        };
-        if let Err(e) = set() {
+        if let Err(e) = set_keys_argv(&self.env, keys, argv) {
             return Reply::err(format!("ERR {}", lua_err(e)));
         }
         let run = Run {
@@ -352,14 +351,14 @@ impl Run<'_> {
         busy_after: Option<Duration>,
     ) -> Reply {
         let lua = &self.env.lua;
-        let call: *mut (dyn FnMut(Vec<Bytes>) -> Reply + '_) = call;
+        let call: *mut (dyn FnMut(&[Bytes]) -> Reply + '_) = call;
         // SAFETY: only the lifetime is erased. The pointer lives in the VM's call slot, which
         // is emptied below before this function returns (and `call` outlives this frame);
         // `redis.call` takes it out while it calls, so it is never used twice at once.
         let call = unsafe {
             std::mem::transmute::<
-                *mut (dyn FnMut(Vec<Bytes>) -> Reply + '_),
-                *mut (dyn FnMut(Vec<Bytes>) -> Reply + 'static),
+                *mut (dyn FnMut(&[Bytes]) -> Reply + '_),
+                *mut (dyn FnMut(&[Bytes]) -> Reply + 'static),
             >(call)
         };
         lua.set_app_data(env::Running {
@@ -410,7 +409,8 @@ impl Run<'_> {
     }
 }
 
-/// `KEYS` and `ARGV` of a run: Lua tables of the byte strings, numbered from 1.
+/// `KEYS` and `ARGV` of a run: Lua tables of the byte strings, numbered from 1 (the
+/// arguments of a function).
 pub(crate) fn bytes_tables(
     lua: &Lua,
     keys: &[Bytes],
@@ -422,15 +422,40 @@ pub(crate) fn bytes_tables(
     // the three stack slots `exec_raw` checked; any Lua error is caught by `exec_raw`.
     unsafe {
         lua.exec_raw((), |state| {
-            for items in [keys, argv] {
-                let n = items.len().min(i32::MAX as usize) as i32;
-                mlua::ffi::lua_createtable(state, n, 0);
-                for (i, b) in items.iter().enumerate() {
-                    mlua::ffi::lua_pushlstring(state, b.as_ptr().cast(), b.len());
-                    mlua::ffi::lua_rawseti(state, -2, i as i64 + 1);
-                }
-            }
+            push_bytes_table(state, keys);
+            push_bytes_table(state, argv);
         })
+    }
+}
+
+/// Sets a script's globals `KEYS` and `ARGV` (in the table its globals resolve to), in
+/// one protected call: table, name and strings set one at a time.
+fn set_keys_argv(env: &env::Env, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<()> {
+    // SAFETY: the runtime table is the closure's first stack slot (popped at the end); it pushes at most a
+    // name, a table and a string above it (a C function has 20 slots); `lua_rawset` pops
+    // the name and the table. Lua errors (memory) are caught by `exec_raw`.
+    unsafe {
+        env.lua.exec_raw(&env.runtime, |state| {
+            for (name, items) in [(c"KEYS", keys), (c"ARGV", argv)] {
+                mlua::ffi::lua_pushstring(state, name.as_ptr());
+                push_bytes_table(state, items);
+                mlua::ffi::lua_rawset(state, 1);
+            }
+            mlua::ffi::lua_settop(state, 0);
+        })
+    }
+}
+
+/// Pushes a table of `items` as Lua strings, numbered from 1.
+///
+/// # Safety
+/// `state` has two free stack slots, inside a protected call.
+unsafe fn push_bytes_table(state: *mut mlua::ffi::lua_State, items: &[Bytes]) {
+    let n = items.len().min(i32::MAX as usize) as i32;
+    mlua::ffi::lua_createtable(state, n, 0);
+    for (i, b) in items.iter().enumerate() {
+        mlua::ffi::lua_pushlstring(state, b.as_ptr().cast(), b.len());
+        mlua::ffi::lua_rawseti(state, -2, i as i64 + 1);
     }
 }
 
@@ -471,8 +496,9 @@ pub(crate) fn command(
             }
             // SAFETY: see `Run::call`: the runner is valid for the whole run, and taking
             // it out of the slot makes this its one user until it is put back.
-            let reply = unsafe { (*(*taken).0)(argv) };
+            let reply = unsafe { (*(*taken).0)(&argv) };
             slot.call.store(taken, Ordering::Release);
+            convert::CommandArgs::reuse(argv);
             reply
         }
     };

@@ -17,11 +17,11 @@ fn b(v: &[&str]) -> Vec<Bytes> {
 
 /// A stand-in for the server: echoes the command's arguments back as an array, fails on
 /// "FAIL", answers a map to "MAP".
-fn echo(args: Vec<Bytes>) -> Reply {
+fn echo(args: &[Bytes]) -> Reply {
     match args[0].as_ref() {
         b"FAIL" => Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value"),
         b"MAP" => Reply::Map(vec![(Reply::bulk("f"), Reply::bulk("v"))]),
-        _ => Reply::Array(args.into_iter().map(Reply::Bulk).collect()),
+        _ => Reply::Array(args.iter().cloned().map(Reply::Bulk).collect()),
     }
 }
 
@@ -350,7 +350,7 @@ fn a_busy_script_is_killed_unless_it_wrote() {
         .load(b"while true do pcall(function() redis.call('KILL') end) end")
         .unwrap();
     let c = Arc::clone(&control);
-    let mut call = move |a: Vec<Bytes>| {
+    let mut call = move |a: &[Bytes]| {
         if a[0].as_ref() == b"KILL" && c.busy_error().is_some() {
             c.kill(false).unwrap();
         }
@@ -366,7 +366,7 @@ fn a_busy_script_is_killed_unless_it_wrote() {
         .unwrap();
     let c = Arc::clone(&control);
     let mut refused = None;
-    let mut call = |a: Vec<Bytes>| {
+    let mut call = |a: &[Bytes]| {
         match a[0].as_ref() {
             b"W" => c.note_write(),
             _ if c.busy_error().is_some() => {

@@ -97,7 +97,8 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) ->
             let read_only =
                 read_only || vm.flags(&sha).is_some_and(|f| f.contains(Flags::NO_WRITES));
             let _running = Running::start(&shared, &sha, a, None);
-            let mut call = |args| run_now(&handle, call_from_script(ctx, &shared, args, read_only));
+            let mut call =
+                |args: &[Bytes]| run_now(&handle, call_from_script(ctx, &shared, args, read_only));
             vm.run(&sha, &keys, &argv, &mut call, busy_after)
         }
         Target::Function(name) => {
@@ -114,7 +115,8 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) ->
             let fname = info.name.clone();
             let counts = functions.counts();
             let _running = Running::start(&shared, &fname, a, Some(counts));
-            let mut call = |args| run_now(&handle, call_from_script(ctx, &shared, args, no_writes));
+            let mut call =
+                |args: &[Bytes]| run_now(&handle, call_from_script(ctx, &shared, args, no_writes));
             functions.call(&name, &keys, &argv, &mut call, busy_after)
         }
     })();
@@ -169,7 +171,7 @@ impl Drop for Running<'_> {
 async fn call_from_script(
     ctx: &mut Ctx<'_>,
     shared: &Shared,
-    args: Vec<Bytes>,
+    args: &[Bytes],
     read_only: bool,
 ) -> Reply {
     let Some(idx) = lookup(&args[0]) else {
@@ -191,7 +193,7 @@ async fn call_from_script(
     if let Some(r) = refusal(ctx.conn, spec, args.len()) {
         return r;
     }
-    let keys_at = |c| super::key_positions(spec, &args).ok().map(|at| (c, at));
+    let keys_at = |c| super::key_positions(spec, args).ok().map(|at| (c, at));
     if let Some((c, at)) = shared.cluster.as_ref().and_then(keys_at) {
         let slot = |i: usize| strata_format::keys::slot_of(&args[i]);
         // The script's own keys passed the routing check (with the client's ASKING).
@@ -203,7 +205,7 @@ async fn call_from_script(
     }
     // Timed from here: the script's own work before the call is not the command's.
     ctx.conn.lap = None;
-    super::dispatch_counted(ctx, idx, &args).await
+    super::dispatch_counted(ctx, idx, args).await
 }
 
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP`.
