@@ -96,15 +96,29 @@ pub(crate) struct Staged<'k> {
 
 /// Strict Redis integer parsing: optional '-', no '+', no leading zeros, no spaces.
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(b).ok()?;
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+    let (negative, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    // No sign but a leading '-', no leading zero (nor "-0"), at most 19 digits (which a
+    // u64 holds whatever they are).
+    if digits.is_empty() || digits.len() > 19 || digits[0] == b'0' && (digits.len() > 1 || negative)
+    {
         return None;
     }
-    if digits.len() > 1 && digits.starts_with('0') || s == "-0" {
-        return None;
+    let mut n: u64 = 0;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n * 10 + u64::from(d);
     }
-    s.parse().ok()
+    if negative {
+        (n <= i64::MIN.unsigned_abs()).then(|| (n as i64).wrapping_neg())
+    } else {
+        i64::try_from(n).ok()
+    }
 }
 
 /// Refuses keys and values past the format's limits.
@@ -928,32 +942,31 @@ fn incr_in_place_locked(
 ) -> Result<Option<(Result<i64>, Ticket)>> {
     crate::live::fold_locked(core, key, true)?;
     let now = core.lazy_now();
+    let mut buf = itoa::Buffer::new();
+    let digits = &mut buf;
     let rewritten = core.hot.rewrite_dirty(
         key.stored(),
         !writeback::defers_log(core),
         || now.get(),
-        |value, expire_ms, tag| {
+        move |value, expire_ms, tag| {
             if tag != Kind::String as u8 {
                 return None;
             }
             let new = counter_plus(counter_of(value).ok()?, delta).ok()?;
-            let mut digits = itoa::Buffer::new();
-            let digits = digits.format(new).as_bytes();
-            if digits.len() != value.len()
-                || !writeback::takes(core, &[(key, digits)], expire_ms)
+            let text = digits.format(new).as_bytes();
+            if text.len() != value.len()
+                || !writeback::takes(core, &[(key, text)], expire_ms)
                 || core.check_writable().is_err()
             {
                 return None;
             }
-            value.copy_from_slice(digits);
-            Some((new, expire_ms))
+            value.copy_from_slice(text);
+            Some((new, expire_ms, text))
         },
     );
-    let Some((new, expire_ms)) = rewritten else {
+    let Some((new, expire_ms, value)) = rewritten else {
         return Ok(None);
     };
-    let mut digits = itoa::Buffer::new();
-    let value = digits.format(new).as_bytes();
     writeback::put_in_place_locked(core, key, Kind::String, value, expire_ms);
     Ok(Some((Ok(new), core.ticket())))
 }
@@ -1183,7 +1196,13 @@ mod tests {
         assert_eq!(parse_i64(b"0"), Some(0));
         assert_eq!(parse_i64(b"-12"), Some(-12));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         for bad in [
+            &b"-9223372036854775809"[..],
+            b"99999999999999999999",
+            b"--1",
+            b"1-",
+            b"\xff1",
             &b""[..],
             b"-",
             b"+1",

@@ -27,6 +27,7 @@ mod metrics;
 mod mover;
 mod session;
 mod shared;
+mod stopwatch;
 mod watch;
 
 use std::collections::HashMap;

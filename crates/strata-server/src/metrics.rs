@@ -35,6 +35,7 @@ pub(crate) struct Metrics {
 impl Metrics {
     /// Counters for the commands `names` (in table order).
     pub(crate) fn new(names: Vec<&'static str>) -> Self {
+        crate::stopwatch::start();
         Metrics {
             commands: names.iter().map(|_| CommandStats::default()).collect(),
             names,

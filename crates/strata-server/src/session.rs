@@ -89,7 +89,7 @@ pub(crate) struct Conn {
     /// When the command before ran to its end, if the next one follows it at once (in one
     /// pipeline, nothing waited on between): the next one's timing starts there, one clock
     /// read per command instead of two.
-    pub(crate) lap: Option<std::time::Instant>,
+    pub(crate) lap: Option<crate::stopwatch::Tick>,
 }
 
 impl Conn {

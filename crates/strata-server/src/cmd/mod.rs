@@ -24,7 +24,6 @@ mod zsets;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -37,6 +36,7 @@ pub(crate) use server::ENCODING_PARAMS;
 use crate::auth::Role;
 use crate::session::Conn;
 use crate::shared::Shared;
+use crate::stopwatch;
 
 pub(crate) const WRITE: u32 = 1;
 pub(crate) const READ: u32 = 2;
@@ -840,13 +840,13 @@ async fn execute_request(
 /// [`dispatch`], timed and counted in the server's figures (a client's command, or one a
 /// script calls).
 pub(crate) async fn dispatch_counted(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
-    let start = ctx.conn.lap.take().unwrap_or_else(Instant::now);
+    let start = ctx.conn.lap.take().unwrap_or_else(stopwatch::now);
     let reply = dispatch(ctx, idx, a).await;
-    let end = Instant::now();
+    let end = stopwatch::now();
     ctx.conn.lap = Some(end);
     ctx.shared
         .metrics
-        .record(idx, end - start, reply.is_error());
+        .record(idx, start.until(end), reply.is_error());
     ctx.shared
         .counters
         .total_commands_processed
@@ -927,7 +927,7 @@ pub(crate) async fn execute_run(
         }
         conn.asking = false;
     }
-    let start = Instant::now();
+    let start = stopwatch::now();
     let mut ctx = Ctx { shared, conn };
     if kind.writes() {
         for (a, &i) in cmds.iter().zip(&idxs) {
