@@ -60,6 +60,9 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// Bytes the hot log buffers in the process before it asks to be written out early (with
 /// `durability = none` it is written out every `none_flush_ms` otherwise).
 const LOG_BUFFER_BYTES_MAX: usize = 4 << 20;
+/// Bytes of records a tick's logging of unlogged values buffers before it writes them out
+/// (a tick may log a second's worth of writes: in small steps, the buffer stays small).
+const LOG_DRAIN_BYTES: usize = 1 << 20;
 /// Keys settled per warm-store batch.
 const SETTLE_CHUNK_KEYS: usize = 512;
 /// Bounds of the table of keys with records (`WriteBack::records`), in slots.
@@ -231,6 +234,7 @@ impl WriteBack {
     /// key again itself if it finds it dirty.
     fn record(&self, key: &Key, kind: Kind, value: &[u8], expire_ms: u64) -> (u64, bool) {
         if self.defers {
+            self.log.note_deferred(key.stored().len() + value.len());
             (self.log.gen() + 1, false)
         } else {
             let gen = self
@@ -678,13 +682,13 @@ pub(crate) fn defers_log(core: &Core) -> bool {
 /// DRAM holds it now; whoever writes the log out calls it first (`HotLog::log_deferred`).
 /// Each entry's shard is locked while its record is appended, so no write of the key, and
 /// no `SETTLED` record of a settle (which unmarks the entry under that lock), falls between
-/// the value read and its record. Stops once the log's buffer holds
-/// [`LOG_BUFFER_BYTES_MAX`]: returns whether it logged them all (if not, the caller writes
+/// the value read and its record. Stops once the log's buffer holds [`LOG_DRAIN_BYTES`]:
+/// returns whether it logged them all (if not, the caller writes
 /// the log out and calls again).
 pub(crate) fn log_unlogged(core: &Core) -> bool {
     let log = &core.writeback.log;
     core.hot.drain_unlogged(|key, value, expire_ms, tag| {
-        log.push(OP_PUT, tag, expire_ms, key, value).1 < LOG_BUFFER_BYTES_MAX
+        log.push(OP_PUT, tag, expire_ms, key, value).1 < LOG_DRAIN_BYTES
     })
 }
 
@@ -818,6 +822,11 @@ pub(crate) struct HotLog {
     file_bytes: AtomicU64,
     /// The generation of the file records go to now (`LogState::gen`, read without its lock).
     gen: AtomicU64,
+    /// Bytes of writes that left their records to the next tick (`durability = none`):
+    /// every [`LOG_BUFFER_BYTES_MAX`] of them wake the task that writes the logs out, as
+    /// records in the buffer would, so the warm store's own buffered log is handed to the
+    /// OS as often as before.
+    deferred_bytes: AtomicU64,
     /// Logs what DRAM holds unlogged: the live values' changes (`live::fold_all`) and the
     /// dirty values whose writes logged nothing ([`log_unlogged`]). Whoever writes the log
     /// out calls it first ([`HotLog::log_deferred`]), so what it writes covers every change
@@ -862,6 +871,7 @@ impl HotLog {
             }),
             file_bytes: AtomicU64::new(0),
             gen: AtomicU64::new(0),
+            deferred_bytes: AtomicU64::new(0),
             deferred: std::sync::OnceLock::new(),
         };
         let gen = log.files()?.last().map_or(0, |f| f.0) + 1;
@@ -917,6 +927,17 @@ impl HotLog {
             self.full.notify_one();
         }
         (s.gen, s.buf.len())
+    }
+
+    /// Counts `bytes` of a write whose record waits for the tick (see `deferred_bytes`).
+    fn note_deferred(&self, bytes: usize) {
+        let every = LOG_BUFFER_BYTES_MAX as u64;
+        let before = self
+            .deferred_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        if before / every != (before + bytes as u64) / every {
+            self.full.notify_one();
+        }
     }
 
     /// The generation of the file records go to now.
