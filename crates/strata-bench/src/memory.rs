@@ -1,7 +1,8 @@
 //! Memory per key beside Redis: the same keys written to a real `redis-server` (persistence
 //! off) and to `strata serve` (`durability=none`, a DRAM budget that holds every key), each
-//! server's anonymous resident memory (`RssAnon`) read before and after, once Strata's
-//! write-back has reached RocksDB. What each server says it holds (Redis's `used_memory`,
+//! server's anonymous resident memory (`RssAnon`) read before and after, Strata's once it
+//! has gone quiet (RocksDB has taken no write for a while, and a quiet store's memtables
+//! are written out). What each server says it holds (Redis's `used_memory`,
 //! Strata's DRAM tier) is printed beside it.
 
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -33,9 +34,11 @@ pub struct Args {
 
 /// SETs sent per round trip.
 const PIPELINE: u64 = 1000;
-/// The longest wait for Strata's write-back to reach RocksDB (its checkpoints run at least
-/// every 30 s).
+/// The longest wait for Strata to go quiet.
 const SETTLE_WAIT: Duration = Duration::from_secs(90);
+/// Strata is quiet once RocksDB has taken no write for this long (longer than the server
+/// waits before it writes a quiet store's memtables out).
+const QUIET: Duration = Duration::from_secs(8);
 
 #[derive(Serialize)]
 struct Row {
@@ -100,10 +103,12 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         "# Memory per key: Strata beside Redis\n\n{} distinct keys of {} B values written \
          through pipelines of {PIPELINE} SETs to `redis-server` (persistence off) and to \
          `strata serve` (`durability=none`, every key in DRAM); anonymous resident memory \
-         (`RssAnon`) of each process before and after, Strata's after its write-back reached \
-         RocksDB.\n\n| server | RssAnon before | RssAnon after | bytes per key | counted by \
+         (`RssAnon`) of each process before and after, Strata's once quiet (no write to \
+         RocksDB for {} s).\n\n| server | RssAnon before | RssAnon after | bytes per key | counted by \
          the server, per key | write s |\n|---|---:|---:|---:|---:|---:|\n",
-        a.keys, a.value_bytes
+        a.keys,
+        a.value_bytes,
+        QUIET.as_secs()
     );
     for r in &rows {
         md += &format!(
@@ -189,9 +194,16 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
         field(&info("memory")?, "used_memory").unwrap_or(0)
     } else {
         let deadline = Instant::now() + SETTLE_WAIT;
+        let mut last = (None, Instant::now());
         loop {
             let s = info("strata")?;
-            if field(&s, "hot_dirty_bytes") == Some(0) || Instant::now() > deadline {
+            // Quiet: no write to RocksDB for a while (write-back's settles done, and the
+            // memtables of a quiet store written out).
+            let sequence = field(&s, "change_log_sequence");
+            if sequence != last.0 {
+                last = (sequence, Instant::now());
+            }
+            if last.1.elapsed() >= QUIET || Instant::now() > deadline {
                 anyhow::ensure!(
                     field(&s, "hot_entries") == Some(a.keys),
                     "not every key is in Strata's DRAM tier: {:?}",

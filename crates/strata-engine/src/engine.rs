@@ -625,10 +625,18 @@ impl Engine {
 
     // Operations.
 
-    /// Every figure the engine reports (see [`crate::stats::STATS`]).
+    /// Every figure the engine reports (see [`crate::stats::STATS`]), once what write-back
+    /// holds is written to the warm store (so the warm tier's figures count it): for tests
+    /// and tools. A server answers `INFO` and scrapes with [`Engine::stats_now`].
     pub fn stats(&self) -> Stats {
-        // The tiers' figures count what write-back holds where it is bound.
         let _ = self.settle_writes();
+        self.stats_now()
+    }
+
+    /// Every figure as it stands, writing nothing: what write-back holds counts in
+    /// `hot_dirty_bytes` and in the warm tier's figures only once written there. A scrape
+    /// or an `INFO` costs no write, however much write-back holds.
+    pub fn stats_now(&self) -> Stats {
         let core = &self.core;
         let mut s = Stats::default();
         core.counters.load_into(&mut s);

@@ -1,10 +1,14 @@
-//! What one cached entry holds: its key, value and expiry. A small value is packed with its
-//! key into one allocation of exactly their size, so an entry costs one heap block and a
-//! cached value never keeps alive a larger buffer it was cut from (a client's input buffer,
-//! a decompressed block). A large value stays the `Bytes` it was handed in as, uncopied.
+//! What one cached entry holds: its key, value and expiry, behind one pointer (an entry of
+//! the shard's table is two words). A small value is packed with its key into one
+//! allocation of exactly their size, so an entry costs one heap block and a cached value
+//! never keeps alive a larger buffer it was cut from (a client's input buffer, a
+//! decompressed block). A large value stays the `Bytes` it was handed in as, uncopied.
 //!
-//! Packed layout: `flags u8 | key_len u32 LE | [expire_ms u64 LE, if flags & HAS_EXPIRY] |
-//! key | value`.
+//! Packed layout: `flags u8 | key_len LEB128 | value_len LEB128 | [expire_ms u64 LE, if
+//! flags & HAS_EXPIRY] | key | value` (the lengths take one byte each below 128).
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
 
 use bytes::Bytes;
 
@@ -13,12 +17,24 @@ use bytes::Bytes;
 pub const INLINE_VALUE_BYTES_MAX: usize = 16 << 10;
 
 const HAS_EXPIRY: u8 = 1;
-const HEAD_BYTES: usize = 1 + 4;
+/// The low bit of [`Data`]'s pointer: set for an [`Apart`], clear for a packed block.
+const APART_TAG: usize = 1;
+/// Packed blocks are aligned so the tag bit of their address is free.
+const BLOCK_ALIGN: usize = 2;
+/// Keys up to this long are packed (their length fits the block's head).
+const PACKED_KEY_BYTES_MAX: usize = u32::MAX as usize;
 
-pub(crate) enum Data {
-    Packed(Box<[u8]>),
-    Apart(Box<Apart>),
+/// A key with its value and expiry: a packed block, or an [`Apart`] for a large value.
+pub(crate) struct Data {
+    /// A packed block's address, or a `Box<Apart>`'s plus [`APART_TAG`].
+    ptr: NonNull<u8>,
 }
+
+// SAFETY: a `Data` owns what it points to as a `Box` would (nothing else reaches it), and
+// the `Bytes` an `Apart` holds is itself `Send` and `Sync`.
+unsafe impl Send for Data {}
+// SAFETY: as above; `&Data` gives only shared reads.
+unsafe impl Sync for Data {}
 
 pub(crate) struct Apart {
     key: Box<[u8]>,
@@ -26,14 +42,93 @@ pub(crate) struct Apart {
     expire_ms: u64,
 }
 
+/// Where things are in a packed block.
+#[derive(Clone, Copy)]
+struct Head {
+    expiry: bool,
+    /// Where the key starts (after the head and any expiry).
+    at: usize,
+    key_len: usize,
+    value_len: usize,
+}
+
+impl Head {
+    fn of(key_len: usize, value_len: usize, expiry: bool) -> Head {
+        let at = 1 + leb_len(key_len) + leb_len(value_len) + if expiry { 8 } else { 0 };
+        Head {
+            expiry,
+            at,
+            key_len,
+            value_len,
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.at + self.key_len + self.value_len
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::from_size_align(self.total(), BLOCK_ALIGN).expect("a packed block's size")
+    }
+
+    /// Reads the head at the start of the packed block at `p`.
+    ///
+    /// # Safety
+    /// `p` is the address of a live packed block (written by [`Data::packed`]).
+    unsafe fn read(p: *const u8) -> Head {
+        let mut at = 1;
+        let mut leb = || {
+            let mut n = 0usize;
+            let mut shift = 0;
+            loop {
+                // SAFETY: the block's head is whole, and a length's last byte has its
+                // high bit clear: the reads stay within the head.
+                let b = unsafe { *p.add(at) };
+                at += 1;
+                n |= usize::from(b & 0x7f) << shift;
+                if b & 0x80 == 0 {
+                    return n;
+                }
+                shift += 7;
+            }
+        };
+        let key_len = leb();
+        let value_len = leb();
+        // SAFETY: the caller's promise.
+        let expiry = unsafe { *p } & HAS_EXPIRY != 0;
+        Head::of(key_len, value_len, expiry)
+    }
+}
+
+/// Bytes of `n` written as LEB128.
+fn leb_len(n: usize) -> usize {
+    1 + (usize::BITS - (n | 1).leading_zeros()).saturating_sub(1) as usize / 7
+}
+
+fn put_leb(b: &mut [u8], mut at: usize, mut n: usize) -> usize {
+    while n >= 0x80 {
+        b[at] = (n as u8 & 0x7f) | 0x80;
+        n >>= 7;
+        at += 1;
+    }
+    b[at] = n as u8;
+    at + 1
+}
+
+/// What a [`Data`] points to.
+enum View<'a> {
+    Packed(Head, &'a [u8]),
+    Apart(&'a Apart),
+}
+
 impl Data {
     pub(crate) fn new(key: &[u8], value: Bytes, expire_ms: u64) -> Data {
-        if value.len() > INLINE_VALUE_BYTES_MAX || key.len() > u32::MAX as usize {
-            return Data::Apart(Box::new(Apart {
+        if value.len() > INLINE_VALUE_BYTES_MAX || key.len() > PACKED_KEY_BYTES_MAX {
+            return Data::apart(Apart {
                 key: key.into(),
                 value,
                 expire_ms,
-            }));
+            });
         }
         Data::packed(key, &value, expire_ms)
     }
@@ -41,106 +136,134 @@ impl Data {
     /// [`Data::new`] of a copy of `value` (a large one is copied into its own buffer, so
     /// that it keeps nothing else alive).
     pub(crate) fn copied(key: &[u8], value: &[u8], expire_ms: u64) -> Data {
-        if value.len() > INLINE_VALUE_BYTES_MAX || key.len() > u32::MAX as usize {
+        if value.len() > INLINE_VALUE_BYTES_MAX || key.len() > PACKED_KEY_BYTES_MAX {
             return Data::new(key, Bytes::copy_from_slice(value), expire_ms);
         }
         Data::packed(key, value, expire_ms)
     }
 
+    fn apart(a: Apart) -> Data {
+        let p = Box::into_raw(Box::new(a)).cast::<u8>();
+        // `Apart` is aligned to 8: its address has the tag bit clear, and the tagged address
+        // stays inside its allocation (so it is never null).
+        Data {
+            ptr: NonNull::new(p.wrapping_add(APART_TAG)).expect("a boxed address"),
+        }
+    }
+
     /// A small value packed with its key in one allocation.
     fn packed(key: &[u8], value: &[u8], expire_ms: u64) -> Data {
-        let expiry_bytes = if expire_ms != 0 { 8 } else { 0 };
-        let mut b = Vec::with_capacity(HEAD_BYTES + expiry_bytes + key.len() + value.len());
-        b.push(if expire_ms != 0 { HAS_EXPIRY } else { 0 });
-        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        if expire_ms != 0 {
-            b.extend_from_slice(&expire_ms.to_le_bytes());
+        let head = Head::of(key.len(), value.len(), expire_ms != 0);
+        let layout = head.layout();
+        // SAFETY: the layout's size is at least 3 (a flags byte and two lengths).
+        let p = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        // SAFETY: `p` is a fresh allocation of `head.total()` bytes, written whole below
+        // before anything reads it.
+        let b = unsafe { std::slice::from_raw_parts_mut(p, head.total()) };
+        b[0] = if head.expiry { HAS_EXPIRY } else { 0 };
+        let at = put_leb(b, 1, key.len());
+        let mut at = put_leb(b, at, value.len());
+        if head.expiry {
+            b[at..at + 8].copy_from_slice(&expire_ms.to_le_bytes());
+            at += 8;
         }
-        b.extend_from_slice(key);
-        b.extend_from_slice(value);
-        Data::Packed(b.into_boxed_slice())
+        debug_assert_eq!(at, head.at);
+        b[at..at + key.len()].copy_from_slice(key);
+        b[at + key.len()..].copy_from_slice(value);
+        Data { ptr }
+    }
+
+    fn view(&self) -> View<'_> {
+        let p = self.ptr.as_ptr();
+        if p as usize & APART_TAG != 0 {
+            // SAFETY: a tagged address is a `Box<Apart>`'s plus the tag (see `apart`),
+            // alive while `self` is.
+            View::Apart(unsafe { &*p.wrapping_sub(APART_TAG).cast::<Apart>() })
+        } else {
+            // SAFETY: an untagged address is a live packed block whose head gives its
+            // length, alive and unchanged while `self` is borrowed.
+            unsafe {
+                let head = Head::read(p);
+                View::Packed(head, std::slice::from_raw_parts(p, head.total()))
+            }
+        }
+    }
+
+    /// The packed block's head and bytes, to change (`None` for a value kept apart).
+    fn packed_mut(&mut self) -> Option<(Head, &mut [u8])> {
+        let p = self.ptr.as_ptr();
+        if p as usize & APART_TAG != 0 {
+            return None;
+        }
+        // SAFETY: as in `view`; `&mut self` makes the borrow unique.
+        unsafe {
+            let head = Head::read(p);
+            Some((head, std::slice::from_raw_parts_mut(p, head.total())))
+        }
     }
 
     /// Writes `value` and `expire_ms` over a packed value of the same length whose block
     /// has room for the expiry (or needs none): no allocation. False, and nothing changed,
     /// otherwise.
     pub(crate) fn overwrite(&mut self, value: &[u8], expire_ms: u64) -> bool {
-        let Data::Packed(b) = self else {
+        let Some((head, b)) = self.packed_mut() else {
             return false;
         };
-        let (at, key_len) = Self::packed_key(b);
-        let has_expiry = b[0] & HAS_EXPIRY != 0;
-        if b.len() - at - key_len != value.len() || has_expiry != (expire_ms != 0) {
+        if head.value_len != value.len() || head.expiry != (expire_ms != 0) {
             return false;
         }
-        if has_expiry {
-            b[HEAD_BYTES..HEAD_BYTES + 8].copy_from_slice(&expire_ms.to_le_bytes());
+        if head.expiry {
+            b[head.at - 8..head.at].copy_from_slice(&expire_ms.to_le_bytes());
         }
-        b[at + key_len..].copy_from_slice(value);
+        b[head.at + head.key_len..].copy_from_slice(value);
         true
     }
 
-    /// Where the key starts in a packed block, and its length.
-    fn packed_key(b: &[u8]) -> (usize, usize) {
-        let key_len = u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")) as usize;
-        let at = HEAD_BYTES + if b[0] & HAS_EXPIRY != 0 { 8 } else { 0 };
-        (at, key_len)
-    }
-
     pub(crate) fn key(&self) -> &[u8] {
-        match self {
-            Data::Packed(b) => {
-                let (at, len) = Self::packed_key(b);
-                &b[at..at + len]
-            }
-            Data::Apart(a) => &a.key,
+        match self.view() {
+            View::Packed(h, b) => &b[h.at..h.at + h.key_len],
+            View::Apart(a) => &a.key,
         }
     }
 
     pub(crate) fn value(&self) -> &[u8] {
-        match self {
-            Data::Packed(b) => {
-                let (at, len) = Self::packed_key(b);
-                &b[at + len..]
-            }
-            Data::Apart(a) => &a.value,
+        match self.view() {
+            View::Packed(h, b) => &b[h.at + h.key_len..],
+            View::Apart(a) => &a.value,
         }
     }
 
     /// A packed value, to change in place (it keeps its length); `None` for one apart.
     pub(crate) fn value_mut(&mut self) -> Option<&mut [u8]> {
-        match self {
-            Data::Packed(b) => {
-                let (at, len) = Self::packed_key(b);
-                Some(&mut b[at + len..])
-            }
-            Data::Apart(_) => None,
-        }
+        self.packed_mut().map(|(h, b)| &mut b[h.at + h.key_len..])
     }
 
     /// The value as `Bytes`: a copy of a packed value, the shared handle of one apart.
     pub(crate) fn value_bytes(&self) -> Bytes {
-        match self {
-            Data::Packed(_) => Bytes::copy_from_slice(self.value()),
-            Data::Apart(a) => a.value.clone(),
+        match self.view() {
+            View::Packed(..) => Bytes::copy_from_slice(self.value()),
+            View::Apart(a) => a.value.clone(),
         }
     }
 
     /// The value's own shared handle, if it is kept apart (a packed value has none).
     pub(crate) fn shared(&self) -> Option<&Bytes> {
-        match self {
-            Data::Packed(_) => None,
-            Data::Apart(a) => Some(&a.value),
+        match self.view() {
+            View::Packed(..) => None,
+            View::Apart(a) => Some(&a.value),
         }
     }
 
     pub(crate) fn expire_ms(&self) -> u64 {
-        match self {
-            Data::Packed(b) if b[0] & HAS_EXPIRY != 0 => {
-                u64::from_le_bytes(b[HEAD_BYTES..HEAD_BYTES + 8].try_into().expect("8 bytes"))
+        match self.view() {
+            View::Packed(h, b) if h.expiry => {
+                u64::from_le_bytes(b[h.at - 8..h.at].try_into().expect("8 bytes"))
             }
-            Data::Packed(_) => 0,
-            Data::Apart(a) => a.expire_ms,
+            View::Packed(..) => 0,
+            View::Apart(a) => a.expire_ms,
         }
     }
 
@@ -152,10 +275,7 @@ impl Data {
     /// Asks the processor to start loading the entry's block (its head and key), without
     /// waiting for it: a batch of look-ups prefetches every entry before comparing any key.
     pub(crate) fn prefetch(&self) {
-        let at: *const u8 = match self {
-            Data::Packed(b) => b.as_ptr(),
-            Data::Apart(a) => a.key.as_ptr(),
-        };
+        let at: *const u8 = self.ptr.as_ptr();
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault,
         // whatever the address. `sse` is part of every x86_64 target.
@@ -169,9 +289,28 @@ impl Data {
 
     /// Key and value bytes: what the budget charges beside the fixed overhead.
     pub(crate) fn len(&self) -> usize {
-        match self {
-            Data::Packed(b) => b.len() - Self::packed_key(b).0,
-            Data::Apart(a) => a.key.len() + a.value.len(),
+        match self.view() {
+            View::Packed(h, _) => h.key_len + h.value_len,
+            View::Apart(a) => a.key.len() + a.value.len(),
+        }
+    }
+
+    /// Whether the value is packed with its key.
+    #[cfg(test)]
+    fn is_packed(&self) -> bool {
+        matches!(self.view(), View::Packed(..))
+    }
+}
+
+impl Drop for Data {
+    fn drop(&mut self) {
+        let p = self.ptr.as_ptr();
+        if p as usize & APART_TAG != 0 {
+            // SAFETY: the tagged address of a `Box<Apart>` (see `apart`), dropped once.
+            drop(unsafe { Box::from_raw(p.wrapping_sub(APART_TAG).cast::<Apart>()) });
+        } else {
+            // SAFETY: a packed block allocated by `packed` with the layout its head gives.
+            unsafe { std::alloc::dealloc(p, Head::read(p).layout()) };
         }
     }
 }
@@ -194,10 +333,7 @@ mod tests {
             assert_eq!(d.value_bytes(), value);
             assert_eq!(d.expire_ms(), expire);
             assert_eq!(d.len(), 8 + value.len());
-            assert_eq!(
-                matches!(d, Data::Packed(_)),
-                value.len() <= INLINE_VALUE_BYTES_MAX
-            );
+            assert_eq!(d.is_packed(), value.len() <= INLINE_VALUE_BYTES_MAX);
         }
     }
 
@@ -213,7 +349,35 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_is_two_words() {
-        assert_eq!(std::mem::size_of::<Data>(), 16);
+    fn an_entry_is_one_word() {
+        assert_eq!(std::mem::size_of::<Data>(), 8);
+    }
+
+    #[test]
+    fn lengths_past_one_byte_and_expiries_round_trip_and_overwrite_in_place() {
+        for key_len in [0, 1, 127, 128, 300, 16_384, 70_000] {
+            for value_len in [0, 5, 127, 128, 16_383, INLINE_VALUE_BYTES_MAX] {
+                for expire in [0, 1, u64::MAX] {
+                    let key = vec![b'k'; key_len];
+                    let value = vec![b'v'; value_len];
+                    let mut d = Data::copied(&key, &value, expire);
+                    assert!(d.is_packed());
+                    assert_eq!((d.key(), d.value()), (&key[..], &value[..]));
+                    assert_eq!(d.expire_ms(), expire);
+                    assert_eq!(d.len(), key_len + value_len);
+                    let other = vec![b'w'; value_len];
+                    assert!(d.overwrite(&other, expire));
+                    assert_eq!((d.key(), d.value()), (&key[..], &other[..]));
+                    assert_eq!(d.expire_ms(), expire);
+                    // A different length or a new expiry needs a new block.
+                    assert!(!d.overwrite(&vec![b'x'; value_len + 1], expire));
+                    assert!(!d.overwrite(&other, if expire == 0 { 9 } else { 0 }));
+                    if let Some(v) = d.value_mut() {
+                        v.fill(b'z');
+                    }
+                    assert!(d.value().iter().all(|&b| b == b'z'));
+                }
+            }
+        }
     }
 }

@@ -153,6 +153,15 @@ fn family_options(f: Family, s: &RocksSettings, cache: &Cache) -> Options {
 }
 
 impl RocksWarm {
+    /// An integer property of RocksDB summed over the open families.
+    fn property_sum(&self, property: &str) -> u64 {
+        self.present
+            .iter()
+            .filter_map(|&f| self.cf(f))
+            .filter_map(|cf| self.db.property_int_value_cf(cf, property).ok().flatten())
+            .sum()
+    }
+
     /// Opens (or creates) the store in `dir`. A store of layout 1 opens with its old
     /// families beside the new ones, for the engine to migrate; old families left empty by
     /// a migration are dropped here.
@@ -523,20 +532,13 @@ impl WarmStore for RocksWarm {
     }
 
     fn memory_bytes(&self) -> u64 {
-        let family = |f: Family, property: &str| {
-            self.cf(f)
-                .and_then(|cf| self.db.property_int_value_cf(cf, property).ok().flatten())
-                .unwrap_or(0)
-        };
-        let tables: u64 = self
-            .present
-            .iter()
-            .map(|&f| {
-                family(f, "rocksdb.cur-size-all-mem-tables")
-                    + family(f, "rocksdb.estimate-table-readers-mem")
-            })
-            .sum();
-        tables + self.cache.get_usage() as u64
+        self.unflushed_bytes()
+            + self.property_sum("rocksdb.estimate-table-readers-mem")
+            + self.cache.get_usage() as u64
+    }
+
+    fn unflushed_bytes(&self) -> u64 {
+        self.property_sum("rocksdb.cur-size-all-mem-tables")
     }
 }
 

@@ -15,7 +15,7 @@ const HEAD_BYTES_MAX: usize = 4096;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn body(shared: &Shared) -> String {
-    let engine = shared.engine.stats();
+    let engine = shared.engine.stats_now();
     let server = shared.stats();
     let rows = engine.rows().into_iter().chain(server.rows());
     crate::metrics::render(&shared.metrics, rows)

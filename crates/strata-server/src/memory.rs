@@ -78,8 +78,10 @@ pub(crate) async fn govern(shared: Arc<Shared>, limit: u64) {
             shared.engine.set_hot_bytes_max(next);
         }
         if next < budget {
-            // What DRAM let go goes back to the operating system (glibc keeps freed memory
-            // in its heap otherwise, and the reading would not fall).
+            // What DRAM let go goes back to the operating system: glibc keeps freed memory
+            // in its heap otherwise, and the reading would not fall. (The `strata` binary
+            // allocates through jemalloc, which hands freed pages back within a second by
+            // itself; this call then finds glibc's heap empty.)
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             // SAFETY: malloc_trim only returns free heap pages; it has no preconditions.
             unsafe {

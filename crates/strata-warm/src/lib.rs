@@ -262,6 +262,11 @@ pub trait WarmStore: Send + Sync + 'static {
     fn memory_bytes(&self) -> u64 {
         0
     }
+    /// Of [`WarmStore::memory_bytes`], what writes not yet in the store's files hold (what
+    /// [`WarmStore::flush`] lets go).
+    fn unflushed_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The add merge rule of [`Family::Meta`]: the existing value and each operand are runs of

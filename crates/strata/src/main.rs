@@ -12,6 +12,18 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 
+/// jemalloc serves every allocation of the process, RocksDB's included (Redis's allocator:
+/// size classes close to small entries' sizes, and freed pages handed back to the system).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read when it starts: freed pages go back to the system within a
+/// second (by a background thread, not the threads serving clients), so `RssAnon`, which
+/// `maxmemory` bounds, follows what is in use.
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: &[u8; 85] =
+    b"background_thread:true,max_background_threads:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 /// Strata: a tiered key-value store for AI inference (DRAM → RocksDB → object store) that
 /// speaks the Redis protocol.
 ///

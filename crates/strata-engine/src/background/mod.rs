@@ -20,11 +20,52 @@ use crate::Result;
 const COLLECT_EVERY_ROUNDS: u64 = 30;
 /// A failing round is retried after twice the last wait, up to this long.
 const BACKOFF_MS_MAX: u64 = 30_000;
+/// After this many rounds in a row with no write to the warm store, its memtables are
+/// written out: they repeat what DRAM holds (write-back's settled values) or what the files
+/// will, and a quiet store then spends no memory on them.
+const QUIET_ROUNDS_BEFORE_FLUSH: u32 = 5;
+/// ... when they hold at least this much.
+const QUIET_FLUSH_BYTES_MIN: u64 = 1 << 20;
+
+/// How long the warm store has gone without a write, in rounds.
+struct Quiet {
+    sequence: u64,
+    rounds: u32,
+}
+
+impl Quiet {
+    /// Counts one round; writes the memtables out once the store has been quiet long
+    /// enough.
+    async fn round(&mut self, core: &Arc<Core>) -> Result<()> {
+        let sequence = core.warm.store.last_sequence();
+        if sequence != self.sequence {
+            *self = Quiet {
+                sequence,
+                rounds: 0,
+            };
+            return Ok(());
+        }
+        self.rounds = self.rounds.saturating_add(1);
+        if self.rounds < QUIET_ROUNDS_BEFORE_FLUSH
+            || core.warm.store.unflushed_bytes() < QUIET_FLUSH_BYTES_MIN
+        {
+            return Ok(());
+        }
+        let me = Arc::clone(core);
+        crate::offload::run("idle flush", move || me.warm.store.flush()).await??;
+        add(&core.counters.idle_flushes);
+        Ok(())
+    }
+}
 
 pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
     let interval_ms = core.settings.warm.background_interval_ms;
     let mut rounds = 0u64;
     let mut backoff_ms = interval_ms;
+    let mut quiet = Quiet {
+        sequence: core.warm.store.last_sequence(),
+        rounds: 0,
+    };
     loop {
         let wait = Duration::from_millis(backoff_ms.max(1));
         // While rounds fail, writes over budget do not wake it: the backoff holds.
@@ -38,7 +79,11 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
             return;
         }
         rounds += 1;
-        match round(&core, rounds % COLLECT_EVERY_ROUNDS == 1).await {
+        let done = match round(&core, rounds % COLLECT_EVERY_ROUNDS == 1).await {
+            Ok(_) => quiet.round(&core).await,
+            e => e.map(drop),
+        };
+        match done {
             Ok(_) => {
                 backoff_ms = interval_ms;
                 *core.background_error.lock() = None;

@@ -216,3 +216,33 @@ async fn rounds_run_on_request_beside_the_background_task_lose_no_segment() {
     assert!(engine.stats().cold_entries > 0, "nothing was demoted");
     engine.close().await.unwrap();
 }
+
+/// A warm store that has taken no write for a few background rounds writes its memtables
+/// out: what they held repeats the store's files (and DRAM), so a quiet store keeps no
+/// memory for them. The values stay readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_warm_store_writes_its_memtables_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.s.warm.warm_bytes_max = 1 << 30;
+    o.s.warm.durability = Durability::None;
+    o.s.warm.background_interval_ms = 20;
+    o.background = true;
+    let e = open(o).await.unwrap();
+    for i in 0..3000 {
+        put_i(&e, i).await.unwrap();
+    }
+    // Everything written to the warm store: 3 MiB of values in its memtables.
+    let before = e.stats();
+    assert!(before.warm_memory_bytes > 2 << 20, "{before:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while e.stats_now().idle_flushes == 0 {
+        assert!(Instant::now() < deadline, "no flush: {:?}", e.stats_now());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = e.stats_now();
+    // The block cache (1 MiB here) and the tables' readers are what is left.
+    assert!(after.warm_memory_bytes < 3 << 19, "{after:?}");
+    assert_read_back(&e, (0..3000).step_by(97), " after the flush").await;
+    e.close().await.unwrap();
+}

@@ -52,7 +52,7 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
     let all = want.iter().any(|w| w == "all" || w == "everything");
     let show = |s: &str| all || default && s != "commandstats" || want.iter().any(|w| w == s);
     let sh = ctx.shared;
-    let st = sh.engine.stats();
+    let st = sh.engine.stats_now();
     let server = sh.stats();
     let mut o = String::new();
     if show("server") {

@@ -15,7 +15,7 @@ pub(crate) async fn tier(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 /// `STRATA.STATS`: every figure of the engine, by name.
 pub(crate) async fn stats(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
-    let st = ctx.shared.engine.stats();
+    let st = ctx.shared.engine.stats_now();
     Reply::Map(
         st.rows()
             .into_iter()

@@ -156,7 +156,7 @@ fn metrics_and_healthz_are_served_over_http() {
     for want in [
         "strata_command_calls_total{cmd=\"get\"} 1",
         "strata_command_duration_seconds_bucket{cmd=\"set\",le=\"+Inf\"} 1",
-        "strata_tier_entries{tier=\"warm\"} 1",
+        "strata_tier_entries{tier=\"hot\"} 1",
         "strata_object_store_requests_total{op=\"get\"}",
         "strata_connected_clients 1",
         "strata_demotions_total",
