@@ -245,10 +245,11 @@ impl WriteBack {
     }
 
     /// Marks `key`'s value as held by the warm store (its records stay live until their
-    /// file is retired); DRAM keeps it as a copy. A value not logged yet gets a `SETTLED`
-    /// record instead: otherwise an older record of the key would be replayed over it.
-    fn mark_settled(&self, key: &Key) {
-        if self.hot.mark_clean(key.stored()) {
+    /// file is retired, unless `records_void`); DRAM keeps it as a copy. A value not logged
+    /// yet gets a `SETTLED` record (otherwise an older record of the key would be replayed
+    /// over it), as does every value with `records_void`: one record either way.
+    fn mark_settled(&self, key: &Key, records_void: bool) {
+        if self.hot.mark_clean(key.stored()) | records_void {
             self.log.append(OP_SETTLED, 0, 0, key.stored(), b"");
         }
     }
@@ -520,22 +521,25 @@ fn settle_dirty_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
     if wb.is_empty() {
         return Ok(());
     }
-    // Keys with entries, each once (a pipeline may name a key twice).
-    let mut held: Vec<&Key> = Vec::new();
+    // Keys with records, each once (a pipeline may name a key twice): those with a dirty
+    // value, and those whose value is settled already.
     let mut seen = std::collections::HashSet::new();
-    let mut dirty = Vec::new();
+    let (mut dirty, mut clean) = (Vec::new(), Vec::new());
     for &k in keys.iter().filter(|k| seen.insert(**k)) {
         if wb.has_records(k) {
-            held.push(k);
-            dirty.extend(wb.get(k).map(|d| (k, d)));
+            match wb.get(k) {
+                Some(d) => dirty.push((k, d)),
+                None => clean.push(k),
+            }
         }
     }
+    // The keys' earlier records are void from here on: a `SETTLED` record each (written
+    // with the dirty values'). Their slots stay set until their files are retired (other
+    // keys may share them).
     if !dirty.is_empty() {
-        write_dirty(core, &dirty)?;
+        write_dirty(core, &dirty, true)?;
     }
-    // The keys' earlier records are void from here on; their slots stay set until their
-    // files are retired (other keys may share them).
-    for k in held {
+    for k in clean {
         wb.log.append(OP_SETTLED, 0, 0, k.stored(), b"");
     }
     Ok(())
@@ -543,8 +547,8 @@ fn settle_dirty_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
 
 /// Writes the dirty values `items` to the warm store as one batch; their stripes are
 /// locked. Already acknowledged, they are not held to the hard limit, and DRAM keeps what
-/// it has.
-fn write_dirty(core: &Core, items: &[(&Key, Dirty)]) -> Result<()> {
+/// it has. With `records_void`, each key's log records are void (a `SETTLED` record).
+fn write_dirty(core: &Core, items: &[(&Key, Dirty)], records_void: bool) -> Result<()> {
     let keys: Vec<&Key> = items.iter().map(|(k, _)| *k).collect();
     let olds = core.lookup_many(&keys)?;
     let mut batch = core.warm.batch();
@@ -565,7 +569,7 @@ fn write_dirty(core: &Core, items: &[(&Key, Dirty)]) -> Result<()> {
     }
     commit_acknowledged(core, staged, batch, &d)?;
     for (k, _) in items {
-        core.writeback.mark_settled(k);
+        core.writeback.mark_settled(k, records_void);
     }
     Ok(())
 }
@@ -576,13 +580,17 @@ pub(crate) fn settle_all(core: &Core) -> Result<u64> {
     crate::live::fold_all(core)?;
     let mut written = 0;
     for keys in core.writeback.dirty_keys() {
-        written += settle_keys(core, &keys)?;
+        written += settle_keys(core, keys)?;
     }
     Ok(written)
 }
 
-/// Writes the dirty values of `keys` to the warm store, a chunk of keys per batch.
-fn settle_keys(core: &Core, keys: &[Key]) -> Result<u64> {
+/// Writes the dirty values of `keys` to the warm store, a chunk of keys per batch, in key
+/// order: RocksDB inserts a batch's keys into its memtable from where the last one went, so
+/// sorted keys skip most of the skiplist's search (at 1M random keys the search was 30% of
+/// the server's time).
+fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
+    keys.sort_unstable_by(|a, b| a.stored().cmp(b.stored()));
     let mut written = 0;
     for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
         let _locks = core.locks.lock_many(chunk.iter());
@@ -591,7 +599,7 @@ fn settle_keys(core: &Core, keys: &[Key]) -> Result<u64> {
             .filter_map(|k| Some((k, core.writeback.get(k)?)))
             .collect();
         if !items.is_empty() {
-            write_dirty(core, &items)?;
+            write_dirty(core, &items, false)?;
             written += items.len() as u64;
         }
     }
@@ -602,16 +610,11 @@ fn settle_keys(core: &Core, keys: &[Key]) -> Result<u64> {
 /// each DRAM shard's dirty values to the warm store; they stay in DRAM as copies. Their log
 /// records stay until a compaction retires their file. Returns how many values it wrote.
 pub(crate) fn settle_colder_half(core: &Core) -> Result<u64> {
-    let mut written = 0;
-    for shard in 0..core.hot.shard_count() {
-        let keys: Vec<Key> = core
-            .hot
-            .coldest_dirty_keys_in(shard, 0.5)
-            .iter()
-            .filter_map(|k| Key::from_stored(k).ok())
-            .collect();
-        written += settle_keys(core, &keys)?;
-    }
+    let keys: Vec<Key> = (0..core.hot.shard_count())
+        .flat_map(|shard| core.hot.coldest_dirty_keys_in(shard, 0.5))
+        .filter_map(|k| Key::from_stored(&k).ok())
+        .collect();
+    let written = settle_keys(core, keys)?;
     add(&core.counters.write_back_settles);
     Ok(written)
 }
@@ -748,7 +751,7 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
     }
     for chunk in apart.chunks(SETTLE_CHUNK_KEYS) {
         let items: Vec<(&Key, Dirty)> = chunk.iter().map(|(k, d)| (k, d.clone())).collect();
-        write_dirty(core, &items)?;
+        write_dirty(core, &items, false)?;
     }
     if let Err(e) = checkpoint(core) {
         // The values stay dirty, served from here; their files stay until a checkpoint
@@ -820,7 +823,8 @@ pub(crate) struct HotLog {
     /// Held while writing to the current file, and while switching files.
     file: Mutex<LogFile>,
     file_bytes: AtomicU64,
-    /// The generation of the file records go to now (`LogState::gen`, read without its lock).
+    /// The generation of the file records go to now. Changed only by a rotation, under the
+    /// state lock: a record pushed under that lock names the file it will be written to.
     gen: AtomicU64,
     /// Bytes of writes that left their records to the next tick (`durability = none`):
     /// every [`LOG_BUFFER_BYTES_MAX`] of them wake the task that writes the logs out, as
@@ -839,7 +843,6 @@ struct LogState {
     /// Bytes ever appended, and of those, taken out of `buf` to be written.
     appended: u64,
     taken: u64,
-    gen: u64,
 }
 
 struct LogFile {
@@ -864,7 +867,6 @@ impl HotLog {
                 buf: Vec::new(),
                 appended: 0,
                 taken: 0,
-                gen: 0,
             }),
             file: Mutex::new(LogFile {
                 file: File::open(dir).map_err(|e| io_error("open", dir, e))?,
@@ -876,8 +878,7 @@ impl HotLog {
         };
         let gen = log.files()?.last().map_or(0, |f| f.0) + 1;
         log.file.get_mut().file = log.create(gen)?;
-        log.state.get_mut().gen = gen;
-        log.gen.store(gen, Ordering::Release);
+        *log.gen.get_mut() = gen;
         Ok(log)
     }
 
@@ -926,7 +927,7 @@ impl HotLog {
         if before < LOG_BUFFER_BYTES_MAX && s.buf.len() >= LOG_BUFFER_BYTES_MAX {
             self.full.notify_one();
         }
-        (s.gen, s.buf.len())
+        (self.gen.load(Ordering::Relaxed), s.buf.len())
     }
 
     /// Counts `bytes` of a write whose record waits for the tick (see `deferred_bytes`).
@@ -998,13 +999,12 @@ impl HotLog {
     fn rotate(&self) -> Result<u64> {
         let mut f = self.file.lock();
         // Only a rotation changes the generation, and rotations hold the file lock.
-        let gen = self.state.lock().gen;
+        let gen = self.gen.load(Ordering::Acquire);
         let next = self.create(gen + 1)?;
         // Records appended from here on name the new file, and are written to it.
         let chunk = {
             let mut s = self.state.lock();
             s.taken = s.appended;
-            s.gen = gen + 1;
             self.gen.store(gen + 1, Ordering::Release);
             std::mem::take(&mut s.buf)
         };

@@ -179,6 +179,19 @@ fn error_line(e: &mlua::LuaString) -> String {
     }
 }
 
+/// `n` cast to an integer as Redis's C cast `(long long)` does on x86-64: truncated toward
+/// zero, and a number out of range (or NaN) becomes `i64::MIN` (the processor's "integer
+/// indefinite"), where Rust's cast would saturate. An `INCR` to `i64::MAX` returned
+/// through Lua is a double of 2^63: Redis answers `i64::MIN`.
+fn c_long_long(n: f64) -> i64 {
+    const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+    if (-TWO_TO_63..TWO_TO_63).contains(&n) {
+        n as i64
+    } else {
+        i64::MIN
+    }
+}
+
 /// A Lua value as Redis replies with it: numbers truncated to integers, strings as bulks,
 /// `{err=...}` and `{ok=...}` as error and status, other tables as arrays up to their
 /// first nil; in RESP2 true as 1 and false as nil, in RESP3 booleans, `{map=...}`,
@@ -186,7 +199,7 @@ fn error_line(e: &mlua::LuaString) -> String {
 pub(crate) fn to_reply(v: &Value, depth: usize, resp: u8) -> Reply {
     match v {
         Value::Integer(n) => Reply::Integer(*n),
-        Value::Number(n) => Reply::Integer(*n as i64),
+        Value::Number(n) => Reply::Integer(c_long_long(*n)),
         Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
         Value::Boolean(b) if resp == 3 => Reply::Bool(*b),
         Value::Boolean(true) => Reply::Integer(1),

@@ -104,6 +104,24 @@ fn call_arguments_convert_as_redis_converts_them() {
 fn values_convert_as_redis_converts_them() {
     let mut vm = Vm::new(control()).unwrap();
     assert_eq!(run(&mut vm, "return 3.99", &[], &[]), Reply::Integer(3));
+    assert_eq!(run(&mut vm, "return -3.99", &[], &[]), Reply::Integer(-3));
+    // Out of an integer's range, as C's cast on x86-64: the lowest integer, both ways.
+    for big in ["2^63", "-2^64", "1/0", "0/0"] {
+        let body = format!("return {big}");
+        assert_eq!(
+            run(&mut vm, &body, &[], &[]),
+            Reply::Integer(i64::MIN),
+            "{big}"
+        );
+    }
+    assert_eq!(
+        run(&mut vm, "return -2^63", &[], &[]),
+        Reply::Integer(i64::MIN)
+    );
+    assert_eq!(
+        run(&mut vm, "return 2^62", &[], &[]),
+        Reply::Integer(1 << 62)
+    );
     assert_eq!(run(&mut vm, "return true", &[], &[]), Reply::Integer(1));
     assert_eq!(run(&mut vm, "return false", &[], &[]), Reply::Null);
     assert_eq!(
