@@ -118,6 +118,7 @@ where
                     unblock: Arc::clone(&unblock),
                 },
             );
+            shared.clients_open.store(clients.len(), Ordering::Relaxed);
         }
         ok
     };
@@ -213,9 +214,11 @@ where
             let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
             break 'conn;
         }
-        if !out.is_empty() {
+        if !out.is_empty() && shared.clients_open.load(Ordering::Relaxed) > 1 {
             // Other connections' requests that arrived with this one run before the replies
             // go out, so replies leave in a burst, as Redis writes them before it sleeps.
+            // A lone client has no one to wait for: the turn through the scheduler (which
+            // polls the I/O driver once more) cost it 3-6% of its requests per second.
             tokio::task::yield_now().await;
         }
         if !out.is_empty()
@@ -284,7 +287,11 @@ where
     }
     shared.watches.unwatch(&mut conn.watched);
     shared.engine.end_stream(id);
-    shared.clients.lock().remove(&id);
+    {
+        let mut clients = shared.clients.lock();
+        clients.remove(&id);
+        shared.clients_open.store(clients.len(), Ordering::Relaxed);
+    }
 }
 
 /// Takes the gate for reading, or, while a script runs past the busy threshold, answers

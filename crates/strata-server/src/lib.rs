@@ -215,6 +215,7 @@ impl Server {
                 engine,
                 cfg: RwLock::new(cfg),
                 clients: Mutex::new(HashMap::new()),
+                clients_open: Default::default(),
                 next_client_id: AtomicU64::new(1),
                 gate: tokio::sync::RwLock::new(()),
                 watches: watch::WatchRegistry::default(),

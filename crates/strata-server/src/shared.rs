@@ -2,7 +2,7 @@
 //! that makes `EXEC` atomic, `WATCH` versions, and the server's own figures.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -77,6 +77,9 @@ pub(crate) struct Shared {
     pub(crate) engine: Engine,
     pub(crate) cfg: RwLock<ServerConfig>,
     pub(crate) clients: Mutex<HashMap<u64, ClientEntry>>,
+    /// `clients.len()`, read without the lock (a connection reads it per reply); stored
+    /// only with `clients` locked, right after a change.
+    pub(crate) clients_open: AtomicUsize,
     pub(crate) next_client_id: AtomicU64,
     /// Every command runs holding this for reading; `EXEC` and other commands that must
     /// appear atomic hold it for writing.
@@ -115,7 +118,7 @@ impl Shared {
     pub(crate) fn stats(&self) -> ServerStats {
         let mut s = ServerStats::default();
         self.counters.load_into(&mut s);
-        s.connected_clients = self.clients.lock().len() as u64;
+        s.connected_clients = self.clients_open.load(Ordering::Relaxed) as u64;
         if let Some(c) = &self.cluster {
             crate::cmd::cluster_figures(c, &mut s);
         }
