@@ -13,13 +13,39 @@ use std::time::Duration;
 use crate::shared::Shared;
 
 /// How often the task looks.
-const PERIOD: Duration = Duration::from_millis(200);
+const PERIOD: Duration = Duration::from_millis(100);
+/// DRAM's budget falls once the process holds more than the limit less this share of it:
+/// a burst of writes between two readings then overshoots into the margin, not past the
+/// limit (jemalloc's size classes round a 1 KiB value up to 1280 bytes, so the process
+/// holds more per budgeted byte than the budget says).
+const AIM_BELOW_FRACTION: f64 = 0.04;
 /// DRAM's budget grows back only while the process holds less than the limit by this share
 /// of it (so the budget does not swing around the limit).
-const HEADROOM_FRACTION: f64 = 0.05;
+const HEADROOM_FRACTION: f64 = 0.09;
 /// DRAM's budget never goes below this share of `hot_bytes_max`: past that, what holds the
 /// memory is not DRAM, and emptying it would not help.
 const FLOOR_FRACTION: u64 = 8;
+
+/// How the process hands freed memory back to the system when DRAM's budget falls: set
+/// once by the binary, which chooses the allocator; glibc's `malloc_trim` if unset.
+static RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets how freed memory goes back to the system (see `RELEASE`); the first call wins.
+pub fn set_memory_release(release: fn()) {
+    let _ = RELEASE.set(release);
+}
+
+/// Hands what the process freed back to the system, so `RssAnon` falls with it.
+fn release_freed() {
+    if let Some(release) = RELEASE.get() {
+        return release();
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// Anonymous resident memory of this process, in bytes (0 where `/proc` cannot tell).
 pub(crate) fn rss_anon_bytes() -> u64 {
@@ -49,8 +75,9 @@ fn rss_anon_in(path: &str) -> u64 {
 /// DRAM's budget at most `cap`.
 pub(crate) fn next_budget(budget: u64, rss: u64, limit: u64, cap: u64) -> u64 {
     let floor = cap / FLOOR_FRACTION;
-    if rss > limit {
-        return budget.saturating_sub(rss - limit).max(floor);
+    let high = limit - (limit as f64 * AIM_BELOW_FRACTION) as u64;
+    if rss > high {
+        return budget.saturating_sub(rss - high).max(floor);
     }
     let target = limit - (limit as f64 * HEADROOM_FRACTION) as u64;
     if rss < target {
@@ -78,15 +105,9 @@ pub(crate) async fn govern(shared: Arc<Shared>, limit: u64) {
             shared.engine.set_hot_bytes_max(next);
         }
         if next < budget {
-            // What DRAM let go goes back to the operating system: glibc keeps freed memory
-            // in its heap otherwise, and the reading would not fall. (The `strata` binary
-            // allocates through jemalloc, which hands freed pages back within a second by
-            // itself; this call then finds glibc's heap empty.)
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim only returns free heap pages; it has no preconditions.
-            unsafe {
-                libc::malloc_trim(0);
-            }
+            // What DRAM let go goes back to the operating system now: allocators keep
+            // freed pages a while otherwise, and the reading would not fall.
+            release_freed();
         }
     }
 }
@@ -98,14 +119,15 @@ mod tests {
     #[test]
     fn the_budget_falls_by_the_excess_and_grows_back_with_room() {
         let (limit, cap) = (1000, 800);
-        // Over the limit by 100: the budget gives up 100.
-        assert_eq!(next_budget(600, 1100, limit, cap), 500);
+        // Over the aim (960) by 140: the budget gives up 140.
+        assert_eq!(next_budget(600, 1100, limit, cap), 460);
+        assert_eq!(next_budget(600, 970, limit, cap), 590);
         // Never below the floor.
         assert_eq!(next_budget(150, 2000, limit, cap), 100);
-        // Within the headroom: unchanged.
-        assert_eq!(next_budget(600, 980, limit, cap), 600);
+        // Between the headroom (910) and the aim: unchanged.
+        assert_eq!(next_budget(600, 930, limit, cap), 600);
         // Room: half of it, up to the cap.
-        assert_eq!(next_budget(600, 750, limit, cap), 700);
+        assert_eq!(next_budget(600, 750, limit, cap), 680);
         assert_eq!(next_budget(790, 0, limit, cap), 800);
     }
 }

@@ -155,7 +155,25 @@ fn load_config(cli: &Cli) -> Result<Config> {
     Config::load(cli.config.as_ref(), &env, &overrides)
 }
 
+/// Hands every jemalloc arena's freed pages back to the system now (the memory governor
+/// calls it when it lowers DRAM's budget; otherwise they go within a second).
+fn purge_freed_pages() {
+    // `MALLCTL_ARENAS_ALL` is 4096.
+    let name = b"arena.4096.purge\0";
+    // SAFETY: a purge takes no input or output buffers; the name is NUL-terminated.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+    }
+}
+
 fn main() {
+    strata_server::set_memory_release(purge_freed_pages);
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("strata: {e:#}");
