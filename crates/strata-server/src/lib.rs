@@ -340,7 +340,7 @@ impl Server {
     }
 
     pub fn connected_clients(&self) -> usize {
-        self.shared.clients.lock().len()
+        self.shared.clients_open.load(Ordering::Relaxed)
     }
 
     pub fn total_commands(&self) -> u64 {
