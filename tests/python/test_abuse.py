@@ -149,6 +149,45 @@ def test_slowloris_client_is_cut_off():
         p.stop()
 
 
+def test_a_large_value_arriving_in_pieces_is_read_whole_or_cut_off_when_it_stalls():
+    """A value past 32 KiB is read into room of its own size once its header is in, with the
+    request's earlier arguments held apart from the input buffer: it must come out whole,
+    and a request stalled inside it still counts as a partial request."""
+    p = StrataProcess({"client_request_timeout": 2})
+    try:
+        value = bytes(range(256)) * 400  # 100 KiB
+        request = (b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$%d\r\n" % len(value) + value
+                   + b"\r\n$1\r\nb\r\n$%d\r\n" % len(value) + value[::-1] + b"\r\n")
+        s = socket.create_connection(("127.0.0.1", p.port))
+        for i in range(0, len(request), 7001):
+            s.sendall(request[i:i + 7001])
+            time.sleep(0.01)
+        s.settimeout(5)
+        assert s.recv(64) == b"+OK\r\n"
+        c = p.client()
+        assert c.get("a") == value and c.get("b") == value[::-1]
+        # Stalled inside a large value, and stalled after one (all the server has read is
+        # then held apart, its buffer empty): cut off either way, nothing written.
+        stalls = [
+            [b"*3\r\n$3\r\nSET\r\n$5\r\nstall\r\n$%d\r\n" % len(value) + value[:1000]],
+            [b"*5\r\n$4\r\nMSET\r\n$5\r\nstall\r\n$%d\r\n" % len(value) + value[:1000],
+             value[1000:] + b"\r\n"],
+        ]
+        for n, pieces in enumerate(stalls, 1):
+            s = socket.create_connection(("127.0.0.1", p.port))
+            start = time.time()
+            for piece in pieces:
+                s.sendall(piece)
+                time.sleep(0.2)
+            reply = recv_until_closed(s, timeout=8)
+            assert b"request not completed within 2 seconds" in reply, (n, reply)
+            assert time.time() - start < 6
+            assert c.get("stall") is None
+            assert p.info()["clients_cut_off_slow_request"] == n
+    finally:
+        p.stop()
+
+
 def test_client_that_never_reads_is_cut_off_with_memory_bounded():
     p = StrataProcess({"client_write_timeout": 2})
     try:

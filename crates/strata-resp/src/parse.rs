@@ -81,25 +81,65 @@ fn parse_multibulk(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    let Some((count, pos)) = multibulk_header(buf, limits)? else {
+        return Ok(None);
+    };
+    match scan_bulks(buf, pos, count, limits)? {
+        Scan::Whole { end, spans } => Ok(Some(cut(buf, end, &spans))),
+        Scan::Short { .. } => Ok(None),
+    }
+}
+
+/// The count of a multibulk request at the front of `buf` and where its first bulk starts;
+/// `None` while the header line is incomplete.
+fn multibulk_header(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, ProtocolError> {
     let Some(end) = line_end(buf, 0) else {
         if buf.len() > limits.inline_bytes_max {
             return err("too big mbulk count string");
         }
         return Ok(None);
     };
-    let count = match parse_len(&buf[1..end]) {
-        Some(n) if n <= limits.arg_count_max as i64 => n,
-        _ => return err("invalid multibulk length"),
-    };
-    if count <= 0 {
-        let _ = buf.split_to(end + 2);
-        return Ok(Some(Vec::new()));
+    match parse_len(&buf[1..end]) {
+        Some(n) if n <= limits.arg_count_max as i64 => Ok(Some((n.max(0) as usize, end + 2))),
+        _ => err("invalid multibulk length"),
     }
-    let mut pos = end + 2;
-    let mut spans = Vec::with_capacity(count.min(1024) as usize);
+}
+
+/// What [`scan_bulks`] found.
+enum Scan {
+    /// All the bulks are there; the request ends at `end`.
+    Whole {
+        end: usize,
+        spans: Vec<(usize, usize)>,
+    },
+    /// The bulks in `spans` are whole and end at `end`; the next one is not. `wanted`: the
+    /// bytes still missing of that next bulk, when its header is there and it is large
+    /// (0 otherwise).
+    Short {
+        end: usize,
+        spans: Vec<(usize, usize)>,
+        wanted: usize,
+    },
+}
+
+/// Reads up to `count` bulks (`$len\r\n` and the body) from `pos` on.
+fn scan_bulks(
+    buf: &[u8],
+    mut pos: usize,
+    count: usize,
+    limits: &Limits,
+) -> Result<Scan, ProtocolError> {
+    let mut spans = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
+        let short = |spans, wanted| {
+            Ok(Scan::Short {
+                end: pos,
+                spans,
+                wanted,
+            })
+        };
         if pos >= buf.len() {
-            return Ok(None);
+            return short(spans, 0);
         }
         if buf[pos] != b'$' {
             return err(format!("expected '$', got '{}'", buf[pos] as char));
@@ -108,7 +148,7 @@ fn parse_multibulk(
             if buf.len() - pos > limits.inline_bytes_max {
                 return err("too big bulk count string");
             }
-            return Ok(None);
+            return short(spans, 0);
         };
         let len = match parse_len(&buf[pos + 1..end]) {
             Some(n) if n >= 0 && n as usize <= limits.bulk_bytes_max => n as usize,
@@ -116,7 +156,12 @@ fn parse_multibulk(
         };
         let start = end + 2;
         if buf.len() < start + len + 2 {
-            return Ok(None);
+            let wanted = if len >= LARGE_ARG_BYTES {
+                start + len + 2 - buf.len()
+            } else {
+                0
+            };
+            return short(spans, wanted);
         }
         if &buf[start + len..start + len + 2] != b"\r\n" {
             return err("bulk string not terminated by CRLF");
@@ -124,13 +169,104 @@ fn parse_multibulk(
         spans.push((start, len));
         pos = start + len + 2;
     }
-    let frame = buf.split_to(pos).freeze();
-    Ok(Some(
-        spans
-            .into_iter()
-            .map(|(s, l)| frame.slice(s..s + l))
-            .collect(),
-    ))
+    Ok(Scan::Whole { end: pos, spans })
+}
+
+/// Takes `buf`'s first `end` bytes off and returns the `spans` of them as arguments
+/// (slices of one frozen frame: no copies).
+fn cut(buf: &mut BytesMut, end: usize, spans: &[(usize, usize)]) -> Vec<Bytes> {
+    let frame = buf.split_to(end).freeze();
+    spans.iter().map(|&(s, l)| frame.slice(s..s + l)).collect()
+}
+
+/// An argument at least this long is read into a buffer of its own size (Redis's
+/// `PROTO_MBULK_BIG_ARG`): see [`RequestReader`].
+pub const LARGE_ARG_BYTES: usize = 32 << 10;
+
+/// Reads requests from a connection's buffer as [`parse_request`] does, and keeps a request
+/// whose large argument is still arriving apart from the buffer: the arguments already
+/// whole are taken out, so the buffer holds only the rest, and [`RequestReader::wanted`]
+/// says how many bytes the large argument still needs. A caller that makes that much room
+/// before reading has the argument read straight into a buffer of its size, as Redis does,
+/// instead of into one that doubles (a copy and fresh pages each time) as it fills.
+#[derive(Debug, Default)]
+pub struct RequestReader {
+    /// The whole arguments of the request being read.
+    args: Vec<Bytes>,
+    /// Its arguments still to come (0: no request is held).
+    left: usize,
+    /// What the large argument being read still needs.
+    wanted: usize,
+    /// Bytes in `args`.
+    held: usize,
+}
+
+impl RequestReader {
+    /// The next whole request, or `None` when more bytes are needed.
+    pub fn next(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        self.wanted = 0;
+        if self.left == 0 {
+            if buf.first() != Some(&b'*') {
+                return parse_request(buf, limits);
+            }
+            let Some((count, pos)) = multibulk_header(buf, limits)? else {
+                return Ok(None);
+            };
+            if count == 0 {
+                let _ = buf.split_to(pos);
+                return Ok(Some(Vec::new()));
+            }
+            return self.scan(buf, pos, count, limits);
+        }
+        self.scan(buf, 0, self.left, limits)
+    }
+
+    fn scan(
+        &mut self,
+        buf: &mut BytesMut,
+        pos: usize,
+        count: usize,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        match scan_bulks(buf, pos, count, limits)? {
+            Scan::Whole { end, spans } => {
+                let mut args = std::mem::take(&mut self.args);
+                args.extend(cut(buf, end, &spans));
+                (self.left, self.held) = (0, 0);
+                Ok(Some(args))
+            }
+            Scan::Short { end, spans, wanted } => {
+                if wanted > 0 || self.left > 0 {
+                    // Hold what is whole (and the request's header) apart from the buffer.
+                    self.left = count - spans.len();
+                    self.held += spans.iter().map(|s| s.1).sum::<usize>();
+                    self.args.extend(cut(buf, end, &spans));
+                    self.wanted = wanted;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Bytes the large argument being read still needs beyond what the buffer holds (0
+    /// when none is being read).
+    pub fn wanted(&self) -> usize {
+        self.wanted
+    }
+
+    /// Whether part of a request is held here (the buffer may be empty meanwhile).
+    pub fn is_pending(&self) -> bool {
+        self.left > 0
+    }
+
+    /// Bytes of arguments held here, for the query buffer's limit.
+    pub fn held_bytes(&self) -> usize {
+        self.held
+    }
 }
 
 fn parse_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
@@ -285,6 +421,85 @@ mod tests {
         assert_eq!(
             parse_request(&mut buf, &limits).unwrap_err().0,
             "invalid bulk length"
+        );
+    }
+
+    /// Feeds `input` to a reader `step` bytes at a time, making room as a connection does.
+    fn read_in_steps(input: &[u8], step: usize) -> Vec<Vec<Bytes>> {
+        let (mut reader, mut buf, mut out) = (RequestReader::default(), BytesMut::new(), vec![]);
+        for piece in input.chunks(step) {
+            if reader.wanted() > buf.capacity() - buf.len() {
+                buf.reserve(reader.wanted());
+            }
+            buf.extend_from_slice(piece);
+            while let Some(r) = reader.next(&mut buf, &Limits::default()).unwrap() {
+                out.push(r);
+            }
+        }
+        assert!(!reader.is_pending() && buf.is_empty());
+        out
+    }
+
+    #[test]
+    fn a_reader_gives_the_same_requests_at_every_split() {
+        let big = vec![b'v'; LARGE_ARG_BYTES + 5];
+        let mut input = Vec::new();
+        for args in [
+            vec![&b"SET"[..], b"k", &big],
+            vec![b"PING"],
+            vec![b"MSET", b"a", &big, b"b", &big, b"c", b"1"],
+            vec![],
+        ] {
+            input.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                input.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                input.extend_from_slice(a);
+                input.extend_from_slice(b"\r\n");
+            }
+        }
+        input.extend_from_slice(b"PING\r\n");
+        let want = parse_all(&input).unwrap();
+        assert_eq!(want.len(), 5);
+        for step in [1, 2, 3, 7, 100, 4096, LARGE_ARG_BYTES - 1, input.len()] {
+            assert_eq!(read_in_steps(&input, step), want, "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_large_argument_is_read_into_room_of_its_own_size() {
+        let mut reader = RequestReader::default();
+        let n = LARGE_ARG_BYTES * 4;
+        let mut buf =
+            BytesMut::from(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${n}\r\nab").as_bytes());
+        assert_eq!(reader.next(&mut buf, &Limits::default()).unwrap(), None);
+        assert!(reader.is_pending());
+        assert_eq!(reader.held_bytes(), 4, "SET and k are held apart");
+        assert_eq!(
+            reader.wanted(),
+            n - 2 + 2,
+            "the value's missing bytes and its CRLF"
+        );
+        buf.reserve(reader.wanted());
+        let at = buf.as_ptr() as usize;
+        buf.extend_from_slice(&vec![b'x'; n - 2]);
+        buf.extend_from_slice(b"\r\n");
+        assert_eq!(buf.as_ptr() as usize, at, "no move while the value arrived");
+        let r = reader.next(&mut buf, &Limits::default()).unwrap().unwrap();
+        assert_eq!((r.len(), r[2].len()), (3, n));
+        assert!(!reader.is_pending() && reader.wanted() == 0 && reader.held_bytes() == 0);
+    }
+
+    #[test]
+    fn a_reader_keeps_the_protocol_errors() {
+        let mut reader = RequestReader::default();
+        let mut buf =
+            BytesMut::from(format!("*2\r\n$3\r\nSET\r\n${}\r\n", LARGE_ARG_BYTES).as_bytes());
+        assert_eq!(reader.next(&mut buf, &Limits::default()).unwrap(), None);
+        buf.extend_from_slice(&vec![b'x'; LARGE_ARG_BYTES]);
+        buf.extend_from_slice(b"XX");
+        assert_eq!(
+            reader.next(&mut buf, &Limits::default()).unwrap_err().0,
+            "bulk string not terminated by CRLF"
         );
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use strata_engine::Ticket;
-use strata_resp::{parse_request, Limits, Reply, ReplyBuf};
+use strata_resp::{Limits, Reply, ReplyBuf, RequestReader};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 
 use crate::session::{Conn, Peer};
@@ -141,6 +141,7 @@ where
     conn.unblock = unblock;
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
+    let mut reader = RequestReader::default();
     let mut out = ReplyBuf::new(2);
     let mut last_activity = Instant::now();
     // When the first byte of a request that has not fully arrived was read.
@@ -169,7 +170,7 @@ where
         let mut protocol_error = None;
         let mut more_buffered = false;
         while batch.len() < BATCH_COUNT_MAX {
-            match parse_request(&mut inbuf, &limits) {
+            match reader.next(&mut inbuf, &limits) {
                 Ok(Some(args)) => {
                     batch.push(args);
                     more_buffered = batch.len() == BATCH_COUNT_MAX;
@@ -234,14 +235,14 @@ where
         if more_buffered {
             continue;
         }
-        if inbuf.len() > query_limit {
+        if inbuf.len() + reader.held_bytes() > query_limit {
             out.push(&Reply::err(
                 "ERR query buffer limit exceeded; closing connection",
             ));
             let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
             break 'conn;
         }
-        partial_since = if inbuf.is_empty() {
+        partial_since = if inbuf.is_empty() && !reader.is_pending() {
             None
         } else {
             Some(partial_since.unwrap_or_else(Instant::now))
@@ -261,10 +262,14 @@ where
                 break 'conn;
             }
         }
-        if inbuf.capacity() - inbuf.len() < 8 << 10 {
-            // Grow by at least what is buffered (a large value arriving doubles the buffer
-            // a few times instead of moving it once per 64 KiB); the query buffer limit above
-            // bounds it.
+        let spare = inbuf.capacity() - inbuf.len();
+        if reader.wanted() > spare {
+            // A large argument is arriving: room for exactly the rest of it, so it is read
+            // in place (the request's other arguments are held apart by the reader, so only
+            // this argument's first bytes move). Its size passed the bulk limit.
+            inbuf.reserve(reader.wanted());
+        } else if spare < 8 << 10 {
+            // Grow by at least what is buffered; the query buffer limit above bounds it.
             inbuf.reserve((64 << 10).max(inbuf.len()));
         }
         tokio::select! {
