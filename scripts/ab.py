@@ -185,6 +185,8 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
         args += ["MGET"] + ["key:__rand_int__"] * 10
     elif test == "mget100":
         args += ["MGET"] + ["key:__rand_int__"] * 100
+    elif test == "getmiss":
+        args += ["GET", "absent:__rand_int__"]
     else:
         args += ["-t", "set" if test == "setwide" else test]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600).stdout
@@ -197,11 +199,12 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
 
 def redis_rows(quick):
     """(durability, test, value bytes, clients, pipeline). `mget100` reads 100 keys;
-    `setwide` writes over 10,000,000 keys (beyond what coalescing absorbs)."""
+    `setwide` writes over 10,000,000 keys (beyond what coalescing absorbs); `getmiss` reads
+    keys no one wrote (a cache's misses)."""
     rows = []
-    for test in ["set", "get", "incr", "mget", "mget100", "setwide"]:
+    for test in ["set", "get", "getmiss", "incr", "mget", "mget100", "setwide"]:
         for size in [3, 1024]:
-            if test in ("incr", "setwide") and size != 3:
+            if test in ("incr", "setwide", "getmiss") and size != 3:
                 continue
             for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
                 if test == "setwide" and (clients, pipeline) != (50, 16):

@@ -122,6 +122,7 @@ impl Engine {
         let warm_tier = Warm::new(Arc::clone(&warm));
         crate::migrate::to_current(&warm_tier)?;
         crate::migrate::check_key_slots(&warm_tier, settings.key_slots)?;
+        warm_tier.load_cold_may_hold()?;
         let v = &settings.vlog;
         let vlog = Arc::new(ValueLog::open(
             &data_dir.join("vlog"),

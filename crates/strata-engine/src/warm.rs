@@ -11,7 +11,7 @@
 //! Invariant: a key is in at most one of `Records` and `Cold`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -173,11 +173,21 @@ pub(crate) struct Warm {
     db_keys: Box<[AtomicI64]>,
     /// The database map in memory (see [`DB_MAP`]).
     db_map: Box<[std::sync::atomic::AtomicU8]>,
+    /// Whether the cold index may hold an entry: false only while it has held none since
+    /// the store opened empty of them, so a key missing from the records is then missing,
+    /// with no read of the index (most look-ups of absent keys on a store that never
+    /// demoted). Set before the batch that adds the first entry is written, so a look-up
+    /// that sees that batch's removal of a record also sees the flag.
+    cold_may_hold: AtomicBool,
 }
 
 /// A batch of changes to the warm tier, in the engine's terms, with the key count each
 /// database gains or loses by it.
-pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally);
+pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally, ColdPuts);
+
+/// Whether a batch puts entries into the cold index (see [`Warm::cold_may_hold`]).
+#[derive(Default)]
+struct ColdPuts(bool);
 
 /// Keys added (positive) or removed per database in one batch; a batch of one database
 /// needs no allocation.
@@ -238,6 +248,7 @@ impl Batch {
         self.0.delete(Family::Records, key.stored());
     }
     pub(crate) fn put_cold(&mut self, key: &Key, r: &BlockRef) {
+        self.2 .0 = true;
         self.0.put(Family::Cold, key.stored(), &r.encode());
     }
     pub(crate) fn delete_cold(&mut self, key: &Key) {
@@ -321,6 +332,7 @@ impl Batch {
     }
     /// Copies a raw entry (the layout migration).
     pub(crate) fn put_raw(&mut self, family: Family, key: &[u8], value: &[u8]) {
+        self.2 .0 |= family == Family::Cold;
         self.0.put(family, key, value);
     }
     pub(crate) fn is_empty(&self) -> bool {
@@ -336,11 +348,22 @@ impl Warm {
             db_map: (0..DB_COUNT)
                 .map(|i| std::sync::atomic::AtomicU8::new(i as u8))
                 .collect(),
+            cold_may_hold: AtomicBool::new(true),
         }
     }
 
     pub(crate) fn batch(&self) -> Batch {
-        Batch(self.store.batch(), KeyTally::default())
+        Batch(self.store.batch(), KeyTally::default(), ColdPuts::default())
+    }
+
+    /// Looks whether the cold index holds any entry (once, at open, after any migration).
+    pub(crate) fn load_cold_may_hold(&self) -> Result<()> {
+        let mut c = self.cursor(Family::Cold, Bounds::all(), None);
+        c.seek_to_first();
+        let any = c.valid();
+        c.status()?;
+        self.cold_may_hold.store(any, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Reads each database's key count. A store written before counts were kept has none:
@@ -421,9 +444,12 @@ impl Warm {
     }
 
     pub(crate) fn write(&self, b: Batch, sync: bool) -> Result<()> {
-        let Batch(mut inner, tally) = b;
+        let Batch(mut inner, tally, cold_puts) = b;
         for (db, n) in tally.iter() {
             inner.merge(Family::Meta, &db_keys_key(db), &n.to_le_bytes());
+        }
+        if cold_puts.0 {
+            self.cold_may_hold.store(true, Ordering::SeqCst);
         }
         self.store.write(inner, sync)?;
         if tally.reset {
@@ -448,6 +474,9 @@ impl Warm {
 
     /// The cold index entry of `key`.
     pub(crate) fn cold_ref(&self, key: &Key) -> Result<Option<BlockRef>> {
+        if !self.cold_may_hold.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
         match self.store.get(Family::Cold, key.stored())? {
             Some(b) => Ok(Some(BlockRef::decode(&b)?)),
             None => Ok(None),
@@ -466,6 +495,9 @@ impl Warm {
 
     /// The cold index entries of many keys, in their order.
     pub(crate) fn cold_refs(&self, keys: &[&Key]) -> Vec<Result<Option<BlockRef>>> {
+        if !self.cold_may_hold.load(Ordering::SeqCst) {
+            return keys.iter().map(|_| Ok(None)).collect();
+        }
         let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
         self.store
             .multi_get(Family::Cold, &stored)

@@ -42,13 +42,25 @@ fn err<T>(m: impl Into<String>) -> Result<T, ProtocolError> {
 
 /// Finds the end of the line starting at `from`: the index of its `\r`.
 fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    buf[from..]
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .map(|p| from + p)
+    let mut at = from;
+    loop {
+        at += buf.get(at..)?.iter().position(|&b| b == b'\r')?;
+        if *buf.get(at + 1)? == b'\n' {
+            return Some(at);
+        }
+        at += 1;
+    }
 }
 
 fn parse_len(bytes: &[u8]) -> Option<i64> {
+    // Most lengths: a few digits, read in one pass; anything else as `str::parse` reads it.
+    if !bytes.is_empty() && bytes.len() <= 18 && bytes.iter().all(u8::is_ascii_digit) {
+        return Some(
+            bytes
+                .iter()
+                .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0')),
+        );
+    }
     let s = std::str::from_utf8(bytes).ok()?;
     if s.is_empty() || s.starts_with('+') {
         return None;
@@ -501,6 +513,28 @@ mod tests {
             reader.next(&mut buf, &Limits::default()).unwrap_err().0,
             "bulk string not terminated by CRLF"
         );
+    }
+
+    #[test]
+    fn lengths_and_line_ends_read_as_before() {
+        for (text, want) in [
+            (&b"5"[..], Some(5)),
+            (b"007", Some(7)),
+            (b"-1", Some(-1)),
+            (b"999999999999999999", Some(999_999_999_999_999_999)),
+            (b"9223372036854775807", Some(i64::MAX)),
+            (b"9223372036854775808", None),
+            (b"", None),
+            (b"+5", None),
+            (b" 5", None),
+            (b"5x", None),
+        ] {
+            assert_eq!(parse_len(text), want, "{text:?}");
+        }
+        assert_eq!(line_end(b"ab\rc\r\nd", 0), Some(4));
+        assert_eq!(line_end(b"ab\r", 0), None);
+        assert_eq!(line_end(b"\r\n\r\n", 1), Some(2));
+        assert_eq!(line_end(b"x\r\n", 3), None);
     }
 
     #[test]
