@@ -7,7 +7,8 @@ compares), reported per row as new/old ratios of the medians.
   core 0 and the client to core 1 (`taskset`), the rows of `strata-bench redis` (SET, GET,
   INCR, MGET of 10 keys; 3 B and 1 KiB values; 50 clients -P 1 and -P 16, one client -P 1;
   `durability=none`) and of `strata-bench redis --durable` (SET, INCR with the default
-  `durability=group`; 50 clients and one, -P 1 and -P 16); rows of the data types, and
+  `durability=group`; 50 clients and one, -P 1 and -P 16); `getmiss` (GETs of keys no one
+  wrote), `mget100`, `setwide` (SETs over 10,000,000 keys); rows of the data types, and
   `evalsha1`/`evalsha10`/`evalsha100` (EVALSHA of a script making 1, 10, 100 INCRs);
 - kvcache: `strata-bench kvcache` (the new harness) with `--strata OLD` and `--strata NEW`:
   the Strata rows (write and read GiB/s, read p50/p99);
