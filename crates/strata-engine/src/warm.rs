@@ -182,12 +182,9 @@ pub(crate) struct Warm {
 }
 
 /// A batch of changes to the warm tier, in the engine's terms, with the key count each
-/// database gains or loses by it.
-pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally, ColdPuts);
-
-/// Whether a batch puts entries into the cold index (see [`Warm::cold_may_hold`]).
-#[derive(Default)]
-struct ColdPuts(bool);
+/// database gains or loses by it, and whether it puts entries into the cold index (see
+/// [`Warm::cold_may_hold`]).
+pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally, bool);
 
 /// Keys added (positive) or removed per database in one batch; a batch of one database
 /// needs no allocation.
@@ -248,7 +245,7 @@ impl Batch {
         self.0.delete(Family::Records, key.stored());
     }
     pub(crate) fn put_cold(&mut self, key: &Key, r: &BlockRef) {
-        self.2 .0 = true;
+        self.2 = true;
         self.0.put(Family::Cold, key.stored(), &r.encode());
     }
     pub(crate) fn delete_cold(&mut self, key: &Key) {
@@ -332,7 +329,7 @@ impl Batch {
     }
     /// Copies a raw entry (the layout migration).
     pub(crate) fn put_raw(&mut self, family: Family, key: &[u8], value: &[u8]) {
-        self.2 .0 |= family == Family::Cold;
+        self.2 |= family == Family::Cold;
         self.0.put(family, key, value);
     }
     pub(crate) fn is_empty(&self) -> bool {
@@ -353,7 +350,7 @@ impl Warm {
     }
 
     pub(crate) fn batch(&self) -> Batch {
-        Batch(self.store.batch(), KeyTally::default(), ColdPuts::default())
+        Batch(self.store.batch(), KeyTally::default(), false)
     }
 
     /// Looks whether the cold index holds any entry (once, at open, after any migration).
@@ -448,7 +445,7 @@ impl Warm {
         for (db, n) in tally.iter() {
             inner.merge(Family::Meta, &db_keys_key(db), &n.to_le_bytes());
         }
-        if cold_puts.0 {
+        if cold_puts {
             self.cold_may_hold.store(true, Ordering::SeqCst);
         }
         self.store.write(inner, sync)?;

@@ -228,10 +228,6 @@ impl RequestReader {
             let Some((count, pos)) = multibulk_header(buf, limits)? else {
                 return Ok(None);
             };
-            if count == 0 {
-                let _ = buf.split_to(pos);
-                return Ok(Some(Vec::new()));
-            }
             return self.scan(buf, pos, count, limits);
         }
         self.scan(buf, 0, self.left, limits)

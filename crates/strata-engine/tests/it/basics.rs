@@ -1244,13 +1244,8 @@ async fn reads_racing_cold_values_returning_to_the_warm_tier_always_find_them() 
                 let (engine, keys) = (Arc::clone(&engine), keys.clone());
                 tokio::spawn(async move {
                     for pass in 0..6 {
-                        let refs: Vec<&Key> = keys.iter().collect();
-                        let got = engine.get_many(&refs).await.unwrap();
-                        for (k, v) in keys.iter().zip(&got) {
-                            assert!(v.is_some(), "round {round} reader {r} pass {pass}: {k:?}");
-                        }
-                        let k = &keys[(pass * 37 + r * 11) % keys.len()];
-                        assert!(engine.get(k).await.unwrap().is_some(), "{k:?}");
+                        let what = format!("round {round}");
+                        read_every_key(&engine, &keys, r, pass, &what).await;
                         engine.clear_hot();
                     }
                 })
@@ -1263,6 +1258,18 @@ async fn reads_racing_cold_values_returning_to_the_warm_tier_always_find_them() 
         returned = engine.stats().returns_to_warm;
     }
     assert!(returned > 0, "no cold value returned to the warm tier");
+}
+
+/// One pass of a reader racing the tiers' moves: every key in one multi-key read, and one
+/// key (by `reader` and `pass`) alone; each must find its value.
+async fn read_every_key(engine: &Engine, keys: &[Key], reader: usize, pass: usize, what: &str) {
+    let refs: Vec<&Key> = keys.iter().collect();
+    let got = engine.get_many(&refs).await.unwrap();
+    for (k, v) in keys.iter().zip(&got) {
+        assert!(v.is_some(), "{what} reader {reader} pass {pass}: {k:?}");
+    }
+    let k = &keys[(pass * 37 + reader * 11) % keys.len()];
+    assert!(engine.get(k).await.unwrap().is_some(), "{k:?}");
 }
 
 /// A store that never demoted answers a look-up of an absent key from its records alone
@@ -1285,13 +1292,7 @@ async fn reads_racing_the_first_demotion_always_find_their_values() {
                 let mut passes = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) || passes < 2 {
                     engine.clear_hot();
-                    let refs: Vec<&Key> = keys.iter().collect();
-                    let got = engine.get_many(&refs).await.unwrap();
-                    for (k, v) in keys.iter().zip(&got) {
-                        assert!(v.is_some(), "reader {r} pass {passes}: {k:?}");
-                    }
-                    let k = &keys[(passes * 37 + r * 11) % keys.len()];
-                    assert!(engine.get(k).await.unwrap().is_some(), "{k:?}");
+                    read_every_key(&engine, &keys, r, passes, "").await;
                     passes += 1;
                 }
             })
