@@ -243,8 +243,9 @@ impl Core {
     ///
     /// The record and the index entry are two reads: a write that moves the key from the
     /// index to a record between them (a cold value's return) would leave neither seen. A
-    /// commit bumps the key's stripe version before and after it, so when neither is found
-    /// and the version moved, the lookup is done again; the third time under the stripe lock
+    /// commit keeps the key's stripe version odd while it runs and moves it, so when neither
+    /// is found and the version was odd or moved, the lookup is done again; the third time
+    /// under the stripe lock
     /// (callers that hold it never get there: nothing moves the version under them).
     pub(crate) fn lookup(&self, key: &Key, want_value: bool) -> Result<Option<Stored>> {
         let once = || {
@@ -259,7 +260,7 @@ impl Core {
         for _ in 0..2 {
             let seen = self.locks.version(key);
             let got = once()?;
-            if got.is_some() || self.locks.version(key) == seen {
+            if got.is_some() || self.locks.unchanged(key, seen) {
                 return Ok(got);
             }
         }

@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use strata_warm::WarmStore;
 use tokio::sync::watch;
 
+use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
 use crate::writeback::HotLog;
 use crate::{Engine, Error, Result};
@@ -61,7 +62,13 @@ impl<T> Written<T> {
 
 #[derive(Default)]
 struct Requests {
+    /// Tickets handed out: writes in the logs.
     requested: u64,
+    /// The highest ticket someone waits for. The sync starts once a writer waits, not when
+    /// it writes: a connection waits after the requests that arrived with its own ran (see
+    /// the server's `conn.rs`), so one sync covers them all, as Redis's one `fsync` per
+    /// turn of its event loop does.
+    wanted: u64,
     stop: bool,
 }
 
@@ -78,6 +85,7 @@ impl GroupCommit {
         warm: Arc<dyn WarmStore>,
         vlog: Arc<ValueLog>,
         hot: Arc<HotLog>,
+        counters: Arc<Counters>,
     ) -> Arc<Self> {
         let (tx, _rx) = watch::channel((0, None));
         let gc = Arc::new(GroupCommit {
@@ -89,18 +97,23 @@ impl GroupCommit {
         let me = Arc::clone(&gc);
         let handle = std::thread::Builder::new()
             .name("strata-group-commit".into())
-            .spawn(move || me.run(warm.as_ref(), &vlog, &hot))
+            .spawn(move || me.run(warm.as_ref(), &vlog, &hot, &counters))
             .expect("spawn group commit thread");
         *gc.thread.lock() = Some(handle);
         gc
     }
 
-    fn run(&self, warm: &dyn WarmStore, vlog: &ValueLog, hot: &HotLog) {
+    fn run(&self, warm: &dyn WarmStore, vlog: &ValueLog, hot: &HotLog, counters: &Counters) {
         let mut synced = 0;
+        // The warm store's sequence when its log was last synced here: a write that was
+        // committed before a ticket was asked for has a sequence at or below what the store
+        // reports after, so while that has not moved its log holds nothing new to sync (a
+        // run of write-back `SET`s writes only the hot log). The first round always syncs.
+        let mut warm_synced = None;
         loop {
             let target = {
                 let mut r = self.requests.lock();
-                while r.requested == synced && !r.stop {
+                while r.wanted <= synced && !r.stop {
                     self.wake.wait(&mut r);
                 }
                 if r.requested == synced && r.stop {
@@ -112,12 +125,17 @@ impl GroupCommit {
             // `live`, `writeback`), a buffer at a time. Values before the records that
             // point at them (see `vlog`); the hot log after the warm store's, up to where it
             // stood before.
-            let synced_all = || -> Result<()> {
+            let mut synced_all = || -> Result<()> {
                 loop {
                     let all = hot.log_deferred()?;
                     let hot_upto = hot.mark();
                     vlog.sync()?;
-                    warm.sync_log()?;
+                    let seq = warm.last_sequence();
+                    if warm_synced != Some(seq) {
+                        warm.sync_log()?;
+                        warm_synced = Some(seq);
+                        add(&counters.group_commits_warm);
+                    }
                     hot.write_out(hot_upto, true)?;
                     if all {
                         return Ok(());
@@ -130,6 +148,7 @@ impl GroupCommit {
                 return;
             }
             synced = target;
+            add(&counters.group_commits);
             self.synced.send_replace((synced, None));
         }
     }
@@ -138,12 +157,18 @@ impl GroupCommit {
     pub(crate) fn request(&self) -> Ticket {
         let mut r = self.requests.lock();
         r.requested += 1;
-        self.wake.notify_one();
         Ticket(r.requested)
     }
 
     pub(crate) async fn wait(&self, ticket: Ticket) -> Result<()> {
         let mut rx = self.synced.subscribe();
+        if rx.borrow().0 < ticket.0 {
+            let mut r = self.requests.lock();
+            if r.wanted < ticket.0 {
+                r.wanted = ticket.0;
+                self.wake.notify_one();
+            }
+        }
         let state = rx
             .wait_for(|(s, err)| *s >= ticket.0 || err.is_some())
             .await

@@ -153,7 +153,12 @@ impl Engine {
         )?;
         let group = (settings.warm.durability == Durability::Group).then(|| {
             let hot_log = Arc::clone(writeback.log());
-            GroupCommit::start(Arc::clone(&warm), Arc::clone(&vlog), hot_log)
+            GroupCommit::start(
+                Arc::clone(&warm),
+                Arc::clone(&vlog),
+                hot_log,
+                Arc::clone(&counters),
+            )
         });
         // Write sequences only need to differ from every earlier record's; microseconds since
         // the epoch at start-up are larger than any sequence a previous run could reach.

@@ -1,6 +1,9 @@
 //! Stripe locks and versions: every mutation of a key happens under its stripe's lock, and
-//! bumps the stripe's version before it touches DRAM, so a reader that copies a value into
-//! DRAM can tell whether a write raced with it.
+//! moves the stripe's version before it touches DRAM, so a reader that copies a value into
+//! DRAM can tell whether a write raced with it. A commit to the warm store makes the version
+//! odd while it is written ([`Stripes::begin_commit`]), so a reader whose two look-ups (the
+//! records, then the cold index) straddle a commit that moved a key between them can tell,
+//! even if it read the version after the commit began: that version is odd.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,14 +67,38 @@ impl Stripes {
         self.versions[stripe_of(key)].load(Ordering::Acquire)
     }
 
+    /// Whether no write touched `key`'s stripe since its version was `seen`, and none was
+    /// being committed then.
+    pub(crate) fn unchanged(&self, key: &Key, seen: u64) -> bool {
+        seen.is_multiple_of(2) && self.version(key) == seen
+    }
+
     /// Called by writers, under the stripe lock, before they touch DRAM.
     pub(crate) fn bump(&self, key: &Key) {
-        self.versions[stripe_of(key)].fetch_add(1, Ordering::AcqRel);
+        self.versions[stripe_of(key)].fetch_add(2, Ordering::AcqRel);
+    }
+
+    /// Marks the stripes of `keys` (their locks held) as being committed: their versions
+    /// are odd until [`Stripes::end_commit`] with what this hands back.
+    pub(crate) fn begin_commit<'a>(&self, keys: impl Iterator<Item = &'a Key>) -> Vec<usize> {
+        let mut stripes: Vec<usize> = keys.map(stripe_of).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        for &i in &stripes {
+            self.versions[i].fetch_add(1, Ordering::AcqRel);
+        }
+        stripes
+    }
+
+    pub(crate) fn end_commit(&self, stripes: Vec<usize>) {
+        for i in stripes {
+            self.versions[i].fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     pub(crate) fn bump_all(&self) {
         for v in self.versions.iter() {
-            v.fetch_add(1, Ordering::AcqRel);
+            v.fetch_add(2, Ordering::AcqRel);
         }
     }
 }
@@ -79,6 +106,29 @@ impl Stripes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_read_while_a_commit_runs_never_counts_as_unchanged() {
+        let s = Stripes::new();
+        let (a, b) = (Key::new(0, 0, b"a"), Key::new(0, 0, b"b"));
+        let before = s.version(&a);
+        assert!(s.unchanged(&a, before));
+        // A stripe named twice moves once, and stays odd until the commit ends.
+        let committing = s.begin_commit([&a, &a, &b].into_iter());
+        let during = s.version(&a);
+        assert!(!s.unchanged(&a, during), "read during the commit");
+        assert!(!s.unchanged(&a, before));
+        s.end_commit(committing);
+        assert!(
+            !s.unchanged(&a, during),
+            "the commit ended after it was read"
+        );
+        let after = s.version(&a);
+        assert!(s.unchanged(&a, after));
+        s.bump(&a);
+        assert!(!s.unchanged(&a, after));
+        assert!(s.unchanged(&a, s.version(&a)));
+    }
 
     #[test]
     fn keys_that_differ_in_any_byte_spread_over_the_stripes() {

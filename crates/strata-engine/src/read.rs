@@ -422,7 +422,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
             }
             // A write committed between the two multi-gets (a cold value's return may have
             // moved the key from the index to a record): the key is read again alone.
-            None if core.locks.version(keys[i]) != seen => moved_between.push(i),
+            None if !core.locks.unchanged(keys[i], seen) => moved_between.push(i),
             _ => {
                 core.access.count_read(keys[i], false);
                 add(&core.counters.misses);

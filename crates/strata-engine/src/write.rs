@@ -344,17 +344,17 @@ fn commit(
             return Err(e);
         }
     }
-    // Bumped before the commit as well as after: a lookup that read before the commit what
-    // it moves (an index entry into a record) sees the version move (`Core::lookup`).
-    for s in &staged {
-        core.locks.bump(s.key);
-    }
-    if let Err(e) = commit_batch(core, batch, d, sync) {
+    // Odd while the batch is written: a lookup that read the records before the commit and
+    // the cold index after (an index entry moved into a record) sees the version move, or
+    // saw it odd (`Core::lookup`).
+    let committing = core.locks.begin_commit(staged.iter().map(|s| s.key));
+    let committed = commit_batch(core, batch, d, sync);
+    core.locks.end_commit(committing);
+    if let Err(e) = committed {
         count_unreferenced(core, &appended);
         return Err(e);
     }
     for s in staged {
-        core.locks.bump(s.key);
         if acknowledged {
             continue;
         }

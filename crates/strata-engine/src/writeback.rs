@@ -847,6 +847,8 @@ struct LogState {
 
 struct LogFile {
     file: File,
+    /// Bytes were written to `file` since its last sync: a sync with none is skipped.
+    unsynced: bool,
 }
 
 fn file_name(gen: u64) -> String {
@@ -870,6 +872,7 @@ impl HotLog {
             }),
             file: Mutex::new(LogFile {
                 file: File::open(dir).map_err(|e| io_error("open", dir, e))?,
+                unsynced: false,
             }),
             file_bytes: AtomicU64::new(0),
             gen: AtomicU64::new(0),
@@ -981,11 +984,13 @@ impl HotLog {
                 .map_err(|e| io_error("write", &self.dir, e))?;
             self.file_bytes
                 .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            f.unsynced = true;
         }
-        if sync {
+        if sync && f.unsynced {
             f.file
                 .sync_data()
                 .map_err(|e| io_error("sync", &self.dir, e))?;
+            f.unsynced = false;
         }
         Ok(())
     }
@@ -1013,6 +1018,7 @@ impl HotLog {
             .and_then(|()| f.file.sync_data())
             .map_err(|e| io_error("write", &self.dir, e))?;
         f.file = next;
+        f.unsynced = false;
         self.file_bytes.store(0, Ordering::Relaxed);
         Ok(gen)
     }
