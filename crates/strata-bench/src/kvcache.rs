@@ -15,7 +15,7 @@ use serde::Serialize;
 use strata_kvcache::Namespace;
 
 use crate::resp::{Client, Value};
-use crate::servers::{free_port, redis_server, strata_server, wait_port, Proc};
+use crate::servers::{free_port, redis_server, redis_server_with, strata_server, wait_port, Proc};
 use strata_server::rss_anon_bytes_of;
 
 #[derive(clap::Args)]
@@ -51,6 +51,11 @@ pub struct Args {
     /// Report file name (without extension), e.g. kvcache-dram for a run that fits in DRAM.
     #[arg(long, default_value = "kvcache")]
     report: String,
+    /// Durable writes: Strata with `durability=group` beside Redis with `appendonly yes,
+    /// appendfsync always` (each replies to a write once it is fsynced), instead of
+    /// `durability=none` beside Redis with persistence off.
+    #[arg(long)]
+    durable: bool,
     /// Runs of the whole benchmark (fresh servers each time); the report gives each
     /// backend's median and every run's ratios, since one run on a shared machine is noisy.
     #[arg(long, default_value_t = 1)]
@@ -492,7 +497,8 @@ pub(crate) fn memcpy_gib_per_sec() -> f64 {
 /// Starts a Strata server on `port` with the benchmark's settings plus `extra`.
 fn spawn_strata(a: &Args, dir: &Path, port: u16, extra: &[String]) -> anyhow::Result<Proc> {
     let hot = format!("hot_bytes_max={}", a.hot_mib << 20);
-    let base = ["durability=none".to_string(), hot];
+    let durability = if a.durable { "group" } else { "none" };
+    let base = [format!("durability={durability}"), hot];
     strata_server(
         &a.strata,
         dir,
@@ -521,7 +527,23 @@ async fn run_once(
             Some((p, port))
         }
     };
-    let _redis = redis_server(rp)?;
+    let _redis = match a.durable {
+        true => {
+            let aof = dir.path().join("redis");
+            std::fs::create_dir_all(&aof)?;
+            let aof = aof.to_string_lossy().into_owned();
+            let durable = [
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                &aof,
+            ];
+            redis_server_with(rp, &durable)?
+        }
+        false => redis_server(rp)?,
+    };
     wait_port(sp)?;
     wait_port(rp)?;
     let ns = Namespace::new(&a.model, "main", "bf16", "bench", 1, 0, a.chunk_tokens);
@@ -663,8 +685,12 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let rows = median_rows(&runs);
     let ratios_per_run: Vec<[f64; 3]> = runs.iter().map(|r| ratios(r, loopback)).collect();
     let mut md = format!(
-        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB (durability=none), Redis 7 with persistence off, files and object store in a local directory (both read by the benchmark process itself, from the page cache, with no network hop: Strata and Redis are reached over loopback TCP). The Strata, Redis and files clients read values into one reused buffer each; the object-store client gets a buffer per value from `object_store`; the two co-located Strata clients ask the same Strata server where the chunks lie (`KVC.LOCATE`), map its value-log files and check each value's CRC-32C; one then copies each value into one reused buffer, the other keeps views of the mapped files (what `KVCacheClient.retrieve_local` returns: the bytes are read once, by the check, and a consumer copies them to where they go, a GPU for instance, from the page cache). The mapped-files client is the same trick without Strata: it maps each chunk's file and reads it once (a CRC-32C), with no copy. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection, a 1 MiB buffer that stays in the CPU cache on both ends), loopback TCP {:.2} GiB/s from and to memory (the same through 256 MiB buffers, out of cache, as a real read's bytes are), memcpy {:.2} GiB/s (256 MiB).\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "# KV-cache benchmark: multi-turn conversations\n\nModel {} ({} KiB of KV per token), {} users × {} turns × {} tokens per turn, chunks of {} tokens ({} MiB), working set {} MiB; Strata's DRAM budget {} MiB ({}), files and object store in a local directory (both read by the benchmark process itself, from the page cache, with no network hop: Strata and Redis are reached over loopback TCP). The Strata, Redis and files clients read values into one reused buffer each; the object-store client gets a buffer per value from `object_store`; the two co-located Strata clients ask the same Strata server where the chunks lie (`KVC.LOCATE`), map its value-log files and check each value's CRC-32C; one then copies each value into one reused buffer, the other keeps views of the mapped files (what `KVCacheClient.retrieve_local` returns: the bytes are read once, by the check, and a consumer copies them to where they go, a GPU for instance, from the page cache). The mapped-files client is the same trick without Strata: it maps each chunk's file and reads it once (a CRC-32C), with no copy. Each turn reads the whole earlier prefix back, then writes the new chunks. Same machine, same run; {}.\n\nCeilings measured in this run: loopback TCP {:.2} GiB/s (one connection, a 1 MiB buffer that stays in the CPU cache on both ends), loopback TCP {:.2} GiB/s from and to memory (the same through 256 MiB buffers, out of cache, as a real read's bytes are), memcpy {:.2} GiB/s (256 MiB).\n\n| backend | cached tokens/s | read GiB/s | write GiB/s | read p50 ms | p95 ms | p99 ms | hit rate |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
         a.model, per_token >> 10, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, chunk_bytes >> 20, working_set >> 20, a.hot_mib,
+        match a.durable {
+            true => "durability=group, beside Redis 7 with `appendonly yes, appendfsync always`: each replies to a write once it is fsynced",
+            false => "durability=none, beside Redis 7 with persistence off",
+        },
         if runs.len() > 1 { format!("each figure is the median of {} runs, each against fresh servers", runs.len()) } else { "one run".to_string() },
         loopback, loopback_dram, memcpy
     );
@@ -736,8 +762,9 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         ));
     }
     md.push_str(&format!(
-        "\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --repeat {} --report {}{}` ({:.0} s). Chart: `{}.png`.\n",
+        "\nCommand: `strata-bench kvcache --model {} --users {} --turns {} --tokens-per-turn {} --chunk-tokens {} --hot-mib {} --repeat {} --report {}{}{}` ({:.0} s). Chart: `{}.png`.\n",
         a.model, a.users, a.turns, a.tokens_per_turn, a.chunk_tokens, a.hot_mib, runs.len(), a.report,
+        if a.durable { " --durable" } else { "" },
         a.strata_set.iter().map(|kv| format!(" --strata-set {kv}"))
             .chain(a.variant_set.iter().map(|kv| format!(" --variant-set {kv}")))
             .collect::<String>(),
@@ -745,6 +772,9 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     ));
     #[derive(Serialize)]
     struct Report<'a> {
+        /// Strata `durability=group` beside Redis `appendfsync always` (else `none` beside
+        /// persistence off).
+        durable: bool,
         loopback_gib_per_sec: f64,
         /// Loopback through 256 MiB buffers (out of the CPU cache).
         loopback_from_memory_gib_per_sec: f64,
@@ -762,6 +792,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         &a.report,
         &md,
         &Report {
+            durable: a.durable,
             loopback_gib_per_sec: loopback,
             loopback_from_memory_gib_per_sec: loopback_dram,
             memcpy_gib_per_sec: memcpy,
