@@ -60,6 +60,20 @@ impl<T> Written<T> {
     }
 }
 
+/// Writes no one waits for (a settle's records, expiry, a cold value's return, a caller
+/// that deferred its ticket) are synced at most this long after they were logged, so the
+/// hot log's buffer does not grow while no client writes.
+const UNWAITED_SYNC_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Why tickets above the synced one will never be synced.
+#[derive(Debug, Clone)]
+enum Stopped {
+    /// A sync failed (the engine is poisoned).
+    Failed(String),
+    /// The engine closed.
+    Closed,
+}
+
 #[derive(Default)]
 struct Requests {
     /// Tickets handed out: writes in the logs.
@@ -75,8 +89,8 @@ struct Requests {
 pub(crate) struct GroupCommit {
     requests: Mutex<Requests>,
     wake: Condvar,
-    /// (highest synced ticket, error of a failed sync).
-    synced: watch::Sender<(u64, Option<String>)>,
+    /// (highest synced ticket, why no higher one will be).
+    synced: watch::Sender<(u64, Option<Stopped>)>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -114,7 +128,10 @@ impl GroupCommit {
             let target = {
                 let mut r = self.requests.lock();
                 while r.wanted <= synced && !r.stop {
-                    self.wake.wait(&mut r);
+                    let waited = self.wake.wait_for(&mut r, UNWAITED_SYNC_AFTER);
+                    if waited.timed_out() && r.requested > synced {
+                        break;
+                    }
                 }
                 if r.requested == synced && r.stop {
                     return;
@@ -144,7 +161,7 @@ impl GroupCommit {
             };
             if let Err(e) = synced_all().map_err(|e| e.to_string()) {
                 tracing::error!(error = %e, "log fsync failed; refusing further writes");
-                self.synced.send_replace((synced, Some(e)));
+                self.synced.send_replace((synced, Some(Stopped::Failed(e))));
                 return;
             }
             synced = target;
@@ -174,7 +191,9 @@ impl GroupCommit {
             .await
             .map_err(|_| Error::Closed)?;
         match &state.1 {
-            Some(e) => Err(Error::Poisoned(e.clone())),
+            _ if state.0 >= ticket.0 => Ok(()),
+            Some(Stopped::Failed(e)) => Err(Error::Poisoned(e.clone())),
+            Some(Stopped::Closed) => Err(Error::Closed),
             None => Ok(()),
         }
     }
@@ -186,6 +205,11 @@ impl GroupCommit {
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
+        // A write that raced the close may have taken a ticket after the last sync: its
+        // wait ends with an error instead of never.
+        self.synced.send_modify(|(_, why)| {
+            why.get_or_insert(Stopped::Closed);
+        });
     }
 }
 

@@ -1,6 +1,6 @@
 //! Stripe locks and versions: every mutation of a key happens under its stripe's lock, and
-//! moves the stripe's version before it touches DRAM, so a reader that copies a value into
-//! DRAM can tell whether a write raced with it. A commit to the warm store makes the version
+//! moves the stripe's version, so a reader that copies a value into DRAM (checking the
+//! version under the lock) can tell whether a write raced with it. A commit to the warm store makes the version
 //! odd while it is written ([`Stripes::begin_commit`]), so a reader whose two look-ups (the
 //! records, then the cold index) straddle a commit that moved a key between them can tell,
 //! even if it read the version after the commit began: that version is odd.
@@ -79,26 +79,37 @@ impl Stripes {
     }
 
     /// Marks the stripes of `keys` (their locks held) as being committed: their versions
-    /// are odd until [`Stripes::end_commit`] with what this hands back.
-    pub(crate) fn begin_commit<'a>(&self, keys: impl Iterator<Item = &'a Key>) -> Vec<usize> {
+    /// are odd until what this hands back is dropped (after the commit, or a panic in it).
+    pub(crate) fn begin_commit<'a>(&self, keys: impl Iterator<Item = &'a Key>) -> Committing<'_> {
         let mut stripes: Vec<usize> = keys.map(stripe_of).collect();
         stripes.sort_unstable();
         stripes.dedup();
         for &i in &stripes {
             self.versions[i].fetch_add(1, Ordering::AcqRel);
         }
-        stripes
-    }
-
-    pub(crate) fn end_commit(&self, stripes: Vec<usize>) {
-        for i in stripes {
-            self.versions[i].fetch_add(1, Ordering::AcqRel);
+        Committing {
+            versions: &self.versions,
+            stripes,
         }
     }
 
     pub(crate) fn bump_all(&self) {
         for v in self.versions.iter() {
             v.fetch_add(2, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Stripes being committed ([`Stripes::begin_commit`]); dropped, their versions are even.
+pub(crate) struct Committing<'a> {
+    versions: &'a [AtomicU64],
+    stripes: Vec<usize>,
+}
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        for &i in &self.stripes {
+            self.versions[i].fetch_add(1, Ordering::AcqRel);
         }
     }
 }
@@ -118,7 +129,7 @@ mod tests {
         let during = s.version(&a);
         assert!(!s.unchanged(&a, during), "read during the commit");
         assert!(!s.unchanged(&a, before));
-        s.end_commit(committing);
+        drop(committing);
         assert!(
             !s.unchanged(&a, during),
             "the commit ended after it was read"

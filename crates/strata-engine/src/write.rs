@@ -349,7 +349,7 @@ fn commit(
     // saw it odd (`Core::lookup`).
     let committing = core.locks.begin_commit(staged.iter().map(|s| s.key));
     let committed = commit_batch(core, batch, d, sync);
-    core.locks.end_commit(committing);
+    drop(committing);
     if let Err(e) = committed {
         count_unreferenced(core, &appended);
         return Err(e);

@@ -849,6 +849,43 @@ struct LogFile {
     file: File,
     /// Bytes were written to `file` since its last sync: a sync with none is skipped.
     unsynced: bool,
+    /// Why a write or sync failed after its records left the buffer: those records may be
+    /// lost, so no later write-out may report success (the group commit would acknowledge
+    /// them); every one fails with this.
+    broken: Option<String>,
+}
+
+impl LogFile {
+    /// Writes `chunk` (taken from the buffer) and, with `sync`, syncs the file; a failure
+    /// breaks the log for good.
+    fn write(&mut self, chunk: &[u8], sync: bool, dir: &Path) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::Storage(why.clone()));
+        }
+        if !chunk.is_empty() {
+            self.unsynced = true;
+        }
+        let done = self
+            .file
+            .write_all(chunk)
+            .and_then(|()| match sync && self.unsynced {
+                true => self.file.sync_data(),
+                false => Ok(()),
+            });
+        match done {
+            Ok(()) => {
+                if sync {
+                    self.unsynced = false;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let e = io_error("write", dir, e);
+                self.broken = Some(format!("the hot log failed earlier: {e}"));
+                Err(e)
+            }
+        }
+    }
 }
 
 fn file_name(gen: u64) -> String {
@@ -873,6 +910,7 @@ impl HotLog {
             file: Mutex::new(LogFile {
                 file: File::open(dir).map_err(|e| io_error("open", dir, e))?,
                 unsynced: false,
+                broken: None,
             }),
             file_bytes: AtomicU64::new(0),
             gen: AtomicU64::new(0),
@@ -978,20 +1016,9 @@ impl HotLog {
             s.taken += n as u64;
             std::mem::replace(&mut s.buf, rest)
         };
-        if !chunk.is_empty() {
-            f.file
-                .write_all(&chunk)
-                .map_err(|e| io_error("write", &self.dir, e))?;
-            self.file_bytes
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            f.unsynced = true;
-        }
-        if sync && f.unsynced {
-            f.file
-                .sync_data()
-                .map_err(|e| io_error("sync", &self.dir, e))?;
-            f.unsynced = false;
-        }
+        f.write(&chunk, sync, &self.dir)?;
+        self.file_bytes
+            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1003,6 +1030,9 @@ impl HotLog {
     /// generation of the file it closed.
     fn rotate(&self) -> Result<u64> {
         let mut f = self.file.lock();
+        if let Some(why) = &f.broken {
+            return Err(Error::Storage(why.clone()));
+        }
         // Only a rotation changes the generation, and rotations hold the file lock.
         let gen = self.gen.load(Ordering::Acquire);
         let next = self.create(gen + 1)?;
@@ -1013,10 +1043,8 @@ impl HotLog {
             self.gen.store(gen + 1, Ordering::Release);
             std::mem::take(&mut s.buf)
         };
-        f.file
-            .write_all(&chunk)
-            .and_then(|()| f.file.sync_data())
-            .map_err(|e| io_error("write", &self.dir, e))?;
+        f.unsynced = true;
+        f.write(&chunk, true, &self.dir)?;
         f.file = next;
         f.unsynced = false;
         self.file_bytes.store(0, Ordering::Relaxed);
@@ -1057,5 +1085,24 @@ mod tests {
         let mut bad = buf.clone();
         bad[12] ^= 1;
         assert!(decode(&bad, 0).is_none());
+    }
+
+    /// A write-out that lost its records (taken from the buffer, then the write failed) may
+    /// never be followed by one that reports success: the group commit would acknowledge
+    /// the lost records. A write-out with nothing new skips the sync, and still fails.
+    #[test]
+    fn a_failed_write_out_fails_every_later_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = HotLog::open(dir.path()).unwrap();
+        log.append(OP_PUT, 0, 0, b"a", b"1");
+        log.write_out(log.mark(), true).unwrap();
+        log.write_out(log.mark(), true).unwrap();
+        // The file's handle swapped for one that cannot be written.
+        log.file.lock().file = File::open(dir.path().join(file_name(1))).unwrap();
+        log.append(OP_PUT, 0, 0, b"b", b"2");
+        assert!(log.write_out(log.mark(), true).is_err());
+        let again = log.write_out(log.mark(), true).unwrap_err();
+        assert!(again.to_string().contains("failed earlier"), "{again}");
+        assert!(log.rotate().is_err());
     }
 }

@@ -251,7 +251,9 @@ pub trait WarmStore: Send + Sync + 'static {
     fn flush(&self) -> Result<()>;
     /// Writes a consistent copy of the store into the new directory `dir`.
     fn checkpoint(&self, dir: &Path) -> Result<()>;
-    /// The sequence number of the latest committed change (0 in an empty store).
+    /// The sequence number of the latest committed change (0 in an empty store). Every
+    /// write moves it, by the time the write returns: while it has not moved, `sync_log`
+    /// has nothing new to sync (the group commit relies on this).
     fn last_sequence(&self) -> u64;
     /// The committed batches that hold changes with sequence numbers above `after`, oldest
     /// first. [`StoreError::Gone`] when the store no longer holds the oldest of them.
