@@ -245,8 +245,8 @@ impl Core {
     /// index to a record between them (a cold value's return) would leave neither seen. A
     /// commit keeps the key's stripe version odd while it runs and moves it, so when neither
     /// is found and the version was odd or moved, the lookup is done again; the third time
-    /// under the stripe lock
-    /// (callers that hold it never get there: nothing moves the version under them).
+    /// under the stripe lock (callers that hold it never get there: nothing moves the
+    /// version under them).
     pub(crate) fn lookup(&self, key: &Key, want_value: bool) -> Result<Option<Stored>> {
         let once = || {
             self.warm

@@ -1,9 +1,10 @@
 //! Stripe locks and versions: every mutation of a key happens under its stripe's lock, and
 //! moves the stripe's version, so a reader that copies a value into DRAM (checking the
-//! version under the lock) can tell whether a write raced with it. A commit to the warm store makes the version
-//! odd while it is written ([`Stripes::begin_commit`]), so a reader whose two look-ups (the
-//! records, then the cold index) straddle a commit that moved a key between them can tell,
-//! even if it read the version after the commit began: that version is odd.
+//! version under the lock) can tell whether a write raced with it. A commit to the warm
+//! store makes the version odd while it is written ([`Stripes::begin_commit`]), so a reader
+//! whose two look-ups (the records, then the cold index) straddle a commit that moved a key
+//! between them can tell, even if it read the version after the commit began: that version
+//! is odd.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -354,10 +354,8 @@ fn commit(
         count_unreferenced(core, &appended);
         return Err(e);
     }
-    for s in staged {
-        if acknowledged {
-            continue;
-        }
+    // Writes already acknowledged (write-back's values settling) are in DRAM already.
+    for s in staged.into_iter().filter(|_| !acknowledged) {
         add(&core.counters.writes);
         match s.hot_value {
             Some(v) => {

@@ -856,12 +856,18 @@ struct LogFile {
 }
 
 impl LogFile {
+    /// The error of an earlier failure, if any.
+    fn check(&self) -> Result<()> {
+        match &self.broken {
+            Some(why) => Err(Error::Storage(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// Writes `chunk` (taken from the buffer) and, with `sync`, syncs the file; a failure
     /// breaks the log for good.
     fn write(&mut self, chunk: &[u8], sync: bool, dir: &Path) -> Result<()> {
-        if let Some(why) = &self.broken {
-            return Err(Error::Storage(why.clone()));
-        }
+        self.check()?;
         if !chunk.is_empty() {
             self.unsynced = true;
         }
@@ -1030,9 +1036,8 @@ impl HotLog {
     /// generation of the file it closed.
     fn rotate(&self) -> Result<u64> {
         let mut f = self.file.lock();
-        if let Some(why) = &f.broken {
-            return Err(Error::Storage(why.clone()));
-        }
+        // Before the buffer is taken: a broken log keeps its records there.
+        f.check()?;
         // Only a rotation changes the generation, and rotations hold the file lock.
         let gen = self.gen.load(Ordering::Acquire);
         let next = self.create(gen + 1)?;
