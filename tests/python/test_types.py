@@ -571,3 +571,51 @@ def test_parts_read_alike_lent_from_dram_or_shared_from_the_tiers(tiny_strata):
     misses_before = int(r.info("strata")["warm_hits"]) + int(r.info("strata")["cold_hits"])
     check()
     assert int(r.info("strata")["warm_hits"]) + int(r.info("strata")["cold_hits"]) > misses_before
+
+
+def test_strata_range_reads_versioned_features_newest_first_from_every_tier(tiny_strata):
+    """STRATA.RANGE over `feature:entity:version` string keys: bounds as in ZRANGEBYLEX,
+    LIMIT and REV, values from DRAM, the warm and the cold tier, other kinds and other
+    databases passed over, bad arguments refused."""
+    r = tiny_strata.client()
+    p = r.pipeline(transaction=False)
+    for e in range(40):
+        for v in range(10):
+            p.set(f"feature:e{e:02d}:v{v:02d}", f"{e}-{v}-".encode() + b"x" * 1000)
+    p.execute()
+    deadline = time.time() + 30
+    while int(r.info("strata")["cold_entries"]) < 100:
+        assert time.time() < deadline, "no key reached the cold tier"
+        time.sleep(0.1)
+    # The newest versions of one entity written last are in DRAM.
+    r.set("feature:e39:v10", b"39-10-" + b"x" * 1000)
+    r.hset("feature:e05:v99", "not", "a string")
+    r.select(1)
+    r.set("feature:e05:v50", "another database")
+    r.select(0)
+
+    # Where the keys are before the reads below (a read may move a key up).
+    names = [f"feature:e{e:02d}:v{v:02d}" for e in range(40) for v in range(10)] + ["feature:e39:v10"]
+    tiers = {r.execute_command("TIER", k) for k in names}
+    assert {b"hot", b"warm", b"cold"} <= tiers, tiers
+
+    def pairs(reply):
+        return [(reply[i].decode(), reply[i + 1][:6].decode()) for i in range(0, len(reply), 2)]
+
+    newest = r.execute_command("STRATA.RANGE", "[feature:e05:\xff", "[feature:e05:", "REV", "LIMIT", 2)
+    assert pairs(newest) == [("feature:e05:v09", "5-9-xx"), ("feature:e05:v08", "5-8-xx")]
+    whole = r.execute_command("STRATA.RANGE", "(feature:e05:v02", "[feature:e05:v05")
+    assert pairs(whole) == [(f"feature:e05:v{v:02d}", f"5-{v}-xx") for v in (3, 4, 5)]
+    everything = r.execute_command("STRATA.RANGE", "-", "+")
+    assert [everything[i].decode() for i in range(0, len(everything), 2)] == names
+    assert pairs(r.execute_command("STRATA.RANGE", "+", "-", "REV", "LIMIT", 1)) == [("feature:e39:v10", "39-10-")]
+    assert r.execute_command("STRATA.RANGE", "+", "-") == []
+    assert r.execute_command("STRATA.RANGE", "-", "+", "LIMIT", 0) == []
+    for bad, why in [
+        (["a", "+"], "not valid string range item"),
+        (["-", "+", "LIMIT", "-1"], "LIMIT must be"),
+        (["-", "+", "LIMIT", "x"], "not an integer"),
+        (["-", "+", "SIDEWAYS"], "syntax error"),
+    ]:
+        with pytest.raises(redis.ResponseError, match=why):
+            r.execute_command("STRATA.RANGE", *bad)

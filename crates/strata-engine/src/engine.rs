@@ -422,6 +422,44 @@ impl Engine {
         crate::scan::scan(&self.core, db, start, end, count_max)
     }
 
+    /// Up to `count_max` live string keys of database `db` from `lo` to `hi` with their
+    /// values, in key order or (`rev`) the reverse, from every tier (`STRATA.RANGE`). Keys
+    /// of other kinds are passed over, as is a key deleted between finding it and reading
+    /// it. Refused as [`Engine::get_many_limited`] is past `bytes_max`, and in cluster mode
+    /// (keys are kept by slot there, not in one order).
+    pub async fn range(
+        &self,
+        db: u8,
+        lo: crate::scan::RangeBound<'_>,
+        hi: crate::scan::RangeBound<'_>,
+        count_max: usize,
+        rev: bool,
+        bytes_max: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        if self.core.settings.key_slots {
+            return Err(crate::Error::Invalid(
+                "key ranges are not available in cluster mode (keys are kept by slot)".into(),
+            ));
+        }
+        self.settle_writes()?;
+        let stored_db = self.core.warm.stored_db(db);
+        let found = crate::scan::range_keys(&self.core, stored_db, lo, hi, count_max, rev)?;
+        let keys: Vec<Key> = found
+            .iter()
+            .map(|f| self.core.key(stored_db, &f.key))
+            .collect();
+        let refs: Vec<&Key> = keys.iter().collect();
+        let got = crate::read::read_many(&self.core, &refs, false, bytes_max).await?;
+        Ok(found
+            .into_iter()
+            .zip(got)
+            .filter_map(|(f, g)| match g {
+                Some((v, _, Kind::String)) => Some((f.key, v)),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// A page of keys of database `db` starting with `prefix`, resuming at `cursor` (a
     /// previous page's `next`).
     pub fn scan_prefix(

@@ -70,7 +70,7 @@ pub use engine::{warm_dir, Engine, Parts};
 pub use error::{Error, ErrorKind, Result};
 pub use live::LiveValue;
 pub use read::{LocalValue, Source};
-pub use scan::{ScanItem, ScanPage};
+pub use scan::{RangeBound, ScanItem, ScanPage};
 pub use settings::{Durability, HotPolicy, Settings};
 pub use stats::Stats;
 pub use strata_format::{Key, Kind};

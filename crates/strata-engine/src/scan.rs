@@ -94,6 +94,22 @@ pub(crate) fn scan_slot(
     scan_range(core, &range, count_max)
 }
 
+/// Expiry, value length, tier and kind of the entry under the warm cursor (`take_warm`) or
+/// the cold one.
+fn entry_at(
+    take_warm: bool,
+    warm: &dyn strata_warm::Cursor,
+    cold: &dyn strata_warm::Cursor,
+) -> Result<(u64, u64, Tier, Kind)> {
+    Ok(if take_warm {
+        let rec = WarmRecord::decode_unverified(warm.value())?;
+        (rec.expire_ms, rec.value_len(), Tier::Warm, rec.kind)
+    } else {
+        let r = BlockRef::decode(cold.value())?;
+        (r.expire_ms, r.value_len as u64, Tier::Cold, r.kind)
+    })
+}
+
 fn scan_range(core: &Core, range: &Range<'_>, count_max: usize) -> Result<ScanPage> {
     let view = core.warm.store.view();
     let now = core.now_ms();
@@ -125,13 +141,8 @@ fn scan_range(core: &Core, range: &Range<'_>, count_max: usize) -> Result<ScanPa
         }
         visited += 1;
         if client.starts_with(range.filter) {
-            let (expire_ms, value_len, tier, kind) = if take_warm {
-                let rec = WarmRecord::decode_unverified(warm.value())?;
-                (rec.expire_ms, rec.value_len(), Tier::Warm, rec.kind)
-            } else {
-                let r = BlockRef::decode(cold.value())?;
-                (r.expire_ms, r.value_len as u64, Tier::Cold, r.kind)
-            };
+            let (expire_ms, value_len, tier, kind) =
+                entry_at(take_warm, warm.as_ref(), cold.as_ref())?;
             if strata_format::is_live(expire_ms, now) {
                 page.items.push(ScanItem {
                     key: Bytes::copy_from_slice(client),
@@ -177,4 +188,89 @@ pub(crate) fn scan_prefix(
     let end = strata_warm::prefix_end(prefix);
     let start = cursor.filter(|c| *c > prefix).unwrap_or(prefix);
     scan(core, db, start, end.as_deref(), count_max)
+}
+
+/// The string keys of an ordered range ([`crate::Engine::range`]): bounds on client keys,
+/// `None` unbounded, `(key, true)` including the key, `(key, false)` excluding it.
+pub type RangeBound<'a> = Option<(&'a [u8], bool)>;
+
+/// Up to `count_max` live string keys of database `db` from `lo` to `hi`, in key order or
+/// (`rev`) the reverse, merged from the warm and cold tiers under one view of the warm
+/// store. Keys of other kinds are passed over. Outside cluster mode only (there every key
+/// is in slot 0, so the stored order is the client keys' order).
+pub(crate) fn range_keys(
+    core: &Core,
+    db: u8,
+    lo: RangeBound<'_>,
+    hi: RangeBound<'_>,
+    count_max: usize,
+    rev: bool,
+) -> Result<Vec<ScanItem>> {
+    let prefix = keys::slot_prefix(db, 0);
+    let stored = |k: &[u8], past: bool| {
+        let mut s = Vec::with_capacity(prefix.len() + k.len() + 1);
+        s.extend_from_slice(&prefix);
+        s.extend_from_slice(k);
+        if past {
+            // The smallest stored key after `k`.
+            s.push(0);
+        }
+        s
+    };
+    let lower = match lo {
+        None => prefix.to_vec(),
+        Some((k, included)) => stored(k, !included),
+    };
+    let upper = match hi {
+        None => strata_warm::prefix_end(&prefix),
+        Some((k, included)) => Some(stored(k, included)),
+    };
+    let mut out = Vec::new();
+    if upper.as_ref().is_some_and(|u| *u <= lower) || count_max == 0 {
+        return Ok(out);
+    }
+    let view = core.warm.store.view();
+    let now = core.now_ms();
+    let mk = |family| {
+        let bounds = Bounds {
+            lower: Some(lower.clone()),
+            upper: upper.clone(),
+        };
+        let mut c = core.warm.cursor(family, bounds, Some(view.as_ref()));
+        match rev {
+            false => c.seek_to_first(),
+            true => c.seek_to_last(),
+        }
+        c
+    };
+    let mut warm = mk(Family::Records);
+    let mut cold = mk(Family::Cold);
+    while out.len() < count_max {
+        let take_warm = match (warm.valid(), cold.valid()) {
+            (false, false) => break,
+            (true, false) => true,
+            (false, true) => false,
+            // A key moving between tiers is in one of them under the view.
+            (true, true) => (warm.key() <= cold.key()) != rev,
+        };
+        let (expire_ms, value_len, tier, kind) = entry_at(take_warm, warm.as_ref(), cold.as_ref())?;
+        if kind == Kind::String && strata_format::is_live(expire_ms, now) {
+            let stored = if take_warm { warm.key() } else { cold.key() };
+            out.push(ScanItem {
+                key: Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]),
+                tier,
+                expire_ms,
+                value_len,
+                kind,
+            });
+        }
+        let c = if take_warm { &mut warm } else { &mut cold };
+        match rev {
+            false => c.next(),
+            true => c.prev(),
+        }
+    }
+    warm.status()?;
+    cold.status()?;
+    Ok(out)
 }

@@ -365,6 +365,9 @@ impl Cursor for RocksCursor<'_> {
     fn seek_to_first(&mut self) {
         self.0.seek_to_first()
     }
+    fn seek_to_last(&mut self) {
+        self.0.seek_to_last()
+    }
     fn valid(&self) -> bool {
         self.0.valid()
     }
@@ -377,6 +380,9 @@ impl Cursor for RocksCursor<'_> {
     fn next(&mut self) {
         self.0.next()
     }
+    fn prev(&mut self) {
+        self.0.prev()
+    }
     fn status(&self) -> Result<()> {
         self.0.status().map_err(err)
     }
@@ -388,6 +394,7 @@ struct EmptyCursor;
 impl Cursor for EmptyCursor {
     fn seek(&mut self, _key: &[u8]) {}
     fn seek_to_first(&mut self) {}
+    fn seek_to_last(&mut self) {}
     fn valid(&self) -> bool {
         false
     }
@@ -398,6 +405,7 @@ impl Cursor for EmptyCursor {
         panic!("an empty cursor has no value")
     }
     fn next(&mut self) {}
+    fn prev(&mut self) {}
     fn status(&self) -> Result<()> {
         Ok(())
     }
@@ -605,6 +613,16 @@ mod tests {
         };
         assert_eq!(keys(Some(view.as_ref())), vec!["b1", "b2"]);
         assert_eq!(keys(None), vec!["b2", "b3"]);
+        // Backwards from the last key inside the bounds ("c" is past them).
+        let mut c = s.cursor(Family::Records, Bounds::prefix(b"b"), Some(view.as_ref()));
+        c.seek_to_last();
+        let mut back = Vec::new();
+        while c.valid() {
+            back.push(String::from_utf8(c.key().to_vec()).unwrap());
+            c.prev();
+        }
+        c.status().unwrap();
+        assert_eq!(back, vec!["b2", "b1"]);
     }
 
     #[test]

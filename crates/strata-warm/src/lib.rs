@@ -123,12 +123,15 @@ pub trait Batch: Send {
 pub trait Cursor {
     fn seek(&mut self, key: &[u8]);
     fn seek_to_first(&mut self);
+    /// To the last key within the bounds (for walking backwards with [`Cursor::prev`]).
+    fn seek_to_last(&mut self);
     fn valid(&self) -> bool;
     /// The current key; only while [`Cursor::valid`].
     fn key(&self) -> &[u8];
     /// The current value; only while [`Cursor::valid`].
     fn value(&self) -> &[u8];
     fn next(&mut self);
+    fn prev(&mut self);
     /// Why the cursor stopped, once it is not valid: `Ok` at the end of its range.
     fn status(&self) -> Result<()>;
 }

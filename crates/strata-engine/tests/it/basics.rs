@@ -453,6 +453,107 @@ async fn scan_merges_tiers_in_order_with_a_cursor() {
 }
 
 #[tokio::test]
+async fn key_ranges_read_string_values_from_every_tier_in_either_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(small_options(dir.path())).await.unwrap();
+    fill_and_demote(&engine, 150, 200).await;
+    // The newest writes stay in DRAM; one key of another kind and one expired key are in
+    // the range too, and are passed over.
+    for i in [150, 151] {
+        let k = format!("key:{i:04}");
+        let v = Bytes::from(vec![(i % 251) as u8; 200]);
+        engine
+            .put(&key(k.as_bytes()), v, PutOptions::default())
+            .await
+            .acked(&engine)
+            .await
+            .unwrap();
+    }
+    engine
+        .update(&key(b"key:0003"), false, |_| {
+            let change = strata_engine::Change::Put {
+                kind: strata_engine::Kind::Hash,
+                value: Bytes::from_static(b"not a string"),
+                expire_ms: 0,
+            };
+            Ok((Some(change), ()))
+        })
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    engine
+        .put(
+            &key(b"key:0004"),
+            "gone".into(),
+            put_opts(Condition::Always, Expire::AtMs(1)),
+        )
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    let want = |i: usize| {
+        (
+            Bytes::from(format!("key:{i:04}")),
+            Bytes::from(vec![(i % 251) as u8; 200]),
+        )
+    };
+    let strings: Vec<usize> = (0..152).filter(|i| *i != 3 && *i != 4).collect();
+    let all = engine
+        .range(0, None, None, 1000, false, u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(all, strings.iter().map(|&i| want(i)).collect::<Vec<_>>());
+    let tiers: std::collections::HashSet<Tier> = tiers_of(&engine, &strings).await;
+    assert!(
+        tiers.contains(&Tier::Hot) && tiers.contains(&Tier::Warm) && tiers.contains(&Tier::Cold),
+        "{tiers:?}"
+    );
+    // Bounds included and excluded, a limit, and the reverse order.
+    let lo = Some((&b"key:0002"[..], false));
+    let hi = Some((&b"key:0008"[..], true));
+    let got = engine.range(0, lo, hi, 3, false, u64::MAX).await.unwrap();
+    assert_eq!(got, vec![want(5), want(6), want(7)]);
+    let got = engine.range(0, lo, hi, 100, true, u64::MAX).await.unwrap();
+    assert_eq!(got, vec![want(8), want(7), want(6), want(5)]);
+    let newest = engine
+        .range(0, None, None, 2, true, u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(newest, vec![want(151), want(150)]);
+    let empty = Some((&b"key:0005"[..], false));
+    assert!(engine
+        .range(
+            0,
+            empty,
+            Some((&b"key:0005"[..], true)),
+            10,
+            false,
+            u64::MAX
+        )
+        .await
+        .unwrap()
+        .is_empty());
+    // Another database holds none of them.
+    assert!(engine
+        .range(1, None, None, 10, false, u64::MAX)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// The tiers that serve `keys` (numbers of `key:NNNN`) now.
+async fn tiers_of(engine: &Engine, keys: &[usize]) -> std::collections::HashSet<Tier> {
+    let mut tiers = std::collections::HashSet::new();
+    for i in keys {
+        if let Some(t) = engine.tier_of(&key(format!("key:{i:04}"))).await.unwrap() {
+            tiers.insert(t);
+        }
+    }
+    tiers
+}
+
+#[tokio::test]
 async fn overwrite_and_delete_of_cold_keys_drop_index_entries_and_segments_get_collected() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(small_options(dir.path())).await.unwrap();

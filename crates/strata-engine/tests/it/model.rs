@@ -233,6 +233,36 @@ async fn run_model(steps: usize, test: &str, with_faults: bool) {
                 let want = model.live(&key, now).map(|e| e.expire_ms);
                 assert_eq!(engine.expire_time_ms(&sk).await.unwrap(), want, "{ctx}");
             }
+            78..=79 if rng.below(2) == 0 => {
+                // An ordered range with its values (`STRATA.RANGE`), either way round.
+                let bound = |rng: &mut Rng| {
+                    let k = format!("k:{:03}", rng.below(80)).into_bytes();
+                    (k, rng.below(2) == 0)
+                };
+                let (a, b) = (bound(&mut rng), bound(&mut rng));
+                let (lo, hi) = if a.0 <= b.0 { (a, b) } else { (b, a) };
+                let (rev, limit) = (rng.below(2) == 0, 1 + rng.below(30) as usize);
+                let lo_b = Some((&lo.0[..], lo.1));
+                let hi_b = Some((&hi.0[..], hi.1));
+                let got = engine.range(0, lo_b, hi_b, limit, rev, u64::MAX).await;
+                if let Some(got) = unless_injected(got, faulty, &ctx) {
+                    let inside = |k: &Vec<u8>| {
+                        (if lo.1 { *k >= lo.0 } else { *k > lo.0 })
+                            && (if hi.1 { *k <= hi.0 } else { *k < hi.0 })
+                    };
+                    let mut want: Vec<(Bytes, Bytes)> = model
+                        .map
+                        .iter()
+                        .filter(|(k, e)| inside(k) && (e.expire_ms == 0 || e.expire_ms > now))
+                        .map(|(k, e)| (Bytes::from(k.clone()), Bytes::from(e.value.clone())))
+                        .collect();
+                    if rev {
+                        want.reverse();
+                    }
+                    want.truncate(limit);
+                    assert_eq!(got.unwrap(), want, "{ctx} range {lo:?} {hi:?} rev {rev}");
+                }
+            }
             78..=80 => {
                 let prefix = format!("k:0{}", rng.below(8)).into_bytes();
                 let mut got = Vec::new();

@@ -565,6 +565,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("unpin", 2, WRITE | ADMIN, 0, 0, 0, st::unpin),
     c!("pins", 1, READ, 0, 0, 0, st::pins),
     c!("strata.backup", 2, ADMIN, 0, 0, 0, st::backup),
+    c!("strata.range", -3, READ, 0, 0, 0, st::range),
     // The KV-cache pool (one round trip each).
     c!("kvc.put", -4, WRITE, 0, 0, 0, kvc::put),
     c!("kvc.get", -3, READ, 0, 0, 0, kvc::get),

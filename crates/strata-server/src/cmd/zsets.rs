@@ -465,14 +465,14 @@ fn parse_score_bound(b: &[u8]) -> Option<ScoreBound> {
 
 /// A lex bound of `ZRANGEBYLEX`: `[x` inclusive, `(x` exclusive, `-` and `+` the ends.
 #[derive(Clone)]
-enum LexBound {
+pub(crate) enum LexBound {
     Min,
     Max,
     Incl(Bytes),
     Excl(Bytes),
 }
 
-fn parse_lex_bound(b: &Bytes) -> Option<LexBound> {
+pub(crate) fn parse_lex_bound(b: &Bytes) -> Option<LexBound> {
     match b.first() {
         Some(b'-') if b.len() == 1 => Some(LexBound::Min),
         Some(b'+') if b.len() == 1 => Some(LexBound::Max),
