@@ -167,7 +167,10 @@ impl Engine {
             hot,
             access: AccessCounts::new(settings.warm.cold_reads_return_to_warm),
             disk: DiskGuard::new(&data_dir, settings.warm.disk_free_min_bytes),
-            prefetch: crate::prefetcher::Prefetcher::new(settings.prefetch.prefetch),
+            prefetch: crate::prefetcher::Prefetcher::new(
+                settings.prefetch.prefetch,
+                settings.prefetch.prefetch_fetches_max,
+            ),
             next_segment_id: Mutex::new(warm_tier.next_segment_id()?),
             pins: parking_lot::RwLock::new(warm_tier.pins()?),
             settings,

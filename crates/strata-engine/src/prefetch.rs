@@ -112,7 +112,10 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
     }
     let fetches = wanted.into_iter().map(|(k, seen, s)| async move {
         let value = match s.loc {
-            Loc::Cold(r) => core.fetch_cold(&k, &r).await.ok().map(|v| v.0),
+            Loc::Cold(r) => {
+                let _permit = core.prefetch.fetch_permit().await;
+                core.fetch_cold(&k, &r).await.ok().map(|v| v.0)
+            }
             Loc::Warm { value, .. } => value,
         };
         if let Some(v) = value {

@@ -8,8 +8,10 @@
 //!   `prefetch_keys_max` steps.
 //!
 //! It runs off the request's path (the after-read queue of `hook` feeds a worker; a full
-//! queue drops the job), within `prefetch_bytes_max` per cold read and `prefetch_tasks_max`
-//! concurrent jobs.
+//! queue drops the job), within `prefetch_bytes_max` per cold read, `prefetch_tasks_max`
+//! concurrent jobs and `prefetch_fetches_max` object-store GETs in flight (taken in the
+//! order the model ranks its keys), so a read that misses is not queued at the object
+//! store behind many guesses.
 //! The budget follows precision: over each window of 512 prefetches, the share that was
 //! used scales the next window's budget (full from 50% up, never below 1/64), so a workload
 //! prefetch cannot predict does not get its DRAM filled with guesses.
@@ -42,6 +44,9 @@ pub(crate) struct Prefetcher {
     tracked_len: AtomicUsize,
     /// Keys a job is fetching now, so overlapping jobs do not fetch them twice.
     fetching: Mutex<HashSet<Key>>,
+    /// Permits for object-store GETs, `prefetch_fetches_max` of them (first come, first
+    /// served).
+    fetch_permits: tokio::sync::Semaphore,
     /// Prefetches issued and used in the current window of `WINDOW` issues.
     window_issued: AtomicU64,
     window_used: AtomicU64,
@@ -62,7 +67,7 @@ const SCALE_MIN: u64 = 16;
 const PROBE_EVERY: u64 = 16;
 
 impl Prefetcher {
-    pub(crate) fn new(on: bool) -> Prefetcher {
+    pub(crate) fn new(on: bool, fetches_max: usize) -> Prefetcher {
         Prefetcher {
             on,
             model: Mutex::new(MarkovModel::default()),
@@ -70,6 +75,7 @@ impl Prefetcher {
             tracked: Mutex::new(HashSet::new()),
             tracked_len: AtomicUsize::new(0),
             fetching: Mutex::new(HashSet::new()),
+            fetch_permits: tokio::sync::Semaphore::new(fetches_max.max(1)),
             window_issued: AtomicU64::new(0),
             window_used: AtomicU64::new(0),
             scale: AtomicU64::new(1024),
@@ -177,15 +183,41 @@ impl Prefetcher {
     pub(crate) fn end_fetch(&self, key: &Key) {
         self.fetching.lock().remove(key);
     }
+
+    /// Waits for a permit to GET a predicted value from the object store; held until the
+    /// GET is done.
+    pub(crate) async fn fetch_permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.fetch_permits
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
+
+    #[test]
+    fn prefetch_gets_in_flight_stop_at_their_limit() {
+        let p = Prefetcher::new(true, 2);
+        let a = p.fetch_permit().now_or_never().expect("first permit");
+        let _b = p.fetch_permit().now_or_never().expect("second permit");
+        assert!(
+            p.fetch_permit().now_or_never().is_none(),
+            "a third GET waits"
+        );
+        drop(a);
+        assert!(
+            p.fetch_permit().now_or_never().is_some(),
+            "a GET done frees its permit"
+        );
+    }
 
     #[test]
     fn budget_follows_precision_and_unpredictable_workloads_are_probed_rarely() {
-        let p = Prefetcher::new(true);
+        let p = Prefetcher::new(true, 2);
         let k = |s: String| Key::new(0, 0, s.as_bytes());
         assert_eq!(
             p.budget(1 << 20),

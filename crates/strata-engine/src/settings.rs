@@ -281,6 +281,9 @@ pub struct PrefetchSettings {
     pub prefetch_keys_max: usize,
     /// Most prefetch jobs running at once.
     pub prefetch_tasks_max: usize,
+    /// Most object-store GETs prefetch has in flight at once, over all jobs: a read that
+    /// misses waits behind at most this many guesses at the object store.
+    pub prefetch_fetches_max: usize,
 }
 
 impl Default for PrefetchSettings {
@@ -290,6 +293,7 @@ impl Default for PrefetchSettings {
             prefetch_bytes_max: 4 << 20,
             prefetch_keys_max: 8,
             prefetch_tasks_max: 4,
+            prefetch_fetches_max: 4,
         }
     }
 }
