@@ -114,7 +114,12 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
         let value = match s.loc {
             Loc::Cold(r) => {
                 let _permit = core.prefetch.fetch_permit().await;
-                core.fetch_cold(&k, &r).await.ok().map(|v| v.0)
+                // A read may have brought it in while this waited for its turn.
+                if core.hot.contains(k.stored(), core.now_ms()) {
+                    None
+                } else {
+                    core.fetch_cold(&k, &r).await.ok().map(|v| v.0)
+                }
             }
             Loc::Warm { value, .. } => value,
         };
