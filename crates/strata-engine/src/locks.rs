@@ -74,7 +74,9 @@ impl Stripes {
         seen.is_multiple_of(2) && self.version(key) == seen
     }
 
-    /// Called by writers, under the stripe lock, before they touch DRAM.
+    /// Called by writers with each change of a key, under its stripe lock (before or after
+    /// DRAM changes: a promotion compares versions under the same lock, and a lock-free
+    /// lookup compares them around its reads).
     pub(crate) fn bump(&self, key: &Key) {
         self.versions[stripe_of(key)].fetch_add(2, Ordering::AcqRel);
     }
