@@ -190,8 +190,8 @@ pub(crate) fn scan_prefix(
     scan(core, db, start, end.as_deref(), count_max)
 }
 
-/// The string keys of an ordered range ([`crate::Engine::range`]): bounds on client keys,
-/// `None` unbounded, `(key, true)` including the key, `(key, false)` excluding it.
+/// One end of an ordered key range ([`crate::Engine::range`]), on client keys: `None`
+/// unbounded, `(key, true)` including the key, `(key, false)` excluding it.
 pub type RangeBound<'a> = Option<(&'a [u8], bool)>;
 
 /// Up to `count_max` live string keys of database `db` from `lo` to `hi`, in key order or
