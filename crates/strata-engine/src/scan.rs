@@ -208,9 +208,7 @@ pub(crate) fn range_keys(
 ) -> Result<Vec<ScanItem>> {
     let prefix = keys::slot_prefix(db, 0);
     let stored = |k: &[u8], past: bool| {
-        let mut s = Vec::with_capacity(prefix.len() + k.len() + 1);
-        s.extend_from_slice(&prefix);
-        s.extend_from_slice(k);
+        let mut s = Key::new(db, 0, k).stored().to_vec();
         if past {
             // The smallest stored key after `k`.
             s.push(0);
