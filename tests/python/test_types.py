@@ -146,8 +146,12 @@ def test_hash_fields_expire_on_their_own_in_every_tier(tiny_strata):
     r.hset("session", "old", "o")
     assert r.execute_command("HEXPIREAT", "session", 1, "FIELDS", 1, "old") == [2]
     assert r.hexists("session", "old") == 0
-    # Many hashes with a short-lived field, pushed to the cold tier by the tiny budget.
+    # Many hashes with a short-lived field, pushed to the cold tier by the tiny budget; the
+    # first hundred have no other field, so they go with it.
     p = r.pipeline(transaction=False)
+    for i in range(100):
+        p.hset(f"gone:{i:03d}", "drop", "d" * 400)
+        p.execute_command("HPEXPIRE", f"gone:{i:03d}", 4000, "FIELDS", 1, "drop")
     for i in range(300):
         p.hset(f"h:{i:03d}", mapping={"keep": "k" * 400, "drop": "d" * 400})
         p.execute_command("HPEXPIRE", f"h:{i:03d}", 1500, "FIELDS", 1, "drop")
@@ -157,9 +161,20 @@ def test_hash_fields_expire_on_their_own_in_every_tier(tiny_strata):
     while int(r.info("strata")["cold_entries"]) < 100:
         assert time.time() < deadline, "no hash reached the cold tier"
         time.sleep(0.1)
+    # The "gone:" hashes live 4 s, time for some to reach the cold tier (demotion skips
+    # expired keys) before their fields expire there.
+    while "cold" not in {r.execute_command("TIER", f"gone:{i:03d}") for i in range(100)}:
+        assert time.time() < deadline, "no short-lived hash reached the cold tier"
+        time.sleep(0.05)
     time.sleep(1.6)
     tiers = {r.execute_command("TIER", f"h:{i:03d}") for i in range(0, 300, 10)}
     assert "cold" in tiers
+    # Without a read of them, the sweep deletes the hashes whose last field expired.
+    deadline = time.time() + 15
+    while r.keys("gone:*"):
+        assert time.time() < deadline, f"{len(r.keys('gone:*'))} hashes outlived their fields"
+        time.sleep(0.1)
+    assert r.exists(*[f"gone:{i:03d}" for i in range(100)]) == 0
     for i in range(300):
         assert r.hgetall(f"h:{i:03d}") == {"keep": "k" * 400}
     assert r.hgetall("session") == {"user": "u", "csrf": "c"}, "token's 400 ms are over"
@@ -170,6 +185,25 @@ def test_hash_fields_expire_on_their_own_in_every_tier(tiny_strata):
         r.execute_command("HTTL", "session", "FIELD", 1, "user")
     with pytest.raises(redis.ResponseError, match="must be >= 0"):
         r.execute_command("HEXPIRE", "session", -1, "FIELDS", 1, "user")
+
+
+def test_a_hash_goes_when_its_last_field_expires(strata):
+    """As in Redis 7.4, a hash whose fields have all expired is deleted: EXISTS, TYPE,
+    DBSIZE and KEYS stop seeing it soon after, without a read or write of it."""
+    r = strata.client(decode_responses=True)
+    r.hset("h", mapping={"f": "1", "g": "2"})
+    r.hset("kept", mapping={"f": "1", "g": "2"})
+    r.set("other", "x")
+    assert r.execute_command("HPEXPIRE", "h", 100, "FIELDS", 2, "f", "g") == [1, 1]
+    assert r.execute_command("HPEXPIRE", "kept", 100, "FIELDS", 1, "f") == [1]
+    assert r.dbsize() == 3
+    deadline = time.time() + 10
+    while r.exists("h"):
+        assert time.time() < deadline, "the hash outlived its fields"
+        time.sleep(0.05)
+    assert r.type("h") == "none" and r.dbsize() == 2
+    assert sorted(r.keys("*")) == ["kept", "other"]
+    assert r.hgetall("kept") == {"g": "2"} and r.type("kept") == "hash"
 
 
 def test_hashes_and_databases_survive_a_kill_and_restart(tmp_path):

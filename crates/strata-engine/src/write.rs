@@ -172,12 +172,26 @@ pub(crate) fn stage<'k>(
     d: &mut Counts,
 ) -> Result<Option<Staged<'k>>> {
     let now = core.now_ms();
+    // A hash's fields may expire on their own: one whose fields have all expired is
+    // deleted, and the sweep is told when the first field of one that stays expires.
+    let fields = match &change {
+        Change::Put {
+            kind: Kind::Hash,
+            value,
+            ..
+        } => strata_format::hash::field_expiry(value).ok().flatten(),
+        _ => None,
+    };
+    let fields_gone = fields
+        .and_then(|f| f.all_ms)
+        .is_some_and(|t| !strata_format::is_live(t, now));
     let change = match change {
         Change::Put { expire_ms, .. } | Change::SetExpire(expire_ms)
             if !strata_format::is_live(expire_ms, now) =>
         {
             Change::Delete
         }
+        Change::Put { .. } if fields_gone => Change::Delete,
         c => c,
     };
     let old_expire = old.map_or(0, |s| s.expire_ms);
@@ -264,6 +278,10 @@ pub(crate) fn stage<'k>(
         if new_expire != 0 {
             batch.add_expiry(new_expire, key);
         }
+    }
+    if let (Some(f), Change::Put { .. }) = (fields, &change) {
+        // After any removal above: the entry may be the old expiry's.
+        batch.add_expiry(f.first_ms, key);
     }
     Ok(Some(Staged {
         key,
@@ -483,28 +501,82 @@ pub(crate) fn commit_batch(core: &Core, mut batch: Batch, d: &Counts, sync: bool
     Ok(())
 }
 
-/// Deletes `key` if it is stored and expired at `expire_ms` (the expiry sweep's step).
-pub(crate) fn expire_if_due(core: &Core, key: &Key, expire_ms: u64) -> Result<bool> {
-    let _g = core.locks.lock(key);
-    writeback::settle_locked(core, key)?;
-    let now = core.now_ms();
-    match core.lookup(key, false)? {
-        Some(s) if s.expire_ms == expire_ms && !s.is_live(now) => {
-            // Not waited for: an expiry is not acknowledged to anyone.
-            let _ = apply_locked(core, key, Some(&s), Change::Delete, false)?;
-            add(&core.counters.expired);
-            Ok(true)
+/// Deletes `key` if it is stored and expired at `expire_ms` (the expiry sweep's step), or
+/// for an entry a hash's field left (`stage`), the hash's expired fields.
+pub(crate) async fn expire_if_due(core: &Core, key: &Key, expire_ms: u64) -> Result<bool> {
+    let fields = {
+        let _g = core.locks.lock(key);
+        writeback::settle_locked(core, key)?;
+        let now = core.now_ms();
+        match core.lookup(key, false)? {
+            Some(s) if s.expire_ms == expire_ms && !s.is_live(now) => {
+                // Not waited for: an expiry is not acknowledged to anyone.
+                let _ = apply_locked(core, key, Some(&s), Change::Delete, false)?;
+                add(&core.counters.expired);
+                return Ok(true);
+            }
+            Some(s) if s.expire_ms == expire_ms => return Ok(false),
+            Some(s) => s.kind == Kind::Hash && s.is_live(now),
+            None => false,
         }
-        Some(s) if s.expire_ms == expire_ms => Ok(false),
-        _ => {
-            // An expiry entry whose key moved on: drop it.
-            let mut b = core.warm.batch();
-            b.remove_expiry(expire_ms, key);
-            core.warm.write(b, false)?;
-            Ok(false)
-        }
+    };
+    if fields {
+        return expire_fields(core, key, expire_ms).await;
     }
+    // An expiry entry whose key moved on: drop it.
+    let mut b = core.warm.batch();
+    b.remove_expiry(expire_ms, key);
+    core.warm.write(b, false)?;
+    Ok(false)
 }
+
+/// The sweep's step for the expiry-index entry at `at` a field of the hash at `key` left
+/// (`stage`): a hash whose fields have all expired is deleted, as Redis deletes a hash with
+/// its last field; otherwise the entry moves to the next field's expiry. The value is not
+/// rewritten for fields that expired (reads pass over them, the hash's next write drops
+/// them), so a cold hash stays cold and DRAM is not filled. Says whether the hash went.
+async fn expire_fields(core: &Core, key: &Key, at: u64) -> Result<bool> {
+    let checked = update(core, key, true, |cur| {
+        let now = core.now_ms();
+        let value = cur.filter(|c| c.kind == Kind::Hash).and_then(|c| c.value);
+        // Gone, or not a hash's encoding (the server writes none): nothing to sweep.
+        let Some(Ok(fields)) = value.map(|v| strata_format::hash::decode_hash(v)) else {
+            return Ok((None, (false, None)));
+        };
+        if !fields.iter().any(|f| f.is_live(now)) {
+            return Ok((Some(Change::Delete), (true, None)));
+        }
+        let next = fields
+            .iter()
+            .map(|f| f.expire_ms)
+            .filter(|&t| t > now)
+            .min();
+        Ok((None, (false, next)))
+    })
+    .await;
+    let (gone, next) = match checked {
+        Ok(w) => w.value,
+        Err(e @ (Error::Closed | Error::Poisoned(_))) => return Err(e),
+        // A cold hash whose block cannot be read now: tried again later, not every round.
+        Err(e) => {
+            tracing::warn!(error = %e, "a hash's expired fields could not be checked; retrying");
+            (false, Some(core.now_ms() + FIELD_SWEEP_RETRY_MS))
+        }
+    };
+    if gone {
+        add(&core.counters.expired);
+    }
+    let mut b = core.warm.batch();
+    b.remove_expiry(at, key);
+    if let Some(next) = next {
+        b.add_expiry(next, key);
+    }
+    core.warm.write(b, false)?;
+    Ok(gone)
+}
+
+/// How long the sweep waits before it checks again a hash it could not read.
+const FIELD_SWEEP_RETRY_MS: u64 = 60_000;
 
 /// The general atomic read-modify-write. `f` sees the live entry (with its value when
 /// `want_value`; a cold value is fetched first) and returns the change to make, if any,

@@ -57,6 +57,40 @@ pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
     Ok(out)
 }
 
+/// When a hash's fields expire, read from the fields' headers alone: `None` when no field
+/// has an expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldExpiry {
+    /// The earliest expiry of any field.
+    pub first_ms: u64,
+    /// When every field has expired; `None` while some field never expires.
+    pub all_ms: Option<u64>,
+}
+
+/// The [`FieldExpiry`] of the hash value `b`, without building its fields.
+pub fn field_expiry(b: &[u8]) -> Result<Option<FieldExpiry>> {
+    let mut r = Reader::new(b, "hash");
+    let count = r.collection_header(HASH_VERSION, FIELD_HEADER_BYTES)?;
+    let (mut first, mut last, mut untimed) = (u64::MAX, 0, false);
+    for _ in 0..count {
+        let name_len = r.u32()? as usize;
+        let value_len = r.u32()? as usize;
+        let expire_ms = r.u64()?;
+        r.bytes(name_len.saturating_add(value_len))?;
+        if expire_ms == 0 {
+            untimed = true;
+        } else {
+            first = first.min(expire_ms);
+            last = last.max(expire_ms);
+        }
+    }
+    r.finish()?;
+    Ok((first != u64::MAX).then_some(FieldExpiry {
+        first_ms: first,
+        all_ms: (!untimed).then_some(last),
+    }))
+}
+
 /// Encodes `fields` (names distinct, in the order given) as a hash value.
 pub fn encode_hash(fields: &[Field<'_>]) -> Vec<u8> {
     let len = HASH_HEADER_BYTES + fields.iter().map(Field::encoded_len).sum::<usize>();
@@ -94,6 +128,27 @@ mod tests {
         assert_eq!(decode_hash(&enc).unwrap(), fields);
         assert_eq!(decode_hash(&encode_hash(&[])).unwrap(), vec![]);
         assert!(f("a", "", 7).is_live(6) && !f("a", "", 7).is_live(7) && f("a", "", 0).is_live(9));
+    }
+
+    #[test]
+    fn field_expiry_reads_the_first_and_the_last_expiry() {
+        let none = encode_hash(&[f("a", "1", 0)]);
+        assert_eq!(field_expiry(&none).unwrap(), None);
+        assert_eq!(field_expiry(&encode_hash(&[])).unwrap(), None);
+        let some = encode_hash(&[f("a", "1", 9), f("b", "2", 0), f("c", "3", 4)]);
+        let want = FieldExpiry {
+            first_ms: 4,
+            all_ms: None,
+        };
+        assert_eq!(field_expiry(&some).unwrap(), Some(want));
+        let all = encode_hash(&[f("a", "1", 9), f("c", "3", 4)]);
+        let want = FieldExpiry {
+            first_ms: 4,
+            all_ms: Some(9),
+        };
+        assert_eq!(field_expiry(&all).unwrap(), Some(want));
+        assert!(field_expiry(&all[..all.len() - 1]).is_err());
+        assert!(field_expiry(b"not a hash").is_err());
     }
 
     #[test]

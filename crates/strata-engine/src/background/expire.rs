@@ -8,7 +8,7 @@ use crate::write::expire_if_due;
 use crate::Result;
 
 /// Deletes up to `expire_sweep_count_max` keys that are due.
-pub(crate) fn sweep(core: &Core) -> Result<()> {
+pub(crate) async fn sweep(core: &Core) -> Result<()> {
     let now = core.now_ms();
     let mut due = Vec::new();
     {
@@ -29,7 +29,7 @@ pub(crate) fn sweep(core: &Core) -> Result<()> {
         c.status()?;
     }
     for (at, key) in due {
-        expire_if_due(core, &key, at)?;
+        expire_if_due(core, &key, at).await?;
     }
     Ok(())
 }

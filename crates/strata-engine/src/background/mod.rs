@@ -115,7 +115,7 @@ pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
         })
         .await??;
     }
-    expire::sweep(core)?;
+    expire::sweep(core).await?;
     let now = core.now_ms();
     core.leases.lock().retain(|_, &mut until| until > now);
     let mut demoted = 0;

@@ -126,3 +126,105 @@ async fn every_kind_keeps_its_kind_in_every_tier_and_across_a_restart() {
     );
     assert_eq!(engine.get(&big).await, Err(Error::WrongType));
 }
+
+/// The fields of the hash at `k`, by name, with their expiries; `None` if it is gone.
+async fn hash_fields(engine: &Engine, k: &Key) -> Option<Vec<(String, u64)>> {
+    let (kind, value) = engine.get_value(k).await.unwrap()?;
+    assert_eq!(kind, Kind::Hash);
+    let fields = strata_format::hash::decode_hash(&value).unwrap();
+    Some(
+        fields
+            .iter()
+            .map(|f| (String::from_utf8_lossy(f.name).into_owned(), f.expire_ms))
+            .collect(),
+    )
+}
+
+/// Redis 7.4's field TTLs: the expiry sweep deletes a hash with its last field, in the warm
+/// tier and in the cold one, without rewriting a hash that keeps live fields (a cold one
+/// stays cold; reads pass over expired fields) or touching the hash's own TTL; a hash
+/// written with every field expired is not stored.
+#[tokio::test]
+async fn hashes_go_with_their_last_field_in_every_tier() {
+    use strata_format::hash::{encode_hash, Field};
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = 1_000_000;
+    let clock = std::sync::Arc::new(strata_engine::ManualClock::new(t0));
+    let engine = crate::support::open_with_clock(small_options(dir.path()), clock.clone())
+        .await
+        .unwrap();
+    let hash = |fields: &[(&str, u64)]| {
+        let fields: Vec<Field<'_>> = fields
+            .iter()
+            .map(|(n, at)| Field {
+                name: n.as_bytes(),
+                value: b"v",
+                expire_ms: *at,
+            })
+            .collect();
+        Bytes::from(encode_hash(&fields))
+    };
+    let (stays, goes, cold) = (key("stays"), key("goes"), key("cold"));
+    let stays_fields = [("a", t0 + 100), ("b", t0 + 200), ("c", 0)];
+    put_kind(&engine, &stays, Kind::Hash, hash(&stays_fields)).await;
+    engine
+        .set_expire(&stays, t0 + 10_000)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    put_kind(
+        &engine,
+        &goes,
+        Kind::Hash,
+        hash(&[("a", t0 + 100), ("b", t0 + 200)]),
+    )
+    .await;
+    put_kind(
+        &engine,
+        &cold,
+        Kind::Hash,
+        hash(&[("a", t0 + 100), ("b", t0 + 300)]),
+    )
+    .await;
+    crate::support::fill(&engine, 60, 300).await;
+    engine.run_background_once().await.unwrap();
+    engine.clear_hot();
+    assert_eq!(engine.tier_of(&cold).await.unwrap(), Some(Tier::Cold));
+    let keys = engine.keys_in(0);
+
+    for _ in 0..2 {
+        clock.advance_ms(100);
+        engine.run_background_once().await.unwrap();
+        assert_eq!(engine.tier_of(&cold).await.unwrap(), Some(Tier::Cold));
+    }
+    assert!(
+        !engine.exists(&goes).await.unwrap(),
+        "its last field expired"
+    );
+    assert_eq!(engine.keys_in(0), keys - 1);
+    assert_eq!(
+        hash_fields(&engine, &stays).await.unwrap().len(),
+        3,
+        "not rewritten"
+    );
+    assert_eq!(
+        engine.expire_time_ms(&stays).await.unwrap(),
+        Some(t0 + 10_000)
+    );
+    let expired = engine.stats().expired;
+    clock.advance_ms(100);
+    engine.run_background_once().await.unwrap();
+    assert!(
+        !engine.exists(&cold).await.unwrap(),
+        "gone from the cold tier"
+    );
+    assert_eq!(engine.keys_in(0), keys - 2);
+    assert_eq!(engine.stats().expired, expired + 1);
+    assert!(engine.exists(&stays).await.unwrap());
+
+    // Written with every field expired (a late write of an old value): not stored.
+    put_kind(&engine, &goes, Kind::Hash, hash(&[("a", t0 + 1)])).await;
+    assert!(!engine.exists(&goes).await.unwrap());
+    assert_eq!(engine.keys_in(0), keys - 2);
+}
