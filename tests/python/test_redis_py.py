@@ -178,6 +178,40 @@ def test_transactions_and_watch(strata):
         assert pipe.execute() == [True, 1, b"a"]
 
 
+def test_watch_fails_on_what_changed_a_watched_key_and_only_that(strata):
+    """As Redis 7.0 has it: a flush fails the watches of keys it deleted, not of keys
+    that did not exist or live in another database; a watched key that expires counts as
+    changed; SWAPDB fails the watches of either database."""
+    r = strata.client(decode_responses=True)
+    other = strata.client(decode_responses=True, db=1)
+
+    def runs(watched, between, db_client=r):
+        p = db_client.pipeline()
+        p.watch(*watched)
+        between()
+        p.multi()
+        p.ping()
+        try:
+            return p.execute() == [True]
+        except redis.WatchError:
+            return False
+
+    assert runs(["absent"], r.flushall), "a flush leaves an absent key's watch alone"
+    r.set("x", 1)
+    assert not runs(["x"], r.flushall)
+    r.set("x", 1)
+    assert not runs(["x"], r.flushdb)
+    r.set("x", 1)
+    assert runs(["x"], other.flushdb), "a flush of another database"
+    assert r.get("x") == "1"
+    assert not runs(["y"], lambda: other.set("y", 1), other)
+    assert not runs(["x"], lambda: r.swapdb(0, 1))
+    assert runs(["x"], lambda: r.swapdb(2, 3)), "a swap of other databases"
+    r.set("ttl", 1, px=300)
+    assert not runs(["ttl"], lambda: time.sleep(0.5)), "a watched key that expired"
+    assert runs(["ttl"], lambda: time.sleep(0.1)), "absent when watched, absent still"
+
+
 def test_large_values(strata):
     r = strata.client()
     big = bytes(range(256)) * (32 * 1024)  # 8 MiB

@@ -162,6 +162,38 @@ def test_a_busy_script_answers_busy_to_others_and_script_kill_stops_it(strata):
         r.script_kill()
 
 
+def test_a_transaction_meeting_a_busy_script_is_discarded_whole(strata):
+    """As in Redis: MULTI runs beside a busy script; a command refused with -BUSY inside
+    the transaction makes EXEC fail with EXECABORT; an EXEC refused itself ends the
+    transaction with the reason. Nothing of either transaction runs."""
+    r = strata.client(decode_responses=True)
+    assert r.config_set("busy-reply-threshold", 100)
+    r.set("xx", 1)
+    c = strata.client(decode_responses=True)
+    t, _ = start_busy(strata, "while true do end", 0)
+    wait_busy(r)
+    assert c.execute_command("MULTI") == "OK"
+    with pytest.raises(redis.ResponseError, match="^BUSY"):
+        c.execute_command("INCR", "xx")
+    assert r.script_kill() is True
+    t.join(10)
+    assert c.execute_command("INCR", "xx") == "QUEUED"
+    # (redis-py takes the error's code, EXECABORT, as the exception's type.)
+    with pytest.raises(redis.exceptions.ExecAbortError, match="previous errors"):
+        c.execute_command("EXEC")
+    # Queued before the script turned busy; EXEC arrives while it is busy.
+    assert c.execute_command("MULTI") == "OK"
+    assert c.execute_command("INCR", "xx") == "QUEUED"
+    t, _ = start_busy(strata, "while true do end", 0)
+    wait_busy(r)
+    with pytest.raises(redis.exceptions.ExecAbortError, match="because of: BUSY"):
+        c.execute_command("EXEC")
+    assert r.script_kill() is True
+    t.join(10)
+    assert r.get("xx") == "1"
+    assert c.echo("out of MULTI") == "out of MULTI"
+
+
 def test_a_busy_script_that_wrote_is_unkillable_until_shutdown_nosave(strata):
     r = strata.client(decode_responses=True)
     assert r.config_set("busy-reply-threshold", 100)

@@ -346,10 +346,17 @@ async fn beside_busy_script(
     busy: Reply,
 ) -> Reply {
     if crate::cmd::scripting::runs_while_busy(&args) {
-        crate::cmd::execute(shared, conn, args, idx).await
-    } else {
-        busy
+        return crate::cmd::execute(shared, conn, args, idx).await;
     }
+    // As in Redis, a refusal inside `MULTI` fails the transaction, and a refused `EXEC`
+    // ends it with the reason.
+    if conn.multi.is_some() {
+        if args[0].eq_ignore_ascii_case(b"exec") {
+            return crate::cmd::txn::abort(shared, conn, &busy);
+        }
+        conn.multi_failed = true;
+    }
+    busy
 }
 
 /// The connection's halves and buffers, as [`run_batch`] needs them.

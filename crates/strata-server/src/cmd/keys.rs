@@ -229,13 +229,36 @@ pub(crate) async fn flushdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if !flush_args_ok(a) {
         return syntax_error();
     }
-    ctx.shared.watches.touch_all();
+    let db = ctx.key(b"").db();
+    let watched = match watched_existing(ctx, Some(db)).await {
+        Ok(w) => w,
+        Err(e) => return engine_error(&e),
+    };
     match ctx.shared.engine.flush_db(ctx.conn.db).await {
         Ok(w) => {
+            touch_each(ctx, &watched);
             ctx.defer(w);
             Reply::ok()
         }
         Err(e) => engine_error(&e),
+    }
+}
+
+/// The watched keys of stored database `db` (all: `None`) that exist: a flush changes
+/// those, as Redis has it, and leaves a watch of an absent key alone.
+async fn watched_existing(ctx: &Ctx<'_>, db: Option<u8>) -> strata_engine::Result<Vec<Key>> {
+    let mut out = Vec::new();
+    for k in ctx.shared.watches.watched_in(db) {
+        if ctx.shared.engine.exists(&k).await? {
+            out.push(k);
+        }
+    }
+    Ok(out)
+}
+
+fn touch_each(ctx: &Ctx<'_>, keys: &[Key]) {
+    for k in keys {
+        ctx.shared.watches.touch(k);
     }
 }
 
@@ -256,10 +279,15 @@ pub(crate) async fn swapdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         (Err(r), _) | (_, Err(r)) => return r,
     };
     if first != second {
+        // Every watched key of either database: present in one, it changes (absent from
+        // both it would not, but that is not worth a look-up of each).
+        let stored = |db| ctx.shared.engine.key(db, b"").db();
+        let mut watched = ctx.shared.watches.watched_in(Some(stored(first)));
+        watched.extend(ctx.shared.watches.watched_in(Some(stored(second))));
         if let Err(e) = ctx.shared.engine.swap_dbs(first, second) {
             return engine_error(&e);
         }
-        ctx.shared.watches.touch_all();
+        touch_each(ctx, &watched);
         ctx.shared.blocked.rekey();
     }
     Reply::ok()
@@ -270,9 +298,13 @@ pub(crate) async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if !flush_args_ok(a) {
         return syntax_error();
     }
-    ctx.shared.watches.touch_all();
+    let watched = match watched_existing(ctx, None).await {
+        Ok(w) => w,
+        Err(e) => return engine_error(&e),
+    };
     match ctx.shared.engine.flush_all().await {
         Ok(w) => {
+            touch_each(ctx, &watched);
             ctx.defer(w);
             Reply::ok()
         }

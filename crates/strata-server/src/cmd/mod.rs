@@ -17,7 +17,7 @@ mod sets;
 mod sort;
 mod strata;
 mod strings;
-mod txn;
+pub(crate) mod txn;
 mod typed;
 mod zsets;
 

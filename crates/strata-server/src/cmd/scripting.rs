@@ -473,11 +473,16 @@ fn stats(shared: &Shared) -> Reply {
 }
 
 /// Whether a request runs beside a busy script, without the gate: the commands that
-/// stop it or look at it.
+/// stop it or look at it, and those that only change the connection's own state (as
+/// Redis's `allow_busy` commands: a client may open a transaction meanwhile).
 pub(crate) fn runs_while_busy(args: &[Bytes]) -> bool {
     let sub = |w: &[u8]| args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(w));
     let name = &args[0];
-    (name.eq_ignore_ascii_case(b"script") && sub(b"kill"))
+    const OWN_STATE: [&[u8]; 8] = [
+        b"multi", b"discard", b"watch", b"unwatch", b"reset", b"auth", b"hello", b"quit",
+    ];
+    OWN_STATE.iter().any(|c| name.eq_ignore_ascii_case(c))
+        || (name.eq_ignore_ascii_case(b"script") && sub(b"kill"))
         || (name.eq_ignore_ascii_case(b"function") && (sub(b"kill") || sub(b"stats")))
         || (name.eq_ignore_ascii_case(b"shutdown") && sub(b"nosave"))
 }

@@ -2,10 +2,9 @@
 //! holds the server's gate for writing, so the queued commands run with nothing between.
 
 use bytes::Bytes;
-use strata_engine::Key;
 use strata_resp::Reply;
 
-use super::{lookup, Ctx};
+use super::{engine_error, lookup, Ctx};
 
 pub(crate) async fn multi(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     if ctx.conn.multi.is_some() {
@@ -30,7 +29,16 @@ pub(crate) async fn watch(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if ctx.conn.multi.is_some() {
         return Reply::err("ERR WATCH inside MULTI is not allowed");
     }
-    let keys: Vec<Key> = a[1..].iter().map(|k| ctx.key(k)).collect();
+    let mut keys = Vec::with_capacity(a.len() - 1);
+    for k in &a[1..] {
+        let key = ctx.key(k);
+        // A live key's expiry: its expiring later counts as a change.
+        let expire_ms = match ctx.shared.engine.expire_time_ms(&key).await {
+            Ok(t) => t.unwrap_or(0),
+            Err(e) => return engine_error(&e),
+        };
+        keys.push((key, expire_ms));
+    }
     if !ctx.shared.watches.watch(&mut ctx.conn.watched, &keys) {
         return Reply::err(format!(
             "ERR a client may watch at most {} keys",
@@ -49,7 +57,8 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let Some(queued) = ctx.conn.multi.take() else {
         return Reply::err("ERR EXEC without MULTI");
     };
-    let unchanged = ctx.shared.watches.unchanged(&ctx.conn.watched);
+    let now = ctx.shared.engine.now_ms();
+    let unchanged = ctx.shared.watches.unchanged(&ctx.conn.watched, now);
     ctx.shared.watches.unwatch(&mut ctx.conn.watched);
     if std::mem::take(&mut ctx.conn.multi_failed) {
         return Reply::err("EXECABORT Transaction discarded because of previous errors.");
@@ -77,4 +86,21 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
         }
     }
     Reply::Array(replies)
+}
+
+/// Ends the connection's transaction unrun because `EXEC` itself was refused with
+/// `reason`: `EXECABORT` with the reason, as Redis answers.
+pub(crate) fn abort(
+    shared: &crate::shared::Shared,
+    conn: &mut crate::session::Conn,
+    reason: &Reply,
+) -> Reply {
+    conn.multi = None;
+    conn.multi_failed = false;
+    shared.watches.unwatch(&mut conn.watched);
+    let why = match reason {
+        Reply::Error(e) => e.as_str(),
+        _ => "",
+    };
+    Reply::err(format!("EXECABORT Transaction discarded because of: {why}"))
 }
