@@ -212,6 +212,24 @@ def test_watch_fails_on_what_changed_a_watched_key_and_only_that(strata):
     assert runs(["ttl"], lambda: time.sleep(0.1)), "absent when watched, absent still"
 
 
+def test_shutdown_inside_multi_is_refused_and_fails_the_transaction(strata):
+    """Redis's no_multi: SHUTDOWN inside MULTI is refused (the server stays up) and the
+    transaction is discarded; a CONFIG SET that cannot apply fails inside EXEC's reply."""
+    c = strata.client(decode_responses=True)
+    assert c.execute_command("MULTI") == "OK"
+    assert c.execute_command("APPEND", "foo", "bar") == "QUEUED"
+    with pytest.raises(redis.ResponseError, match="not allowed inside a transaction"):
+        c.execute_command("SHUTDOWN")
+    with pytest.raises(redis.exceptions.ExecAbortError):
+        c.execute_command("EXEC")
+    assert c.get("foo") is None and c.ping()
+    p = c.pipeline()
+    p.set("foo", "bar").config_set("maxmemory", "1gb")
+    with pytest.raises(redis.ResponseError, match="CONFIG SET failed.*set at start"):
+        p.execute()
+    assert c.get("foo") == "bar"
+
+
 def test_large_values(strata):
     r = strata.client()
     big = bytes(range(256)) * (32 * 1024)  # 8 MiB

@@ -55,6 +55,8 @@ pub(crate) const CONN: u32 = 128;
 pub(crate) const BLOCKING: u32 = 256;
 /// Refused from a script (`redis.call`): transactions and scripts.
 pub(crate) const NOSCRIPT: u32 = 512;
+/// Refused inside `MULTI`, failing the transaction (Redis's `no_multi`: `SHUTDOWN`).
+pub(crate) const NOMULTI: u32 = 1024;
 
 /// A command's handler: the checked arguments in, the reply out.
 pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<'a, Reply>;
@@ -531,7 +533,15 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("info", -1, READ, 0, 0, 0, info::info),
     c!("config", -2, ADMIN, 0, 0, 0, sv::config),
     c!("debug", -2, ADMIN, 0, 0, 0, sv::debug),
-    c!("shutdown", -1, ADMIN | NOQUEUE, 0, 0, 0, sv::shutdown),
+    c!(
+        "shutdown",
+        -1,
+        ADMIN | NOQUEUE | NOMULTI,
+        0,
+        0,
+        0,
+        sv::shutdown
+    ),
     c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),
     c!("wait", 3, CONN, 0, 0, 0, sv::wait),
     c!("lastsave", 1, CONN | FAST, 0, 0, 0, sv::lastsave),
@@ -762,6 +772,10 @@ fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
             conn.multi_failed = true;
         }
         return Some(wrong_args(spec.name));
+    }
+    if conn.multi.is_some() && spec.flags & NOMULTI != 0 {
+        conn.multi_failed = true;
+        return Some(Reply::err("ERR Command not allowed inside a transaction"));
     }
     match &conn.user {
         None if spec.flags & NOAUTH == 0 => Some(Reply::err("NOAUTH Authentication required.")),

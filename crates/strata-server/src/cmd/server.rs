@@ -80,6 +80,9 @@ fn command_info(i: usize) -> Reply {
     if s.flags & super::FAST != 0 {
         flags.push(Reply::Simple("fast".into()));
     }
+    if s.flags & super::NOMULTI != 0 {
+        flags.push(Reply::Simple("no_multi".into()));
+    }
     if super::movable_keys(s) {
         flags.push(Reply::Simple("movablekeys".into()));
     }
@@ -274,6 +277,9 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                         }
                     }
                     "save" | "appendonly" => {}
+                    "maxmemory" => {
+                        return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - Strata's maxmemory is set at start (`--set maxmemory=...`) and does not change while it runs"))
+                    }
                     k if ENCODING_PARAMS.iter().any(|(name, _)| *name == k) => {
                         let Ok(n) = val.parse::<i64>() else {
                             return bad();
