@@ -55,6 +55,8 @@ def test_maxmemory_holds_the_process_within_ten_percent_under_a_write_heavy_load
         mem = c.info("memory")
         assert mem["maxmemory"] == limit
         assert mem["used_memory"] <= 1.1 * limit, mem
+        # The allocator the binary links (Redis's own), named as Redis names it.
+        assert mem["mem_allocator"].startswith("jemalloc-5."), mem
         st = c.info("strata")
         # RocksDB's share: memtables 16 MiB, block cache 8 MiB, and its table readers.
         assert st["warm_memory_bytes"] <= 32 * MIB, st

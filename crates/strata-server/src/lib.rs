@@ -41,7 +41,7 @@ use strata_engine::Engine;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
-pub use memory::{rss_anon_bytes_of, set_memory_release};
+pub use memory::{rss_anon_bytes_of, set_allocator, Allocator};
 pub use shared::{ServerStats, SERVER_STATS};
 
 use shared::Shared;

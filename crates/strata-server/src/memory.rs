@@ -26,19 +26,30 @@ const HEADROOM_FRACTION: f64 = 0.09;
 /// memory is not DRAM, and emptying it would not help.
 const FLOOR_FRACTION: u64 = 8;
 
-/// How the process hands freed memory back to the system when DRAM's budget falls: set
-/// once by the binary, which chooses the allocator; glibc's `malloc_trim` if unset.
-static RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+/// The allocator the binary chose: its name (`INFO`'s `mem_allocator`) and how it hands
+/// freed memory back to the system when DRAM's budget falls. Set once by the binary;
+/// unset, glibc's `malloc` and its `malloc_trim`.
+pub struct Allocator {
+    pub name: String,
+    pub release: fn(),
+}
 
-/// Sets how freed memory goes back to the system (see `RELEASE`); the first call wins.
-pub fn set_memory_release(release: fn()) {
-    let _ = RELEASE.set(release);
+static ALLOCATOR: std::sync::OnceLock<Allocator> = std::sync::OnceLock::new();
+
+/// Names the process's allocator (see [`Allocator`]); the first call wins.
+pub fn set_allocator(allocator: Allocator) {
+    let _ = ALLOCATOR.set(allocator);
+}
+
+/// The allocator's name, as `INFO` reports it.
+pub(crate) fn allocator_name() -> &'static str {
+    ALLOCATOR.get().map_or("libc", |a| a.name.as_str())
 }
 
 /// Hands what the process freed back to the system, so `RssAnon` falls with it.
 fn release_freed() {
-    if let Some(release) = RELEASE.get() {
-        return release();
+    if let Some(a) = ALLOCATOR.get() {
+        return (a.release)();
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap pages; it has no preconditions.

@@ -172,8 +172,35 @@ fn purge_freed_pages() {
     }
 }
 
+/// jemalloc's version, as `INFO` reports the allocator (`jemalloc-5.3.0`).
+fn jemalloc_name() -> String {
+    let mut version: *const std::ffi::c_char = std::ptr::null();
+    let mut len = std::mem::size_of_val(&version);
+    // SAFETY: `version` reads a `const char *` jemalloc keeps for the process's life; `len`
+    // is that pointer's size.
+    let read = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"version".as_ptr(),
+            (&raw mut version).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if read != 0 || version.is_null() {
+        return "jemalloc".into();
+    }
+    // SAFETY: a NUL-terminated string jemalloc never frees.
+    let full = unsafe { std::ffi::CStr::from_ptr(version) }.to_string_lossy();
+    // "5.3.0-0-g54eaed1d8b56b1aa528be3bdd1877e59c56fa90c": the release, without the commit.
+    format!("jemalloc-{}", full.split('-').next().unwrap_or(&full))
+}
+
 fn main() {
-    strata_server::set_memory_release(purge_freed_pages);
+    strata_server::set_allocator(strata_server::Allocator {
+        name: jemalloc_name(),
+        release: purge_freed_pages,
+    });
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("strata: {e:#}");

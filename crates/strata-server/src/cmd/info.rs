@@ -109,6 +109,7 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
             ("used_memory", rss.to_string()),
             ("used_memory_rss", rss.to_string()),
             ("used_memory_dataset", st.hot_bytes.to_string()),
+            ("mem_allocator", crate::memory::allocator_name().into()),
             ("maxmemory", sh.cfg.read().maxmemory.to_string()),
             ("maxmemory_policy", "strata-tiered".into()),
         ];
