@@ -210,6 +210,14 @@ def test_watch_fails_on_what_changed_a_watched_key_and_only_that(strata):
     r.set("ttl", 1, px=300)
     assert not runs(["ttl"], lambda: time.sleep(0.5)), "a watched key that expired"
     assert runs(["ttl"], lambda: time.sleep(0.1)), "absent when watched, absent still"
+    # A collection write that changes nothing touches nothing (Redis's signalModifiedKey).
+    r.sadd("dst", "a")
+    r.sadd("src", "a", "b")
+    assert runs(["dst"], lambda: r.smove("src", "dst", "a")), "SMOVE of a member dst holds"
+    assert runs(["dst"], lambda: r.srem("dst", "zz")), "SREM of no member"
+    assert not runs(["dst"], lambda: r.smove("src", "dst", "b"))
+    r.sadd("src", "a")
+    assert not runs(["src"], lambda: r.smove("src", "dst", "a")), "the source lost it"
 
 
 def test_shutdown_inside_multi_is_refused_and_fails_the_transaction(strata):

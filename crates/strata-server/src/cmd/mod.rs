@@ -57,6 +57,35 @@ pub(crate) const BLOCKING: u32 = 256;
 pub(crate) const NOSCRIPT: u32 = 512;
 /// Refused inside `MULTI`, failing the transaction (Redis's `no_multi`: `SHUTDOWN`).
 pub(crate) const NOMULTI: u32 = 1024;
+/// The handler writes only through `typed.rs`, which touches for `WATCH` exactly the keys
+/// a write changes (`typed::changed`), so [`dispatch`] does not touch every key the
+/// command names: an `SMOVE` of a member the destination holds leaves its watchers alone,
+/// as in Redis. Given by the handler's module ([`module_flags`]).
+pub(crate) const TOUCHES_WHAT_CHANGES: u32 = 2048;
+
+/// The flags the module of a command's handler gives it: the collections' modules
+/// (hashes, sets, sorted sets, lists) [`TOUCHES_WHAT_CHANGES`].
+const fn module_flags(module: &str) -> u32 {
+    const fn same(a: &[u8], b: &[u8]) -> bool {
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let m = module.as_bytes();
+    if same(m, b"h") || same(m, b"se") || same(m, b"z") || same(m, b"l") {
+        TOUCHES_WHAT_CHANGES
+    } else {
+        0
+    }
+}
 
 /// A command's handler: the checked arguments in, the reply out.
 pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<'a, Reply>;
@@ -142,18 +171,18 @@ pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> 
         .collect())
 }
 
-/// A table entry: name, arity, flags, first key, last key, step, handler (an async fn of
-/// `(&mut Ctx, &[Bytes]) -> Reply`).
+/// A table entry: name, arity, flags, first key, last key, step, handler (`module::fn`, an
+/// async fn of `(&mut Ctx, &[Bytes]) -> Reply`; the module adds [`module_flags`]).
 macro_rules! c {
-    ($name:literal, $arity:expr, $flags:expr, $first:expr, $last:expr, $step:expr, $run:path) => {
+    ($name:literal, $arity:expr, $flags:expr, $first:expr, $last:expr, $step:expr, $m:ident :: $f:ident) => {
         Spec {
             name: $name,
             arity: $arity,
-            flags: $flags,
+            flags: $flags | module_flags(stringify!($m)),
             first_key: $first,
             last_key: $last,
             step: $step,
-            run: |ctx, a| Box::pin($run(ctx, a)),
+            run: |ctx, a| Box::pin($m::$f(ctx, a)),
         }
     };
 }
@@ -971,7 +1000,7 @@ pub(crate) async fn execute_run(
 /// Runs a command already checked for arity, auth and queueing.
 pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
     let spec = &COMMANDS[idx];
-    if spec.flags & WRITE != 0 {
+    if spec.flags & WRITE != 0 && spec.flags & TOUCHES_WHAT_CHANGES == 0 {
         touch_keys(ctx, spec, a);
     }
     (spec.run)(ctx, a).await
