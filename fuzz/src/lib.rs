@@ -63,6 +63,22 @@ const RESP_WORDS: &[&[u8]] = &[
     b"$0\r\n\r\n",
 ];
 
+/// Whether `consumed` holds only requests without arguments, which the parser skips:
+/// blank inline lines and multibulk headers counting none (`*0`, `*-3`).
+fn only_empty_requests(consumed: &[u8]) -> bool {
+    consumed.split(|&b| b == b'\n').all(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let count = || {
+            std::str::from_utf8(line.get(1..)?)
+                .ok()?
+                .parse::<i64>()
+                .ok()
+        };
+        line.iter().all(u8::is_ascii_whitespace)
+            || (line.first() == Some(&b'*') && count().is_some_and(|n| n <= 0))
+    })
+}
+
 /// Feeds one input to the RESP request parser, in random-sized pieces.
 pub fn resp_one(rng: &mut Rng, input: &[u8]) {
     let limits = strata_resp::Limits {
@@ -87,10 +103,9 @@ pub fn resp_one(rng: &mut Rng, input: &[u8]) {
                         .all(|a| a.len() <= limits.bulk_bytes_max.max(limits.inline_bytes_max)));
                 }
                 Ok(None) => {
-                    // Only blank inline lines may be consumed without a request.
                     let consumed = &snapshot[..before - buf.len()];
                     assert!(
-                        consumed.iter().all(|b| b.is_ascii_whitespace()),
+                        only_empty_requests(consumed),
                         "an incomplete request consumed {consumed:?}"
                     );
                     break;

@@ -65,6 +65,19 @@ def test_huge_declared_lengths_are_refused_before_buffering():
 
 
 
+def test_requests_without_arguments_get_no_reply(strata):
+    """As Redis: `*0`, a negative count and an empty line are skipped, unanswered; the
+    next request's reply is the next one the client reads."""
+    s = socket.create_connection(("127.0.0.1", strata.port))
+    s.settimeout(5)
+    s.sendall(b"*-10\r\n*0\r\n\r\n*1\r\n$4\r\nPING\r\n")
+    got = b""
+    while not got.endswith(b"\r\n"):
+        got += s.recv(64)
+    assert got == b"+PONG\r\n"
+    s.close()
+
+
 def test_a_transaction_queue_a_watch_set_and_a_keys_reply_have_limits(strata):
     """A MULTI queue may hold at most client-query-buffer-limit bytes: past it the command
     is refused and EXEC discards the transaction (nothing of it is applied); EXEC's reply

@@ -70,7 +70,8 @@ fn parse_len(bytes: &[u8]) -> Option<i64> {
 
 /// Parses one request from the front of `buf`. Returns `Ok(None)` when more bytes are
 /// needed (nothing is consumed), or the request's arguments (consumed from `buf`).
-/// Empty inline lines are skipped, as Redis does.
+/// Requests with no arguments (an empty inline line, `*0`, `*-1`) are skipped without a
+/// reply, as Redis does.
 pub fn parse_request(
     buf: &mut BytesMut,
     limits: &Limits,
@@ -79,10 +80,12 @@ pub fn parse_request(
         if buf.is_empty() {
             return Ok(None);
         }
-        if buf[0] == b'*' {
-            return parse_multibulk(buf, limits);
-        }
-        match parse_inline(buf, limits)? {
+        let got = if buf[0] == b'*' {
+            parse_multibulk(buf, limits)?
+        } else {
+            parse_inline(buf, limits)?
+        };
+        match got {
             Some(args) if args.is_empty() => continue,
             other => return Ok(other),
         }
@@ -221,16 +224,22 @@ impl RequestReader {
         limits: &Limits,
     ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
         self.wanted = 0;
-        if self.left == 0 {
+        if self.left > 0 {
+            return self.scan(buf, 0, self.left, limits);
+        }
+        loop {
             if buf.first() != Some(&b'*') {
                 return parse_request(buf, limits);
             }
             let Some((count, pos)) = multibulk_header(buf, limits)? else {
                 return Ok(None);
             };
-            return self.scan(buf, pos, count, limits);
+            match self.scan(buf, pos, count, limits)? {
+                // No arguments (`*0`, `*-1`): skipped, as `parse_request` skips it.
+                Some(args) if args.is_empty() => continue,
+                got => return Ok(got),
+            }
         }
-        self.scan(buf, 0, self.left, limits)
     }
 
     fn scan(
@@ -375,10 +384,11 @@ mod tests {
 
     #[test]
     fn multibulk_and_inline_and_pipelines() {
-        let got = parse_all(b"*1\r\n$4\r\nPING\r\nPING\r\n\r\nSET k \"a b\"\r\n*0\r\n").unwrap();
+        let got =
+            parse_all(b"*1\r\n$4\r\nPING\r\nPING\r\n\r\n*0\r\n*-10\r\nSET k \"a b\"\r\n").unwrap();
         assert_eq!(
             got,
-            vec![vec!["PING"], vec!["PING"], vec!["SET", "k", "a b"], vec![]]
+            vec![vec!["PING"], vec!["PING"], vec!["SET", "k", "a b"]]
         );
     }
 
@@ -465,9 +475,10 @@ mod tests {
                 input.extend_from_slice(b"\r\n");
             }
         }
-        input.extend_from_slice(b"PING\r\n");
+        input.extend_from_slice(b"*-3\r\nPING\r\n");
         let want = parse_all(&input).unwrap();
-        assert_eq!(want.len(), 5);
+        // `*0` and `*-3` are skipped.
+        assert_eq!(want.len(), 4);
         for step in [1, 2, 3, 7, 100, 4096, LARGE_ARG_BYTES - 1, input.len()] {
             assert_eq!(read_in_steps(&input, step), want, "step {step}");
         }
