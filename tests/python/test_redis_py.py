@@ -238,6 +238,20 @@ def test_shutdown_inside_multi_is_refused_and_fails_the_transaction(strata):
     assert c.get("foo") == "bar"
 
 
+def test_randomkey_draws_every_key(strata):
+    """RANDOMKEY draws from every key of a small database (it drew almost only the first
+    key after a random byte, so of 'bar' and 'foo' mostly 'bar'), and from a window of a
+    large one; nil when the database is empty."""
+    r = strata.client(decode_responses=True)
+    assert r.randomkey() is None
+    r.mset({"foo": "x", "bar": "y", "baz": "z"})
+    seen = {r.randomkey() for _ in range(200)}
+    assert seen == {"foo", "bar", "baz"}
+    r.mset({f"key:{i:05d}": "v" for i in range(1000)})
+    seen = {r.randomkey() for _ in range(200)}
+    assert len(seen) > 20 and all(r.exists(k) for k in seen)
+
+
 def test_large_values(strata):
     r = strata.client()
     big = bytes(range(256)) * (32 * 1024)  # 8 MiB
