@@ -30,8 +30,12 @@ def test_eval_reaches_commands_and_converts_replies(strata):
         r.eval("return (", 0)
     with pytest.raises(redis.ResponseError, match="greater than number of args"):
         r.eval("return 1", 2, "a")
-    with pytest.raises(redis.ResponseError, match="not allowed from script"):
-        r.eval("return redis.call('MULTI')", 0)
+    # As in Redis: transactions, and the connection's and server's own commands.
+    for call in ("'MULTI'", "'CONFIG', 'SET', 'timeout', '5'", "'CLIENT', 'LIST'",
+                 "'CLUSTER', 'RESET', 'HARD'", "'WAIT', 0, 0", "'AUTH', 'x'"):
+        with pytest.raises(redis.ResponseError, match="not allowed from script"):
+            r.eval(f"return redis.call({call})", 0)
+    assert r.config_get("timeout") == {"timeout": "0"}
     with pytest.raises(redis.ResponseError, match="Write commands are not allowed"):
         r.execute_command("EVAL_RO", "return redis.call('SET', 'x', 1)", 0)
     assert r.execute_command("EVAL_RO", "return redis.call('GET', 'k')", 0) == "v"

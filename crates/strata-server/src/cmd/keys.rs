@@ -201,21 +201,38 @@ pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     Reply::Integer(ctx.shared.engine.keys_in(ctx.conn.db) as i64)
 }
 
+/// A database of at most this many keys gives `RANDOMKEY` all of them to draw from; a
+/// larger one, this many from a random point of the key order.
+const RANDOMKEY_DRAW_KEYS: usize = 64;
+
+/// `RANDOMKEY`: a live key of the database, drawn uniformly from all of them in a small
+/// database; in a larger one, from a window of keys after a random point of the key order
+/// (wrapping to its start), so keys after a wide gap in the order come up more often.
 pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let start = [(seed % 256) as u8];
+    use super::typed::random_u64;
     let engine = &ctx.shared.engine;
+    let small = engine.keys_in(ctx.conn.db) <= RANDOMKEY_DRAW_KEYS as u64;
+    let start = if small {
+        Vec::new()
+    } else {
+        random_u64(0).to_be_bytes().to_vec()
+    };
+    let mut keys = Vec::with_capacity(RANDOMKEY_DRAW_KEYS);
     for (from, to) in [(&start[..], None), (&b""[..], Some(&start[..]))] {
-        match engine.scan(ctx.conn.db, from, to, 1) {
-            Ok(p) if !p.items.is_empty() => return Reply::Bulk(p.items[0].key.clone()),
-            Ok(_) => {}
+        let want = RANDOMKEY_DRAW_KEYS - keys.len();
+        if want == 0 || (to.is_some() && start.is_empty()) {
+            break;
+        }
+        match engine.scan(ctx.conn.db, from, to, want) {
+            Ok(p) => keys.extend(p.items.into_iter().map(|it| it.key)),
             Err(e) => return engine_error(&e),
         }
     }
-    Reply::Null
+    if keys.is_empty() {
+        return Reply::Null;
+    }
+    let pick = (random_u64(1) % keys.len() as u64) as usize;
+    Reply::Bulk(keys.swap_remove(pick))
 }
 
 /// Whether `FLUSHDB`'s or `FLUSHALL`'s arguments are valid (`ASYNC` or `SYNC`, accepted).

@@ -53,7 +53,8 @@ pub(crate) const CONN: u32 = 128;
 /// May wait for another client's write (`BLPOP`): runs outside the gate, taking it for
 /// each attempt.
 pub(crate) const BLOCKING: u32 = 256;
-/// Refused from a script (`redis.call`): transactions and scripts.
+/// Refused from a script (`redis.call`): transactions, scripts, and the commands of the
+/// connection and the server Redis refuses there (`CONFIG`, `CLIENT`, `AUTH`, `WAIT`...).
 pub(crate) const NOSCRIPT: u32 = 512;
 /// Refused inside `MULTI`, failing the transaction (Redis's `no_multi`: `SHUTDOWN`).
 pub(crate) const NOMULTI: u32 = 1024;
@@ -200,13 +201,29 @@ pub(crate) static COMMANDS: &[Spec] = &[
     // Connection.
     c!("ping", -1, CONN | FAST, 0, 0, 0, cn::ping),
     c!("echo", 2, CONN | FAST, 0, 0, 0, cn::echo),
-    c!("hello", -1, CONN | NOAUTH | FAST, 0, 0, 0, cn::hello),
-    c!("auth", -2, CONN | NOAUTH | FAST, 0, 0, 0, cn::auth),
+    c!(
+        "hello",
+        -1,
+        CONN | NOAUTH | FAST | NOSCRIPT,
+        0,
+        0,
+        0,
+        cn::hello
+    ),
+    c!(
+        "auth",
+        -2,
+        CONN | NOAUTH | FAST | NOSCRIPT,
+        0,
+        0,
+        0,
+        cn::auth
+    ),
     c!("select", 2, CONN | FAST, 0, 0, 0, cn::select),
     c!(
         "quit",
         -1,
-        CONN | NOAUTH | FAST | NOQUEUE,
+        CONN | NOAUTH | FAST | NOQUEUE | NOSCRIPT,
         0,
         0,
         0,
@@ -215,13 +232,13 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!(
         "reset",
         1,
-        CONN | NOAUTH | FAST | NOQUEUE,
+        CONN | NOAUTH | FAST | NOQUEUE | NOSCRIPT,
         0,
         0,
         0,
         cn::reset
     ),
-    c!("client", -2, CONN, 0, 0, 0, cn::client),
+    c!("client", -2, CONN | NOSCRIPT, 0, 0, 0, cn::client),
     c!("command", -1, CONN, 0, 0, 0, sv::command),
     // Strings.
     c!("get", 2, READ | FAST, 1, 1, 1, s::get),
@@ -560,19 +577,19 @@ pub(crate) static COMMANDS: &[Spec] = &[
     ),
     // Server.
     c!("info", -1, READ, 0, 0, 0, info::info),
-    c!("config", -2, ADMIN, 0, 0, 0, sv::config),
-    c!("debug", -2, ADMIN, 0, 0, 0, sv::debug),
+    c!("config", -2, ADMIN | NOSCRIPT, 0, 0, 0, sv::config),
+    c!("debug", -2, ADMIN | NOSCRIPT, 0, 0, 0, sv::debug),
     c!(
         "shutdown",
         -1,
-        ADMIN | NOQUEUE | NOMULTI,
+        ADMIN | NOQUEUE | NOMULTI | NOSCRIPT,
         0,
         0,
         0,
         sv::shutdown
     ),
     c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),
-    c!("wait", 3, CONN, 0, 0, 0, sv::wait),
+    c!("wait", 3, CONN | NOSCRIPT, 0, 0, 0, sv::wait),
     c!("lastsave", 1, CONN | FAST, 0, 0, 0, sv::lastsave),
     // Cluster.
     c!("cluster", -2, CONN, 0, 0, 0, cluster::cluster),

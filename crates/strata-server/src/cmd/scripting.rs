@@ -178,7 +178,12 @@ async fn call_from_script(
         return Reply::err("ERR Unknown Redis command called from script");
     };
     let spec = &COMMANDS[idx];
-    if spec.flags & (super::NOSCRIPT | super::BLOCKING) != 0 {
+    // `CLUSTER RESET` alone of `CLUSTER`'s subcommands, as in Redis.
+    let cluster_reset = spec.name == "cluster"
+        && args
+            .get(1)
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"reset"));
+    if spec.flags & (super::NOSCRIPT | super::BLOCKING) != 0 || cluster_reset {
         return Reply::err("ERR This Redis command is not allowed from script");
     }
     if spec.flags & super::WRITE != 0 {

@@ -80,6 +80,9 @@ fn command_info(i: usize) -> Reply {
     if s.flags & super::FAST != 0 {
         flags.push(Reply::Simple("fast".into()));
     }
+    if s.flags & super::NOSCRIPT != 0 {
+        flags.push(Reply::Simple("noscript".into()));
+    }
     if s.flags & super::NOMULTI != 0 {
         flags.push(Reply::Simple("no_multi".into()));
     }
