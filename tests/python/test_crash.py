@@ -355,3 +355,39 @@ def test_durability_none_loses_at_most_none_flush_ms_of_collection_writes(tmp_pa
     too_old = [t for t in acked[min(kept, len(h)):] if (killed_at - t) * 1000 > flush_ms + slack_ms]
     assert not too_old, f"lost {len(too_old)} writes acknowledged more than {flush_ms} + {slack_ms} ms before the kill"
     print(f"durability=none: {len(acked)} acknowledged, {kept} survived; lost the last {(killed_at - acked[kept]) * 1000 if kept < len(acked) else 0:.0f} ms")
+
+
+def test_save_makes_acknowledged_writes_durable_whatever_the_durability(tmp_path):
+    """`SAVE` returns once every write acknowledged before it is durable: with
+    `durability=none` and a flush tick of a minute, what was written before a `SAVE` (string
+    keys, a hash, a large value in the value log) survives a SIGKILL right after it;
+    `LASTSAVE` moves to the save; `BGSAVE` answers at once and saves too."""
+    settings = {"durability": "none", "none_flush_ms": 60_000}
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    c = p.client(decode_responses=True)
+    before = c.lastsave()
+    c.mset({f"k{i}": f"v{i}" for i in range(1000)})
+    c.hset("h", mapping={"a": "1", "b": "2"})
+    c.set("big", "x" * (2 << 20))
+    time.sleep(1.1)
+    assert c.save() is True
+    assert c.lastsave() > before
+    with pytest.raises(redis.ResponseError, match="not allowed inside a transaction"):
+        pipe = c.pipeline()
+        pipe.save()
+        pipe.execute()
+    c.set("after-bgsave", "1")
+    assert c.bgsave() is True
+    time.sleep(1)
+    p.proc.send_signal(signal.SIGKILL)
+    p.proc.wait()
+    p.stop()
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        c = p.client(decode_responses=True)
+        assert c.mget([f"k{i}" for i in range(1000)]) == [f"v{i}" for i in range(1000)]
+        assert c.hgetall("h") == {"a": "1", "b": "2"}
+        assert c.strlen("big") == 2 << 20
+        assert c.get("after-bgsave") == "1"
+    finally:
+        p.stop()

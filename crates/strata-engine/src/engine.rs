@@ -259,6 +259,27 @@ impl Engine {
         Ok(())
     }
 
+    /// Makes every write acknowledged before the call durable, whatever `durability` says
+    /// (`SAVE`): DRAM's changes not yet logged are logged, then the value log, the warm
+    /// store's log and the hot log are synced, in the order the group commit syncs them.
+    pub async fn save(&self) -> Result<()> {
+        let core = Arc::clone(&self.core);
+        crate::offload::run("save", move || -> Result<()> {
+            let hot = core.writeback.log();
+            // A buffer of the log at a time, as the group commit does.
+            loop {
+                let all = hot.log_deferred()?;
+                let upto = hot.mark();
+                core.sync_values_and_log()?;
+                hot.write_out(upto, true)?;
+                if all {
+                    return Ok(());
+                }
+            }
+        })
+        .await?
+    }
+
     /// The settings the engine was opened with.
     pub fn settings(&self) -> &Settings {
         &self.core.settings

@@ -222,6 +222,7 @@ impl Server {
                 metrics: metrics::Metrics::new(cmd::names()),
                 shutdown: tx,
                 started: Instant::now(),
+                last_save_secs: AtomicU64::new(0),
                 counters: Default::default(),
                 auth_limiter: auth::AuthLimiter::default(),
                 backup: Mutex::new(Default::default()),

@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: crate::metrics::Metrics,
     pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
     pub(crate) started: Instant,
+    /// Unix seconds of the last `SAVE` that finished (0: none since the start).
+    pub(crate) last_save_secs: AtomicU64,
     pub(crate) counters: ServerCounters,
     pub(crate) auth_limiter: crate::auth::AuthLimiter,
     pub(crate) backup: Mutex<BackupState>,

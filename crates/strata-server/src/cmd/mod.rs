@@ -591,6 +591,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("time", 1, CONN | FAST, 0, 0, 0, sv::time),
     c!("wait", 3, CONN | NOSCRIPT, 0, 0, 0, sv::wait),
     c!("lastsave", 1, CONN | FAST, 0, 0, 0, sv::lastsave),
+    c!("save", 1, ADMIN | NOSCRIPT | NOMULTI, 0, 0, 0, sv::save),
+    c!("bgsave", -1, ADMIN | NOSCRIPT, 0, 0, 0, sv::bgsave),
     // Cluster.
     c!("cluster", -2, CONN, 0, 0, 0, cluster::cluster),
     c!("readonly", 1, CONN | FAST, 0, 0, 0, cluster::accept),

@@ -1,4 +1,6 @@
-//! Server commands: COMMAND, CONFIG, DEBUG, SHUTDOWN, TIME, WAIT, LASTSAVE.
+//! Server commands: COMMAND, CONFIG, DEBUG, SHUTDOWN, TIME, WAIT, SAVE, BGSAVE, LASTSAVE.
+
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use strata_engine::glob::glob_match;
@@ -60,9 +62,43 @@ pub(crate) async fn wait(_ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     Reply::Integer(0)
 }
 
+/// `LASTSAVE`: when the last `SAVE` finished, or, before any, when the server started
+/// (what it held then was on disk).
 pub(crate) async fn lastsave(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let started = unix_now().as_secs() - ctx.shared.started.elapsed().as_secs();
-    Reply::Integer(started as i64)
+    let saved = ctx.shared.last_save_secs.load(Ordering::Relaxed);
+    Reply::Integer(started.max(saved) as i64)
+}
+
+/// `SAVE`: returns once every write acknowledged before it is durable, whatever
+/// `durability` says (Strata writes no snapshot file: its tiers are its files).
+pub(crate) async fn save(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    match save_now(ctx.shared).await {
+        Ok(()) => Reply::ok(),
+        Err(e) => super::engine_error(&e),
+    }
+}
+
+/// `BGSAVE [SCHEDULE]`: `SAVE` without waiting for it.
+pub(crate) async fn bgsave(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    if a.len() > 2 || a.get(1).is_some_and(|o| lower(o) != "schedule") {
+        return super::syntax_error();
+    }
+    let shared = std::sync::Arc::clone(ctx.shared);
+    tokio::spawn(async move {
+        if let Err(e) = save_now(&shared).await {
+            tracing::warn!(error = %e, "BGSAVE failed");
+        }
+    });
+    Reply::Simple("Background saving started".into())
+}
+
+async fn save_now(shared: &crate::shared::Shared) -> strata_engine::Result<()> {
+    shared.engine.save().await?;
+    shared
+        .last_save_secs
+        .store(unix_now().as_secs(), Ordering::Relaxed);
+    Ok(())
 }
 
 fn command_info(i: usize) -> Reply {
