@@ -97,6 +97,14 @@ def test_sigkill_cycles_lose_no_acknowledged_write(tmp_path, durability):
     assert saw_cold, "no key reached the cold tier during the crash cycles"
 
 
+def killed_and_restarted(p, settings, data_dir):
+    """SIGKILLs the server `p` and starts a new one on the same data."""
+    p.proc.send_signal(signal.SIGKILL)
+    p.proc.wait()
+    p.stop()
+    return StrataProcess(settings, data_dir=str(data_dir))
+
+
 def test_durability_none_loses_at_most_none_flush_ms_of_writes_on_sigkill(tmp_path):
     """`durability=none` keeps the write-ahead log in the process and hands it to the OS
     every `none_flush_ms`: a SIGKILL loses at most the writes acknowledged in that last
@@ -340,10 +348,7 @@ def test_durability_none_loses_at_most_none_flush_ms_of_collection_writes(tmp_pa
         acked.append(time.monotonic())
         i += 1
     killed_at = time.monotonic()
-    p.proc.send_signal(signal.SIGKILL)
-    p.proc.wait()
-    p.stop()
-    p = StrataProcess(settings, data_dir=str(tmp_path))
+    p = killed_and_restarted(p, settings, tmp_path)
     try:
         c = p.client(decode_responses=True)
         h, l = c.hgetall("h"), c.lrange("l", 0, -1)
@@ -379,10 +384,7 @@ def test_save_makes_acknowledged_writes_durable_whatever_the_durability(tmp_path
     c.set("after-bgsave", "1")
     assert c.bgsave() is True
     time.sleep(1)
-    p.proc.send_signal(signal.SIGKILL)
-    p.proc.wait()
-    p.stop()
-    p = StrataProcess(settings, data_dir=str(tmp_path))
+    p = killed_and_restarted(p, settings, tmp_path)
     try:
         c = p.client(decode_responses=True)
         assert c.mget([f"k{i}" for i in range(1000)]) == [f"v{i}" for i in range(1000)]
