@@ -252,6 +252,24 @@ def test_randomkey_draws_every_key(strata):
     assert len(seen) > 20 and all(r.exists(k) for k in seen)
 
 
+def test_command_docs_describe_every_command(strata):
+    """COMMAND DOCS answers every command with a summary and its group (it answered an
+    empty map), and only the commands named when some are."""
+    r = strata.client(decode_responses=True)
+
+    def docs(*names):
+        # (As one word, "COMMAND DOCS" gets redis-py's parser of that subcommand: a dict.)
+        return r.execute_command("COMMAND DOCS", *names)
+
+    every = docs()
+    assert len(every) == r.execute_command("COMMAND COUNT")
+    assert all(d["summary"] and d["group"] for d in every.values())
+    assert every["hmget"]["group"] == "hash" and every["zadd"]["group"] == "sorted-set"
+    assert every["kvc.match"]["group"] == "strata"
+    assert list(docs("get", "nosuch", "SET")) == ["get", "set"]
+    assert "string value" in docs("get")["get"]["summary"]
+
+
 def test_large_values(strata):
     r = strata.client()
     big = bytes(range(256)) * (32 * 1024)  # 8 MiB

@@ -5,6 +5,7 @@
 mod bits;
 mod cluster;
 mod connection;
+mod docs;
 mod hashes;
 mod info;
 mod keys;
@@ -64,28 +65,62 @@ pub(crate) const NOMULTI: u32 = 1024;
 /// as in Redis. Given by the handler's module ([`module_flags`]).
 pub(crate) const TOUCHES_WHAT_CHANGES: u32 = 2048;
 
+/// Whether two strings are equal, in a `const fn`.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The flags the module of a command's handler gives it: the collections' modules
 /// (hashes, sets, sorted sets, lists) [`TOUCHES_WHAT_CHANGES`].
 const fn module_flags(module: &str) -> u32 {
-    const fn same(a: &[u8], b: &[u8]) -> bool {
-        if a.len() != b.len() {
-            return false;
-        }
-        let mut i = 0;
-        while i < a.len() {
-            if a[i] != b[i] {
-                return false;
-            }
-            i += 1;
-        }
-        true
-    }
-    let m = module.as_bytes();
-    if same(m, b"h") || same(m, b"se") || same(m, b"z") || same(m, b"l") {
+    if same(module, "h") || same(module, "se") || same(module, "z") || same(module, "l") {
         TOUCHES_WHAT_CHANGES
     } else {
         0
     }
+}
+
+/// The `COMMAND DOCS` group of the commands whose handlers are in `module` (Redis's
+/// group names; Strata's own commands are `strata`).
+const fn group_of(module: &str) -> &'static str {
+    const GROUPS: [(&str, &str); 17] = [
+        ("cn", "connection"),
+        ("s", "string"),
+        ("lcs", "string"),
+        ("bits", "bitmap"),
+        ("h", "hash"),
+        ("se", "set"),
+        ("l", "list"),
+        ("z", "sorted-set"),
+        ("sort", "generic"),
+        ("keys", "generic"),
+        ("txn", "transactions"),
+        ("scripting", "scripting"),
+        ("info", "server"),
+        ("sv", "server"),
+        ("cluster", "cluster"),
+        ("st", "strata"),
+        ("kvc", "strata"),
+    ];
+    let mut i = 0;
+    while i < GROUPS.len() {
+        if same(module, GROUPS[i].0) {
+            return GROUPS[i].1;
+        }
+        i += 1;
+    }
+    panic!("a module of command handlers without a COMMAND DOCS group")
 }
 
 /// A command's handler: the checked arguments in, the reply out.
@@ -95,6 +130,8 @@ pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<
 /// the handler.
 pub(crate) struct Spec {
     pub(crate) name: &'static str,
+    /// Its group in `COMMAND DOCS`, given by the module of its handler ([`group_of`]).
+    pub(crate) group: &'static str,
     pub(crate) arity: i32,
     pub(crate) flags: u32,
     pub(crate) first_key: i32,
@@ -178,6 +215,7 @@ macro_rules! c {
     ($name:literal, $arity:expr, $flags:expr, $first:expr, $last:expr, $step:expr, $m:ident :: $f:ident) => {
         Spec {
             name: $name,
+            group: group_of(stringify!($m)),
             arity: $arity,
             flags: $flags | module_flags(stringify!($m)),
             first_key: $first,

@@ -151,7 +151,7 @@ fn command_reply(a: &[Bytes]) -> Reply {
                 .map(|n| super::lookup(n).map_or(Reply::Null, command_info))
                 .collect(),
         ),
-        "docs" => Reply::Map(vec![]),
+        "docs" => super::docs::docs(&a[2..]),
         "list" => Reply::Array(COMMANDS.iter().map(|s| Reply::bulk(s.name)).collect()),
         "getkeys" if a.len() >= 3 => getkeys(&a[2..]),
         sub => Reply::err(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
