@@ -382,8 +382,13 @@ def test_save_makes_acknowledged_writes_durable_whatever_the_durability(tmp_path
         pipe.save()
         pipe.execute()
     c.set("after-bgsave", "1")
+    saved = c.lastsave()
+    time.sleep(1.1)  # LASTSAVE counts seconds
     assert c.bgsave() is True
-    time.sleep(1)
+    deadline = time.time() + 20
+    while c.lastsave() == saved:
+        assert time.time() < deadline, "BGSAVE did not finish"
+        time.sleep(0.05)
     p = killed_and_restarted(p, settings, tmp_path)
     try:
         c = p.client(decode_responses=True)

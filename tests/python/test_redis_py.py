@@ -215,6 +215,7 @@ def test_watch_fails_on_what_changed_a_watched_key_and_only_that(strata):
     r.sadd("src", "a", "b")
     assert runs(["dst"], lambda: r.smove("src", "dst", "a")), "SMOVE of a member dst holds"
     assert runs(["dst"], lambda: r.srem("dst", "zz")), "SREM of no member"
+    assert runs(["none"], lambda: r.sinterstore("none", "no1", "no2")), "empty STORE, no key"
     assert not runs(["dst"], lambda: r.smove("src", "dst", "b"))
     r.sadd("src", "a")
     assert not runs(["src"], lambda: r.smove("src", "dst", "a")), "the source lost it"
@@ -241,7 +242,7 @@ def test_shutdown_inside_multi_is_refused_and_fails_the_transaction(strata):
 def test_randomkey_draws_every_key(strata):
     """RANDOMKEY draws from every key of a small database (it drew almost only the first
     key after a random byte, so of 'bar' and 'foo' mostly 'bar'), and from a window of a
-    large one; nil when the database is empty."""
+    large one (not uniformly: see the command's code); nil when the database is empty."""
     r = strata.client(decode_responses=True)
     assert r.randomkey() is None
     r.mset({"foo": "x", "bar": "y", "baz": "z"})

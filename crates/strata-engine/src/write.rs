@@ -173,18 +173,19 @@ pub(crate) fn stage<'k>(
 ) -> Result<Option<Staged<'k>>> {
     let now = core.now_ms();
     // A hash's fields may expire on their own: one whose fields have all expired is
-    // deleted, and the sweep is told when the first field of one that stays expires.
-    let fields = match &change {
+    // deleted, and the sweep is told when the last field of one whose fields all expire
+    // does (every change of a hash's fields is a `Put`, which tells it again).
+    let fields_expire = match &change {
         Change::Put {
             kind: Kind::Hash,
             value,
             ..
-        } => strata_format::hash::field_expiry(value).ok().flatten(),
+        } => strata_format::hash::all_fields_expire_ms(value)
+            .ok()
+            .flatten(),
         _ => None,
     };
-    let fields_gone = fields
-        .and_then(|f| f.all_ms)
-        .is_some_and(|t| !strata_format::is_live(t, now));
+    let fields_gone = fields_expire.is_some_and(|t| !strata_format::is_live(t, now));
     let change = match change {
         Change::Put { expire_ms, .. } | Change::SetExpire(expire_ms)
             if !strata_format::is_live(expire_ms, now) =>
@@ -272,16 +273,19 @@ pub(crate) fn stage<'k>(
         (Change::Delete, loc) => remove_old(batch, d, key, loc, true),
     }
     if old_expire != new_expire {
-        if old_expire != 0 {
+        // A hash's own expiry changing: its fields' entry may be the same entry (the same
+        // millisecond), so the old one stays, and the sweep drops it as stale.
+        let stays_hash = matches!(change, Change::SetExpire(_)) && kind == Kind::Hash;
+        if old_expire != 0 && !stays_hash {
             batch.remove_expiry(old_expire, key);
         }
         if new_expire != 0 {
             batch.add_expiry(new_expire, key);
         }
     }
-    if let (Some(f), Change::Put { .. }) = (fields, &change) {
+    if let (Some(at), Change::Put { .. }) = (fields_expire, &change) {
         // After any removal above: the entry may be the old expiry's.
-        batch.add_expiry(f.first_ms, key);
+        batch.add_expiry(at, key);
     }
     Ok(Some(Staged {
         key,
@@ -530,11 +534,13 @@ pub(crate) async fn expire_if_due(core: &Core, key: &Key, expire_ms: u64) -> Res
     Ok(false)
 }
 
-/// The sweep's step for the expiry-index entry at `at` a field of the hash at `key` left
-/// (`stage`): a hash whose fields have all expired is deleted, as Redis deletes a hash with
-/// its last field; otherwise the entry moves to the next field's expiry. The value is not
-/// rewritten for fields that expired (reads pass over them, the hash's next write drops
-/// them), so a cold hash stays cold and DRAM is not filled. Says whether the hash went.
+/// The sweep's step for the expiry-index entry at `at` the fields of the hash at `key` left
+/// (`stage`: when its last field expires): a hash whose fields have all expired is deleted,
+/// as Redis deletes a hash with its last field; otherwise (its fields changed since) the
+/// entry moves to when they all will have expired, or goes if some field never expires.
+/// Fields that expired are not cut out of the value (reads pass over them, the hash's next
+/// write drops them), so a cold hash stays cold and DRAM is not filled. Says whether the
+/// hash went.
 async fn expire_fields(core: &Core, key: &Key, at: u64) -> Result<bool> {
     let checked = update(core, key, true, |cur| {
         let now = core.now_ms();
@@ -546,12 +552,9 @@ async fn expire_fields(core: &Core, key: &Key, at: u64) -> Result<bool> {
         if !fields.iter().any(|f| f.is_live(now)) {
             return Ok((Some(Change::Delete), (true, None)));
         }
-        let next = fields
-            .iter()
-            .map(|f| f.expire_ms)
-            .filter(|&t| t > now)
-            .min();
-        Ok((None, (false, next)))
+        let timed = fields.iter().all(|f| f.expire_ms != 0);
+        let last = fields.iter().map(|f| f.expire_ms).max();
+        Ok((None, (false, last.filter(|_| timed))))
     })
     .await;
     let (gone, next) = match checked {

@@ -57,38 +57,22 @@ pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
     Ok(out)
 }
 
-/// When a hash's fields expire, read from the fields' headers alone: `None` when no field
-/// has an expiry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FieldExpiry {
-    /// The earliest expiry of any field.
-    pub first_ms: u64,
-    /// When every field has expired; `None` while some field never expires.
-    pub all_ms: Option<u64>,
-}
-
-/// The [`FieldExpiry`] of the hash value `b`, without building its fields.
-pub fn field_expiry(b: &[u8]) -> Result<Option<FieldExpiry>> {
+/// When every field of the hash value `b` will have expired, read from the fields' headers
+/// alone: `None` when some field never expires (or there is none).
+pub fn all_fields_expire_ms(b: &[u8]) -> Result<Option<u64>> {
     let mut r = Reader::new(b, "hash");
     let count = r.collection_header(HASH_VERSION, FIELD_HEADER_BYTES)?;
-    let (mut first, mut last, mut untimed) = (u64::MAX, 0, false);
+    let (mut last, mut untimed) = (0, count == 0);
     for _ in 0..count {
         let name_len = r.u32()? as usize;
         let value_len = r.u32()? as usize;
         let expire_ms = r.u64()?;
         r.bytes(name_len.saturating_add(value_len))?;
-        if expire_ms == 0 {
-            untimed = true;
-        } else {
-            first = first.min(expire_ms);
-            last = last.max(expire_ms);
-        }
+        untimed |= expire_ms == 0;
+        last = last.max(expire_ms);
     }
     r.finish()?;
-    Ok((first != u64::MAX).then_some(FieldExpiry {
-        first_ms: first,
-        all_ms: (!untimed).then_some(last),
-    }))
+    Ok((!untimed).then_some(last))
 }
 
 /// Encodes `fields` (names distinct, in the order given) as a hash value.
@@ -131,24 +115,18 @@ mod tests {
     }
 
     #[test]
-    fn field_expiry_reads_the_first_and_the_last_expiry() {
-        let none = encode_hash(&[f("a", "1", 0)]);
-        assert_eq!(field_expiry(&none).unwrap(), None);
-        assert_eq!(field_expiry(&encode_hash(&[])).unwrap(), None);
+    fn all_fields_expire_when_the_last_timed_one_does_unless_one_never_does() {
+        assert_eq!(
+            all_fields_expire_ms(&encode_hash(&[f("a", "1", 0)])).unwrap(),
+            None
+        );
+        assert_eq!(all_fields_expire_ms(&encode_hash(&[])).unwrap(), None);
         let some = encode_hash(&[f("a", "1", 9), f("b", "2", 0), f("c", "3", 4)]);
-        let want = FieldExpiry {
-            first_ms: 4,
-            all_ms: None,
-        };
-        assert_eq!(field_expiry(&some).unwrap(), Some(want));
+        assert_eq!(all_fields_expire_ms(&some).unwrap(), None);
         let all = encode_hash(&[f("a", "1", 9), f("c", "3", 4)]);
-        let want = FieldExpiry {
-            first_ms: 4,
-            all_ms: Some(9),
-        };
-        assert_eq!(field_expiry(&all).unwrap(), Some(want));
-        assert!(field_expiry(&all[..all.len() - 1]).is_err());
-        assert!(field_expiry(b"not a hash").is_err());
+        assert_eq!(all_fields_expire_ms(&all).unwrap(), Some(9));
+        assert!(all_fields_expire_ms(&all[..all.len() - 1]).is_err());
+        assert!(all_fields_expire_ms(b"not a hash").is_err());
     }
 
     #[test]

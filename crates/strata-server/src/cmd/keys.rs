@@ -206,8 +206,10 @@ pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
 const RANDOMKEY_DRAW_KEYS: usize = 64;
 
 /// `RANDOMKEY`: a live key of the database, drawn uniformly from all of them in a small
-/// database; in a larger one, from a window of keys after a random point of the key order
-/// (wrapping to its start), so keys after a wide gap in the order come up more often.
+/// database; in a larger one, from a window of keys after a random point of the byte order
+/// (wrapping to its start). That is far from uniform: keys sharing a prefix sit in a narrow
+/// stretch of the order, so a random point mostly lands before or after them, and the
+/// first keys of such a run come up most.
 pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     use super::typed::random_u64;
     let engine = &ctx.shared.engine;

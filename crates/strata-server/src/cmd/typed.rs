@@ -117,15 +117,16 @@ pub(crate) async fn store_kind(
                 }),
                 None => cur.is_some().then_some(Change::Delete),
             };
-            Ok((change, ()))
+            let written = change.is_some();
+            Ok((change, written))
         })
         .await;
-    if r.is_ok() {
-        changed(ctx, key, kind);
-    }
     match r {
         Ok(w) => {
-            ctx.defer(w);
+            // An empty result stored over no key changes nothing, and touches nothing.
+            if ctx.defer(w) {
+                changed(ctx, key, kind);
+            }
             Ok(())
         }
         Err(e) => Err(engine_error(&e)),
