@@ -114,6 +114,7 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
         let value = match s.loc {
             Loc::Cold(r) => {
                 let _permit = core.prefetch.fetch_permit().await;
+                core.prefetch.after_demand().await;
                 // A read may have brought it in while this waited for its turn.
                 if core.hot.contains(k.stored(), core.now_ms()) {
                     None

@@ -47,6 +47,10 @@ pub(crate) struct Prefetcher {
     /// Permits for object-store GETs, `prefetch_fetches_max` of them (first come, first
     /// served).
     fetch_permits: tokio::sync::Semaphore,
+    /// Client reads from the object store in flight ([`Prefetcher::demand_read`]); a
+    /// prefetch GET not yet started waits for them ([`Prefetcher::after_demand`]).
+    demand: AtomicUsize,
+    demand_done: tokio::sync::Notify,
     /// Prefetches issued and used in the current window of `WINDOW` issues.
     window_issued: AtomicU64,
     window_used: AtomicU64,
@@ -76,6 +80,8 @@ impl Prefetcher {
             tracked_len: AtomicUsize::new(0),
             fetching: Mutex::new(HashSet::new()),
             fetch_permits: tokio::sync::Semaphore::new(fetches_max.max(1)),
+            demand: AtomicUsize::new(0),
+            demand_done: tokio::sync::Notify::new(),
             window_issued: AtomicU64::new(0),
             window_used: AtomicU64::new(0),
             scale: AtomicU64::new(1024),
@@ -184,6 +190,30 @@ impl Prefetcher {
         self.fetching.lock().remove(key);
     }
 
+    /// Counts a client's read from the object store until the guard drops.
+    pub(crate) fn demand_read(&self) -> DemandRead<'_> {
+        self.demand.fetch_add(1, Ordering::AcqRel);
+        DemandRead(self)
+    }
+
+    /// Waits, at most [`DEMAND_WAIT_MAX`], until no client reads from the object store: a
+    /// read the model did not foresee then does not queue at the store behind the GETs of
+    /// those it did.
+    pub(crate) async fn after_demand(&self) {
+        let deadline = tokio::time::Instant::now() + DEMAND_WAIT_MAX;
+        loop {
+            let done = self.demand_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.demand.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Waits for a permit to GET a predicted value from the object store; held until the
     /// GET is done.
     pub(crate) async fn fetch_permit(&self) -> tokio::sync::SemaphorePermit<'_> {
@@ -191,6 +221,20 @@ impl Prefetcher {
             .acquire()
             .await
             .expect("the semaphore is never closed")
+    }
+}
+
+/// Longest a prefetch GET waits for clients' reads from the object store to finish.
+const DEMAND_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A client's read from the object store, counted while it lives.
+pub(crate) struct DemandRead<'a>(&'a Prefetcher);
+
+impl Drop for DemandRead<'_> {
+    fn drop(&mut self) {
+        if self.0.demand.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.demand_done.notify_waiters();
+        }
     }
 }
 
@@ -212,6 +256,34 @@ mod tests {
         assert!(
             p.fetch_permit().now_or_never().is_some(),
             "a GET done frees its permit"
+        );
+    }
+
+    #[tokio::test]
+    async fn prefetch_gets_wait_for_client_reads_from_the_store_but_not_forever() {
+        let p = Prefetcher::new(true, 2);
+        assert!(
+            p.after_demand().now_or_never().is_some(),
+            "no client read: at once"
+        );
+        let read = p.demand_read();
+        let mut waiting = Box::pin(p.after_demand());
+        assert!(
+            futures::poll!(&mut waiting).is_pending(),
+            "waits while a client reads"
+        );
+        drop(read);
+        assert!(
+            futures::poll!(&mut waiting).is_ready(),
+            "goes when the read is done"
+        );
+        let _endless = p.demand_read();
+        let started = std::time::Instant::now();
+        p.after_demand().await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= DEMAND_WAIT_MAX && waited < DEMAND_WAIT_MAX * 100,
+            "never much longer than its limit: {waited:?}"
         );
     }
 

@@ -237,7 +237,9 @@ async fn fetch_cold(
     r: BlockRef,
     started: Instant,
 ) -> Result<Bytes> {
+    let demand = core.prefetch.demand_read();
     let (value, block) = core.fetch_cold(key, &r).await?;
+    drop(demand);
     core.load_model
         .record(Tier::Cold, value.len() as u64, started.elapsed());
     add(&core.counters.cold_hits);
