@@ -2,6 +2,7 @@
 //! holds the server's gate for writing, so the queued commands run with nothing between.
 
 use bytes::Bytes;
+use strata_engine::Key;
 use strata_resp::Reply;
 
 use super::{engine_error, lookup, Ctx};
@@ -29,21 +30,33 @@ pub(crate) async fn watch(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if ctx.conn.multi.is_some() {
         return Reply::err("ERR WATCH inside MULTI is not allowed");
     }
-    let mut keys = Vec::with_capacity(a.len() - 1);
-    for k in &a[1..] {
-        let key = ctx.key(k);
-        // A live key's expiry: its expiring later counts as a change.
-        let expire_ms = match ctx.shared.engine.expire_time_ms(&key).await {
-            Ok(t) => t.unwrap_or(0),
-            Err(e) => return engine_error(&e),
-        };
-        keys.push((key, expire_ms));
-    }
+    let keys: Vec<(Key, u64)> = a[1..].iter().map(|k| (ctx.key(k), 0)).collect();
+    let fresh: Vec<bool> = keys
+        .iter()
+        .map(|(k, _)| !ctx.conn.watched.keys.contains_key(k.stored()))
+        .collect();
     if !ctx.shared.watches.watch(&mut ctx.conn.watched, &keys) {
         return Reply::err(format!(
             "ERR a client may watch at most {} keys",
             crate::watch::WATCHED_KEYS_MAX
         ));
+    }
+    // Each live key's expiry, read once it is watched (an expiry set meanwhile touches it):
+    // its expiring later counts as a change.
+    for ((key, _), fresh) in keys.iter().zip(fresh) {
+        let expire_ms = match ctx.shared.engine.expire_time_ms(key).await {
+            Ok(t) => t.unwrap_or(0),
+            Err(e) => return engine_error(&e),
+        };
+        if let Some(seen) = ctx
+            .conn
+            .watched
+            .keys
+            .get_mut(key.stored())
+            .filter(|_| fresh)
+        {
+            seen.expire_ms = expire_ms;
+        }
     }
     Reply::ok()
 }
