@@ -267,6 +267,7 @@ def test_command_docs_describe_every_command(strata):
     assert all(d["summary"] and d["group"] for d in every.values())
     assert every["hmget"]["group"] == "hash" and every["zadd"]["group"] == "sorted-set"
     assert every["kvc.match"]["group"] == "strata"
+    assert every["flushdb"]["group"] == "server" and every["wait"]["group"] == "generic"
     assert list(docs("get", "nosuch", "SET")) == ["get", "set"]
     assert "string value" in docs("get")["get"]["summary"]
 

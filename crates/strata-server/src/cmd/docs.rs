@@ -1,6 +1,6 @@
 //! `COMMAND DOCS`: what each command of the table does, in one line of our own, with its
-//! group (given by the module of its handler, `Spec::group`). A test holds this list to the
-//! command table: every command has a summary, and no summary names a missing command.
+//! group (`Spec::group`, mostly given by the module of its handler). A test holds this list
+//! to the command table: every command has a summary, and no summary names a missing one.
 
 use bytes::Bytes;
 use strata_resp::Reply;

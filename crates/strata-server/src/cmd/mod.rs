@@ -91,9 +91,21 @@ const fn module_flags(module: &str) -> u32 {
     }
 }
 
-/// The `COMMAND DOCS` group of the commands whose handlers are in `module` (Redis's
-/// group names; Strata's own commands are `strata`).
-const fn group_of(module: &str) -> &'static str {
+/// The `COMMAND DOCS` group of command `name`, whose handler is in `module`: Redis's group
+/// names (Strata's own commands are `strata`), by module but for the few commands whose
+/// handlers sit with others of another group.
+const fn group_of(module: &str, name: &str) -> &'static str {
+    const SERVER: [&str; 5] = ["flushdb", "flushall", "dbsize", "swapdb", "memory"];
+    let mut k = 0;
+    while k < SERVER.len() {
+        if same(name, SERVER[k]) {
+            return "server";
+        }
+        k += 1;
+    }
+    if same(name, "wait") {
+        return "generic";
+    }
     const GROUPS: [(&str, &str); 17] = [
         ("cn", "connection"),
         ("s", "string"),
@@ -130,7 +142,7 @@ pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<
 /// the handler.
 pub(crate) struct Spec {
     pub(crate) name: &'static str,
-    /// Its group in `COMMAND DOCS`, given by the module of its handler ([`group_of`]).
+    /// Its group in `COMMAND DOCS` ([`group_of`]).
     pub(crate) group: &'static str,
     pub(crate) arity: i32,
     pub(crate) flags: u32,
@@ -215,7 +227,7 @@ macro_rules! c {
     ($name:literal, $arity:expr, $flags:expr, $first:expr, $last:expr, $step:expr, $m:ident :: $f:ident) => {
         Spec {
             name: $name,
-            group: group_of(stringify!($m)),
+            group: group_of(stringify!($m), $name),
             arity: $arity,
             flags: $flags | module_flags(stringify!($m)),
             first_key: $first,
