@@ -398,3 +398,35 @@ def test_save_makes_acknowledged_writes_durable_whatever_the_durability(tmp_path
         assert c.get("after-bgsave") == "1"
     finally:
         p.stop()
+
+
+def test_one_save_runs_at_a_time(tmp_path):
+    """As in Redis: while a BGSAVE runs, another BGSAVE or a SAVE is refused with
+    'Background save already in progress'; once it is done, a SAVE runs."""
+    p = StrataProcess({"durability": "none", "none_flush_ms": 60_000}, data_dir=str(tmp_path))
+    try:
+        c = p.client()
+        value = b"x" * 4096
+        for b in range(0, 20_000, 1000):
+            pipe = c.pipeline(transaction=False)
+            for i in range(b, b + 1000):
+                pipe.set(f"k{i}", value)
+            pipe.execute()
+        # 80 MB to log and sync: the first BGSAVE still runs when the next two arrive.
+        pipe = c.pipeline(transaction=False)
+        pipe.bgsave().bgsave().save()
+        got = pipe.execute(raise_on_error=False)
+        assert got[0] is True, got
+        for refused in got[1:]:
+            assert isinstance(refused, redis.ResponseError), got
+            assert "already in progress" in str(refused)
+        deadline = time.time() + 60
+        while True:
+            try:
+                assert c.save() is True
+                break
+            except redis.ResponseError as e:
+                assert "already in progress" in str(e) and time.time() < deadline
+                time.sleep(0.05)
+    finally:
+        p.stop()

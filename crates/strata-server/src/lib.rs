@@ -223,6 +223,7 @@ impl Server {
                 shutdown: tx,
                 started: Instant::now(),
                 last_save_secs: AtomicU64::new(0),
+                saving: Default::default(),
                 counters: Default::default(),
                 auth_limiter: auth::AuthLimiter::default(),
                 backup: Mutex::new(Default::default()),

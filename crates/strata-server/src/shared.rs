@@ -90,6 +90,8 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     /// Unix seconds of the last `SAVE` that finished (0: none since the start).
     pub(crate) last_save_secs: AtomicU64,
+    /// Whether a `SAVE` or `BGSAVE` runs now (one at a time).
+    pub(crate) saving: std::sync::atomic::AtomicBool,
     pub(crate) counters: ServerCounters,
     pub(crate) auth_limiter: crate::auth::AuthLimiter,
     pub(crate) backup: Mutex<BackupState>,

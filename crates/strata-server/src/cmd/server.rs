@@ -73,7 +73,10 @@ pub(crate) async fn lastsave(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
 /// `SAVE`: returns once every write acknowledged before it is durable, whatever
 /// `durability` says (Strata writes no snapshot file: its tiers are its files).
 pub(crate) async fn save(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
-    match save_now(ctx.shared).await {
+    let Some(turn) = SaveTurn::take(ctx.shared) else {
+        return save_in_progress();
+    };
+    match turn.save().await {
         Ok(()) => Reply::ok(),
         Err(e) => super::engine_error(&e),
     }
@@ -84,21 +87,44 @@ pub(crate) async fn bgsave(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if a.len() > 2 || a.get(1).is_some_and(|o| lower(o) != "schedule") {
         return super::syntax_error();
     }
-    let shared = std::sync::Arc::clone(ctx.shared);
+    let Some(turn) = SaveTurn::take(ctx.shared) else {
+        return save_in_progress();
+    };
     tokio::spawn(async move {
-        if let Err(e) = save_now(&shared).await {
+        if let Err(e) = turn.save().await {
             tracing::warn!(error = %e, "BGSAVE failed");
         }
     });
     Reply::Simple("Background saving started".into())
 }
 
-async fn save_now(shared: &crate::shared::Shared) -> strata_engine::Result<()> {
-    shared.engine.save().await?;
-    shared
-        .last_save_secs
-        .store(unix_now().as_secs(), Ordering::Relaxed);
-    Ok(())
+fn save_in_progress() -> Reply {
+    Reply::err("ERR Background save already in progress")
+}
+
+/// The one `SAVE` or `BGSAVE` that runs at a time (as Redis has one): taken, or refused
+/// while another runs; given back when dropped.
+struct SaveTurn(std::sync::Arc<crate::shared::Shared>);
+
+impl SaveTurn {
+    fn take(shared: &std::sync::Arc<crate::shared::Shared>) -> Option<SaveTurn> {
+        let taken = shared.saving.swap(true, Ordering::AcqRel);
+        (!taken).then(|| SaveTurn(std::sync::Arc::clone(shared)))
+    }
+
+    async fn save(self) -> strata_engine::Result<()> {
+        self.0.engine.save().await?;
+        self.0
+            .last_save_secs
+            .store(unix_now().as_secs(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for SaveTurn {
+    fn drop(&mut self) {
+        self.0.saving.store(false, Ordering::Release);
+    }
 }
 
 fn command_info(i: usize) -> Reply {
