@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_format::{entry_checksum, Key, Kind, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use strata_format::{entry_checksum, hash, Key, Kind, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use strata_warm::Family;
 
 use crate::core::Core;
@@ -180,9 +180,7 @@ pub(crate) fn stage<'k>(
             kind: Kind::Hash,
             value,
             ..
-        } => strata_format::hash::all_fields_expire_ms(value)
-            .ok()
-            .flatten(),
+        } => hash::all_fields_expire_ms(value).ok().flatten(),
         _ => None,
     };
     let fields_gone = fields_expire.is_some_and(|t| !strata_format::is_live(t, now));
@@ -543,18 +541,17 @@ pub(crate) async fn expire_if_due(core: &Core, key: &Key, expire_ms: u64) -> Res
 /// hash went.
 async fn expire_fields(core: &Core, key: &Key, at: u64) -> Result<bool> {
     let checked = update(core, key, true, |cur| {
-        let now = core.now_ms();
         let value = cur.filter(|c| c.kind == Kind::Hash).and_then(|c| c.value);
-        // Gone, or not a hash's encoding (the server writes none): nothing to sweep.
-        let Some(Ok(fields)) = value.map(|v| strata_format::hash::decode_hash(v)) else {
+        // Gone, not a hash's encoding (the server writes none), or a field that never
+        // expires: nothing to sweep, now or later.
+        let Some(all_expire) = value.and_then(|v| hash::all_fields_expire_ms(v).ok().flatten())
+        else {
             return Ok((None, (false, None)));
         };
-        if !fields.iter().any(|f| f.is_live(now)) {
+        if !strata_format::is_live(all_expire, core.now_ms()) {
             return Ok((Some(Change::Delete), (true, None)));
         }
-        let timed = fields.iter().all(|f| f.expire_ms != 0);
-        let last = fields.iter().map(|f| f.expire_ms).max();
-        Ok((None, (false, last.filter(|_| timed))))
+        Ok((None, (false, Some(all_expire))))
     })
     .await;
     let (gone, next) = match checked {
