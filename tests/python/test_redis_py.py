@@ -366,3 +366,44 @@ def test_shutdown_from_redis_py(strata):
     r.shutdown(nosave=True)
     strata.proc.wait(timeout=30)
     assert strata.proc.returncode == 0
+
+
+def test_cache_misses_are_answered_by_the_key_filter_and_no_stored_key_is_missed(tmp_path):
+    settings = {
+        "hot_bytes_max": 65536,
+        "warm_bytes_max": 131072,
+        "warm_bytes_hard_max": "64MiB",
+        "background_interval_ms": 50,
+        "block_bytes": 4096,
+    }
+    absent = [f"absent:{i}" for i in range(1000)]
+    for life in ["first", "after a SIGKILL and restart"]:
+        strata = StrataProcess(settings, data_dir=str(tmp_path))
+        try:
+            r = strata.client(decode_responses=True)
+            if life == "first":
+                p = r.pipeline(transaction=False)
+                for i in range(600):
+                    p.set(f"item:{i:04d}", f"{i:04d}" * 250)
+                p.execute()
+                deadline = time.time() + 30
+                while int(r.info("strata")["cold_entries"]) == 0:
+                    assert time.time() < deadline, "nothing reached the cold tier"
+                    time.sleep(0.1)
+            assert int(r.info("strata")["key_filter_builds"]) >= 1, life
+            before = int(r.info("strata")["key_filter_answers"])
+            p = r.pipeline(transaction=False)
+            for k in absent:
+                p.get(k)
+            assert p.execute() == [None] * len(absent), life
+            assert r.mget(absent[:100]) == [None] * 100, life
+            assert r.exists(*absent[:50]) == 0, life
+            answered = int(r.info("strata")["key_filter_answers"]) - before
+            # A few absent keys may pass the filter as false "maybe"s (read from RocksDB).
+            assert answered >= 0.95 * 1150, f"{life}: only {answered} answered by the filter"
+            # Every stored key, in whichever tier it is, is found.
+            keys = [f"item:{i:04d}" for i in range(600)]
+            assert "cold" in {r.execute_command("TIER", k) for k in keys[::29]}, life
+            assert r.mget(keys) == [f"{i:04d}" * 250 for i in range(600)], life
+        finally:
+            strata.stop()

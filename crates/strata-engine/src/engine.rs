@@ -119,7 +119,8 @@ impl Engine {
                 data_dir.display()
             ))
         })?;
-        let warm_tier = Warm::new(Arc::clone(&warm));
+        let counters = Arc::new(Counters::default());
+        let warm_tier = Warm::new(Arc::clone(&warm), Arc::clone(&counters));
         crate::migrate::to_current(&warm_tier)?;
         crate::migrate::check_key_slots(&warm_tier, settings.key_slots)?;
         warm_tier.load_cold_may_hold()?;
@@ -129,7 +130,6 @@ impl Engine {
             v.vlog_file_bytes,
             v.vlog_writeback_bytes,
         )?);
-        let counters = Arc::new(Counters::default());
         let (store, url) = match cold {
             Some(store) => (store, "(handed in)".to_string()),
             None => {
@@ -143,6 +143,11 @@ impl Engine {
         sizes.set(counts);
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         warm_tier.load_db_map()?;
+        // A store of up to a million keys is scanned in well under a second: its key filter
+        // is built now; a larger store's by the first background round.
+        if warm_tier.keys() <= crate::keyfilter::CAPACITY_MIN {
+            warm_tier.build_key_filter_if_due()?;
+        }
         let hot = Arc::new(hot_cache(&settings));
         let writeback = WriteBack::open(
             &data_dir,
@@ -718,6 +723,7 @@ impl Engine {
         s.live_values = core.live.held() as u64;
         s.live_bytes = core.live.bytes() as u64;
         s.warm_memory_bytes = core.warm.store.memory_bytes();
+        s.key_filter_bytes = core.warm.key_filter_bytes();
         s.hot_evictions = hot.evictions;
         s.warm_entries = sizes.warm_entries as u64;
         s.warm_bytes = sizes.warm_bytes as u64;

@@ -41,6 +41,7 @@ mod engine;
 mod error;
 pub mod glob;
 mod hook;
+mod keyfilter;
 mod live;
 mod loadtime;
 mod locks;

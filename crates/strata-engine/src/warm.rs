@@ -19,6 +19,8 @@ use strata_format::keys::{self, Key};
 use strata_format::{BlockRef, Kind, ValuePointer, WarmRecord, WarmValue};
 use strata_warm::{Bounds, Cursor, Family, View, WarmStore};
 
+use crate::keyfilter::{Added, KeyFilter};
+use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
 use crate::{Error, Result};
 
@@ -179,12 +181,15 @@ pub(crate) struct Warm {
     /// demoted). Set before the batch that adds the first entry is written, so a look-up
     /// that sees that batch's removal of a record also sees the flag.
     cold_may_hold: AtomicBool,
+    /// Which keys the records and the cold index may hold (see [`crate::keyfilter`]).
+    filter: KeyFilter,
+    counters: Arc<Counters>,
 }
 
 /// A batch of changes to the warm tier, in the engine's terms, with the key count each
 /// database gains or loses by it, and whether it puts entries into the cold index (see
-/// [`Warm::cold_may_hold`]).
-pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally, bool);
+/// [`Warm::cold_may_hold`]), and the keys it puts records for (for the key filter).
+pub(crate) struct Batch(Box<dyn strata_warm::Batch>, KeyTally, bool, Added);
 
 /// Keys added (positive) or removed per database in one batch; a batch of one database
 /// needs no allocation.
@@ -239,6 +244,7 @@ impl Batch {
             .put(Family::Meta, &db_keys_key(0), &0i64.to_le_bytes());
     }
     pub(crate) fn put_record(&mut self, key: &Key, record: &[u8]) {
+        self.3.push(key.stored());
         self.0.put(Family::Records, key.stored(), record);
     }
     pub(crate) fn delete_record(&mut self, key: &Key) {
@@ -330,6 +336,9 @@ impl Batch {
     /// Copies a raw entry (the layout migration).
     pub(crate) fn put_raw(&mut self, family: Family, key: &[u8], value: &[u8]) {
         self.2 |= family == Family::Cold;
+        if matches!(family, Family::Records | Family::Cold) {
+            self.3.push(key);
+        }
         self.0.put(family, key, value);
     }
     pub(crate) fn is_empty(&self) -> bool {
@@ -338,7 +347,7 @@ impl Batch {
 }
 
 impl Warm {
-    pub(crate) fn new(store: Arc<dyn WarmStore>) -> Warm {
+    pub(crate) fn new(store: Arc<dyn WarmStore>, counters: Arc<Counters>) -> Warm {
         Warm {
             store,
             db_keys: (0..DB_COUNT).map(|_| AtomicI64::new(0)).collect(),
@@ -346,11 +355,45 @@ impl Warm {
                 .map(|i| std::sync::atomic::AtomicU8::new(i as u8))
                 .collect(),
             cold_may_hold: AtomicBool::new(true),
+            filter: KeyFilter::default(),
+            counters,
         }
     }
 
     pub(crate) fn batch(&self) -> Batch {
-        Batch(self.store.batch(), KeyTally::default(), false)
+        Batch(
+            self.store.batch(),
+            KeyTally::default(),
+            false,
+            Added::default(),
+        )
+    }
+
+    /// Builds the key filter if a build is due (see [`KeyFilter::build_due`]): a scan of
+    /// the records and the cold index. Returns whether it built one.
+    pub(crate) fn build_key_filter_if_due(&self) -> Result<bool> {
+        let Some(capacity) = self.filter.build_due(self.keys()) else {
+            return Ok(false);
+        };
+        self.filter.build(capacity, |add_key| {
+            for family in [Family::Records, Family::Cold] {
+                let mut c = self.cursor(family, Bounds::all(), None);
+                c.seek_to_first();
+                while c.valid() {
+                    add_key(c.key());
+                    c.next();
+                }
+                c.status()?;
+            }
+            Ok::<_, Error>(())
+        })?;
+        add(&self.counters.key_filter_builds);
+        Ok(true)
+    }
+
+    /// Bytes the key filter holds.
+    pub(crate) fn key_filter_bytes(&self) -> u64 {
+        self.filter.bytes()
     }
 
     /// Looks whether the cold index holds any entry (once, at open, after any migration).
@@ -434,6 +477,11 @@ impl Warm {
         Ok(self.store.write(batch, true)?)
     }
 
+    /// Live keys of every database.
+    pub(crate) fn keys(&self) -> u64 {
+        (0..DB_COUNT).map(|db| self.keys_in(db as u8)).sum()
+    }
+
     /// Live keys of stored database `db` (both tiers; keys past their expiry count until
     /// removed).
     pub(crate) fn keys_in(&self, db: u8) -> u64 {
@@ -441,14 +489,15 @@ impl Warm {
     }
 
     pub(crate) fn write(&self, b: Batch, sync: bool) -> Result<()> {
-        let Batch(mut inner, tally, cold_puts) = b;
+        let Batch(mut inner, tally, cold_puts, added) = b;
         for (db, n) in tally.iter() {
             inner.merge(Family::Meta, &db_keys_key(db), &n.to_le_bytes());
         }
         if cold_puts {
             self.cold_may_hold.store(true, Ordering::SeqCst);
         }
-        self.store.write(inner, sync)?;
+        self.filter
+            .adding(&added, || self.store.write(inner, sync))?;
         if tally.reset {
             for c in self.db_keys.iter() {
                 c.store(0, Ordering::Relaxed);
@@ -466,12 +515,17 @@ impl Warm {
 
     /// The record of `key`, as stored.
     pub(crate) fn record(&self, key: &Key) -> Result<Option<Bytes>> {
+        if !self.filter.probe().may_hold(key.stored()) {
+            add(&self.counters.key_filter_answers);
+            return Ok(None);
+        }
         Ok(self.store.get(Family::Records, key.stored())?)
     }
 
     /// The cold index entry of `key`.
     pub(crate) fn cold_ref(&self, key: &Key) -> Result<Option<BlockRef>> {
-        if !self.cold_may_hold.load(Ordering::SeqCst) {
+        if !self.cold_may_hold.load(Ordering::SeqCst) || !self.filter.probe().may_hold(key.stored())
+        {
             return Ok(None);
         }
         match self.store.get(Family::Cold, key.stored())? {
@@ -482,12 +536,34 @@ impl Warm {
 
     /// The records of many keys, in their order.
     pub(crate) fn records(&self, keys: &[&Key]) -> Vec<Result<Option<Bytes>>> {
-        let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
-        self.store
-            .multi_get(Family::Records, &stored)
-            .into_iter()
-            .map(|r| r.map_err(Error::from))
+        let (stored, maybe) = self.filtered(keys);
+        let mut got = self.store.multi_get(Family::Records, &stored).into_iter();
+        if stored.len() < keys.len() {
+            self.counters
+                .key_filter_answers
+                .fetch_add((keys.len() - stored.len()) as u64, Ordering::Relaxed);
+        }
+        maybe
+            .iter()
+            .map(|&m| match m {
+                true => got.next().expect("one result per key").map_err(Error::from),
+                false => Ok(None),
+            })
             .collect()
+    }
+
+    /// The stored keys of `keys` the key filter may hold, and for each key whether it is
+    /// among them.
+    fn filtered<'k>(&self, keys: &[&'k Key]) -> (Vec<&'k [u8]>, Vec<bool>) {
+        let probe = self.filter.probe();
+        let maybe: Vec<bool> = keys.iter().map(|k| probe.may_hold(k.stored())).collect();
+        let stored = keys
+            .iter()
+            .zip(&maybe)
+            .filter(|(_, &m)| m)
+            .map(|(k, _)| k.stored())
+            .collect();
+        (stored, maybe)
     }
 
     /// The cold index entries of many keys, in their order.
@@ -495,13 +571,18 @@ impl Warm {
         if !self.cold_may_hold.load(Ordering::SeqCst) {
             return keys.iter().map(|_| Ok(None)).collect();
         }
-        let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
-        self.store
-            .multi_get(Family::Cold, &stored)
-            .into_iter()
-            .map(|r| match r? {
-                Some(b) => Ok(Some(BlockRef::decode(&b)?)),
-                None => Ok(None),
+        let (stored, maybe) = self.filtered(keys);
+        let mut got = self.store.multi_get(Family::Cold, &stored).into_iter();
+        maybe
+            .iter()
+            .map(|&m| {
+                if !m {
+                    return Ok(None);
+                }
+                match got.next().expect("one result per key")? {
+                    Some(b) => Ok(Some(BlockRef::decode(&b)?)),
+                    None => Ok(None),
+                }
             })
             .collect()
     }

@@ -1501,3 +1501,98 @@ async fn reads_racing_the_first_demotion_always_find_their_values() {
     assert_eq!(engine.get(&key("absent")).await.unwrap(), None);
     engine.close().await.unwrap();
 }
+
+/// Reads `key:0000..key:{n-1}` (as [`fill`] wrote them) one by one and all at once.
+async fn read_filled(engine: &Engine, n: usize, value_bytes: usize, what: &str) {
+    let keys: Vec<Key> = (0..n).map(|i| key(format!("key:{i:04}"))).collect();
+    let refs: Vec<&Key> = keys.iter().collect();
+    let many = engine.get_many(&refs).await.unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let want = vec![(i % 251) as u8; value_bytes];
+        assert_eq!(many[i].as_deref(), Some(&want[..]), "{what}: get_many {i}");
+        engine.clear_hot();
+        let one = engine.get(k).await.unwrap();
+        assert_eq!(one.as_deref(), Some(&want[..]), "{what}: get {i}");
+    }
+}
+
+/// Reads `absent` (keys no one wrote) every way a look-up goes, and checks the key filter
+/// answered nearly all of them without a read of RocksDB.
+async fn assert_misses_answered_by_the_filter(engine: &Engine, absent: &[&Key]) {
+    let before = engine.stats().key_filter_answers;
+    engine.clear_hot();
+    let got = engine.get_many(absent).await.unwrap();
+    assert!(got.iter().all(Option::is_none));
+    assert_eq!(engine.get(absent[0]).await.unwrap(), None);
+    assert!(engine.tier_of(absent[1]).await.unwrap().is_none());
+    let answered = engine.stats().key_filter_answers - before;
+    // A few may pass as false "maybe"s (and are read from RocksDB).
+    let asked = absent.len() as u64 + 2;
+    assert!(
+        answered >= asked * 95 / 100,
+        "{answered} of {asked} answered"
+    );
+}
+
+#[tokio::test]
+async fn absent_keys_are_answered_by_the_key_filter_and_every_stored_key_passes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = small_options(dir.path());
+    let engine = open(o.clone()).await.unwrap();
+    // A store of few keys builds its filter as it opens.
+    assert_eq!(engine.stats().key_filter_builds, 1);
+    assert!(engine.stats().key_filter_bytes >= 1 << 20);
+    fill(&engine, 150, 300).await;
+    let absent: Vec<Key> = (0..500).map(|i| key(format!("absent:{i}"))).collect();
+    let absent: Vec<&Key> = absent.iter().collect();
+    engine.run_background_once().await.unwrap();
+    let st = engine.stats();
+    assert!(st.cold_entries > 50, "nothing demoted: {st:?}");
+    // Keys written after the build pass it too, in every tier.
+    for i in 150..200 {
+        let v = Bytes::from(vec![(i % 251) as u8; 300]);
+        let k = key(format!("key:{i:04}"));
+        engine
+            .put(&k, v, PutOptions::default())
+            .await
+            .acked(&engine)
+            .await
+            .unwrap();
+    }
+    engine.run_background_once().await.unwrap();
+    assert_eq!(
+        engine.stats().key_filter_builds,
+        1,
+        "built again while far from full"
+    );
+    engine.clear_hot();
+    read_filled(&engine, 200, 300, "after the build").await;
+    assert_misses_answered_by_the_filter(&engine, &absent).await;
+    // A deleted key leaves its bits: still absent, through a read of RocksDB.
+    engine
+        .delete(&key("key:0000"))
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    engine.clear_hot();
+    assert_eq!(engine.get(&key("key:0000")).await.unwrap(), None);
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // After a restart the filter is built again from what the tiers hold.
+    let engine = open(o).await.unwrap();
+    assert_eq!(engine.stats().key_filter_builds, 1);
+    assert_misses_answered_by_the_filter(&engine, &absent).await;
+    assert_eq!(engine.get(&key("key:0000")).await.unwrap(), None);
+    let keys: Vec<Key> = (1..200).map(|i| key(format!("key:{i:04}"))).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let want = vec![((i + 1) % 251) as u8; 300];
+        assert_eq!(
+            engine.get(k).await.unwrap().as_deref(),
+            Some(&want[..]),
+            "{i}"
+        );
+    }
+    engine.close().await.unwrap();
+}
