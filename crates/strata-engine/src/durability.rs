@@ -138,28 +138,8 @@ impl GroupCommit {
                 }
                 r.requested
             };
-            // Live values' changes and unlogged dirty values into the logs first (see
-            // `live`, `writeback`), a buffer at a time. Values before the records that
-            // point at them (see `vlog`); the hot log after the warm store's, up to where it
-            // stood before.
-            let mut synced_all = || -> Result<()> {
-                loop {
-                    let all = hot.log_deferred()?;
-                    let hot_upto = hot.mark();
-                    vlog.sync()?;
-                    let seq = warm.last_sequence();
-                    if warm_synced != Some(seq) {
-                        warm.sync_log()?;
-                        warm_synced = Some(seq);
-                        add(&counters.group_commits_warm);
-                    }
-                    hot.write_out(hot_upto, true)?;
-                    if all {
-                        return Ok(());
-                    }
-                }
-            };
-            if let Err(e) = synced_all().map_err(|e| e.to_string()) {
+            if let Err(e) = sync_logs(warm, vlog, hot, &mut warm_synced, counters) {
+                let e = e.to_string();
                 tracing::error!(error = %e, "log fsync failed; refusing further writes");
                 self.synced.send_replace((synced, Some(Stopped::Failed(e))));
                 return;
@@ -210,6 +190,36 @@ impl GroupCommit {
         self.synced.send_modify(|(_, why)| {
             why.get_or_insert(Stopped::Closed);
         });
+    }
+}
+
+/// Makes every write so far durable (the group commit's round, and `SAVE`): live values'
+/// changes and unlogged dirty values into the logs first (see `live`, `writeback`), a buffer
+/// at a time; values before the records that point at them (see `vlog`); the hot log after
+/// the warm store's, up to where it stood before. `warm_synced` is the warm store's
+/// sequence at its last sync here: while the store's has not moved, its log holds nothing
+/// new and is not synced again.
+pub(crate) fn sync_logs(
+    warm: &dyn WarmStore,
+    vlog: &ValueLog,
+    hot: &HotLog,
+    warm_synced: &mut Option<u64>,
+    counters: &Counters,
+) -> Result<()> {
+    loop {
+        let all = hot.log_deferred()?;
+        let hot_upto = hot.mark();
+        vlog.sync()?;
+        let seq = warm.last_sequence();
+        if *warm_synced != Some(seq) {
+            warm.sync_log()?;
+            *warm_synced = Some(seq);
+            add(&counters.group_commits_warm);
+        }
+        hot.write_out(hot_upto, true)?;
+        if all {
+            return Ok(());
+        }
     }
 }
 

@@ -143,10 +143,8 @@ impl Engine {
         sizes.set(counts);
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         warm_tier.load_db_map()?;
-        // A store of up to a million keys is scanned in well under a second: its key filter
-        // is built now; a larger store's by the first background round.
-        if warm_tier.keys() <= crate::keyfilter::CAPACITY_MIN {
-            warm_tier.build_key_filter_if_due()?;
+        if counts.warm_bytes.max(0) as u64 <= crate::keyfilter::OPEN_BUILD_BYTES_MAX {
+            warm_tier.build_key_filter_if_due();
         }
         let hot = Arc::new(hot_cache(&settings));
         let writeback = WriteBack::open(
@@ -269,18 +267,23 @@ impl Engine {
     /// store's log and the hot log are synced, in the order the group commit syncs them.
     pub async fn save(&self) -> Result<()> {
         let core = Arc::clone(&self.core);
-        crate::offload::run("save", move || -> Result<()> {
-            let hot = core.writeback.log();
-            // A buffer of the log at a time, as the group commit does.
-            loop {
-                let all = hot.log_deferred()?;
-                let upto = hot.mark();
-                core.sync_values_and_log()?;
-                hot.write_out(upto, true)?;
-                if all {
-                    return Ok(());
-                }
-            }
+        crate::offload::run("save", move || {
+            core.check_writable()?;
+            let synced = crate::durability::sync_logs(
+                core.warm.store.as_ref(),
+                &core.vlog,
+                core.writeback.log(),
+                &mut None,
+                &core.counters,
+            );
+            // As a failed group commit does: a write acknowledged after it may not be
+            // durable, so no write is taken any more.
+            synced.map_err(|e| {
+                let e = e.to_string();
+                tracing::error!(error = %e, "SAVE's fsync failed; refusing further writes");
+                *core.poisoned.lock() = Some(e.clone());
+                crate::Error::Poisoned(e)
+            })
         })
         .await?
     }

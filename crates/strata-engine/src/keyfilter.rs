@@ -6,7 +6,9 @@
 //! follows the write sees the key. Deletions leave their bits set: a stale bit only costs
 //! the read the filter would have spared. The filter is built by a scan of both families
 //! (at open, on the first background round) and built again when more keys were added than
-//! it was sized for; until the first build ends it answers "maybe" for every key. Writes
+//! it was sized for; until the first build ends it answers "maybe" for every key, and a
+//! build that fails (its scan reads the values RocksDB keeps in blob files, and a corrupt
+//! one fails it) leaves it as it was. Writes
 //! add their keys to the filter being built too, under the read side of a lock the build
 //! takes to start, so a key is either added by its write or seen by the build's scan.
 //!
@@ -16,15 +18,19 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::{RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 /// Bits a key sets, within one word.
 const BITS_PER_KEY: u32 = 4;
 /// Bits of filter per key it is sized for.
 const CAPACITY_BITS: u64 = 8;
 /// The fewest keys a filter is sized for (1 MiB of bits).
-pub(crate) const CAPACITY_MIN: u64 = 1 << 20;
+const CAPACITY_MIN: u64 = 1 << 20;
+/// A store whose warm tier holds at most this much is scanned as it opens (well under a
+/// second); a larger one's filter is built by the first background round.
+pub(crate) const OPEN_BUILD_BYTES_MAX: u64 = 64 << 20;
 
 /// The hash every key is filtered by: fixed for the life of the process.
 fn hash(key: &[u8]) -> u64 {
@@ -89,10 +95,15 @@ struct State {
     next: Option<Arc<Bits>>,
 }
 
+/// After a build fails (a read error of the scan), the next is not tried for this long.
+const RETRY_AFTER: Duration = Duration::from_secs(600);
+
 /// See the module's text.
 #[derive(Default)]
 pub(crate) struct KeyFilter {
     state: RwLock<State>,
+    /// When the last build failed, if it did.
+    failed_at: Mutex<Option<Instant>>,
 }
 
 /// The hashes of the keys a batch puts records for.
@@ -138,6 +149,13 @@ impl KeyFilter {
     /// The keys a build should size the filter for, if one is due: none has ended yet, or
     /// more keys were added than the filter was sized for. `keys` is the store's count.
     pub(crate) fn build_due(&self, keys: u64) -> Option<u64> {
+        if self
+            .failed_at
+            .lock()
+            .is_some_and(|t| t.elapsed() < RETRY_AFTER)
+        {
+            return None;
+        }
         let state = self.state.read();
         if state.next.is_some() {
             return None;
@@ -153,7 +171,7 @@ impl KeyFilter {
     /// Builds a filter for `capacity` keys: `scan` is called once writes add their keys to
     /// it too, and must add every key stored from then on (it reads the families as they
     /// stand after it was called). The new filter replaces the old once `scan` returns
-    /// `Ok`.
+    /// `Ok`; after an error the old one stays and no build is due for [`RETRY_AFTER`].
     pub(crate) fn build<E>(
         &self,
         capacity: u64,
@@ -164,8 +182,9 @@ impl KeyFilter {
         let scanned = scan(&mut |key| bits.add(hash(key)));
         let mut state = self.state.write();
         let next = state.next.take();
-        if scanned.is_ok() {
-            state.current = next;
+        match scanned {
+            Ok(()) => state.current = next,
+            Err(_) => *self.failed_at.lock() = Some(Instant::now()),
         }
         scanned
     }
@@ -236,6 +255,7 @@ mod tests {
             f.probe().may_hold(b"written"),
             "a failed build replaced the filter"
         );
+        assert_eq!(f.build_due(u64::MAX), None, "tried again at once");
         assert_eq!(f.bytes(), CAPACITY_MIN * CAPACITY_BITS / 8);
     }
 

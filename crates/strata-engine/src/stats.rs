@@ -127,7 +127,7 @@ define_stats! {
         live_reads: "strata_live_reads_total" "" "Collection reads answered from a live (decoded) value in memory.",
         live_folds: "strata_live_folds_total" "" "Live values encoded and stored (before the logs are written out, or another command reads or writes the key).",
         group_commits: "strata_group_commits_total" "" "Group commits (`durability = group`): rounds of log syncs, each covering every write that was waiting.",
-        group_commits_warm: "strata_group_commits_warm_synced_total" "" "Syncs of the warm store's log by group commits (skipped while it holds nothing new since the last: write-back's values go to the hot log).",
+        group_commits_warm: "strata_group_commits_warm_synced_total" "" "Syncs of the warm store's log by group commits and SAVE (skipped while it holds nothing new since the last: write-back's values go to the hot log).",
         checkpoints: "strata_checkpoints_total" "" "Write-back checkpoints: dirty values written to the warm store, older hot-log files deleted.",
         write_back_settles: "strata_write_back_settles_total" "" "Times write-back wrote the colder half of its dirty values to the warm store (past three quarters of its budget).",
         hot_log_compactions: "strata_hot_log_compactions_total" "" "Write-back compactions: dirty values logged again into a new hot-log file, older files deleted.",

@@ -370,12 +370,13 @@ impl Warm {
     }
 
     /// Builds the key filter if a build is due (see [`KeyFilter::build_due`]): a scan of
-    /// the records and the cold index. Returns whether it built one.
-    pub(crate) fn build_key_filter_if_due(&self) -> Result<bool> {
+    /// the records and the cold index. A failed build is logged, not returned: reads go on
+    /// without the filter's answers.
+    pub(crate) fn build_key_filter_if_due(&self) {
         let Some(capacity) = self.filter.build_due(self.keys()) else {
-            return Ok(false);
+            return;
         };
-        self.filter.build(capacity, |add_key| {
+        let built = self.filter.build(capacity, |add_key| {
             for family in [Family::Records, Family::Cold] {
                 let mut c = self.cursor(family, Bounds::all(), None);
                 c.seek_to_first();
@@ -386,9 +387,13 @@ impl Warm {
                 c.status()?;
             }
             Ok::<_, Error>(())
-        })?;
-        add(&self.counters.key_filter_builds);
-        Ok(true)
+        });
+        match built {
+            Ok(()) => add(&self.counters.key_filter_builds),
+            Err(e) => {
+                tracing::warn!(error = %e, "building the key filter failed; reads go on without it")
+            }
+        }
     }
 
     /// Bytes the key filter holds.

@@ -246,3 +246,37 @@ async fn a_quiet_warm_store_writes_its_memtables_out() {
     assert_read_back(&e, (0..3000).step_by(97), " after the flush").await;
     e.close().await.unwrap();
 }
+
+/// A `SAVE` whose fsync fails stops the engine taking writes, as a failed group commit
+/// does: a write acknowledged after it might not be durable. It is never retried.
+#[tokio::test]
+async fn a_save_whose_fsync_fails_refuses_every_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.s.warm.durability = Durability::None;
+    let warm_faults = Faults::new(3, 1_000_000);
+    let engine = open_failing(
+        o,
+        Arc::new(SystemClock),
+        Arc::clone(&warm_faults),
+        Faults::new(4, 1_000_000),
+    )
+    .await
+    .unwrap();
+    put_i(&engine, 1).await.unwrap();
+    engine.save().await.unwrap();
+    put_i(&engine, 2).await.unwrap();
+    warm_faults
+        .syncs_fail
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let e = engine.save().await.unwrap_err();
+    assert!(matches!(e, Error::Poisoned(_)), "{e}");
+    assert!(e.to_string().contains("injected fsync failure"), "{e}");
+    warm_faults
+        .syncs_fail
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(matches!(put_i(&engine, 3).await, Err(Error::Poisoned(_))));
+    assert!(matches!(engine.save().await, Err(Error::Poisoned(_))));
+    // Reads go on.
+    assert!(engine.get(&key("k:000002")).await.unwrap().is_some());
+}

@@ -183,6 +183,8 @@ pub struct Faults {
     one_in: u64,
     state: std::sync::Mutex<u64>,
     pub injected: std::sync::atomic::AtomicU64,
+    /// While set, every sync of the warm store's log fails (as a failing disk's fsync).
+    pub syncs_fail: std::sync::atomic::AtomicBool,
 }
 
 impl Faults {
@@ -192,6 +194,7 @@ impl Faults {
             one_in: one_in.max(1),
             state: std::sync::Mutex::new(seed | 1),
             injected: 0.into(),
+            syncs_fail: false.into(),
         })
     }
 
@@ -258,6 +261,15 @@ impl strata_warm::WarmStore for FailingWarm {
         self.inner.view()
     }
     fn sync_log(&self) -> strata_warm::Result<()> {
+        if self
+            .faults
+            .syncs_fail
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(strata_warm::StoreError::Unavailable(
+                "injected fsync failure".into(),
+            ));
+        }
         self.inner.sync_log()
     }
     fn flush_log(&self) -> strata_warm::Result<()> {
