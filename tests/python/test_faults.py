@@ -6,6 +6,7 @@ Every acknowledged write is checked, byte for byte, after the fault and after a 
 import os
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -330,3 +331,66 @@ def test_truncated_wal_tail_is_detected_and_the_rest_recovered():
     finally:
         p.stop()
         data.cleanup()
+
+
+def test_a_write_that_waits_for_the_object_store_fails_a_watch_taken_meanwhile():
+    """An INCR of a cold key waits for the object store holding the gate for reading; a
+    WATCH of the key taken meanwhile must see the INCR's change (its EXEC fails), as in
+    Redis, where nothing runs between WATCH and the write."""
+    moto = Moto()
+    proxy = FaultProxy(("127.0.0.1", moto.port))
+    settings = {
+        **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/watch"),
+        "hot_bytes_max": "64KiB",
+        "warm_bytes_max": "128KiB",
+        "warm_bytes_hard_max": "64MiB",
+        "background_interval_ms": 50,
+        "block_bytes": 4096,
+        "prefetch": "false",
+    }
+    p = StrataProcess(settings)
+    try:
+        c = p.client(socket_timeout=60)
+        pipe = c.pipeline(transaction=False)
+        for i in range(300):
+            pipe.set(f"ctr:{i:03}", i)
+            pipe.set(f"fill:{i:03}", value_for(f"fill:{i:03}", 2 * KIB))
+        pipe.execute()
+        deadline = time.time() + 60
+        while True:
+            cold = [k for k in (f"ctr:{i:03}" for i in range(0, 300, 7))
+                    if c.execute_command("TIER", k) == b"cold"]
+            if cold:
+                break
+            assert time.time() < deadline, "no counter reached the cold tier"
+            time.sleep(0.1)
+        key = cold[0]
+        start = int(key[4:])
+        proxy.delay_s = 2.0
+        proxy.mode = "delay"
+        done = {}
+
+        def incr():
+            done["value"] = p.client(socket_timeout=60).incr(key)
+            done["at"] = time.time()
+
+        writer = threading.Thread(target=incr)
+        writer.start()
+        time.sleep(0.5)
+        assert "value" not in done, "the INCR did not wait for the object store"
+        w = p.client(socket_timeout=60)
+        tx = w.pipeline(transaction=True)
+        tx.watch(key)
+        watched_at = time.time()
+        tx.multi()
+        tx.set(key, "mine")
+        with pytest.raises(redis.exceptions.WatchError):
+            tx.execute()
+        writer.join(30)
+        proxy.mode = "pass"
+        assert done["value"] == start + 1 and done["at"] > watched_at, done
+        assert c.get(key) == str(start + 1).encode()
+    finally:
+        p.stop()
+        proxy.close()
+        moto.stop()

@@ -1042,16 +1042,17 @@ pub(crate) async fn execute_run(
     }
     let start = stopwatch::now();
     let mut ctx = Ctx { shared, conn };
-    if kind.writes() {
-        for (a, &i) in cmds.iter().zip(&idxs) {
-            touch_keys(&ctx, &COMMANDS[i], a);
-        }
-    }
     let replies = match kind {
         RunKind::Set => strings::set_run(&mut ctx, cmds).await,
         RunKind::Incr => strings::incr_run(&mut ctx, cmds).await,
         RunKind::Get => strings::get_run(&mut ctx, cmds).await,
     };
+    // After the writes, as in `dispatch`.
+    if kind.writes() {
+        for (a, &i) in cmds.iter().zip(&idxs) {
+            touch_keys(&ctx, &COMMANDS[i], a);
+        }
+    }
     let each = start.elapsed() / cmds.len().max(1) as u32;
     for (r, &i) in replies.iter().zip(&idxs) {
         shared.metrics.record(i, each, r.is_error());
@@ -1066,13 +1067,17 @@ pub(crate) async fn execute_run(
     out.extend(replies);
 }
 
-/// Runs a command already checked for arity, auth and queueing.
+/// Runs a command already checked for arity, auth and queueing. A write touches its keys
+/// for `WATCH` once it has run: a write may wait (for the object store, for room) holding
+/// the gate for reading, and a `WATCH` taken meanwhile must see it. (`EXEC` holds the gate
+/// for writing, so it never runs between a write and its touch.)
 pub(crate) async fn dispatch(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
     let spec = &COMMANDS[idx];
+    let reply = (spec.run)(ctx, a).await;
     if spec.flags & WRITE != 0 && spec.flags & TOUCHES_WHAT_CHANGES == 0 {
         touch_keys(ctx, spec, a);
     }
-    (spec.run)(ctx, a).await
+    reply
 }
 
 /// Bumps the `WATCH` version of every key a write command names.
