@@ -143,7 +143,10 @@ impl Engine {
         sizes.set(counts);
         warm_tier.load_key_counts(counts.warm_entries + counts.cold_entries)?;
         warm_tier.load_db_map()?;
-        if counts.warm_bytes.max(0) as u64 <= crate::keyfilter::OPEN_BUILD_BYTES_MAX {
+        if counts.warm_bytes.max(0) as u64 <= crate::keyfilter::OPEN_BUILD_BYTES_MAX
+            && (counts.warm_entries + counts.cold_entries).max(0) as u64
+                <= crate::keyfilter::OPEN_BUILD_KEYS_MAX
+        {
             warm_tier.build_key_filter_if_due();
         }
         let hot = Arc::new(hot_cache(&settings));
@@ -266,9 +269,15 @@ impl Engine {
     /// (`SAVE`): DRAM's changes not yet logged are logged, then the value log, the warm
     /// store's log and the hot log are synced, in the order the group commit syncs them.
     pub async fn save(&self) -> Result<()> {
+        self.core.check_writable()?;
+        if let Some(g) = &self.core.group {
+            // A round of the group commit covers every write so far, and a failed one stops
+            // it (a second sync of the same logs, here, could succeed after the kernel
+            // reported the first failure once, and acknowledge lost writes).
+            return self.core.wait(g.request()).await;
+        }
         let core = Arc::clone(&self.core);
         crate::offload::run("save", move || {
-            core.check_writable()?;
             let synced = crate::durability::sync_logs(
                 core.warm.store.as_ref(),
                 &core.vlog,
@@ -476,18 +485,27 @@ impl Engine {
         self.settle_writes()?;
         let stored_db = self.core.warm.stored_db(db);
         let found = crate::scan::range_keys(&self.core, stored_db, lo, hi, count_max, rev)?;
-        let keys: Vec<Key> = found
+        let lens: Vec<u64> = found.iter().map(|(f, _)| f.value_len).collect();
+        crate::read::check_reply_bytes(&lens, bytes_max)?;
+        // The warm keys' values came with the scan; the cold ones' are fetched, together.
+        let cold: Vec<Key> = found
             .iter()
-            .map(|f| self.core.key(stored_db, &f.key))
+            .filter(|(_, v)| v.is_none())
+            .map(|(f, _)| self.core.key(stored_db, &f.key))
             .collect();
-        let refs: Vec<&Key> = keys.iter().collect();
-        let got = crate::read::read_many(&self.core, &refs, false, bytes_max).await?;
+        let refs: Vec<&Key> = cold.iter().collect();
+        let mut fetched = crate::read::read_many(&self.core, &refs, false, bytes_max)
+            .await?
+            .into_iter();
         Ok(found
             .into_iter()
-            .zip(got)
-            .filter_map(|(f, g)| match g {
-                Some((v, _, Kind::String)) => Some((f.key, v)),
-                _ => None,
+            .filter_map(|(f, v)| match v {
+                Some(v) => Some((f.key, v)),
+                // A key deleted (or rewritten as another kind) since the scan is passed over.
+                None => match fetched.next().flatten() {
+                    Some((v, _, Kind::String)) => Some((f.key, v)),
+                    _ => None,
+                },
             })
             .collect())
     }

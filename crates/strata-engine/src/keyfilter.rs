@@ -10,7 +10,9 @@
 //! build that fails (its scan reads the values RocksDB keeps in blob files, and a corrupt
 //! one fails it) leaves it as it was. Writes
 //! add their keys to the filter being built too, under the read side of a lock the build
-//! takes to start, so a key is either added by its write or seen by the build's scan.
+//! takes to start, so a key is either added by its write or seen by the build's scan. (The
+//! build takes that lock twice, each time after the batches being written; the lock is
+//! fair, so reads that probe meanwhile wait too: a pause of one write, twice per build.)
 //!
 //! Each key sets [`BITS_PER_KEY`] bits of one 64-bit word, so a probe is one cache miss. At
 //! [`CAPACITY_BITS`] bits per key of capacity about 2–4% of absent keys still go to
@@ -28,9 +30,13 @@ const BITS_PER_KEY: u32 = 4;
 const CAPACITY_BITS: u64 = 8;
 /// The fewest keys a filter is sized for (1 MiB of bits).
 const CAPACITY_MIN: u64 = 1 << 20;
-/// A store whose warm tier holds at most this much is scanned as it opens (well under a
-/// second); a larger one's filter is built by the first background round.
+/// The most (4 GiB of bits), whatever the store's count says.
+const CAPACITY_MAX: u64 = 1 << 32;
+/// A store whose warm tier holds at most this much, and at most [`OPEN_BUILD_KEYS_MAX`]
+/// keys in all, is scanned as it opens (well under a second); a larger one's filter is
+/// built by the first background round.
 pub(crate) const OPEN_BUILD_BYTES_MAX: u64 = 64 << 20;
+pub(crate) const OPEN_BUILD_KEYS_MAX: u64 = 1 << 20;
 
 /// The hash every key is filtered by: fixed for the life of the process.
 fn hash(key: &[u8]) -> u64 {
@@ -106,6 +112,32 @@ pub(crate) struct KeyFilter {
     failed_at: Mutex<Option<Instant>>,
 }
 
+/// A build in progress: dropped before it finishes (a panic), it takes its filter out of
+/// `next`, so writes stop adding to it and a later build can start.
+struct Building<'a>(&'a KeyFilter, Arc<Bits>);
+
+impl Building<'_> {
+    /// Takes the build's filter out of `state.next`, under the lock the caller holds.
+    fn finish(self, state: &mut State) -> Option<Arc<Bits>> {
+        let taken = take_if_same(state, &self.1);
+        std::mem::forget(self);
+        taken
+    }
+}
+
+impl Drop for Building<'_> {
+    fn drop(&mut self) {
+        take_if_same(&mut self.0.state.write(), &self.1);
+    }
+}
+
+fn take_if_same(state: &mut State, bits: &Arc<Bits>) -> Option<Arc<Bits>> {
+    match &state.next {
+        Some(n) if Arc::ptr_eq(n, bits) => state.next.take(),
+        _ => None,
+    }
+}
+
 /// The hashes of the keys a batch puts records for.
 #[derive(Default)]
 pub(crate) struct Added(Vec<u64>);
@@ -160,7 +192,7 @@ impl KeyFilter {
         if state.next.is_some() {
             return None;
         }
-        let wanted = keys.saturating_mul(2).max(CAPACITY_MIN);
+        let wanted = keys.saturating_mul(2).clamp(CAPACITY_MIN, CAPACITY_MAX);
         match &state.current {
             None => Some(wanted),
             Some(b) if b.added.load(Ordering::Relaxed) > b.capacity => Some(wanted),
@@ -179,14 +211,26 @@ impl KeyFilter {
     ) -> Result<(), E> {
         let bits = Arc::new(Bits::new(capacity));
         self.state.write().next = Some(Arc::clone(&bits));
+        // Whatever ends the scan (an error, a panic), `next` is taken down with it.
+        let building = Building(self, Arc::clone(&bits));
         let scanned = scan(&mut |key| bits.add(hash(key)));
         let mut state = self.state.write();
-        let next = state.next.take();
+        drop(building.finish(&mut state));
         match scanned {
-            Ok(()) => state.current = next,
+            Ok(()) => state.current = Some(bits),
             Err(_) => *self.failed_at.lock() = Some(Instant::now()),
         }
         scanned
+    }
+
+    /// Forgets every key (`FLUSHALL` emptied both families): from here on the filter holds
+    /// what is written next. Called with every key's lock held, so nothing is written
+    /// meanwhile.
+    pub(crate) fn clear(&self) {
+        let mut state = self.state.write();
+        if let Some(old) = &state.current {
+            state.current = Some(Arc::new(Bits::new(old.capacity)));
+        }
     }
 
     /// Bytes the filters hold.
@@ -256,6 +300,28 @@ mod tests {
             "a failed build replaced the filter"
         );
         assert_eq!(f.build_due(u64::MAX), None, "tried again at once");
+        assert_eq!(f.bytes(), CAPACITY_MIN * CAPACITY_BITS / 8);
+    }
+
+    #[test]
+    fn a_panicking_scan_leaves_no_build_behind_and_clear_forgets_every_key() {
+        let f = KeyFilter::default();
+        f.build::<()>(0, |add| {
+            add(b"kept");
+            Ok(())
+        })
+        .unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = f.build::<()>(0, |_| panic!("scan"));
+        }));
+        assert!(panicked.is_err());
+        assert!(
+            f.state.read().next.is_none(),
+            "the panicked build is still filled"
+        );
+        assert!(f.probe().may_hold(b"kept"));
+        f.clear();
+        assert!(!f.probe().may_hold(b"kept"));
         assert_eq!(f.bytes(), CAPACITY_MIN * CAPACITY_BITS / 8);
     }
 

@@ -327,27 +327,48 @@ pub(crate) async fn read_many(
 /// Where the values of `found` stop fitting in `bytes_max` (one value alone may be larger:
 /// the reply carries it). Without `prefix`, passing the limit is an error.
 fn cut_at(found: &[Found], bytes_max: u64, prefix: bool) -> Result<usize> {
+    let lens = found.iter().map(|f| match f {
+        Found::Value(v, _, _) => Some(v.len() as u64),
+        Found::Cold(r, _) => Some(r.value_len as u64),
+        Found::Missing => None,
+    });
+    match fits(lens, bytes_max) {
+        Some(_) if !prefix => Err(too_many_bytes(bytes_max)),
+        Some(i) => Ok(i),
+        None => Ok(found.len()),
+    }
+}
+
+/// Refuses values of lengths `lens` that hold more than `bytes_max` in all (one value alone
+/// may be larger), as a multi-key read without a prefix does.
+pub(crate) fn check_reply_bytes(lens: &[u64], bytes_max: u64) -> Result<()> {
+    match fits(lens.iter().map(|&l| Some(l)), bytes_max) {
+        Some(_) => Err(too_many_bytes(bytes_max)),
+        None => Ok(()),
+    }
+}
+
+/// The index of the value (of lengths `lens`, `None` for a key without one) past which
+/// they hold more than `bytes_max`, if any; the first value always fits.
+fn fits(lens: impl Iterator<Item = Option<u64>>, bytes_max: u64) -> Option<usize> {
     let mut total = 0u64;
     let mut values = 0;
-    for (i, f) in found.iter().enumerate() {
-        let len = match f {
-            Found::Value(v, _, _) => v.len() as u64,
-            Found::Cold(r, _) => r.value_len as u64,
-            Found::Missing => continue,
-        };
+    for (i, len) in lens.enumerate() {
+        let Some(len) = len else { continue };
         total += len;
         values += 1;
         if total > bytes_max && values > 1 {
-            if !prefix {
-                return Err(Error::Invalid(format!(
-                    "the values asked for hold more than {bytes_max} bytes, the most one \
-                     reply may carry; ask for fewer keys at a time"
-                )));
-            }
-            return Ok(i);
+            return Some(i);
         }
     }
-    Ok(found.len())
+    None
+}
+
+fn too_many_bytes(bytes_max: u64) -> Error {
+    Error::Invalid(format!(
+        "the values asked for hold more than {bytes_max} bytes, the most one reply may \
+         carry; ask for fewer keys at a time"
+    ))
 }
 
 /// The lookup of many keys: DRAM for all (one pass over its shards), then one multi-get of

@@ -196,8 +196,10 @@ pub type RangeBound<'a> = Option<(&'a [u8], bool)>;
 
 /// Up to `count_max` live string keys of database `db` from `lo` to `hi`, in key order or
 /// (`rev`) the reverse, merged from the warm and cold tiers under one view of the warm
-/// store. Keys of other kinds are passed over. Outside cluster mode only (there every key
-/// is in slot 0, so the stored order is the client keys' order).
+/// store, each warm key with its value (read from the record the scan is on, verified);
+/// a cold key's value is for the caller to fetch. Keys of other kinds are passed over.
+/// Outside cluster mode only (there every key is in slot 0, so the stored order is the
+/// client keys' order).
 pub(crate) fn range_keys(
     core: &Core,
     db: u8,
@@ -205,7 +207,7 @@ pub(crate) fn range_keys(
     hi: RangeBound<'_>,
     count_max: usize,
     rev: bool,
-) -> Result<Vec<ScanItem>> {
+) -> Result<Vec<(ScanItem, Option<Bytes>)>> {
     let prefix = keys::slot_prefix(db, 0);
     let stored = |k: &[u8], past: bool| {
         let mut s = Key::new(db, 0, k).stored().to_vec();
@@ -254,13 +256,25 @@ pub(crate) fn range_keys(
         let (expire_ms, value_len, tier, kind) = entry_at(take_warm, warm.as_ref(), cold.as_ref())?;
         if kind == Kind::String && strata_format::is_live(expire_ms, now) {
             let stored = if take_warm { warm.key() } else { cold.key() };
-            out.push(ScanItem {
-                key: Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]),
+            let client = Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]);
+            let value = match take_warm {
+                true => {
+                    let rec = Bytes::copy_from_slice(warm.value());
+                    let key = Key::new(db, 0, &client);
+                    let (v, _) = crate::warm::record_value(&key, &rec, &core.vlog)
+                        .inspect_err(|_| crate::stats::add(&core.counters.checksum_errors))?;
+                    Some(v)
+                }
+                false => None,
+            };
+            let item = ScanItem {
+                key: client,
                 tier,
                 expire_ms,
                 value_len,
                 kind,
-            });
+            };
+            out.push((item, value));
         }
         let c = if take_warm { &mut warm } else { &mut cold };
         match rev {

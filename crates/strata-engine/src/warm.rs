@@ -252,6 +252,9 @@ impl Batch {
     }
     pub(crate) fn put_cold(&mut self, key: &Key, r: &BlockRef) {
         self.2 = true;
+        // Every key put here was a record first, so it is in the filter already; added
+        // again so that the filter's invariant does not rest on that.
+        self.3.push(key.stored());
         self.0.put(Family::Cold, key.stored(), &r.encode());
     }
     pub(crate) fn delete_cold(&mut self, key: &Key) {
@@ -394,6 +397,11 @@ impl Warm {
                 tracing::warn!(error = %e, "building the key filter failed; reads go on without it")
             }
         }
+    }
+
+    /// Empties the key filter (`FLUSHALL`, every key's lock held).
+    pub(crate) fn clear_key_filter(&self) {
+        self.filter.clear();
     }
 
     /// Bytes the key filter holds.

@@ -1250,6 +1250,7 @@ pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
         b.set_vlog_garbage(id, len);
     }
     core.warm.write(b, true)?;
+    core.warm.clear_key_filter();
     core.sizes.set(Counts::default());
     core.hot.clear();
     core.locks.bump_all();

@@ -251,9 +251,15 @@ async fn a_quiet_warm_store_writes_its_memtables_out() {
 /// does: a write acknowledged after it might not be durable. It is never retried.
 #[tokio::test]
 async fn a_save_whose_fsync_fails_refuses_every_later_write() {
+    for durability in [Durability::None, Durability::Group] {
+        a_failed_save_poisons(durability).await;
+    }
+}
+
+async fn a_failed_save_poisons(durability: Durability) {
     let dir = tempfile::tempdir().unwrap();
     let mut o = small_options(dir.path());
-    o.s.warm.durability = Durability::None;
+    o.s.warm.durability = durability;
     let warm_faults = Faults::new(3, 1_000_000);
     let engine = open_failing(
         o,
@@ -269,13 +275,23 @@ async fn a_save_whose_fsync_fails_refuses_every_later_write() {
     warm_faults
         .syncs_fail
         .store(true, std::sync::atomic::Ordering::SeqCst);
+    // A write through the warm store (a value for the value log), not waited for, so that
+    // the save has the warm store's log to sync.
+    let large = Bytes::from(vec![7u8; 100 << 10]);
+    let _unsynced = engine
+        .put(&key("large"), large, PutOptions::default())
+        .await;
     let e = engine.save().await.unwrap_err();
-    assert!(matches!(e, Error::Poisoned(_)), "{e}");
+    assert!(matches!(e, Error::Poisoned(_)), "{durability:?}: {e}");
     assert!(e.to_string().contains("injected fsync failure"), "{e}");
     warm_faults
         .syncs_fail
         .store(false, std::sync::atomic::Ordering::SeqCst);
-    assert!(matches!(put_i(&engine, 3).await, Err(Error::Poisoned(_))));
+    let later = put_i(&engine, 3).await;
+    assert!(
+        matches!(later, Err(Error::Poisoned(_))),
+        "{durability:?}: {later:?}"
+    );
     assert!(matches!(engine.save().await, Err(Error::Poisoned(_))));
     // Reads go on.
     assert!(engine.get(&key("k:000002")).await.unwrap().is_some());
