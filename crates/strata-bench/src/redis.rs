@@ -209,7 +209,7 @@ pub fn run(requests: u64, strata_bin: &Path, durable: bool, out: &Path) -> anyho
     }
     let mut md = String::from("# redis-benchmark: Strata beside Redis\n\n");
     md.push_str(&format!(
-        "Same machine, same run, loopback. {}. Keys drawn from\n100,000 (`-r 100000`); {} takes 10 keys. {requests} requests per test at 50 clients; a tenth of that\nfor the one-client rows. Ratios are Strata/Redis: throughput above 1 and p50 below 1\nmean Strata is ahead.\n\n",
+        "Same machine, same run, loopback. {}. Keys drawn from\n100,000 (`-r 100000`); {} takes 10 keys. {requests} requests per test at 50 clients; a tenth of that\nfor the one-client rows. Ratios are Strata/Redis: throughput above 1 and p50 below 1\nmean Strata is ahead. One round, servers and client unpinned (a quick look); the\nhot-path protocol (both servers on one core, the client on the other, five alternating\nrounds, medians, server CPU) is `scripts/ab.py --old redis`.\n\n",
         mode.about, mode.multi
     ));
     md.push_str("| test | value | clients | pipeline | Redis ops/s | Strata ops/s | ops ratio | Redis p50 ms | Strata p50 ms | p50 ratio | Redis p99 ms | Strata p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
