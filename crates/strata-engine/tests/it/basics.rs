@@ -541,9 +541,19 @@ async fn key_ranges_read_string_values_from_every_tier_in_either_order() {
         .unwrap()
         .is_empty());
     // Values past the reply's limit are refused, whichever tier holds them; one alone fits.
-    let e = engine.range(0, None, None, 10, false, 1000).await.unwrap_err();
+    let e = engine
+        .range(0, None, None, 10, false, 1000)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("more than 1000 bytes"), "{e}");
-    assert_eq!(engine.range(0, None, None, 1, false, 1).await.unwrap().len(), 1);
+    assert_eq!(
+        engine
+            .range(0, None, None, 1, false, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// The tiers that serve `keys` (numbers of `key:NNNN`) now.
