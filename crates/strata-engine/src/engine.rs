@@ -484,9 +484,8 @@ impl Engine {
         }
         self.settle_writes()?;
         let stored_db = self.core.warm.stored_db(db);
-        let found = crate::scan::range_keys(&self.core, stored_db, lo, hi, count_max, rev)?;
-        let lens: Vec<u64> = found.iter().map(|(f, _)| f.value_len).collect();
-        crate::read::check_reply_bytes(&lens, bytes_max)?;
+        let found =
+            crate::scan::range_keys(&self.core, stored_db, lo, hi, count_max, rev, bytes_max)?;
         // The warm keys' values came with the scan; the cold ones' are fetched, together.
         let cold: Vec<Key> = found
             .iter()

@@ -339,15 +339,6 @@ fn cut_at(found: &[Found], bytes_max: u64, prefix: bool) -> Result<usize> {
     }
 }
 
-/// Refuses values of lengths `lens` that hold more than `bytes_max` in all (one value alone
-/// may be larger), as a multi-key read without a prefix does.
-pub(crate) fn check_reply_bytes(lens: &[u64], bytes_max: u64) -> Result<()> {
-    match fits(lens.iter().map(|&l| Some(l)), bytes_max) {
-        Some(_) => Err(too_many_bytes(bytes_max)),
-        None => Ok(()),
-    }
-}
-
 /// The index of the value (of lengths `lens`, `None` for a key without one) past which
 /// they hold more than `bytes_max`, if any; the first value always fits.
 fn fits(lens: impl Iterator<Item = Option<u64>>, bytes_max: u64) -> Option<usize> {
@@ -364,7 +355,8 @@ fn fits(lens: impl Iterator<Item = Option<u64>>, bytes_max: u64) -> Option<usize
     None
 }
 
-fn too_many_bytes(bytes_max: u64) -> Error {
+/// The refusal of a multi-key read whose values hold more than `bytes_max`.
+pub(crate) fn too_many_bytes(bytes_max: u64) -> Error {
     Error::Invalid(format!(
         "the values asked for hold more than {bytes_max} bytes, the most one reply may \
          carry; ask for fewer keys at a time"

@@ -198,8 +198,9 @@ pub type RangeBound<'a> = Option<(&'a [u8], bool)>;
 /// (`rev`) the reverse, merged from the warm and cold tiers under one view of the warm
 /// store, each warm key with its value (read from the record the scan is on, verified);
 /// a cold key's value is for the caller to fetch. Keys of other kinds are passed over.
-/// Outside cluster mode only (there every key is in slot 0, so the stored order is the
-/// client keys' order).
+/// Refused as soon as the values found hold more than `bytes_max` (one alone may), before
+/// more are read. Outside cluster mode only (there every key is in slot 0, so the stored
+/// order is the client keys' order).
 pub(crate) fn range_keys(
     core: &Core,
     db: u8,
@@ -207,6 +208,7 @@ pub(crate) fn range_keys(
     hi: RangeBound<'_>,
     count_max: usize,
     rev: bool,
+    bytes_max: u64,
 ) -> Result<Vec<(ScanItem, Option<Bytes>)>> {
     let prefix = keys::slot_prefix(db, 0);
     let stored = |k: &[u8], past: bool| {
@@ -245,6 +247,7 @@ pub(crate) fn range_keys(
     };
     let mut warm = mk(Family::Records);
     let mut cold = mk(Family::Cold);
+    let mut bytes = 0u64;
     while out.len() < count_max {
         let take_warm = match (warm.valid(), cold.valid()) {
             (false, false) => break,
@@ -255,6 +258,10 @@ pub(crate) fn range_keys(
         };
         let (expire_ms, value_len, tier, kind) = entry_at(take_warm, warm.as_ref(), cold.as_ref())?;
         if kind == Kind::String && strata_format::is_live(expire_ms, now) {
+            bytes += value_len;
+            if bytes > bytes_max && !out.is_empty() {
+                return Err(crate::read::too_many_bytes(bytes_max));
+            }
             let stored = if take_warm { warm.key() } else { cold.key() };
             let client = Bytes::copy_from_slice(&stored[keys::STORED_KEY_PREFIX_BYTES..]);
             let value = match take_warm {
