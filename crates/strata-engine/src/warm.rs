@@ -372,6 +372,11 @@ impl Warm {
         )
     }
 
+    /// Whether a build of the key filter is due (see [`KeyFilter::build_due`]).
+    pub(crate) fn key_filter_build_due(&self) -> bool {
+        self.filter.build_due(self.keys()).is_some()
+    }
+
     /// Builds the key filter if a build is due (see [`KeyFilter::build_due`]): a scan of
     /// the records and the cold index. A failed build is logged, not returned: reads go on
     /// without the filter's answers.

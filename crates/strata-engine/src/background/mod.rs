@@ -116,8 +116,10 @@ pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
         .await??;
     }
     expire::sweep(core).await?;
-    let me = Arc::clone(core);
-    crate::offload::run("key filter", move || me.warm.build_key_filter_if_due()).await?;
+    if core.warm.key_filter_build_due() {
+        let me = Arc::clone(core);
+        crate::offload::run("key filter", move || me.warm.build_key_filter_if_due()).await?;
+    }
     let now = core.now_ms();
     core.leases.lock().retain(|_, &mut until| until > now);
     let mut demoted = 0;
