@@ -327,32 +327,45 @@ pub(crate) async fn read_many(
 /// Where the values of `found` stop fitting in `bytes_max` (one value alone may be larger:
 /// the reply carries it). Without `prefix`, passing the limit is an error.
 fn cut_at(found: &[Found], bytes_max: u64, prefix: bool) -> Result<usize> {
-    let lens = found.iter().map(|f| match f {
-        Found::Value(v, _, _) => Some(v.len() as u64),
-        Found::Cold(r, _) => Some(r.value_len as u64),
-        Found::Missing => None,
-    });
-    match fits(lens, bytes_max) {
-        Some(_) if !prefix => Err(too_many_bytes(bytes_max)),
-        Some(i) => Ok(i),
-        None => Ok(found.len()),
-    }
-}
-
-/// The index of the value (of lengths `lens`, `None` for a key without one) past which
-/// they hold more than `bytes_max`, if any; the first value always fits.
-fn fits(lens: impl Iterator<Item = Option<u64>>, bytes_max: u64) -> Option<usize> {
-    let mut total = 0u64;
-    let mut values = 0;
-    for (i, len) in lens.enumerate() {
-        let Some(len) = len else { continue };
-        total += len;
-        values += 1;
-        if total > bytes_max && values > 1 {
-            return Some(i);
+    let mut reply = ReplyBytes::new(bytes_max);
+    for (i, f) in found.iter().enumerate() {
+        let len = match f {
+            Found::Value(v, _, _) => v.len() as u64,
+            Found::Cold(r, _) => r.value_len as u64,
+            Found::Missing => continue,
+        };
+        if !reply.fits(len) {
+            return match prefix {
+                true => Ok(i),
+                false => Err(too_many_bytes(bytes_max)),
+            };
         }
     }
-    None
+    Ok(found.len())
+}
+
+/// The values one reply carries, held to a limit in all (a value alone may pass it).
+pub(crate) struct ReplyBytes {
+    max: u64,
+    total: u64,
+    values: usize,
+}
+
+impl ReplyBytes {
+    pub(crate) fn new(max: u64) -> ReplyBytes {
+        ReplyBytes {
+            max,
+            total: 0,
+            values: 0,
+        }
+    }
+
+    /// Counts a value of `len` bytes; false once the values counted pass the limit.
+    pub(crate) fn fits(&mut self, len: u64) -> bool {
+        self.total = self.total.saturating_add(len);
+        self.values += 1;
+        self.total <= self.max || self.values == 1
+    }
 }
 
 /// The refusal of a multi-key read whose values hold more than `bytes_max`.

@@ -247,7 +247,7 @@ pub(crate) fn range_keys(
     };
     let mut warm = mk(Family::Records);
     let mut cold = mk(Family::Cold);
-    let mut bytes = 0u64;
+    let mut reply = crate::read::ReplyBytes::new(bytes_max);
     while out.len() < count_max {
         let take_warm = match (warm.valid(), cold.valid()) {
             (false, false) => break,
@@ -258,8 +258,7 @@ pub(crate) fn range_keys(
         };
         let (expire_ms, value_len, tier, kind) = entry_at(take_warm, warm.as_ref(), cold.as_ref())?;
         if kind == Kind::String && strata_format::is_live(expire_ms, now) {
-            bytes += value_len;
-            if bytes > bytes_max && !out.is_empty() {
+            if !reply.fits(value_len) {
                 return Err(crate::read::too_many_bytes(bytes_max));
             }
             let stored = if take_warm { warm.key() } else { cold.key() };

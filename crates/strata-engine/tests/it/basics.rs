@@ -5,7 +5,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use strata_engine::{Condition, Engine, Error, Expire, Key, ManualClock, PutOptions, Tier};
 
-use crate::support::{fill, fill_and_demote, key, open, open_with_clock, small_options, Acked};
+use crate::support::{
+    fill, fill_and_demote, fill_range, key, open, open_with_clock, small_options, Acked,
+};
 
 fn put_opts(condition: Condition, expire: Expire) -> PutOptions {
     PutOptions {
@@ -1563,16 +1565,7 @@ async fn absent_keys_are_answered_by_the_key_filter_and_every_stored_key_passes_
     let st = engine.stats();
     assert!(st.cold_entries > 50, "nothing demoted: {st:?}");
     // Keys written after the build pass it too, in every tier.
-    for i in 150..200 {
-        let v = Bytes::from(vec![(i % 251) as u8; 300]);
-        let k = key(format!("key:{i:04}"));
-        engine
-            .put(&k, v, PutOptions::default())
-            .await
-            .acked(&engine)
-            .await
-            .unwrap();
-    }
+    fill_range(&engine, 150..200, 300).await;
     engine.run_background_once().await.unwrap();
     assert_eq!(
         engine.stats().key_filter_builds,

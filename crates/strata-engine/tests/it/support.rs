@@ -20,7 +20,12 @@ pub fn key(client: impl AsRef<[u8]>) -> Key {
 
 /// Writes `key:0000` .. `key:{n-1}`, `value_bytes` each, every byte the key's number mod 251.
 pub async fn fill(engine: &Engine, n: usize, value_bytes: usize) {
-    for i in 0..n {
+    fill_range(engine, 0..n, value_bytes).await;
+}
+
+/// [`fill`] of the keys numbered `keys`.
+pub async fn fill_range(engine: &Engine, keys: std::ops::Range<usize>, value_bytes: usize) {
+    for i in keys {
         let v = Bytes::from(vec![(i % 251) as u8; value_bytes]);
         engine
             .put(&key(format!("key:{i:04}")), v, PutOptions::default())

@@ -43,18 +43,13 @@ pub(crate) async fn watch(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
     // Each live key's expiry, read once it is watched (an expiry set meanwhile touches it):
     // its expiring later counts as a change.
-    for ((key, _), fresh) in keys.iter().zip(fresh) {
+    // A key watched before keeps what was seen then.
+    for ((key, _), _) in keys.iter().zip(fresh).filter(|(_, fresh)| *fresh) {
         let expire_ms = match ctx.shared.engine.expire_time_ms(key).await {
             Ok(t) => t.unwrap_or(0),
             Err(e) => return engine_error(&e),
         };
-        if let Some(seen) = ctx
-            .conn
-            .watched
-            .keys
-            .get_mut(key.stored())
-            .filter(|_| fresh)
-        {
+        if let Some(seen) = ctx.conn.watched.keys.get_mut(key.stored()) {
             seen.expire_ms = expire_ms;
         }
     }
