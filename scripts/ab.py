@@ -122,6 +122,30 @@ TYPE_TESTS = {
 }
 
 
+# The large-collection rows: writes of one member at a time into a hash, a set and a sorted
+# set of BIG_MEMBERS members each (`fill_big`), as a leaderboard or a large feature hash
+# is written: with `durability=group` beside `appendfsync always` (each command's commit)
+# and with `none` beside persistence off.
+BIG_MEMBERS = 1_000_000
+BIG_TESTS = {
+    "hsetbig": ["HSET", "bigh", "f__rand_int__", "v__rand_int__"],
+    "saddbig": ["SADD", "bigs", "m__rand_int__"],
+    "zaddbig": ["ZADD", "bigz", "__rand_int__", "m__rand_int__"],
+}
+
+
+def fill_big(port):
+    import redis
+    r = redis.Redis(port=port)
+    step = 10_000
+    for start in range(0, BIG_MEMBERS, step):
+        pipe = r.pipeline(transaction=False)
+        pipe.hset("bigh", mapping={f"f{i:012d}": f"v{i}" for i in range(start, start + step)})
+        pipe.sadd("bigs", *[f"m{i:012d}" for i in range(start, start + step)])
+        pipe.zadd("bigz", {f"m{i:012d}": i for i in range(start, start + step)})
+        pipe.execute()
+
+
 # The script rows: EVALSHA of a script making N `redis.call`s (INCR of one key, as a rate
 # limiter does), loaded on each server first (`load_scripts`).
 SCRIPT_CALLS = {"evalsha1": 1, "evalsha10": 10, "evalsha100": 100}
@@ -179,11 +203,15 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
     keyspace = 10_000_000 if test == "setwide" else 100_000
     if test in TYPE_TESTS:
         keyspace = TYPE_KEYSPACE
+    if test in BIG_TESTS:
+        keyspace = BIG_MEMBERS
     args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
             "-r", str(keyspace), "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
             "-d", str(size)]
     if test in TYPE_TESTS:
         args += TYPE_TESTS[test]
+    elif test in BIG_TESTS:
+        args += BIG_TESTS[test]
     elif test == "mget":
         args += ["MGET"] + ["key:__rand_int__"] * 10
     elif test == "mget100":
@@ -224,6 +252,10 @@ def redis_rows(quick):
     for test in SCRIPT_CALLS:
         for clients, pipeline in [(50, 1), (1, 1)]:
             rows.append(("none", test, 3, clients, pipeline))
+    for test in BIG_TESTS:
+        for durability in ["group", "none"]:
+            for clients, pipeline in [(50, 1), (50, 16)]:
+                rows.append((durability, test, 3, clients, pipeline))
     return rows
 
 
@@ -242,6 +274,9 @@ def run_redis(old, new, rounds, requests, results, tests):
                     if any(x[1] in TYPE_TESTS for x in rows):
                         fill_collections(servers[label][1])
                         load_scripts(servers[label][1])
+                    if any(x[1] in BIG_TESTS and x[0] == durability for x in rows):
+                        log(f"[redis round {r + 1}/{rounds}] {label}: filling the large collections")
+                        fill_big(servers[label][1])
                 filled = None
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row

@@ -211,7 +211,7 @@ impl Engine {
             .log()
             .set_deferred(Box::new(move || match weak.upgrade() {
                 Some(core) => {
-                    crate::live::fold_all(&core)?;
+                    crate::live::fold_all(&core, crate::live::Fold::Logged)?;
                     Ok(crate::writeback::log_unlogged(&core))
                 }
                 None => Ok(true),

@@ -6,7 +6,11 @@
 //! warm store may hold an older one. The live value reaches them (is *folded*: encoded and
 //! stored through write-back, or through the warm store when write-back cannot take it)
 //! - before the logs are written out: a group commit folds before it syncs, the `none`
-//!   flush before it hands the logs to the OS, so `durability` keeps its promises;
+//!   flush before it hands the logs to the OS, so `durability` keeps its promises. A
+//!   value whose last fold went through write-back (the hot log holds it whole, DRAM as a
+//!   dirty value) and whose changes since are few has only those logged: a
+//!   *delta* record ([`strata_format::delta`]) after it, which a replay applies. Its stored
+//!   form is then older than the log; the other occasions below fold it whole;
 //! - before anything else reads the key ([`fold_keys`]), or the whole keyspace
 //!   ([`fold_all`], from `writeback::settle_all`);
 //! - before any other write of the key, which also drops the live value
@@ -32,8 +36,8 @@ use strata_format::{Key, Kind};
 use crate::core::Core;
 use crate::durability::{Ticket, Written};
 use crate::stats::add;
-use crate::warm::{Counts, Loc};
-use crate::write::{apply_locked, check_sizes, commit_acknowledged, stage, update, Change};
+use crate::warm::Loc;
+use crate::write::{check_sizes, update, Change};
 use crate::writeback;
 use crate::{Error, Result};
 
@@ -44,8 +48,14 @@ pub const IDLE_MS: u64 = 1000;
 /// A decoded collection the server changes in place (see the module doc). Its methods run
 /// under the key's stripe lock: keep them short.
 pub trait LiveValue: Any + Send {
-    /// The stored form of the value now.
-    fn encode(&self) -> Vec<u8>;
+    /// The stored form of the value now; the changes so far are in it.
+    fn encode(&mut self) -> Vec<u8>;
+    /// The changes since it was last encoded or asked this, as a [`strata_format::delta`]
+    /// of its kind, or `None` when it did not note them one by one (it is encoded whole).
+    /// Forgotten either way.
+    fn delta(&mut self) -> Option<Vec<u8>> {
+        None
+    }
     /// About how many bytes of memory it holds (what the live values' budget counts). Runs
     /// after every change: constant time.
     fn bytes(&self) -> usize;
@@ -63,8 +73,14 @@ struct Slot {
     kind: Kind,
     expire_ms: u64,
     value: Box<dyn LiveValue>,
-    /// Changed since it was last folded.
+    /// Changed since it was last folded or its changes logged.
     changed: bool,
+    /// Its changes since it was last folded whole are in the hot log as deltas only: DRAM
+    /// and the warm store hold an older value.
+    logged: bool,
+    /// Its last fold went through write-back: the hot log has a record of it whole and DRAM
+    /// holds it dirty, so deltas may follow (cleared when that value settles elsewhere).
+    based: bool,
     /// When a command last used it, changing it, reading it or neither (Unix ms).
     used_ms: u64,
     /// What it counted against the budget when it last changed.
@@ -74,9 +90,10 @@ struct Slot {
 /// The live values, by stored key.
 pub(crate) struct Live {
     slots: Mutex<HashMap<Vec<u8>, Slot, ahash::RandomState>>,
-    /// Slots held, and of those changed since their fold: 0 lets every check skip the map.
+    /// Slots held, and of those newer than their stored form (`changed` or `logged`): 0 lets
+    /// every check skip the map.
     held: AtomicUsize,
-    changed: AtomicUsize,
+    stale: AtomicUsize,
     bytes: AtomicUsize,
     /// The reads' doorkeeper: the hash of the last key read with no live value, per
     /// bucket. A read that finds its own key's hash there makes the value live; a key read
@@ -93,7 +110,7 @@ impl Default for Live {
         Live {
             slots: Default::default(),
             held: Default::default(),
-            changed: Default::default(),
+            stale: Default::default(),
             bytes: Default::default(),
             seen: (0..SEEN_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             hasher: Default::default(),
@@ -102,13 +119,24 @@ impl Default for Live {
 }
 
 impl Live {
-    fn set_changed(&self, slot: &mut Slot, changed: bool) {
-        if slot.changed != changed {
-            slot.changed = changed;
-            if changed {
-                self.changed.fetch_add(1, Ordering::SeqCst);
+    fn set_state(&self, slot: &mut Slot, changed: bool, logged: bool) {
+        let (was, now) = (slot.changed || slot.logged, changed || logged);
+        (slot.changed, slot.logged) = (changed, logged);
+        if was != now {
+            if now {
+                self.stale.fetch_add(1, Ordering::SeqCst);
             } else {
-                self.changed.fetch_sub(1, Ordering::SeqCst);
+                self.stale.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// `key`'s value left write-back for the warm store (its stripe lock held): its live
+    /// value's next fold is whole.
+    pub(crate) fn unbase(&self, key: &Key) {
+        if self.held() != 0 {
+            if let Some(s) = self.slots.lock().get_mut(key.stored()) {
+                s.based = false;
             }
         }
     }
@@ -128,7 +156,7 @@ impl Live {
 
     fn remove(&self, key: &[u8]) {
         if let Some(mut s) = self.slots.lock().remove(key) {
-            self.set_changed(&mut s, false);
+            self.set_state(&mut s, false, false);
             self.set_bytes(&mut s, 0);
             self.held.fetch_sub(1, Ordering::SeqCst);
         }
@@ -149,10 +177,12 @@ impl Live {
             expire_ms,
             value,
             changed: false,
+            logged: false,
+            based: false,
             used_ms: now,
             bytes: 0,
         };
-        self.set_changed(&mut slot, changed);
+        self.set_state(&mut slot, changed, false);
         let bytes = slot.value.bytes();
         self.set_bytes(&mut slot, bytes);
         self.slots.lock().insert(key.stored().to_vec(), slot);
@@ -179,7 +209,7 @@ impl Live {
     pub(crate) fn clear(&self) {
         let mut slots = self.slots.lock();
         for (_, mut s) in slots.drain() {
-            self.set_changed(&mut s, false);
+            self.set_state(&mut s, false, false);
             self.set_bytes(&mut s, 0);
             self.held.fetch_sub(1, Ordering::SeqCst);
         }
@@ -192,59 +222,92 @@ fn bytes_max(core: &Core) -> usize {
     (core.writeback.bytes_max() / 2) as usize
 }
 
-/// Folds `key`'s live value into its stored state if it changed since its last fold, and
-/// with `forget` drops it; the caller holds the key's stripe lock.
-pub(crate) fn fold_locked(core: &Core, key: &Key, forget: bool) -> Result<()> {
+/// What a fold must achieve.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fold {
+    /// The stored form is the live value (before a read or write of the key, a settle, an
+    /// operation on the whole keyspace).
+    Stored,
+    /// The hot log covers every change (before the logs are written out): a delta will do.
+    Logged,
+}
+
+/// Folds `key`'s live value into its stored state if it is newer, and with `forget` drops
+/// it; the caller holds the key's stripe lock. Returns whether it stored it.
+pub(crate) fn fold_locked(core: &Core, key: &Key, forget: bool) -> Result<bool> {
+    fold_slot(core, key, forget, Fold::Stored)
+}
+
+/// [`fold_locked`] to `how`'s end.
+fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
     let live = &core.live;
     if live.held() == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let mut slots = live.slots.lock();
     let Some(slot) = slots.get_mut(key.stored()) else {
-        return Ok(());
+        return Ok(false);
     };
-    if slot.changed {
-        let (kind, expire_ms) = (slot.kind, slot.expire_ms);
-        let value = Bytes::from(slot.value.encode());
-        live.set_changed(slot, false);
-        // Changes of this key wait for its stripe lock, which the caller holds: the map
-        // may be let go while the value is stored.
-        drop(slots);
-        if let Err(e) = store_locked(core, key, kind, value, expire_ms) {
-            if let Some(s) = live.slots.lock().get_mut(key.stored()) {
-                live.set_changed(s, true);
-            }
-            return Err(e);
+    let (kind, expire_ms) = (slot.kind, slot.expire_ms);
+    // A delta only follows a record of the whole value: the dirty value DRAM holds, logged
+    // already (with `none`, the tick logs it after the folds: not before its first tick).
+    if how == Fold::Logged && slot.changed && slot.based && core.hot.is_logged_dirty(key.stored()) {
+        if let Some(delta) = slot.value.delta() {
+            live.set_state(slot, false, true);
+            drop(slots);
+            writeback::log_delta_locked(core, key, kind, &delta, expire_ms);
+            add(&core.counters.live_deltas);
+            return Ok(false);
         }
+    }
+    let mut stored = false;
+    if slot.changed || (slot.logged && how == Fold::Stored) {
+        let value = Bytes::from(slot.value.encode());
+        // Changes of this key wait for its stripe lock, which the caller holds: the map
+        // may be let go while the value is stored. It stays stale until it is, so a read
+        // meanwhile waits for the lock rather than find DRAM's older value.
+        drop(slots);
+        let r = store_locked(core, key, kind, value, expire_ms);
+        if let Some(s) = live.slots.lock().get_mut(key.stored()) {
+            match &r {
+                Ok(through_writeback) => {
+                    s.based = *through_writeback;
+                    live.set_state(s, false, false);
+                }
+                // Its noted changes went into the value that was not stored: whole next.
+                Err(_) => {
+                    s.based = false;
+                    live.set_state(s, true, false);
+                }
+            }
+        }
+        r?;
         add(&core.counters.live_folds);
+        stored = true;
     } else {
         drop(slots);
     }
     if forget {
         live.remove(key.stored());
     }
-    Ok(())
+    Ok(stored)
 }
 
 /// Stores a folded value as any write of it would be stored: through write-back when it
 /// takes it (whatever its size: it is one value of many changes), else into the warm store,
-/// not held to the hard limit (its changes were acknowledged).
-fn store_locked(core: &Core, key: &Key, kind: Kind, value: Bytes, expire_ms: u64) -> Result<()> {
+/// not held to the hard limit (its changes were acknowledged). Returns whether write-back
+/// took it.
+fn store_locked(core: &Core, key: &Key, kind: Kind, value: Bytes, expire_ms: u64) -> Result<bool> {
     if writeback::takes_any_size(core, key, &value, expire_ms) {
         writeback::log_locked(core, key, kind, &value, expire_ms);
-        return Ok(());
+        return Ok(true);
     }
-    writeback::settle_dirty_locked(core, key)?;
-    let old = core.lookup(key, false)?;
-    let mut batch = core.warm.batch();
-    let mut d = Counts::default();
     let change = Change::Put {
         kind,
         value: value.clone(),
         expire_ms,
     };
-    let staged = stage(core, key, old.as_ref(), change, &mut batch, &mut d)?;
-    commit_acknowledged(core, staged.into_iter().collect(), batch, &d)?;
+    writeback::settle_into_locked(core, key, change)?;
     if strata_format::is_live(expire_ms, core.now_ms()) {
         core.hot
             .insert_tagged(key.stored(), value, expire_ms, kind as u8);
@@ -252,21 +315,21 @@ fn store_locked(core: &Core, key: &Key, kind: Kind, value: Bytes, expire_ms: u64
         core.hot.remove(key.stored());
     }
     core.locks.bump(key);
-    Ok(())
+    Ok(false)
 }
 
 /// Before a read of `keys`: folds those with changes not yet folded, so that the read finds
 /// their newest state where it looks.
 pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
     let live = &core.live;
-    if live.changed.load(Ordering::SeqCst) == 0 {
+    if live.stale.load(Ordering::SeqCst) == 0 {
         return Ok(());
     }
     let changed: Vec<&Key> = {
         let slots = live.slots.lock();
         keys.iter()
             .copied()
-            .filter(|k| slots.get(k.stored()).is_some_and(|s| s.changed))
+            .filter(|k| slots.get(k.stored()).is_some_and(|s| s.changed || s.logged))
             .collect()
     };
     for k in changed {
@@ -276,10 +339,11 @@ pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
     Ok(())
 }
 
-/// Folds every changed live value, and drops those unused for [`IDLE_MS`] (all unchanged
-/// ones while the live values are over their budget): before the logs are written out, and
-/// before an operation on the whole keyspace.
-pub(crate) fn fold_all(core: &Core) -> Result<()> {
+/// Folds every live value to `how`'s end (before the logs are written out: `Logged`;
+/// before an operation on the whole keyspace: `Stored`), and drops those unused for
+/// [`IDLE_MS`] (all unchanged ones while the live values are over their budget), stored
+/// whole first.
+pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
     let live = &core.live;
     if live.held() == 0 {
         return Ok(());
@@ -292,13 +356,15 @@ pub(crate) fn fold_all(core: &Core) -> Result<()> {
         .iter()
         .filter_map(|(k, s)| {
             let idle = !s.changed && (over || now.saturating_sub(s.used_ms) >= IDLE_MS);
-            (s.changed || idle).then(|| (k.clone(), idle))
+            let due = s.changed || (s.logged && how == Fold::Stored);
+            (due || idle).then(|| (k.clone(), idle))
         })
         .collect();
     for (stored, forget) in due {
         let key = Key::from_stored(&stored)?;
         let _g = core.locks.lock(&key);
-        fold_locked(core, &key, forget)?;
+        let how = if forget { Fold::Stored } else { how };
+        fold_slot(core, &key, forget, how)?;
     }
     Ok(())
 }
@@ -343,7 +409,8 @@ pub(crate) async fn update_live<R>(
                     live.remove(key.stored());
                     return delete_locked(core, key).map(|t| Written::new(out, t));
                 }
-                live.set_changed(slot, true);
+                let logged = slot.logged;
+                live.set_state(slot, true, logged);
                 let bytes = slot.value.bytes();
                 live.set_bytes(slot, bytes);
                 drop(slots);
@@ -492,17 +559,15 @@ fn changed_locked(core: &Core, key: &Key) -> Ticket {
     core.ticket()
 }
 
-/// Deletes `key`'s stored state (its live value is gone; its stripe lock held).
+/// Deletes `key`'s stored state (its live value is gone; its stripe lock held; client
+/// writes are not synced one by one, or it would not have had one).
 fn delete_locked(core: &Core, key: &Key) -> Result<Ticket> {
-    writeback::settle_dirty_locked(core, key)?;
-    let stored = core.lookup(key, false)?;
-    apply_locked(
-        core,
-        key,
-        stored.as_ref(),
-        Change::Delete,
-        core.syncs_client_writes(),
-    )
+    core.check_writable()?;
+    writeback::settle_into_locked(core, key, Change::Delete)?;
+    core.hot.remove(key.stored());
+    add(&core.counters.writes);
+    core.locks.bump(key);
+    Ok(core.ticket())
 }
 
 /// [`update_live`] the whole-value way: the stored value decoded, changed and stored again.

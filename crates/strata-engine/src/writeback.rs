@@ -12,7 +12,9 @@
 //! body`, body `op u8 | kind u8 | expire_ms u64 | key_len u32 | stored key | value`. `PUT`
 //! gives a key a value; `SETTLED` says the warm store now answers for the key and its
 //! earlier records are void (logged when another write changes a key that has records);
-//! `FLUSHED` voids every earlier record (`FLUSHALL`). With `durability = none` a write
+//! `FLUSHED` voids every earlier record (`FLUSHALL`); `DELTA` changes the key's value as
+//! the `PUT` (and `DELTA`s) before it left it: a live collection's changes since it was
+//! logged whole (`live`, [`strata_format::delta`]). With `durability = none` a write
 //! logs nothing itself: DRAM marks the entry unlogged, and the task that hands the log to
 //! the OS every `none_flush_ms` first logs each marked key's value as it is then
 //! ([`log_unlogged`]), so a key written many times in a period is logged once; a value
@@ -48,6 +50,7 @@ use crate::{Error, Result};
 const OP_PUT: u8 = 1;
 const OP_SETTLED: u8 = 2;
 const OP_FLUSHED: u8 = 3;
+const OP_DELTA: u8 = 4;
 /// Bytes of a record before its key: length, checksum, op, kind, expiry, key length.
 const RECORD_HEAD_BYTES: usize = 4 + 4 + 1 + 1 + 8 + 4;
 /// A compaction starts once the current log file holds this many times the dirty budget
@@ -448,6 +451,16 @@ fn log_with(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, co
     }
 }
 
+/// Logs `delta`, the changes of `key`'s live value since its last record (its stripe lock
+/// held; `durability = group`: the record is appended now, and the next sync covers it).
+pub(crate) fn log_delta_locked(core: &Core, key: &Key, kind: Kind, delta: &[u8], expire_ms: u64) {
+    let wb = &core.writeback;
+    let gen = wb
+        .log
+        .append(OP_DELTA, kind as u8, expire_ms, key.stored(), delta);
+    wb.note_record(key, gen);
+}
+
 /// [`current_locked`] that lends the value to `see` (`None`: write-back knows the key is
 /// gone) instead of copying it; `None` if only the warm store knows.
 pub(crate) fn current_seen_locked<T>(
@@ -511,9 +524,23 @@ pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
     settle_dirty_many_locked(core, keys)
 }
 
-/// [`settle_locked`] but for the live value (a fold, which writes `key` itself).
-pub(crate) fn settle_dirty_locked(core: &Core, key: &Key) -> Result<()> {
-    settle_dirty_many_locked(core, &[key])
+/// Writes `change` to the warm store in place of `key`'s dirty value (its stripe lock
+/// held): one batch, and only then the dirty entry made clean and the key's records void
+/// (`SETTLED`). For a change newer than the dirty value, as a live value's fold is: with
+/// its deltas in the log, settling the dirty value first would void them while the warm
+/// store holds the older value, until the change lands. Acknowledged already: not held to
+/// the hard limit. DRAM is the caller's to update (it still holds the old value, clean).
+pub(crate) fn settle_into_locked(core: &Core, key: &Key, change: Change) -> Result<()> {
+    let old = core.lookup(key, false)?;
+    let mut batch = core.warm.batch();
+    let mut d = Counts::default();
+    let staged = stage(core, key, old.as_ref(), change, &mut batch, &mut d)?;
+    commit_acknowledged(core, staged.into_iter().collect(), batch, &d)?;
+    let wb = &core.writeback;
+    if !wb.is_empty() && (wb.has_records(key) || wb.has_dirty(key)) {
+        wb.mark_settled(key, true);
+    }
+    Ok(())
 }
 
 fn settle_dirty_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
@@ -577,7 +604,7 @@ fn write_dirty(core: &Core, items: &[(&Key, Dirty)], records_void: bool) -> Resu
 /// Writes every dirty value to the warm store (before an operation that reads the warm
 /// store as a whole; the live values folded first), a chunk of keys per batch. Returns how many it wrote.
 pub(crate) fn settle_all(core: &Core) -> Result<u64> {
-    crate::live::fold_all(core)?;
+    crate::live::fold_all(core, crate::live::Fold::Stored)?;
     let mut written = 0;
     for keys in core.writeback.dirty_keys() {
         written += settle_keys(core, keys)?;
@@ -594,6 +621,12 @@ fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
     let mut written = 0;
     for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
         let _locks = core.locks.lock_many(chunk.iter());
+        // A live value whose changes only the log holds is stored whole first: the warm
+        // store gets its newest state, and the deltas after it are never left without the
+        // record they apply to.
+        for k in chunk {
+            crate::live::fold_locked(core, k, false)?;
+        }
         let items: Vec<(&Key, Dirty)> = chunk
             .iter()
             .filter_map(|k| Some((k, core.writeback.get(k)?)))
@@ -601,6 +634,9 @@ fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
         if !items.is_empty() {
             write_dirty(core, &items, false)?;
             written += items.len() as u64;
+        }
+        for (k, _) in &items {
+            core.live.unbase(k);
         }
     }
     Ok(written)
@@ -650,6 +686,12 @@ pub(crate) fn compact(core: &Core) -> Result<u64> {
             // Under the keys' locks, so that no newer record of a key precedes this one.
             let _locks = core.locks.lock_many(chunk.iter());
             for k in chunk {
+                // A live value with deltas in the retired files is logged whole here (what
+                // DRAM holds is older than it).
+                if crate::live::fold_locked(core, k, false)? {
+                    relogged += 1;
+                    continue;
+                }
                 if let Some(d) = wb.get(k) {
                     let gen =
                         wb.log
@@ -710,6 +752,11 @@ pub(crate) fn flush_all_locked(core: &Core) {
 pub(crate) fn recover(core: &Core) -> Result<u64> {
     let wb = &core.writeback;
     let mut values: HashMap<Key, (Dirty, u64)> = HashMap::new();
+    // The deltas of each key since its last `PUT`, applied once all are read; and keys
+    // with a delta before any `PUT` (legitimate only when one follows: a compaction logs a
+    // live value whole after deltas written since it began).
+    let mut deltas: HashMap<Key, Vec<Bytes>> = HashMap::new();
+    let mut unbased: std::collections::HashSet<Key> = Default::default();
     for (gen, path) in wb.log.files()? {
         let bytes = std::fs::read(&path)
             .map_err(|e| Error::Storage(format!("cannot read {}: {e}", path.display())))?;
@@ -724,12 +771,34 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
                         value: Bytes::copy_from_slice(rec.value),
                         expire_ms: rec.expire_ms,
                     };
+                    deltas.remove(&key);
+                    unbased.remove(&key);
                     values.insert(key, (dirty, gen));
                 }
-                OP_SETTLED => {
-                    values.remove(&Key::from_stored(rec.key)?);
+                OP_DELTA => {
+                    let key = Key::from_stored(rec.key)?;
+                    match values.get_mut(&key) {
+                        Some((dirty, at)) => {
+                            (dirty.expire_ms, *at) = (rec.expire_ms, gen);
+                            let delta = Bytes::copy_from_slice(rec.value);
+                            deltas.entry(key).or_default().push(delta);
+                        }
+                        None => {
+                            unbased.insert(key);
+                        }
+                    }
                 }
-                OP_FLUSHED => values.clear(),
+                OP_SETTLED => {
+                    let key = Key::from_stored(rec.key)?;
+                    deltas.remove(&key);
+                    unbased.remove(&key);
+                    values.remove(&key);
+                }
+                OP_FLUSHED => {
+                    values.clear();
+                    deltas.clear();
+                    unbased.clear();
+                }
                 _ => break,
             }
         }
@@ -740,6 +809,19 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
                 "hot log ends in a torn or damaged record; replayed what precedes it"
             );
         }
+    }
+    if !unbased.is_empty() {
+        tracing::error!(
+            keys = unbased.len(),
+            "hot log has changes to collections whose whole value it lacks; those changes are lost"
+        );
+    }
+    for (key, ds) in deltas {
+        let (dirty, _) = values.get_mut(&key).expect("deltas follow a value");
+        let ds: Vec<&[u8]> = ds.iter().map(|d| &d[..]).collect();
+        let value = strata_format::delta::apply(dirty.kind, &dirty.value, &ds)
+            .map_err(|e| Error::Data(format!("hot log: a change to a collection: {e}")))?;
+        dirty.value = Bytes::from(value);
     }
     let replayed = values.len() as u64;
     // What DRAM cannot hold (its budget shrank since) goes to the warm store at once.

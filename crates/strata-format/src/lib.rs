@@ -8,7 +8,8 @@
 //! - segments: immutable objects of zstd-compressed blocks with a footer
 //!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]);
 //! - value-log entry headers ([`encode_log_header`]);
-//! - the values of the other kinds ([`Kind`]): [`hash`], [`members`] (sets, lists), [`zset`].
+//! - the values of the other kinds ([`Kind`]): [`hash`], [`members`] (sets, lists), [`zset`],
+//!   and the hot log's changes to them ([`delta`]).
 //!
 //! It does no I/O and knows nothing about RocksDB or object stores. Every checksum covers
 //! the key, so a record read back under the wrong key, or a block fetched from the wrong
@@ -27,6 +28,7 @@
 //! ```
 
 mod block;
+pub mod delta;
 pub mod dump;
 pub mod hash;
 pub mod keys;

@@ -9,6 +9,8 @@
 //! One stored value, like a hash ([`crate::hash`]): a change rewrites it whole, and a range
 //! read decodes the set.
 
+use std::cmp::Ordering;
+
 use crate::{Reader, Result};
 
 const ZSET_VERSION: u8 = 1;
@@ -16,6 +18,13 @@ const ZSET_VERSION: u8 = 1;
 pub const ZSET_HEADER_BYTES: usize = 1 + 4;
 /// Bytes in front of each member.
 pub const ENTRY_HEADER_BYTES: usize = 8 + 4;
+
+/// Redis's order of a sorted set's entries: by score, then by member bytes.
+pub fn order(a: &(f64, impl AsRef<[u8]>), b: &(f64, impl AsRef<[u8]>)) -> Ordering {
+    a.0.partial_cmp(&b.0)
+        .unwrap_or(Ordering::Equal)
+        .then_with(|| a.1.as_ref().cmp(b.1.as_ref()))
+}
 
 /// Decodes a sorted set's `(score, member)` entries, in order.
 pub fn decode_zset(b: &[u8]) -> Result<Vec<(f64, &[u8])>> {

@@ -610,6 +610,14 @@ impl HotCache {
         self.with_entry(key, |sh, slot| sh.entry(slot).dirty) == Some(true)
     }
 
+    /// Whether `key`'s entry is dirty and its value was logged (not marked unlogged).
+    pub fn is_logged_dirty(&self, key: &[u8]) -> bool {
+        self.with_entry(key, |sh, slot| {
+            let e = sh.entry(slot);
+            e.dirty && !e.unlogged
+        }) == Some(true)
+    }
+
     /// `key`'s entry is a copy from now on (its value reached durable storage): it may be
     /// evicted. Returns whether it was marked unlogged (the mark goes too).
     pub fn mark_clean(&self, key: &[u8]) -> bool {

@@ -288,9 +288,7 @@ pub(crate) async fn hdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let names: Vec<Bytes> = a[2..].to_vec();
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
-        let before = fields.len();
-        fields.vec_mut().retain(|f| !names.contains(&f.name));
-        let removed = before - fields.len();
+        let removed = fields.retain(|f| !names.contains(&f.name));
         Ok((removed > 0, removed as i64))
     })
     .await;
@@ -600,7 +598,7 @@ mod tests {
         fields.get_mut(0).expire_ms = 5;
         assert!(!set_field(&mut fields, &b("a"), &b("3")));
         let got: Vec<(&[u8], &[u8], u64)> = fields
-            .vec_mut()
+            .items()
             .iter()
             .map(|f| (&f.name[..], &f.value[..], f.expire_ms))
             .collect();

@@ -39,9 +39,7 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let gone: HashSet<Bytes> = a[2..].iter().cloned().collect();
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
-        let before = members.len();
-        members.vec_mut().retain(|m| !gone.contains(m));
-        let removed = before - members.len();
+        let removed = members.retain(|m| !gone.contains(m));
         Ok((removed > 0, removed as i64))
     });
     reply(r.await, Reply::Integer)
@@ -101,7 +99,7 @@ pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         picked.sort_unstable();
         let mut popped = Vec::with_capacity(n);
         for i in picked.into_iter().rev() {
-            popped.push(members.vec_mut().remove(i));
+            popped.push(members.remove(i));
         }
         Ok((n > 0, popped))
     });
@@ -283,9 +281,7 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
     let m = member.clone();
     let moved = write_items::<SetCodec, _>(ctx, &src, move |members| {
-        let before = members.len();
-        members.vec_mut().retain(|x| *x != m);
-        let removed = members.len() < before;
+        let removed = members.retain(|x| *x != m) > 0;
         Ok((removed, removed))
     })
     .await;

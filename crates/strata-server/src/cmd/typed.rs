@@ -168,6 +168,67 @@ pub(crate) trait Items<I>: Send + 'static {
     fn len(&self) -> usize;
     /// `encode` of the items, in order.
     fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8>;
+    /// The changes since the items were last stored or asked this, as a
+    /// `strata_format::delta` (`encode` makes the value of the items set), or `None` when
+    /// they were not noted (the caller stores the items whole). Forgotten either way.
+    fn delta(&mut self, _encode: fn(&[I]) -> Vec<u8>) -> Option<Vec<u8>> {
+        None
+    }
+    /// The items were stored whole: the changes noted so far are in what was stored.
+    fn stored(&mut self) {}
+}
+
+/// Which items of a live value changed since it was last stored or its changes were taken
+/// ([`Items::delta`]): the names set and the names removed. Past a quarter of the items a
+/// delta saves little: it notes that the value changed whole, and nothing more until then.
+#[derive(Default)]
+pub(crate) struct Touched {
+    set: std::collections::HashSet<Bytes, ahash::RandomState>,
+    removed: Vec<Bytes>,
+    whole: bool,
+}
+
+/// Names a delta may carry whatever the collection's size.
+const TOUCHED_MIN: usize = 16;
+
+impl Touched {
+    /// The item named `name` was set or changed; the collection holds `len` items.
+    pub(crate) fn set(&mut self, name: &Bytes, len: usize) {
+        if !self.whole {
+            self.set.insert(name.clone());
+            self.check(len);
+        }
+    }
+
+    /// The item named `name` was removed.
+    pub(crate) fn removed(&mut self, name: &Bytes, len: usize) {
+        if !self.whole {
+            self.removed.push(name.clone());
+            self.check(len);
+        }
+    }
+
+    /// Any change at all.
+    pub(crate) fn whole(&mut self) {
+        self.whole = true;
+        self.set = Default::default();
+        self.removed = Vec::new();
+    }
+
+    fn check(&mut self, len: usize) {
+        if self.set.len() + self.removed.len() > (len / 4).max(TOUCHED_MIN) {
+            self.whole();
+        }
+    }
+
+    /// What was noted (`None`: a whole change), forgotten.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn take(&mut self) -> Option<(Vec<Bytes>, Vec<Bytes>)> {
+        let whole = std::mem::take(&mut self.whole);
+        let set = std::mem::take(&mut self.set);
+        let removed = std::mem::take(&mut self.removed);
+        (!whole).then(|| (set.into_iter().collect(), removed))
+    }
 }
 
 impl<I: Send + 'static> Items<I> for Vec<I> {
@@ -211,11 +272,13 @@ impl Named for Bytes {
 /// Items looked up by name: compared one by one, or through a table from name to position
 /// once a value is looked up again (a live value, kept between commands) and holds more
 /// than [`LINEAR_ITEMS_MAX`] items. The table holds while items are only appended or
-/// changed in place ([`Indexed::push`], [`Indexed::get_mut`]); [`Indexed::vec_mut`] drops it.
+/// changed in place ([`Indexed::push`], [`Indexed::get_mut`]); removals drop it. Changes are noted by name ([`Touched`]), so a large
+/// value's few changes are logged as a delta.
 pub(crate) struct Indexed<I> {
     items: Vec<I>,
     index: Option<HashMap<Bytes, usize, ahash::RandomState>>,
     lookups: u32,
+    touched: Touched,
 }
 
 /// Values up to this many items are searched by comparing names; a table costs more.
@@ -258,18 +321,39 @@ impl<I: Named> Indexed<I> {
         if let Some(index) = &mut self.index {
             index.insert(item.name().clone(), self.items.len());
         }
+        self.touched.set(item.name(), self.items.len() + 1);
         self.items.push(item);
     }
 
     /// The item at `i`, to change in place; its name must stay.
     pub(crate) fn get_mut(&mut self, i: usize) -> &mut I {
+        self.touched.set(self.items[i].name(), self.items.len());
         &mut self.items[i]
     }
 
-    /// The items, for any change (the table is dropped).
-    pub(crate) fn vec_mut(&mut self) -> &mut Vec<I> {
+    /// Removes the items `keep` refuses, keeping the others' order; how many went.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&I) -> bool) -> usize {
+        let (before, touched) = (self.items.len(), &mut self.touched);
+        self.items.retain(|i| {
+            let k = keep(i);
+            if !k {
+                touched.removed(i.name(), before);
+            }
+            k
+        });
+        let gone = before - self.items.len();
+        if gone > 0 {
+            self.index = None;
+        }
+        gone
+    }
+
+    /// Removes and returns the item at `i`.
+    pub(crate) fn remove(&mut self, i: usize) -> I {
         self.index = None;
-        &mut self.items
+        let item = self.items.remove(i);
+        self.touched.removed(item.name(), self.items.len());
+        item
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -282,13 +366,14 @@ impl<I: Named> Indexed<I> {
     }
 }
 
-impl<I: Named + Send + 'static> Items<I> for Indexed<I> {
+impl<I: Named + Clone + Send + 'static> Items<I> for Indexed<I> {
     const EXTRA_BYTES: usize = 48;
     fn from_vec(items: Vec<I>) -> Self {
         Indexed {
             items,
             index: None,
             lookups: 0,
+            touched: Touched::default(),
         }
     }
     fn len(&self) -> usize {
@@ -296,6 +381,20 @@ impl<I: Named + Send + 'static> Items<I> for Indexed<I> {
     }
     fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
         encode(&self.items)
+    }
+    fn delta(&mut self, encode: fn(&[I]) -> Vec<u8>) -> Option<Vec<u8>> {
+        let (set, removed) = self.touched.take()?;
+        // The items set, in the order they stand (new ones last, as they were added).
+        let mut at: Vec<usize> = set.iter().filter_map(|n| self.position(n)).collect();
+        at.sort_unstable();
+        let items: Vec<I> = at.iter().map(|&i| self.items[i].clone()).collect();
+        Some(strata_format::delta::encode_delta(
+            &encode(&items),
+            &removed,
+        ))
+    }
+    fn stored(&mut self) {
+        self.touched.take();
     }
 }
 
@@ -329,8 +428,13 @@ impl<C: Codec, T: Items<C::Item>> LiveItems<C, T> {
 }
 
 impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
-    fn encode(&self) -> Vec<u8> {
-        self.items.encode_with(C::encode)
+    fn encode(&mut self) -> Vec<u8> {
+        let value = self.items.encode_with(C::encode);
+        self.items.stored();
+        value
+    }
+    fn delta(&mut self) -> Option<Vec<u8>> {
+        self.items.delta(C::encode)
     }
     fn bytes(&self) -> usize {
         self.items.len() * self.item_bytes
@@ -848,8 +952,15 @@ mod tests {
         // Appends keep the table.
         by_table.push(name(100));
         assert!(by_table.index.is_some());
-        let mut by_comparing = Indexed::from_vec(by_table.vec_mut().clone());
-        assert!(by_table.index.is_none(), "vec_mut drops the table");
+        let mut by_comparing = Indexed::from_vec(by_table.items().to_vec());
+        assert_eq!(by_table.retain(|m| &m[..] != b"gone"), 0);
+        assert!(
+            by_table.index.is_some(),
+            "a retain that removes nothing keeps the table"
+        );
+        by_table.push(name(200));
+        assert_eq!(by_table.retain(|m| *m != name(200)), 1);
+        assert!(by_table.index.is_none(), "a removal drops the table");
         assert_eq!(by_table.position(b"m1"), Some(1));
         assert_eq!(by_table.position(b"m2"), Some(2));
         assert!(by_table.index.is_some());
@@ -867,6 +978,58 @@ mod tests {
             assert!(small.contains(b"m3") && !small.contains(b"x"));
         }
         assert!(small.index.is_none());
+    }
+
+    /// What a stored value becomes once the delta taken now is applied to it: the items as
+    /// they are now, as if stored whole.
+    fn applied(kind: Kind, stored: &[u8], delta: Option<Vec<u8>>, whole: Vec<u8>) -> Vec<u8> {
+        match delta {
+            Some(d) => strata_format::delta::apply(kind, stored, &[&d]).unwrap(),
+            None => whole,
+        }
+    }
+
+    #[test]
+    fn a_sets_noted_changes_applied_to_its_stored_value_give_its_value_now() {
+        let name = |i: u64| Bytes::from(format!("m{i}"));
+        let mut set: Indexed<Bytes> = Items::from_vec((0..400).map(name).collect());
+        let mut stored = set.encode_with(SetCodec::encode);
+        set.stored();
+        let (mut x, mut deltas, mut wholes) = (7u64, 0, 0);
+        for step in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let m = name((x >> 33) % 600);
+            match (x >> 20) % 4 {
+                0 => {
+                    set.retain(|y| *y != m);
+                }
+                1 if set.len() > 0 => {
+                    set.remove(((x >> 40) as usize) % set.len());
+                }
+                _ => {
+                    if !set.contains(&m) {
+                        set.push(m);
+                    }
+                }
+            }
+            // Taken every few changes, now and then after many (past the note's limit).
+            if (step < 10_000 && step % 7 == 0) || step % 1000 == 999 {
+                let d = set.delta(SetCodec::encode);
+                (deltas, wholes) = match d {
+                    Some(_) => (deltas + 1, wholes),
+                    None => (deltas, wholes + 1),
+                };
+                let whole = set.encode_with(SetCodec::encode);
+                stored = applied(Kind::Set, &stored, d, whole.clone());
+                assert_eq!(stored, whole, "step {step}");
+            }
+        }
+        assert!(
+            deltas > 1000 && wholes > 0,
+            "{deltas} deltas, {wholes} whole"
+        );
     }
 
     #[test]

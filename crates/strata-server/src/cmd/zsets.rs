@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use strata_engine::{Kind, Source};
 use strata_format::members::decode_members;
-use strata_format::zset::{decode_zset, encode_zset};
+use strata_format::zset::{decode_zset, encode_zset, order};
 use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
     random_args, random_positions, read_items, read_kind_with, read_live, reply, scan_options,
-    scan_reply, store_items, table_due, write_items, Codec, Items,
+    scan_reply, store_items, table_due, write_items, Codec, Items, Touched,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -23,13 +23,6 @@ type Entry = (f64, Bytes);
 
 fn not_float() -> Reply {
     Reply::err("ERR value is not a valid float")
-}
-
-/// Redis's order of entries: by score, then by member bytes.
-fn order(a: &(f64, impl AsRef<[u8]>), b: &(f64, impl AsRef<[u8]>)) -> Ordering {
-    a.0.partial_cmp(&b.0)
-        .unwrap_or(Ordering::Equal)
-        .then_with(|| a.1.as_ref().cmp(b.1.as_ref()))
 }
 
 /// A score as Redis reads one (`strtod`): `inf` and `-inf` allowed, NaN, spaces and values
@@ -115,17 +108,19 @@ const RUN_MAX: usize = 256;
 /// A sorted set's entries in order, with a table from member to score once a value is
 /// looked up again (a live value, kept between commands) and is large enough
 /// ([`table_due`]), so `ZADD` finds a member's entry by its order. The table
-/// holds through [`Scored::place`]; [`Scored::vec_mut`] drops it.
+/// holds through [`Scored::place`] and removals.
 ///
 /// The entries are kept in runs, each sorted and each after the one before: one run as
 /// read (a slice for ranges, [`Scored::entries`] joins them), runs of at most [`RUN_MAX`]
 /// once [`Scored::place`] changes a larger set, so writes to a large live set cost a run,
 /// and a read after them joins the runs once. There is always at least one run, and
-/// only a lone run is empty.
+/// only a lone run is empty. Changes are noted by member ([`Touched`]), so a large set's
+/// few changes are logged as a delta.
 pub(crate) struct Scored {
     runs: Vec<Vec<Entry>>,
     scores: Option<HashMap<Bytes, f64, ahash::RandomState>>,
     lookups: u32,
+    touched: Touched,
 }
 
 impl Scored {
@@ -154,6 +149,8 @@ impl Scored {
         if let Some(t) = &mut self.scores {
             t.insert(member.clone(), score);
         }
+        let len = self.len() + usize::from(cur.is_none());
+        self.touched.set(&member, len);
         if self.runs.len() == 1 && self.runs[0].len() <= RUN_MAX {
             return place_known(&mut self.runs[0], cur, score, member);
         }
@@ -209,10 +206,39 @@ impl Scored {
         &mut self.runs[0]
     }
 
-    /// The entries, for any change (the table is dropped).
-    fn vec_mut(&mut self) -> &mut Vec<Entry> {
-        self.scores = None;
-        self.join()
+    /// Removes the entries of `gone`'s members; how many went.
+    fn remove_members(&mut self, gone: &[Bytes]) -> usize {
+        let mut removed = Vec::new();
+        self.join().retain(|(_, m)| {
+            let g = gone.contains(m);
+            if g {
+                removed.push(m.clone());
+            }
+            !g
+        });
+        self.removed(&removed);
+        removed.len()
+    }
+
+    /// Removes and returns the entries at the positions `at`, in order.
+    fn take_range(&mut self, at: std::ops::Range<usize>) -> Vec<Entry> {
+        let out: Vec<Entry> = self.join().drain(at).collect();
+        let members: Vec<Bytes> = out.iter().map(|(_, m)| m.clone()).collect();
+        self.removed(&members);
+        out
+    }
+
+    /// After `members` were removed: the table and the noted changes follow.
+    fn removed(&mut self, members: &[Bytes]) {
+        if let Some(t) = &mut self.scores {
+            for m in members {
+                t.remove(m);
+            }
+        }
+        let len = self.len();
+        for m in members {
+            self.touched.removed(m, len);
+        }
     }
 }
 
@@ -223,6 +249,7 @@ impl Items<Entry> for Scored {
             runs: vec![entries],
             scores: None,
             lookups: 0,
+            touched: Touched::default(),
         }
     }
     fn len(&self) -> usize {
@@ -233,6 +260,21 @@ impl Items<Entry> for Scored {
             [one] => encode(one),
             runs => encode(&runs.concat()),
         }
+    }
+    fn delta(&mut self, encode: fn(&[Entry]) -> Vec<u8>) -> Option<Vec<u8>> {
+        let (set, removed) = self.touched.take()?;
+        let mut entries: Vec<Entry> = set
+            .into_iter()
+            .filter_map(|m| Some((self.score_of(&m)?, m)))
+            .collect();
+        entries.sort_by(order);
+        Some(strata_format::delta::encode_delta(
+            &encode(&entries),
+            &removed,
+        ))
+    }
+    fn stored(&mut self) {
+        self.touched.take();
     }
 }
 
@@ -360,10 +402,7 @@ pub(crate) async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let gone: Vec<Bytes> = a[2..].to_vec();
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
-        let entries = entries.vec_mut();
-        let before = entries.len();
-        entries.retain(|(_, m)| !gone.contains(m));
-        let n = before - entries.len();
+        let n = entries.remove_members(&gone);
         Ok((n > 0, n as i64))
     });
     reply(r.await, Reply::Integer)
@@ -851,10 +890,9 @@ async fn remove_range(ctx: &mut Ctx<'_>, a: &[Bytes], by: Option<&'static str>) 
     };
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
-        let entries = entries.vec_mut();
-        let sel = select(entries, &range, false);
+        let sel = select(entries.entries(), &range, false);
         let n = sel.len();
-        entries.drain(sel);
+        entries.take_range(sel);
         Ok((n > 0, n as i64))
     });
     reply(r.await, Reply::Integer)
@@ -872,6 +910,15 @@ pub(crate) async fn zremrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     remove_range(ctx, a, Some("lex")).await
 }
 
+/// The `n` lowest entries, or with `max` the `n` highest, highest first, taken off.
+fn pop_entries(entries: &mut Scored, n: usize, max: bool) -> Vec<Entry> {
+    let len = entries.len();
+    match max {
+        true => entries.take_range(len - n..len).into_iter().rev().collect(),
+        false => entries.take_range(0..n),
+    }
+}
+
 async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Reply {
     let count = match pop_count(a) {
         Ok(c) => c,
@@ -880,14 +927,8 @@ async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Reply {
     let resp3 = ctx.conn.proto == 3;
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
-        let entries = entries.vec_mut();
         let n = count.unwrap_or(1).min(entries.len());
-        let popped: Vec<Entry> = if max {
-            entries.drain(entries.len() - n..).rev().collect()
-        } else {
-            entries.drain(..n).collect()
-        };
-        Ok((n > 0, popped))
+        Ok((n > 0, pop_entries(entries, n, max)))
     });
     reply(r.await, |popped| match (count, resp3) {
         // RESP3 answers one popped entry as a pair, several as pairs.
@@ -917,14 +958,8 @@ async fn zpop_first(
     for k in keys {
         let key = ctx.key(k);
         let popped = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
-            let entries = entries.vec_mut();
             let n = count.min(entries.len());
-            let popped: Vec<Entry> = if max {
-                entries.drain(entries.len() - n..).rev().collect()
-            } else {
-                entries.drain(..n).collect()
-            };
-            Ok((n > 0, popped))
+            Ok((n > 0, pop_entries(entries, n, max)))
         })
         .await?;
         if !popped.is_empty() {
@@ -1368,6 +1403,8 @@ mod tests {
         assert!(e.windows(2).all(|w| order(&w[0], &w[1]) == Ordering::Less));
     }
 
+    /// Also: the changes noted between two points, applied to the value stored at the
+    /// first, give the value at the second (what a replay of the hot log's deltas does).
     #[test]
     fn large_sets_written_in_runs_keep_one_order() {
         let member = |i: u64| Bytes::from(format!("m{}", i % 1500));
@@ -1379,6 +1416,8 @@ mod tests {
             v
         };
         let (mut x, mut most_runs) = (11u64, 0);
+        let mut stored = z.encode_with(encode_zset);
+        let mut deltas = 0;
         for step in 0..30_000 {
             x = next_random(x);
             let (m, score) = (member(x >> 33), ((x >> 40) % 50) as f64);
@@ -1392,14 +1431,34 @@ mod tests {
             match step % 5000 {
                 // A read joins the runs; the next writes split them again.
                 1234 => assert_eq!(z.entries(), sorted(&model)),
-                // Any other change goes through the whole vector.
+                // Removals keep the table and the order.
                 4321 => {
-                    z.vec_mut().retain(|(s, _)| *s != 7.0);
+                    let gone: Vec<Bytes> = model
+                        .iter()
+                        .filter(|(_, s)| **s == 7.0)
+                        .map(|(m, _)| m.clone())
+                        .collect();
+                    assert_eq!(z.remove_members(&gone), gone.len());
                     model.retain(|_, s| *s != 7.0);
+                    z.take_range(0..1);
+                    let first = sorted(&model)[0].1.clone();
+                    model.remove(&first);
                 }
                 _ => {}
             }
+            if step % 13 == 0 || step % 5000 == 4321 {
+                let whole = z.encode_with(encode_zset);
+                stored = match z.delta(encode_zset) {
+                    Some(d) => {
+                        deltas += 1;
+                        strata_format::delta::apply(Kind::ZSet, &stored, &[&d]).unwrap()
+                    }
+                    None => whole.clone(),
+                };
+                assert_eq!(stored, whole, "step {step}");
+            }
         }
+        assert!(deltas > 2000, "{deltas} deltas");
         assert!(most_runs > 4, "1,500 members were written in runs");
         assert!(z.runs.len() > 1);
         let want = sorted(&model);
