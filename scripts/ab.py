@@ -122,15 +122,16 @@ TYPE_TESTS = {
 }
 
 
-# The large-collection rows: writes of one member at a time into a hash, a set and a sorted
-# set of BIG_MEMBERS members each (`fill_big`), as a leaderboard or a large feature hash
-# is written: with `durability=group` beside `appendfsync always` (each command's commit)
+# The large-collection rows: writes of one member at a time into a hash, a set, a sorted
+# set and a list of BIG_MEMBERS members each (`fill_big`), as a leaderboard, a large
+# feature hash or a queue is written: with `durability=group` beside `appendfsync always` (each command's commit)
 # and with `none` beside persistence off.
 BIG_MEMBERS = 1_000_000
 BIG_TESTS = {
     "hsetbig": ["HSET", "bigh", "f__rand_int__", "v__rand_int__"],
     "saddbig": ["SADD", "bigs", "m__rand_int__"],
     "zaddbig": ["ZADD", "bigz", "__rand_int__", "m__rand_int__"],
+    "lpushbig": ["LPUSH", "bigl", "v__rand_int__"],
 }
 
 
@@ -143,6 +144,7 @@ def fill_big(port):
         pipe.hset("bigh", mapping={f"f{i:012d}": f"v{i}" for i in range(start, start + step)})
         pipe.sadd("bigs", *[f"m{i:012d}" for i in range(start, start + step)])
         pipe.zadd("bigz", {f"m{i:012d}": i for i in range(start, start + step)})
+        pipe.rpush("bigl", *[f"v{i:012d}" for i in range(start, start + step)])
         pipe.execute()
 
 

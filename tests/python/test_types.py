@@ -657,7 +657,7 @@ def test_strata_range_reads_versioned_features_newest_first_from_every_tier(tiny
 
 @pytest.mark.parametrize("durability", ["group", "none"])
 def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_path, durability):
-    """A large hash, set or sorted set changed a few items at a time has each group commit
+    """A large hash, set, sorted set or list changed a few items at a time has each group commit
     (`group`) or flush tick (`none`) log only the items changed (a delta after the value
     logged whole once), not the whole value again; the hot log is compacted and settled in
     between, and after a SIGKILL every acknowledged change is there (with `none`, once its
@@ -672,6 +672,7 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
     hash_model = {f"f{i}": f"v{i}" for i in range(3000)}
     set_model = {f"m{i}" for i in range(3000)}
     zset_model = {f"z{i}": float(i) for i in range(3000)}
+    list_model = [f"e{i}" for i in range(3000)]
     try:
         r = p.client(decode_responses=True)
         pipe = r.pipeline(transaction=False)
@@ -680,10 +681,11 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
             pipe.hset("h", mapping=dict(items[i : i + 500]))
             pipe.sadd("s", *[f"m{j}" for j in range(i, i + 500)])
             pipe.zadd("z", {f"z{j}": float(j) for j in range(i, i + 500)})
+            pipe.rpush("l", *list_model[i : i + 500])
         pipe.execute()
         before = r.info("strata")
-        for step in range(1500):
-            op = rng.randrange(9)
+        for step in range(2000):
+            op = rng.randrange(13)
             n = rng.randrange(4000)
             if op == 0:
                 r.hset("h", f"f{n}", f"w{step}")
@@ -709,6 +711,24 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
             elif op == 7:
                 for m, _ in r.zpopmin("z", 1) + r.zpopmax("z", 1):
                     del zset_model[m]
+            elif op == 9:
+                r.lpush("l", f"h{step}", f"i{step}")
+                list_model[:0] = [f"i{step}", f"h{step}"]
+            elif op == 10:
+                r.rpush("l", f"t{step}")
+                list_model.append(f"t{step}")
+            elif op == 11:
+                assert r.lpop("l") == list_model.pop(0) and r.rpop("l") == list_model.pop()
+            elif op == 12:
+                i = n % len(list_model)
+                r.lset("l", i, f"s{step}")
+                list_model[i] = f"s{step}"
+                if step % 100 == 0:
+                    # A trim of both ends, and now and then a change deltas do not say.
+                    r.ltrim("l", 1, -2)
+                    list_model = list_model[1:-1]
+                    r.linsert("l", "BEFORE", list_model[5], f"x{step}")
+                    list_model.insert(5, f"x{step}")
             else:
                 # Plain writes that fill the hot log: first a few keys over and over (its
                 # file grows, a compaction), then many (dirty values pass their budget,
@@ -722,6 +742,7 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
         assert len(r.spop("gone", 195)) == 195 and not r.exists("gone")
         after = r.info("strata")
         assert list(r.hgetall("h").items()) == list(hash_model.items())
+        assert r.lrange("l", 0, -1) == list_model
         deltas = after["live_deltas"] - before.get("live_deltas", 0)
         assert deltas > (500 if durability == "group" else 20), after
         assert after["hot_log_compactions"] > 0 and after["write_back_settles"] > 0, after
@@ -734,6 +755,7 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
         r = p.client(decode_responses=True)
         assert list(r.hgetall("h").items()) == list(hash_model.items())
         assert r.smembers("s") == set_model and not r.exists("gone")
+        assert r.lrange("l", 0, -1) == list_model
         assert r.zrange("z", 0, -1, withscores=True) == sorted(
             zset_model.items(), key=lambda e: (e[1], e[0])
         )

@@ -12,8 +12,20 @@
 //! [`apply`] removes the names first, then sets the items: one set where the name is, added
 //! at the end (a hash, a set) or in order (a sorted set) where it is not. A name removed and
 //! set again since the last record is in both, so it goes to the end as it did live.
+//!
+//! A list's elements have no names: its delta ([`ListDelta`]) is what its commands did, in
+//! order.
+//!
+//! ```text
+//! list delta = ver u8 (2) | op*
+//! op = 1 | len u32 | element     pushed at the head
+//!    | 2 | len u32 | element     pushed at the tail
+//!    | 3 | n u32                 n popped from the head
+//!    | 4 | n u32                 n popped from the tail
+//!    | 5 | index u32 | len u32 | element    set at index
+//! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::hash::{decode_hash, encode_hash};
 use crate::members::{decode_members, encode_members};
@@ -21,6 +33,107 @@ use crate::zset::{decode_zset, encode_zset, order};
 use crate::{FormatError, Kind, Reader, Result};
 
 const DELTA_VERSION: u8 = 1;
+const LIST_DELTA_VERSION: u8 = 2;
+const PUSH_FRONT: u8 = 1;
+const PUSH_BACK: u8 = 2;
+const POP_FRONT: u8 = 3;
+const POP_BACK: u8 = 4;
+const SET_AT: u8 = 5;
+
+/// What a list's commands did since its last record, in order (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct ListDelta {
+    ops: Vec<u8>,
+}
+
+impl ListDelta {
+    pub fn push_front(&mut self, element: &[u8]) {
+        self.element(PUSH_FRONT, element);
+    }
+
+    pub fn push_back(&mut self, element: &[u8]) {
+        self.element(PUSH_BACK, element);
+    }
+
+    pub fn pop_front(&mut self, n: usize) {
+        self.ops.push(POP_FRONT);
+        self.ops.extend_from_slice(&(n as u32).to_le_bytes());
+    }
+
+    pub fn pop_back(&mut self, n: usize) {
+        self.ops.push(POP_BACK);
+        self.ops.extend_from_slice(&(n as u32).to_le_bytes());
+    }
+
+    pub fn set(&mut self, index: usize, element: &[u8]) {
+        self.ops.push(SET_AT);
+        self.ops.extend_from_slice(&(index as u32).to_le_bytes());
+        self.ops
+            .extend_from_slice(&(element.len() as u32).to_le_bytes());
+        self.ops.extend_from_slice(element);
+    }
+
+    fn element(&mut self, op: u8, element: &[u8]) {
+        self.ops.push(op);
+        self.ops
+            .extend_from_slice(&(element.len() as u32).to_le_bytes());
+        self.ops.extend_from_slice(element);
+    }
+
+    /// The delta's bytes.
+    pub fn finish(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1 + self.ops.len());
+        out.push(LIST_DELTA_VERSION);
+        out.extend_from_slice(&self.ops);
+        out
+    }
+}
+
+/// `base`, a list's value, with the list deltas `deltas` applied in order.
+fn apply_list(base: &[u8], deltas: &[&[u8]]) -> Result<Vec<u8>> {
+    let bad = |detail: &str| FormatError::Bad {
+        what: "list delta",
+        detail: detail.to_string(),
+    };
+    let mut list: VecDeque<&[u8]> = decode_members(base)?.into();
+    for d in deltas {
+        let mut r = Reader::new(d, "list delta");
+        if r.u8()? != LIST_DELTA_VERSION {
+            return Err(bad("not a list delta"));
+        }
+        while r.remaining() > 0 {
+            match r.u8()? {
+                PUSH_FRONT => {
+                    let len = r.u32()? as usize;
+                    list.push_front(r.bytes(len)?);
+                }
+                PUSH_BACK => {
+                    let len = r.u32()? as usize;
+                    list.push_back(r.bytes(len)?);
+                }
+                op @ (POP_FRONT | POP_BACK) => {
+                    let n = r.u32()? as usize;
+                    if n > list.len() {
+                        return Err(bad("pops more elements than the list holds"));
+                    }
+                    match op {
+                        POP_FRONT => drop(list.drain(..n)),
+                        _ => list.truncate(list.len() - n),
+                    }
+                }
+                SET_AT => {
+                    let i = r.u32()? as usize;
+                    let len = r.u32()? as usize;
+                    let element = r.bytes(len)?;
+                    *list.get_mut(i).ok_or_else(|| bad("sets past the end"))? = element;
+                }
+                op => return Err(bad(&format!("unknown op {op}"))),
+            }
+        }
+    }
+    let list: Vec<&[u8]> = list.into_iter().collect();
+    Ok(encode_members(&list))
+}
 
 /// Encodes a delta: `puts`, the kind's value of the items set, and `removed`, the names
 /// removed.
@@ -91,8 +204,11 @@ impl<T> Ordered<T> {
 }
 
 /// `base`, a stored value of `kind`, with `deltas` applied in order: the stored value they
-/// stand for. Lists and strings have no deltas.
+/// stand for. Strings have no deltas.
 pub fn apply(kind: Kind, base: &[u8], deltas: &[&[u8]]) -> Result<Vec<u8>> {
+    if kind == Kind::List {
+        return apply_list(base, deltas);
+    }
     let parts = deltas
         .iter()
         .map(|d| decode_delta(d))
@@ -160,6 +276,36 @@ mod tests {
     use super::*;
     use crate::hash::Field;
 
+    #[test]
+    fn a_list_replays_its_pushes_pops_and_sets_in_order() {
+        let base = encode_members(&["b", "c", "d"]);
+        let mut d = ListDelta::default();
+        d.push_front(b"a");
+        d.push_back(b"e");
+        d.pop_front(2);
+        d.set(1, b"D");
+        d.pop_back(1);
+        d.push_front(b"x");
+        let got = apply(Kind::List, &base, &[&d.finish()]).unwrap();
+        assert_eq!(decode_members(&got).unwrap(), vec![&b"x"[..], b"c", b"D"]);
+        for op in [POP_FRONT, POP_BACK] {
+            let mut too_many = vec![LIST_DELTA_VERSION, op];
+            too_many.extend_from_slice(&4u32.to_le_bytes());
+            assert!(apply(Kind::List, &base, &[&too_many]).is_err());
+        }
+        let mut past = ListDelta::default();
+        past.set(3, b"z");
+        assert!(apply(Kind::List, &base, &[&past.finish()]).is_err());
+        let whole = ListDelta::default().finish();
+        for cut in 0..2 {
+            let mut d = ListDelta::default();
+            d.push_back(b"tail");
+            let d = d.finish();
+            assert!(apply(Kind::List, &base, &[&d[..d.len() - 1 - cut]]).is_err());
+        }
+        assert_eq!(apply(Kind::List, &base, &[&whole]).unwrap(), base);
+    }
+
     fn field<'a>(name: &'a str, value: &'a str) -> Field<'a> {
         Field {
             name: name.as_bytes(),
@@ -213,7 +359,10 @@ mod tests {
         let mut bad = d.clone();
         bad[0] = 9;
         assert!(apply(Kind::Set, &base, &[&bad]).is_err());
-        assert!(apply(Kind::List, &base, &[&d]).is_err());
+        assert!(
+            apply(Kind::List, &base, &[&d]).is_err(),
+            "a set's delta on a list"
+        );
         assert!(apply(Kind::String, b"v", &[&d]).is_err());
     }
 }

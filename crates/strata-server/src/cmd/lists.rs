@@ -3,15 +3,13 @@
 //! forms (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`) run outside the server's gate
 //! and take it for each attempt; every write to a list wakes them to try again.
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, keys_then_timeout, mpop_args, parse_timeout, pop_count,
-    read_items, read_kind, read_live, read_members, reply, write_items, ListCodec,
+    read_items, read_kind, read_live, read_members, reply, write_items, Deque, ListCodec,
 };
 use super::{lower, not_integer, parse_int, syntax_error, Ctx};
 
@@ -19,7 +17,7 @@ use super::{lower, not_integer, parse_int, syntax_error, Ctx};
 async fn write_list<R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    f: impl FnOnce(&mut VecDeque<Bytes>) -> strata_engine::Result<(bool, R)> + Send,
+    f: impl FnOnce(&mut Deque) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(key);
     write_items::<ListCodec, R>(ctx, &key, f).await
@@ -31,12 +29,11 @@ async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool, only_if_exists: bool) 
         if only_if_exists && list.is_empty() {
             return Ok((false, 0));
         }
-        if left {
-            for e in new {
-                list.push_front(e);
+        for e in new {
+            match left {
+                true => list.push_front(e),
+                false => list.push_back(e),
             }
-        } else {
-            list.extend(new);
         }
         Ok((true, list.len() as i64))
     });
@@ -60,12 +57,10 @@ pub(crate) async fn rpushx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 /// Takes up to `n` elements off one end of `list`, in the order they come off.
-fn take(list: &mut VecDeque<Bytes>, left: bool, n: usize) -> Vec<Bytes> {
-    let n = n.min(list.len());
-    if left {
-        list.drain(..n).collect()
-    } else {
-        list.drain(list.len() - n..).rev().collect()
+fn take(list: &mut Deque, left: bool, n: usize) -> Vec<Bytes> {
+    match left {
+        true => list.take_front(n),
+        false => list.take_back(n),
     }
 }
 
@@ -148,8 +143,8 @@ pub(crate) async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = write_list(ctx, &a[1], move |list| {
         let range = index_range(list.len(), start, stop);
         let before = list.len();
-        list.truncate(range.end);
-        list.drain(..range.start.min(list.len()));
+        list.take_back(before - range.end.min(before));
+        list.take_front(range.start);
         Ok((list.len() != before, ()))
     });
     reply(r.await, |_| Reply::ok())
@@ -189,7 +184,7 @@ pub(crate) async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         }
         let i = position(list.len(), index)
             .ok_or_else(|| strata_engine::Error::Invalid("index out of range".into()))?;
-        list[i] = value;
+        list.set(i, value);
         Ok((true, ()))
     });
     reply(r.await, |_| Reply::ok())
@@ -209,7 +204,8 @@ pub(crate) async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         match list.iter().position(|e| *e == pivot) {
             None => Ok((false, -1)),
             Some(i) => {
-                list.insert(if after { i + 1 } else { i }, value);
+                list.whole_mut()
+                    .insert(if after { i + 1 } else { i }, value);
                 Ok((true, list.len() as i64))
             }
         }
@@ -245,7 +241,10 @@ pub(crate) async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             }
         }
         let mut k = keep.iter();
-        list.retain(|_| *k.next().expect("one flag per element"));
+        if removed > 0 {
+            list.whole_mut()
+                .retain(|_| *k.next().expect("one flag per element"));
+        }
         Ok((removed > 0, removed as i64))
     });
     reply(r.await, Reply::Integer)

@@ -447,6 +447,107 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
     }
 }
 
+/// A list's elements, pushed and popped at both ends, read through `Deref`; its changes are
+/// noted in order (pushes, pops, sets: [`strata_format::delta::ListDelta`]), so a large
+/// list's few changes are logged as a delta. Any other change ([`Deque::whole_mut`]) is a
+/// whole one, as is passing a quarter of the elements in changes.
+pub(crate) struct Deque {
+    items: VecDeque<Bytes>,
+    /// `None`: changed whole since the last delta or store.
+    ops: Option<strata_format::delta::ListDelta>,
+    noted: usize,
+}
+
+impl std::ops::Deref for Deque {
+    type Target = VecDeque<Bytes>;
+    fn deref(&self) -> &VecDeque<Bytes> {
+        &self.items
+    }
+}
+
+impl Deque {
+    fn note(&mut self, f: impl FnOnce(&mut strata_format::delta::ListDelta)) {
+        if let Some(d) = &mut self.ops {
+            f(d);
+            self.noted += 1;
+            if self.noted > (self.items.len() / 4).max(TOUCHED_MIN) {
+                self.ops = None;
+            }
+        }
+    }
+
+    pub(crate) fn push_front(&mut self, e: Bytes) {
+        self.note(|d| d.push_front(&e));
+        self.items.push_front(e);
+    }
+
+    pub(crate) fn push_back(&mut self, e: Bytes) {
+        self.note(|d| d.push_back(&e));
+        self.items.push_back(e);
+    }
+
+    /// Up to `n` elements off the head, in order.
+    pub(crate) fn take_front(&mut self, n: usize) -> Vec<Bytes> {
+        let n = n.min(self.items.len());
+        if n > 0 {
+            self.note(|d| d.pop_front(n));
+        }
+        self.items.drain(..n).collect()
+    }
+
+    /// Up to `n` elements off the tail, the last first.
+    pub(crate) fn take_back(&mut self, n: usize) -> Vec<Bytes> {
+        let n = n.min(self.items.len());
+        if n > 0 {
+            self.note(|d| d.pop_back(n));
+        }
+        let len = self.items.len();
+        self.items.drain(len - n..).rev().collect()
+    }
+
+    /// Sets the element at `i` (inside the list).
+    pub(crate) fn set(&mut self, i: usize, e: Bytes) {
+        self.note(|d| d.set(i, &e));
+        self.items[i] = e;
+    }
+
+    /// The elements, for any other change (a whole one).
+    pub(crate) fn whole_mut(&mut self) -> &mut VecDeque<Bytes> {
+        self.ops = None;
+        &mut self.items
+    }
+
+    /// The delta noted so far (`None`: a whole change), and a new one started.
+    fn take_ops(&mut self) -> Option<Vec<u8>> {
+        self.noted = 0;
+        self.ops
+            .replace(Default::default())
+            .map(strata_format::delta::ListDelta::finish)
+    }
+}
+
+impl Items<Bytes> for Deque {
+    fn from_vec(items: Vec<Bytes>) -> Self {
+        Deque {
+            items: items.into(),
+            ops: Some(Default::default()),
+            noted: 0,
+        }
+    }
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+    fn encode_with(&self, encode: fn(&[Bytes]) -> Vec<u8>) -> Vec<u8> {
+        self.items.encode_with(encode)
+    }
+    fn delta(&mut self, _encode: fn(&[Bytes]) -> Vec<u8>) -> Option<Vec<u8>> {
+        self.take_ops()
+    }
+    fn stored(&mut self) {
+        self.take_ops();
+    }
+}
+
 /// A codec of the byte strings of a set or a list: one format, `strata_format::members`,
 /// each kind with its own container.
 macro_rules! members_codec {
@@ -480,7 +581,7 @@ members_codec!(
 members_codec!(
     /// A list's elements, head first (pushed and popped at both ends).
     ListCodec,
-    VecDeque<Bytes>,
+    Deque,
     Kind::List
 );
 
@@ -1028,6 +1129,48 @@ mod tests {
         }
         assert!(
             deltas > 1000 && wholes > 0,
+            "{deltas} deltas, {wholes} whole"
+        );
+    }
+
+    #[test]
+    fn a_lists_noted_changes_applied_to_its_stored_value_give_its_value_now() {
+        let mut list: Deque =
+            Items::from_vec((0..300u64).map(|i| Bytes::from(i.to_string())).collect());
+        let mut stored = list.encode_with(ListCodec::encode);
+        list.stored();
+        let (mut x, mut deltas, mut wholes) = (3u64, 0, 0);
+        for step in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let e = Bytes::from(format!("e{step}"));
+            let n = ((x >> 50) % 3) as usize;
+            match (x >> 20) % 7 {
+                0 => list.push_front(e),
+                1 | 2 => list.push_back(e),
+                3 => drop(list.take_front(n)),
+                4 => drop(list.take_back(n)),
+                5 if !list.is_empty() => {
+                    let i = ((x >> 33) as usize) % list.len();
+                    list.set(i, e);
+                }
+                6 if step % 50 == 0 => list.whole_mut().insert(0, e),
+                _ => {}
+            }
+            if (step < 10_000 && step % 7 == 0) || step % 1000 == 999 {
+                let d = list.delta(ListCodec::encode);
+                (deltas, wholes) = match d {
+                    Some(_) => (deltas + 1, wholes),
+                    None => (deltas, wholes + 1),
+                };
+                let whole = list.encode_with(ListCodec::encode);
+                stored = applied(Kind::List, &stored, d, whole.clone());
+                assert_eq!(stored, whole, "step {step}");
+            }
+        }
+        assert!(
+            deltas > 1000 && wholes > 5,
             "{deltas} deltas, {wholes} whole"
         );
     }

@@ -118,6 +118,8 @@ const RUN_MAX: usize = 256;
 /// few changes are logged as a delta.
 pub(crate) struct Scored {
     runs: Vec<Vec<Entry>>,
+    /// Entries in all runs (summing the runs' lengths costs a pass over thousands of them).
+    count: usize,
     scores: Option<HashMap<Bytes, f64, ahash::RandomState>>,
     lookups: u32,
     touched: Touched,
@@ -149,8 +151,8 @@ impl Scored {
         if let Some(t) = &mut self.scores {
             t.insert(member.clone(), score);
         }
-        let len = self.len() + usize::from(cur.is_none());
-        self.touched.set(&member, len);
+        self.count += usize::from(cur.is_none());
+        self.touched.set(&member, self.count);
         if self.runs.len() == 1 && self.runs[0].len() <= RUN_MAX {
             return place_known(&mut self.runs[0], cur, score, member);
         }
@@ -228,8 +230,9 @@ impl Scored {
         out
     }
 
-    /// After `members` were removed: the table and the noted changes follow.
+    /// After `members` were removed: the count, the table and the noted changes follow.
     fn removed(&mut self, members: &[Bytes]) {
+        self.count -= members.len();
         if let Some(t) = &mut self.scores {
             for m in members {
                 t.remove(m);
@@ -246,6 +249,7 @@ impl Items<Entry> for Scored {
     const EXTRA_BYTES: usize = 48;
     fn from_vec(entries: Vec<Entry>) -> Self {
         Scored {
+            count: entries.len(),
             runs: vec![entries],
             scores: None,
             lookups: 0,
@@ -253,7 +257,7 @@ impl Items<Entry> for Scored {
         }
     }
     fn len(&self) -> usize {
-        self.runs.iter().map(Vec::len).sum()
+        self.count
     }
     fn encode_with(&self, encode: fn(&[Entry]) -> Vec<u8>) -> Vec<u8> {
         match &self.runs[..] {
@@ -1428,6 +1432,7 @@ mod tests {
             most_runs = most_runs.max(z.runs.len());
             assert!(z.runs.iter().all(|r| r.len() <= RUN_MAX) || z.runs.len() == 1);
             assert_eq!(Items::len(&z), model.len());
+            assert_eq!(z.count, z.runs.iter().map(Vec::len).sum::<usize>());
             match step % 5000 {
                 // A read joins the runs; the next writes split them again.
                 1234 => assert_eq!(z.entries(), sorted(&model)),
