@@ -1081,12 +1081,50 @@ mod tests {
         assert!(small.index.is_none());
     }
 
-    /// What a stored value becomes once the delta taken now is applied to it: the items as
-    /// they are now, as if stored whole.
-    fn applied(kind: Kind, stored: &[u8], delta: Option<Vec<u8>>, whole: Vec<u8>) -> Vec<u8> {
-        match delta {
-            Some(d) => strata_format::delta::apply(kind, stored, &[&d]).unwrap(),
-            None => whole,
+    /// A stored value kept up to date by the deltas taken from the items (or by their
+    /// whole value when they give none), checked against the items' value each time: what
+    /// a replay of the hot log does.
+    struct DeltaCheck {
+        kind: Kind,
+        encode: fn(&[Bytes]) -> Vec<u8>,
+        stored: Vec<u8>,
+        deltas: u32,
+        wholes: u32,
+    }
+
+    impl DeltaCheck {
+        fn new<T: Items<Bytes>>(
+            items: &mut T,
+            kind: Kind,
+            encode: fn(&[Bytes]) -> Vec<u8>,
+        ) -> Self {
+            let stored = items.encode_with(encode);
+            items.stored();
+            DeltaCheck {
+                kind,
+                encode,
+                stored,
+                deltas: 0,
+                wholes: 0,
+            }
+        }
+
+        /// Taken every few changes, now and then after many (past the note's limit).
+        fn at<T: Items<Bytes>>(&mut self, items: &mut T, step: u64) {
+            if (step < 10_000 && step.is_multiple_of(7)) || step % 1000 == 999 {
+                let whole = items.encode_with(self.encode);
+                self.stored = match items.delta(self.encode) {
+                    Some(d) => {
+                        self.deltas += 1;
+                        strata_format::delta::apply(self.kind, &self.stored, &[&d]).unwrap()
+                    }
+                    None => {
+                        self.wholes += 1;
+                        whole.clone()
+                    }
+                };
+                assert_eq!(self.stored, whole, "step {step}");
+            }
         }
     }
 
@@ -1094,9 +1132,8 @@ mod tests {
     fn a_sets_noted_changes_applied_to_its_stored_value_give_its_value_now() {
         let name = |i: u64| Bytes::from(format!("m{i}"));
         let mut set: Indexed<Bytes> = Items::from_vec((0..400).map(name).collect());
-        let mut stored = set.encode_with(SetCodec::encode);
-        set.stored();
-        let (mut x, mut deltas, mut wholes) = (7u64, 0, 0);
+        let mut check = DeltaCheck::new(&mut set, Kind::Set, SetCodec::encode);
+        let mut x = 7u64;
         for step in 0..20_000u64 {
             x = x
                 .wrapping_mul(6364136223846793005)
@@ -1115,18 +1152,9 @@ mod tests {
                     }
                 }
             }
-            // Taken every few changes, now and then after many (past the note's limit).
-            if (step < 10_000 && step % 7 == 0) || step % 1000 == 999 {
-                let d = set.delta(SetCodec::encode);
-                (deltas, wholes) = match d {
-                    Some(_) => (deltas + 1, wholes),
-                    None => (deltas, wholes + 1),
-                };
-                let whole = set.encode_with(SetCodec::encode);
-                stored = applied(Kind::Set, &stored, d, whole.clone());
-                assert_eq!(stored, whole, "step {step}");
-            }
+            check.at(&mut set, step);
         }
+        let (deltas, wholes) = (check.deltas, check.wholes);
         assert!(
             deltas > 1000 && wholes > 0,
             "{deltas} deltas, {wholes} whole"
@@ -1137,9 +1165,8 @@ mod tests {
     fn a_lists_noted_changes_applied_to_its_stored_value_give_its_value_now() {
         let mut list: Deque =
             Items::from_vec((0..300u64).map(|i| Bytes::from(i.to_string())).collect());
-        let mut stored = list.encode_with(ListCodec::encode);
-        list.stored();
-        let (mut x, mut deltas, mut wholes) = (3u64, 0, 0);
+        let mut check = DeltaCheck::new(&mut list, Kind::List, ListCodec::encode);
+        let mut x = 3u64;
         for step in 0..20_000u64 {
             x = x
                 .wrapping_mul(6364136223846793005)
@@ -1158,17 +1185,9 @@ mod tests {
                 6 if step % 50 == 0 => list.whole_mut().insert(0, e),
                 _ => {}
             }
-            if (step < 10_000 && step % 7 == 0) || step % 1000 == 999 {
-                let d = list.delta(ListCodec::encode);
-                (deltas, wholes) = match d {
-                    Some(_) => (deltas + 1, wholes),
-                    None => (deltas, wholes + 1),
-                };
-                let whole = list.encode_with(ListCodec::encode);
-                stored = applied(Kind::List, &stored, d, whole.clone());
-                assert_eq!(stored, whole, "step {step}");
-            }
+            check.at(&mut list, step);
         }
+        let (deltas, wholes) = (check.deltas, check.wholes);
         assert!(
             deltas > 1000 && wholes > 5,
             "{deltas} deltas, {wholes} whole"
