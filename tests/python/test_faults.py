@@ -3,6 +3,7 @@
 
 Every acknowledged write is checked, byte for byte, after the fault and after a restart."""
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -83,96 +84,109 @@ def stats(client):
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
 
 
-def test_object_store_outage_through_a_fault_proxy():
+@contextlib.contextmanager
+def moto_behind_proxy(prefix: str, **settings):
+    """A moto server behind a fault proxy, and the settings of a Strata whose cold tier is
+    there under `prefix` with budgets small enough to reach it within a second, `settings`
+    on top: yields (proxy, settings); stops both after."""
     moto = Moto()
     proxy = FaultProxy(("127.0.0.1", moto.port))
-    settings = {
-        **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/outage"),
-        "hot_bytes_max": "64KiB",
-        "warm_bytes_max": "256KiB",
-        "warm_bytes_hard_max": "512KiB",
-        "background_interval_ms": 50,
-        "block_bytes": 4096,
-        "cold_request_timeout_ms": 1500,
-        "write_stall_ms_max": 1000,
-        "durability": "sync",
-    }
-    p = StrataProcess(settings)
     try:
-        c = p.client(socket_timeout=60)
-        acked = {}
-        for i in range(400):
-            k = f"k{i:05}"
-            v = value_for(k, 2 * KIB)
-            # Filling past the hard limit needs demotion to keep up; wait it out if not.
-            set_when_writable(c, k, v, time.time() + 60, redis.exceptions.OutOfMemoryError)
-            acked[k] = v
-        deadline = time.time() + 60
-        while not (stats(c)["cold_entries"] > 100 and stats(c)["warm_bytes"] <= 256 * KIB):
-            assert time.time() < deadline, f"demotion did not run: {stats(c)}"
-            time.sleep(0.2)
-        tiers = {k: (c.execute_command("TIER", k) or b"").decode() for k in acked}
-        cold = [k for k, t in tiers.items() if t == "cold"]
-        near = [k for k, t in tiers.items() if t in ("hot", "warm")]
-        assert len(cold) > 40 and near, tiers
-
-        # 1. Blackhole: near keys served, cold reads fail in time, writes run into the hard limit.
-        figures = {}
-        for mode in ("blackhole", "reset", "503", "delay"):
-            proxy.mode = mode
-            proxy.delay_s = 3.0
-            k = near.pop()
-            assert c.get(k) == acked[k]
-            k = cold.pop()
-            t0 = time.time()
-            with pytest.raises(redis.ResponseError, match="cold tier unavailable"):
-                c.get(k)
-            figures[mode] = time.time() - t0
-            assert figures[mode] < 15, f"{mode}: a cold read hung for {figures[mode]:.1f} s"
-            if mode == "blackhole":
-                refused = None
-                for i in range(400, 2000):
-                    k = f"k{i:05}"
-                    v = value_for(k, 2 * KIB)
-                    t0 = time.time()
-                    try:
-                        c.set(k, v)
-                    except redis.exceptions.OutOfMemoryError as e:  # the -OOM prefix
-                        refused, waited = str(e), time.time() - t0
-                        break
-                    acked[k] = v
-                # The write waited write_stall_ms_max for room, then said why it got none.
-                assert refused and "hard limit" in refused, refused
-                assert waited >= 0.9, f"refused after {waited:.2f} s, before write_stall_ms_max"
-                assert "made no room in 1000 ms" in refused, refused
-                st = stats(c)
-                assert st["warm_bytes"] <= 512 * KIB, st
-                assert st["writes_refused_full"] >= 1, st
-                # Demotion fails (after its timeout) and backs off; it does not hang.
-                deadline = time.time() + 30
-                while stats(c)["demotion_errors"] == 0:
-                    assert time.time() < deadline, f"demotion never reported a failure: {stats(c)}"
-                    time.sleep(0.2)
-                # Deletes still work at the hard limit.
-                gone = near.pop()
-                assert c.delete(gone) == 1
-                del acked[gone]
-        print("cold read failed after (s): " + ", ".join(f"{m} {t:.2f}" for m, t in figures.items()))
-
-        # 2. The outage ends: writes resume, the backlog drains, everything is readable.
-        proxy.mode = "pass"
-        deadline = time.time() + 90
-        set_when_writable(c, "after-outage", b"x", deadline)
-        acked["after-outage"] = b"x"
-        while stats(c)["warm_bytes"] > 256 * KIB:
-            assert time.time() < deadline, f"backlog did not drain: {stats(c)}"
-            time.sleep(0.5)
-        check_all(c, acked)
-        print(f"outage: {len(acked)} acknowledged keys intact, stats {stats(c)}")
+        yield proxy, {
+            **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/{prefix}"),
+            "hot_bytes_max": "64KiB",
+            "background_interval_ms": 50,
+            "block_bytes": 4096,
+            **settings,
+        }
     finally:
-        p.stop()
         proxy.close()
         moto.stop()
+
+
+def test_object_store_outage_through_a_fault_proxy():
+    with moto_behind_proxy(
+        "outage",
+        warm_bytes_max="256KiB",
+        warm_bytes_hard_max="512KiB",
+        cold_request_timeout_ms=1500,
+        write_stall_ms_max=1000,
+        durability="sync",
+    ) as (proxy, settings):
+        p = StrataProcess(settings)
+        try:
+            c = p.client(socket_timeout=60)
+            acked = {}
+            for i in range(400):
+                k = f"k{i:05}"
+                v = value_for(k, 2 * KIB)
+                # Filling past the hard limit needs demotion to keep up; wait it out if not.
+                set_when_writable(c, k, v, time.time() + 60, redis.exceptions.OutOfMemoryError)
+                acked[k] = v
+            deadline = time.time() + 60
+            while not (stats(c)["cold_entries"] > 100 and stats(c)["warm_bytes"] <= 256 * KIB):
+                assert time.time() < deadline, f"demotion did not run: {stats(c)}"
+                time.sleep(0.2)
+            tiers = {k: (c.execute_command("TIER", k) or b"").decode() for k in acked}
+            cold = [k for k, t in tiers.items() if t == "cold"]
+            near = [k for k, t in tiers.items() if t in ("hot", "warm")]
+            assert len(cold) > 40 and near, tiers
+
+            # 1. Blackhole: near keys served, cold reads fail in time, writes run into the hard limit.
+            figures = {}
+            for mode in ("blackhole", "reset", "503", "delay"):
+                proxy.mode = mode
+                proxy.delay_s = 3.0
+                k = near.pop()
+                assert c.get(k) == acked[k]
+                k = cold.pop()
+                t0 = time.time()
+                with pytest.raises(redis.ResponseError, match="cold tier unavailable"):
+                    c.get(k)
+                figures[mode] = time.time() - t0
+                assert figures[mode] < 15, f"{mode}: a cold read hung for {figures[mode]:.1f} s"
+                if mode == "blackhole":
+                    refused = None
+                    for i in range(400, 2000):
+                        k = f"k{i:05}"
+                        v = value_for(k, 2 * KIB)
+                        t0 = time.time()
+                        try:
+                            c.set(k, v)
+                        except redis.exceptions.OutOfMemoryError as e:  # the -OOM prefix
+                            refused, waited = str(e), time.time() - t0
+                            break
+                        acked[k] = v
+                    # The write waited write_stall_ms_max for room, then said why it got none.
+                    assert refused and "hard limit" in refused, refused
+                    assert waited >= 0.9, f"refused after {waited:.2f} s, before write_stall_ms_max"
+                    assert "made no room in 1000 ms" in refused, refused
+                    st = stats(c)
+                    assert st["warm_bytes"] <= 512 * KIB, st
+                    assert st["writes_refused_full"] >= 1, st
+                    # Demotion fails (after its timeout) and backs off; it does not hang.
+                    deadline = time.time() + 30
+                    while stats(c)["demotion_errors"] == 0:
+                        assert time.time() < deadline, f"demotion never reported a failure: {stats(c)}"
+                        time.sleep(0.2)
+                    # Deletes still work at the hard limit.
+                    gone = near.pop()
+                    assert c.delete(gone) == 1
+                    del acked[gone]
+            print("cold read failed after (s): " + ", ".join(f"{m} {t:.2f}" for m, t in figures.items()))
+
+            # 2. The outage ends: writes resume, the backlog drains, everything is readable.
+            proxy.mode = "pass"
+            deadline = time.time() + 90
+            set_when_writable(c, "after-outage", b"x", deadline)
+            acked["after-outage"] = b"x"
+            while stats(c)["warm_bytes"] > 256 * KIB:
+                assert time.time() < deadline, f"backlog did not drain: {stats(c)}"
+                time.sleep(0.5)
+            check_all(c, acked)
+            print(f"outage: {len(acked)} acknowledged keys intact, stats {stats(c)}")
+        finally:
+            p.stop()
 
 
 def check_all_batched(client, acked, batch=500):
@@ -216,45 +230,38 @@ def test_a_pipelined_writer_at_ten_times_the_warm_budget_is_slowed_not_refused(t
 
 def test_object_store_outage_state_survives_a_restart():
     """Keys acknowledged during an outage (stuck in warm) survive a kill and restart."""
-    moto = Moto()
-    proxy = FaultProxy(("127.0.0.1", moto.port))
     data = tempfile.TemporaryDirectory()
-    settings = {
-        **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/restart"),
-        "hot_bytes_max": "64KiB",
-        "warm_bytes_max": "128KiB",
-        "warm_bytes_hard_max": "1MiB",
-        "background_interval_ms": 50,
-        "block_bytes": 4096,
-        "cold_request_timeout_ms": 1000,
-        "durability": "sync",
-    }
-    p = StrataProcess(settings, data_dir=data.name)
-    try:
-        c = p.client(socket_timeout=60)
-        acked = {}
-        for i in range(150):
-            k = f"r{i:05}"
-            acked[k] = value_for(k, 2 * KIB)
-            c.set(k, acked[k])
-        deadline = time.time() + 60
-        while stats(c)["cold_entries"] == 0:
-            assert time.time() < deadline, "nothing was demoted"
-            time.sleep(0.2)
-        proxy.mode = "reset"
-        for i in range(150, 200):
-            k = f"r{i:05}"
-            acked[k] = value_for(k, 2 * KIB)
-            c.set(k, acked[k])
-        p.stop()
-        proxy.mode = "pass"
+    with moto_behind_proxy(
+        "restart",
+        warm_bytes_max="128KiB",
+        warm_bytes_hard_max="1MiB",
+        cold_request_timeout_ms=1000,
+        durability="sync",
+    ) as (proxy, settings):
         p = StrataProcess(settings, data_dir=data.name)
-        check_all(p.client(socket_timeout=60), acked)
-    finally:
-        p.stop()
-        proxy.close()
-        moto.stop()
-        data.cleanup()
+        try:
+            c = p.client(socket_timeout=60)
+            acked = {}
+            for i in range(150):
+                k = f"r{i:05}"
+                acked[k] = value_for(k, 2 * KIB)
+                c.set(k, acked[k])
+            deadline = time.time() + 60
+            while stats(c)["cold_entries"] == 0:
+                assert time.time() < deadline, "nothing was demoted"
+                time.sleep(0.2)
+            proxy.mode = "reset"
+            for i in range(150, 200):
+                k = f"r{i:05}"
+                acked[k] = value_for(k, 2 * KIB)
+                c.set(k, acked[k])
+            p.stop()
+            proxy.mode = "pass"
+            p = StrataProcess(settings, data_dir=data.name)
+            check_all(p.client(socket_timeout=60), acked)
+        finally:
+            p.stop()
+            data.cleanup()
 
 
 def test_disk_full_refuses_writes_keeps_reads_and_recovers():
@@ -337,60 +344,53 @@ def test_a_write_that_waits_for_the_object_store_fails_a_watch_taken_meanwhile()
     """An INCR of a cold key waits for the object store holding the gate for reading; a
     WATCH of the key taken meanwhile must see the INCR's change (its EXEC fails), as in
     Redis, where nothing runs between WATCH and the write."""
-    moto = Moto()
-    proxy = FaultProxy(("127.0.0.1", moto.port))
-    settings = {
-        **s3_settings(proxy.endpoint, f"s3://{moto.bucket}/watch"),
-        "hot_bytes_max": "64KiB",
-        "warm_bytes_max": "128KiB",
-        "warm_bytes_hard_max": "64MiB",
-        "background_interval_ms": 50,
-        "block_bytes": 4096,
-        "prefetch": "false",
-    }
-    p = StrataProcess(settings)
-    try:
-        c = p.client(socket_timeout=60)
-        pipe = c.pipeline(transaction=False)
-        for i in range(300):
-            pipe.set(f"ctr:{i:03}", i)
-            pipe.set(f"fill:{i:03}", value_for(f"fill:{i:03}", 2 * KIB))
-        pipe.execute()
-        deadline = time.time() + 60
-        while True:
-            cold = [k for k in (f"ctr:{i:03}" for i in range(0, 300, 7))
-                    if c.execute_command("TIER", k) == b"cold"]
-            if cold:
-                break
-            assert time.time() < deadline, "no counter reached the cold tier"
-            time.sleep(0.1)
-        key = cold[0]
-        start = int(key[4:])
-        proxy.delay_s = 2.0
-        proxy.mode = "delay"
-        done = {}
+    with moto_behind_proxy(
+        "watch",
+        warm_bytes_max="128KiB",
+        warm_bytes_hard_max="64MiB",
+        prefetch="false",
+    ) as (proxy, settings):
+        p = StrataProcess(settings)
+        try:
+            c = p.client(socket_timeout=60)
+            pipe = c.pipeline(transaction=False)
+            for i in range(300):
+                pipe.set(f"ctr:{i:03}", i)
+                pipe.set(f"fill:{i:03}", value_for(f"fill:{i:03}", 2 * KIB))
+            pipe.execute()
+            deadline = time.time() + 60
+            while True:
+                cold = [k for k in (f"ctr:{i:03}" for i in range(0, 300, 7))
+                        if c.execute_command("TIER", k) == b"cold"]
+                if cold:
+                    break
+                assert time.time() < deadline, "no counter reached the cold tier"
+                time.sleep(0.1)
+            key = cold[0]
+            start = int(key[4:])
+            proxy.delay_s = 2.0
+            proxy.mode = "delay"
+            done = {}
 
-        def incr():
-            done["value"] = p.client(socket_timeout=60).incr(key)
-            done["at"] = time.time()
+            def incr():
+                done["value"] = p.client(socket_timeout=60).incr(key)
+                done["at"] = time.time()
 
-        writer = threading.Thread(target=incr)
-        writer.start()
-        time.sleep(0.5)
-        assert "value" not in done, "the INCR did not wait for the object store"
-        w = p.client(socket_timeout=60)
-        tx = w.pipeline(transaction=True)
-        tx.watch(key)
-        watched_at = time.time()
-        tx.multi()
-        tx.set(key, "mine")
-        with pytest.raises(redis.exceptions.WatchError):
-            tx.execute()
-        writer.join(30)
-        proxy.mode = "pass"
-        assert done["value"] == start + 1 and done["at"] > watched_at, done
-        assert c.get(key) == str(start + 1).encode()
-    finally:
-        p.stop()
-        proxy.close()
-        moto.stop()
+            writer = threading.Thread(target=incr)
+            writer.start()
+            time.sleep(0.5)
+            assert "value" not in done, "the INCR did not wait for the object store"
+            w = p.client(socket_timeout=60)
+            tx = w.pipeline(transaction=True)
+            tx.watch(key)
+            watched_at = time.time()
+            tx.multi()
+            tx.set(key, "mine")
+            with pytest.raises(redis.exceptions.WatchError):
+                tx.execute()
+            writer.join(30)
+            proxy.mode = "pass"
+            assert done["value"] == start + 1 and done["at"] > watched_at, done
+            assert c.get(key) == str(start + 1).encode()
+        finally:
+            p.stop()

@@ -87,6 +87,13 @@ struct Slot {
     bytes: usize,
 }
 
+impl Slot {
+    /// Newer than its stored form: changes not yet folded, or logged as deltas only.
+    fn stale(&self) -> bool {
+        self.changed || self.logged
+    }
+}
+
 /// The live values, by stored key.
 pub(crate) struct Live {
     slots: Mutex<HashMap<Vec<u8>, Slot, ahash::RandomState>>,
@@ -120,8 +127,9 @@ impl Default for Live {
 
 impl Live {
     fn set_state(&self, slot: &mut Slot, changed: bool, logged: bool) {
-        let (was, now) = (slot.changed || slot.logged, changed || logged);
+        let was = slot.stale();
         (slot.changed, slot.logged) = (changed, logged);
+        let now = slot.stale();
         if was != now {
             if now {
                 self.stale.fetch_add(1, Ordering::SeqCst);
@@ -329,7 +337,7 @@ pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
         let slots = live.slots.lock();
         keys.iter()
             .copied()
-            .filter(|k| slots.get(k.stored()).is_some_and(|s| s.changed || s.logged))
+            .filter(|k| slots.get(k.stored()).is_some_and(Slot::stale))
             .collect()
     };
     for k in changed {

@@ -452,7 +452,7 @@ fn log_with(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, co
 }
 
 /// Logs `delta`, the changes of `key`'s live value since its last record (its stripe lock
-/// held; `durability = group`: the record is appended now, and the next sync covers it).
+/// held): appended now, covered by the next group commit's sync or `none`'s flush.
 pub(crate) fn log_delta_locked(core: &Core, key: &Key, kind: Kind, delta: &[u8], expire_ms: u64) {
     let wb = &core.writeback;
     let gen = wb
@@ -537,7 +537,8 @@ pub(crate) fn settle_into_locked(core: &Core, key: &Key, change: Change) -> Resu
     let staged = stage(core, key, old.as_ref(), change, &mut batch, &mut d)?;
     commit_acknowledged(core, staged.into_iter().collect(), batch, &d)?;
     let wb = &core.writeback;
-    if !wb.is_empty() && (wb.has_records(key) || wb.has_dirty(key)) {
+    // A dirty key always has records: `mark_settled` makes its entry clean.
+    if !wb.is_empty() && wb.has_records(key) {
         wb.mark_settled(key, true);
     }
     Ok(())
@@ -751,11 +752,11 @@ pub(crate) fn flush_all_locked(core: &Core) {
 /// values it replayed.
 pub(crate) fn recover(core: &Core) -> Result<u64> {
     let wb = &core.writeback;
-    let mut values: HashMap<Key, (Dirty, u64)> = HashMap::new();
-    // The deltas of each key since its last `PUT`, applied once all are read; and keys
-    // with a delta before any `PUT` (legitimate only when one follows: a compaction logs a
-    // live value whole after deltas written since it began).
-    let mut deltas: HashMap<Key, Vec<Bytes>> = HashMap::new();
+    // Each key's value, the file of its last record, and its deltas since the `PUT` (applied
+    // once all files are read); and keys with a delta before any `PUT` (legitimate only
+    // when one follows: a compaction logs a live value whole after deltas written since it
+    // began).
+    let mut values: HashMap<Key, (Dirty, u64, Vec<Bytes>)> = HashMap::new();
     let mut unbased: std::collections::HashSet<Key> = Default::default();
     for (gen, path) in wb.log.files()? {
         let bytes = std::fs::read(&path)
@@ -771,17 +772,15 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
                         value: Bytes::copy_from_slice(rec.value),
                         expire_ms: rec.expire_ms,
                     };
-                    deltas.remove(&key);
                     unbased.remove(&key);
-                    values.insert(key, (dirty, gen));
+                    values.insert(key, (dirty, gen, Vec::new()));
                 }
                 OP_DELTA => {
                     let key = Key::from_stored(rec.key)?;
                     match values.get_mut(&key) {
-                        Some((dirty, at)) => {
+                        Some((dirty, at, deltas)) => {
                             (dirty.expire_ms, *at) = (rec.expire_ms, gen);
-                            let delta = Bytes::copy_from_slice(rec.value);
-                            deltas.entry(key).or_default().push(delta);
+                            deltas.push(Bytes::copy_from_slice(rec.value));
                         }
                         None => {
                             unbased.insert(key);
@@ -790,13 +789,11 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
                 }
                 OP_SETTLED => {
                     let key = Key::from_stored(rec.key)?;
-                    deltas.remove(&key);
                     unbased.remove(&key);
                     values.remove(&key);
                 }
                 OP_FLUSHED => {
                     values.clear();
-                    deltas.clear();
                     unbased.clear();
                 }
                 _ => break,
@@ -816,8 +813,7 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
             "hot log has changes to collections whose whole value it lacks; those changes are lost"
         );
     }
-    for (key, ds) in deltas {
-        let (dirty, _) = values.get_mut(&key).expect("deltas follow a value");
+    for (dirty, _, ds) in values.values_mut().filter(|(_, _, ds)| !ds.is_empty()) {
         let ds: Vec<&[u8]> = ds.iter().map(|d| &d[..]).collect();
         let value = strata_format::delta::apply(dirty.kind, &dirty.value, &ds)
             .map_err(|e| Error::Data(format!("hot log: a change to a collection: {e}")))?;
@@ -826,7 +822,7 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
     let replayed = values.len() as u64;
     // What DRAM cannot hold (its budget shrank since) goes to the warm store at once.
     let mut apart = Vec::new();
-    for (key, (dirty, gen)) in values {
+    for (key, (dirty, gen, _)) in values {
         if !wb.put(&key, dirty.kind, &dirty.value, dirty.expire_ms, gen, true) {
             apart.push((key, dirty));
         }

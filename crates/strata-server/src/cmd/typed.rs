@@ -188,8 +188,14 @@ pub(crate) struct Touched {
     whole: bool,
 }
 
-/// Names a delta may carry whatever the collection's size.
+/// Changes a delta may carry whatever the collection's size.
 const TOUCHED_MIN: usize = 16;
+
+/// Whether `noted` changes of a collection of `len` items are too many for a delta (past a
+/// quarter of the items, and [`TOUCHED_MIN`]): the one rule `Touched` and `Deque` follow.
+fn past_delta(noted: usize, len: usize) -> bool {
+    noted > (len / 4).max(TOUCHED_MIN)
+}
 
 impl Touched {
     /// The item named `name` was set or changed; the collection holds `len` items.
@@ -209,14 +215,14 @@ impl Touched {
     }
 
     /// Any change at all.
-    pub(crate) fn whole(&mut self) {
+    fn whole(&mut self) {
         self.whole = true;
         self.set = Default::default();
         self.removed = Vec::new();
     }
 
     fn check(&mut self, len: usize) {
-        if self.set.len() + self.removed.len() > (len / 4).max(TOUCHED_MIN) {
+        if past_delta(self.set.len() + self.removed.len(), len) {
             self.whole();
         }
     }
@@ -272,8 +278,8 @@ impl Named for Bytes {
 /// Items looked up by name: compared one by one, or through a table from name to position
 /// once a value is looked up again (a live value, kept between commands) and holds more
 /// than [`LINEAR_ITEMS_MAX`] items. The table holds while items are only appended or
-/// changed in place ([`Indexed::push`], [`Indexed::get_mut`]); removals drop it. Changes are noted by name ([`Touched`]), so a large
-/// value's few changes are logged as a delta.
+/// changed in place ([`Indexed::push`], [`Indexed::get_mut`]); removals drop it. Changes
+/// are noted by name ([`Touched`]), so a large value's few changes are logged as a delta.
 pub(crate) struct Indexed<I> {
     items: Vec<I>,
     index: Option<HashMap<Bytes, usize, ahash::RandomState>>,
@@ -470,7 +476,7 @@ impl Deque {
         if let Some(d) = &mut self.ops {
             f(d);
             self.noted += 1;
-            if self.noted > (self.items.len() / 4).max(TOUCHED_MIN) {
+            if past_delta(self.noted, self.items.len()) {
                 self.ops = None;
             }
         }
@@ -1038,8 +1044,14 @@ pub(crate) fn keys_then_timeout(a: &[Bytes]) -> Result<(Vec<Bytes>, Option<Durat
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The next number of a seeded pseudo-random sequence (a linear congruential step).
+    pub(crate) fn next_random(x: u64) -> u64 {
+        x.wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+    }
 
     #[test]
     fn indexed_items_answer_alike_by_comparing_and_by_their_table() {
@@ -1135,9 +1147,7 @@ mod tests {
         let mut check = DeltaCheck::new(&mut set, Kind::Set, SetCodec::encode);
         let mut x = 7u64;
         for step in 0..20_000u64 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            x = next_random(x);
             let m = name((x >> 33) % 600);
             match (x >> 20) % 4 {
                 0 => {
@@ -1168,9 +1178,7 @@ mod tests {
         let mut check = DeltaCheck::new(&mut list, Kind::List, ListCodec::encode);
         let mut x = 3u64;
         for step in 0..20_000u64 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            x = next_random(x);
             let e = Bytes::from(format!("e{step}"));
             let n = ((x >> 50) % 3) as usize;
             match (x >> 20) % 7 {

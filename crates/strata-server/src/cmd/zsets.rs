@@ -1301,12 +1301,7 @@ pub(crate) async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The next number of a seeded pseudo-random sequence (a linear congruential step).
-    fn next_random(x: u64) -> u64 {
-        x.wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407)
-    }
+    use crate::cmd::typed::tests::next_random;
 
     fn e(items: &[(f64, &str)]) -> Vec<Entry> {
         items
