@@ -761,3 +761,77 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
         )
     finally:
         p.stop()
+
+
+@pytest.mark.parametrize("durability", ["group", "none"])
+def test_expiry_changes_stay_in_dram_and_survive_a_kill(tmp_path, durability):
+    """The feature-store write (`HSET` then `EXPIRE` of the same hash, in a pipeline) and the
+    rate limiter's (`INCR` then `EXPIRE`): the expiry changes the live value or the value
+    write-back holds, with no fold of the hash or write of the warm store per command; `TTL`,
+    `TYPE` and `EXISTS` read the live value as it is. Expiries still expire, `PERSIST`
+    holds, and after a SIGKILL every acknowledged expiry is there (with `none`, once its
+    tick passed)."""
+    settings = {"durability": durability}
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        r.hset("feat", mapping={f"f{i}": f"v{i}" for i in range(200)})
+        r.hset("feat", "f0", "w")  # live from here
+        before = r.info("strata")
+        pipe = r.pipeline(transaction=False)
+        for i in range(300):
+            pipe.hset("feat", f"f{i % 50}", f"x{i}")
+            pipe.expire("feat", 1000 + i)
+            pipe.set(f"s{i % 20}", "v")
+            pipe.expire(f"s{i % 20}", 2000 + i)
+            pipe.incr("rate")
+            pipe.expire("rate", 3000 + i)
+        replies = pipe.execute()
+        assert all(x in (0, 1, True, "OK") or isinstance(x, int) for x in replies)
+        assert replies[1::2] == [True] * 900
+        assert 1299 - 10 <= r.ttl("feat") <= 1299 and r.type("feat") == "hash" and r.exists("feat")
+        assert 2299 - 10 <= r.ttl("s19") <= 2299 and r.get("rate") == "300"
+        assert 3299 - 10 <= r.ttl("rate") <= 3299
+        after = r.info("strata")
+        # Before, each EXPIRE of the live hash folded it whole and let it go (the next HSET
+        # decoded it again), and each EXPIRE of a string wrote the warm store.
+        assert after["live_folds"] - before["live_folds"] < 30, (before, after)
+        assert after["writes_back"] - before["writes_back"] >= 600 + 300, (before, after)
+
+        # Expiry options and PERSIST on the live value; an expiry that passes.
+        r.hset("brief", mapping={f"f{i}": "v" for i in range(50)})
+        r.hset("brief", "f0", "w")
+        assert r.expire("brief", 100, nx=True) and not r.expire("brief", 200, nx=True)
+        assert not r.expire("brief", 50, gt=True) and r.expire("brief", 500, gt=True)
+        assert r.persist("brief") and r.ttl("brief") == -1 and not r.persist("brief")
+        assert r.expire("feat", 100, xx=True) and r.persist("feat") and r.ttl("feat") == -1
+        r.expire("feat", 5000)
+        r.hset("short", mapping={"a": "1", "b": "2"})
+        r.hset("short", "a", "3")
+        assert r.pexpire("short", 300)
+        assert r.hget("short", "a") == "3" and 0 < r.pttl("short") <= 300
+        time.sleep(0.5)
+        assert r.hget("short", "a") is None and not r.exists("short") and r.ttl("short") == -2
+        assert r.type("short") == "none"
+        r.hset("short", "c", "4")  # a new hash, no expiry, nothing of the old one
+        assert r.hgetall("short") == {"c": "4"} and r.ttl("short") == -1
+        # A past expiry deletes the key, live or not.
+        r.hset("gone", "a", "1")
+        r.hset("gone", "a", "2")
+        assert r.expire("gone", -1) and not r.exists("gone")
+        if durability == "none":
+            time.sleep(1.5)  # past `none_flush_ms`: what a kill may lose
+    finally:
+        p.stop()
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        assert 5000 - 60 <= r.ttl("feat") <= 5000
+        assert r.hget("feat", "f49") == "x299" and r.hlen("feat") == 200
+        assert 2299 - 60 <= r.ttl("s19") <= 2299
+        assert r.get("rate") == "300" and 3299 - 60 <= r.ttl("rate") <= 3299
+        assert r.ttl("brief") == -1 and r.hlen("brief") == 50
+        assert r.hgetall("short") == {"c": "4"} and r.ttl("short") == -1
+        assert not r.exists("gone")
+    finally:
+        p.stop()

@@ -627,11 +627,24 @@ impl Engine {
     /// Sets (or with 0 removes) the absolute expiry of a live key; returns whether it
     /// exists.
     pub async fn set_expire(&self, key: &Key, expire_ms: u64) -> Result<Written<bool>> {
-        self.update(key, false, move |cur| match cur {
-            None => Ok((None, false)),
-            Some(_) => Ok((Some(Change::SetExpire(expire_ms)), true)),
+        self.update_expiry(key, move |cur| match cur {
+            None => (None, false),
+            Some(_) => (Some(expire_ms), true),
         })
         .await
+    }
+
+    /// Sets `key`'s absolute expiry (Unix ms) as `f` decides from the current one (`None`:
+    /// absent; 0: none): `f` returns the new one (0: none; a past one deletes the key), or
+    /// `None` to leave it, and a result. Cheaper than [`Engine::update`] for a key in DRAM
+    /// or live (no write of the warm store). `f` may run twice: a function of the expiry
+    /// alone.
+    pub async fn update_expiry<R>(
+        &self,
+        key: &Key,
+        f: impl Fn(Option<u64>) -> (Option<u64>, R),
+    ) -> Result<Written<R>> {
+        crate::write::update_expiry(&self.core, key, f).await
     }
 
     /// Deletes every key in every tier. Segments are collected by the background task.

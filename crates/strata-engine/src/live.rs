@@ -424,9 +424,9 @@ pub(crate) async fn update_live<R>(
                 drop(slots);
                 return Ok(Written::new(out, changed_locked(core, key)));
             }
-            // Expired: the key is gone, whatever its stored form says.
+            // Expired: the key is gone. `adoptable` folds it first (its expiry may be newer
+            // than the stored form's: `expiry_locked`), and lets it go.
             drop(slots);
-            live.remove(key.stored());
         } else {
             drop(slots);
         }
@@ -458,6 +458,57 @@ pub(crate) async fn update_live<R>(
     }
     // Boxed: the whole-value way's state is large; a write in place need not carry it.
     Box::pin(whole(core, key, kind, decode, f)).await
+}
+
+/// The expiry of `key` changed in its live value, if it has one (its stripe lock held):
+/// `f` sees the expiry (0: none) and returns the new one, or `None` to leave it, and a
+/// result. The change is the value's, logged with its next fold or delta. `Ok(None)` (and
+/// `f` not run, or its answer not applied): no live value, it expired, live values are off,
+/// or the new expiry is past (the caller deletes the key the general way).
+pub(crate) fn expiry_locked<R>(
+    core: &Core,
+    key: &Key,
+    now: u64,
+    f: impl FnOnce(u64) -> (Option<u64>, R),
+) -> Result<Option<Written<R>>> {
+    let live = &core.live;
+    if live.held() == 0 || !allowed(core) {
+        return Ok(None);
+    }
+    let mut slots = live.slots.lock();
+    let Some(slot) = slots.get_mut(key.stored()) else {
+        return Ok(None);
+    };
+    if !strata_format::is_live(slot.expire_ms, now) {
+        return Ok(None);
+    }
+    let (new, out) = f(slot.expire_ms);
+    let Some(new) = new else {
+        slot.used_ms = now;
+        return Ok(Some(Written::new(out, Ticket::NONE)));
+    };
+    if !strata_format::is_live(new, now) {
+        return Ok(None);
+    }
+    core.check_writable()?;
+    slot.used_ms = now;
+    slot.expire_ms = new;
+    let logged = slot.logged;
+    live.set_state(slot, true, logged);
+    drop(slots);
+    Ok(Some(Written::new(out, changed_locked(core, key))))
+}
+
+/// `key`'s kind and expiry (0: none) as its live value has them, without folding it:
+/// `Some(None)` if it expired (the key is gone), `None` if it has no live value.
+pub(crate) fn peek(core: &Core, key: &Key) -> Option<Option<(Kind, u64)>> {
+    let live = &core.live;
+    if live.held() == 0 {
+        return None;
+    }
+    let slots = live.slots.lock();
+    let s = slots.get(key.stored())?;
+    Some(strata_format::is_live(s.expire_ms, core.now_ms()).then_some((s.kind, s.expire_ms)))
 }
 
 /// The current value of `key` (its stripe lock held) if one can be made live without

@@ -553,6 +553,11 @@ fn live(core: &Core, key: &Key) -> Result<Option<Stored>> {
 
 /// Whether `key` holds a live value, without reading a cold value.
 pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
+    // A live value answers for its key without being folded (a large one would be
+    // encoded whole for a yes or no); so for the kind and the expiry below.
+    if let Some(known) = crate::live::peek(core, key) {
+        return Ok(known.is_some());
+    }
     crate::live::fold_keys(core, &[key])?;
     if core.hot.contains(key.stored(), core.now_ms()) {
         return Ok(true);
@@ -562,6 +567,9 @@ pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
 
 /// The kind of value `key` holds, if live, without reading the value.
 pub(crate) fn kind_of(core: &Core, key: &Key) -> Result<Option<Kind>> {
+    if let Some(known) = crate::live::peek(core, key) {
+        return Ok(known.map(|(kind, _)| kind));
+    }
     crate::live::fold_keys(core, &[key])?;
     if let Some((_, tag)) = core.hot.peek(key.stored(), core.now_ms()) {
         return Ok(Some(Kind::from_u8(tag)?));
@@ -571,6 +579,9 @@ pub(crate) fn kind_of(core: &Core, key: &Key) -> Result<Option<Kind>> {
 
 /// The absolute expiry of `key` in Unix ms: `None` if absent, `Some(0)` if it never expires.
 pub(crate) fn expire_time_ms(core: &Core, key: &Key) -> Result<Option<u64>> {
+    if let Some(known) = crate::live::peek(core, key) {
+        return Ok(known.map(|(_, expire_ms)| expire_ms));
+    }
     crate::live::fold_keys(core, &[key])?;
     Ok(live(core, key)?.map(|s| s.expire_ms))
 }

@@ -651,6 +651,67 @@ pub(crate) async fn update<R>(
     ))
 }
 
+/// Sets `key`'s expiry as `f` decides from the current one (`None`: the key is absent; 0:
+/// it never expires): `f` returns the new expiry (0: none; a past one deletes the key), or
+/// `None` to leave it, and a result. A key with a live value changes it there; one whose
+/// value write-back takes is written back with its new expiry (a read of the warm store at
+/// most, no write of it); the rest the general way. `f` may run twice (the first answer
+/// not applied): make it a function of the expiry alone.
+pub(crate) async fn update_expiry<R>(
+    core: &Core,
+    key: &Key,
+    f: impl Fn(Option<u64>) -> (Option<u64>, R),
+) -> Result<Written<R>> {
+    check_sizes(key, None)?;
+    {
+        let _g = core.locks.lock(key);
+        if let Some(done) = expiry_back_locked(core, key, &f)? {
+            return Ok(done);
+        }
+    }
+    Box::pin(update(core, key, false, move |cur| {
+        let (new, out) = f(cur.map(|c| c.expire_ms));
+        Ok((new.map(Change::SetExpire), out))
+    }))
+    .await
+}
+
+/// [`update_expiry`] without the warm store's write (its stripe lock held), or `None`.
+fn expiry_back_locked<R>(
+    core: &Core,
+    key: &Key,
+    f: &impl Fn(Option<u64>) -> (Option<u64>, R),
+) -> Result<Option<Written<R>>> {
+    let now = core.now_ms();
+    if let Some(done) = crate::live::expiry_locked(core, key, now, |e| f(Some(e)))? {
+        return Ok(Some(done));
+    }
+    let known = match writeback::current_locked(core, key, now)? {
+        Some(known) => known,
+        // Only the warm store knows: one read of it, unless the value is cold.
+        None => match core.lookup(key, true)?.filter(|s| s.is_live(now)) {
+            None => None,
+            Some(s) => match s.loc {
+                Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
+                _ => return Ok(None),
+            },
+        },
+    };
+    let (new, out) = f(known.as_ref().map(|k| k.1));
+    let Some(new) = new else {
+        return Ok(Some(Written::new(out, Ticket::NONE)));
+    };
+    let Some((value, _, kind)) = known else {
+        return Ok(None);
+    };
+    if !strata_format::is_live(new, now) || !writeback::takes(core, &[(key, &value)], new) {
+        return Ok(None);
+    }
+    core.check_writable()?;
+    writeback::put_locked(core, key, kind, &value, new);
+    Ok(Some(Written::new(out, core.ticket())))
+}
+
 /// Applies `change` to `key` once the warm tier has room: `change` was computed from
 /// `stored` and refused at the hard limit, and the key's lock has been let go. Waits for
 /// room, then applies it again if the key is as it was (a change computed from the same

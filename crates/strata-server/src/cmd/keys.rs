@@ -101,9 +101,9 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = ctx
         .shared
         .engine
-        .update(&key, false, |cur| match cur {
-            Some(c) if c.expire_ms != 0 => Ok((Some(Change::SetExpire(0)), 1)),
-            _ => Ok((None, 0)),
+        .update_expiry(&key, |cur| match cur {
+            Some(e) if e != 0 => (Some(0), 1),
+            _ => (None, 0),
         })
         .await;
     match r {
@@ -372,21 +372,17 @@ async fn set_expiry(ctx: &mut Ctx<'_>, a: &[Bytes], when: When, name: &str) -> R
     let r = ctx
         .shared
         .engine
-        .update(&key, false, move |cur| {
-            let Some(c) = cur else { return Ok((None, 0)) };
-            let current = if c.expire_ms == 0 {
-                u64::MAX
-            } else {
-                c.expire_ms
-            };
-            let ok = (!nx || c.expire_ms == 0)
-                && (!xx || c.expire_ms != 0)
+        .update_expiry(&key, move |cur| {
+            let Some(e) = cur else { return (None, 0) };
+            let current = if e == 0 { u64::MAX } else { e };
+            let ok = (!nx || e == 0)
+                && (!xx || e != 0)
                 && (!gt || at > current)
                 && (!lt || at < current);
-            if !ok {
-                return Ok((None, 0));
+            match ok {
+                true => (Some(at), 1),
+                false => (None, 0),
             }
-            Ok((Some(Change::SetExpire(at)), 1))
         })
         .await;
     match r {
