@@ -135,16 +135,46 @@ BIG_TESTS = {
 }
 
 
-def fill_big(port):
+# The paired rows: two redis-benchmark processes at once, half the clients each, sending
+# two commands of one pattern over the same keys (as a client's pipeline interleaves them):
+# a feature store's `HSET` then `EXPIRE` of 1,000 hashes of 100 fields (`fill_entities`), a
+# rate limiter's `INCR` then `EXPIRE`, and a leaderboard's `ZADD` beside its reads (top ten,
+# a member's rank) on the large sorted set of `fill_big`. Their ops/s are the two summed.
+PAIR_TESTS = {
+    "hsetexpire": (["HSET", "ent:__rand_int__", "f5", "v"], ["EXPIRE", "ent:__rand_int__", "3600"]),
+    "increxpire": (["INCR", "rl:__rand_int__"], ["EXPIRE", "rl:__rand_int__", "60"]),
+    "zaddtop": (["ZADD", "bigz", "__rand_int__", "m__rand_int__"],
+                ["ZREVRANGE", "bigz", "0", "9", "WITHSCORES"]),
+    "zaddrank": (["ZADD", "bigz", "__rand_int__", "m__rand_int__"],
+                 ["ZREVRANK", "bigz", "m__rand_int__"]),
+}
+PAIR_KEYSPACE = {"hsetexpire": TYPE_KEYSPACE, "increxpire": 100_000,
+                 "zaddtop": BIG_MEMBERS, "zaddrank": BIG_MEMBERS}
+
+
+def fill_entities(port):
+    """The hashes `hsetexpire` writes: 1,000 entities of 100 fields, as redis-benchmark
+    names its random keys."""
+    import redis
+    r = redis.Redis(port=port)
+    for start in range(0, TYPE_KEYSPACE, 100):
+        pipe = r.pipeline(transaction=False)
+        for i in range(start, start + 100):
+            pipe.hset(f"ent:{i:012d}", mapping={f"f{j}": "v" * 10 for j in range(100)})
+        pipe.execute()
+
+
+def fill_big(port, zset_only=False):
     import redis
     r = redis.Redis(port=port)
     step = 10_000
     for start in range(0, BIG_MEMBERS, step):
         pipe = r.pipeline(transaction=False)
-        pipe.hset("bigh", mapping={f"f{i:012d}": f"v{i}" for i in range(start, start + step)})
-        pipe.sadd("bigs", *[f"m{i:012d}" for i in range(start, start + step)])
         pipe.zadd("bigz", {f"m{i:012d}": i for i in range(start, start + step)})
-        pipe.rpush("bigl", *[f"v{i:012d}" for i in range(start, start + step)])
+        if not zset_only:
+            pipe.hset("bigh", mapping={f"f{i:012d}": f"v{i}" for i in range(start, start + step)})
+            pipe.sadd("bigs", *[f"m{i:012d}" for i in range(start, start + step)])
+            pipe.rpush("bigl", *[f"v{i:012d}" for i in range(start, start + step)])
         pipe.execute()
 
 
@@ -202,6 +232,8 @@ def prefill(port, size):
 
 
 def redis_benchmark(port, test, size, clients, pipeline, requests):
+    if test in PAIR_TESTS:
+        return paired_benchmark(port, test, size, clients, pipeline, requests)
     keyspace = 10_000_000 if test == "setwide" else 100_000
     if test in TYPE_TESTS:
         keyspace = TYPE_KEYSPACE
@@ -223,11 +255,30 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
     else:
         args += ["-t", "set" if test == "setwide" else test]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600).stdout
+    return benchmark_figures(test, out)
+
+
+def benchmark_figures(test, out):
     for line in out.splitlines()[1:]:
         cols = [c.strip('"') for c in line.split('","')]
         if len(cols) >= 8:
             return {"rps": float(cols[1]), "p50_ms": float(cols[4]), "p99_ms": float(cols[6])}
     raise RuntimeError(f"redis-benchmark printed nothing for {test}: {out}")
+
+
+def paired_benchmark(port, test, size, clients, pipeline, requests):
+    """A `PAIR_TESTS` row: both commands' processes started together, half the clients and
+    half the requests each; ops/s summed, p50 the mean of the two, p99 the larger."""
+    procs = []
+    for command in PAIR_TESTS[test]:
+        args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+                "--csv", "-r", str(PAIR_KEYSPACE[test]), "-n", str(max(requests // 2, 1)),
+                "-c", str(max(clients // 2, 1)), "-P", str(pipeline), "-d", str(size)] + command
+        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
+    figures = [benchmark_figures(test, p.communicate(timeout=600)[0]) for p in procs]
+    return {"rps": sum(f["rps"] for f in figures),
+            "p50_ms": sum(f["p50_ms"] for f in figures) / len(figures),
+            "p99_ms": max(f["p99_ms"] for f in figures)}
 
 
 def redis_rows(quick):
@@ -258,6 +309,10 @@ def redis_rows(quick):
         for durability in ["group", "none"]:
             for clients, pipeline in [(50, 1), (50, 16)]:
                 rows.append((durability, test, 3, clients, pipeline))
+    for test in PAIR_TESTS:
+        for durability in ["group", "none"]:
+            for clients, pipeline in [(50, 1), (50, 16)]:
+                rows.append((durability, test, 3, clients, pipeline))
     return rows
 
 
@@ -276,9 +331,13 @@ def run_redis(old, new, rounds, requests, results, tests):
                     if any(x[1] in TYPE_TESTS for x in rows):
                         fill_collections(servers[label][1])
                         load_scripts(servers[label][1])
-                    if any(x[1] in BIG_TESTS and x[0] == durability for x in rows):
+                    if any(x[1] == "hsetexpire" for x in rows):
+                        fill_entities(servers[label][1])
+                    big = [x[1] for x in rows if x[0] == durability
+                           and (x[1] in BIG_TESTS or x[1] in ("zaddtop", "zaddrank"))]
+                    if big:
                         log(f"[redis round {r + 1}/{rounds}] {label}: filling the large collections")
-                        fill_big(servers[label][1])
+                        fill_big(servers[label][1], zset_only=not set(big) & set(BIG_TESTS))
                 filled = None
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row

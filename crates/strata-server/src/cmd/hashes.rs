@@ -246,15 +246,26 @@ pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn hkeys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let r = with_fields(ctx, a, |fields, v| {
-        fields.iter().map(|f| Reply::Bulk(v.cut(f.name))).collect()
-    });
-    reply(r.await, Reply::Array)
+    field_parts(ctx, a, true).await
 }
 
 pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    field_parts(ctx, a, false).await
+}
+
+/// Every field's name (`HKEYS`) or value (`HVALS`), in order.
+async fn field_parts(ctx: &mut Ctx<'_>, a: &[Bytes], names: bool) -> Reply {
+    let key = ctx.key(&a[1]);
+    let live = read_live::<HashCodec, _>(ctx, &key, |h| {
+        let part = |f: &Owned| if names { f.name.clone() } else { f.value.clone() };
+        h.items().iter().map(|f| Reply::Bulk(part(f))).collect()
+    });
+    if let Some(r) = live {
+        return reply(r, Reply::Array);
+    }
     let r = with_fields(ctx, a, |fields, v| {
-        fields.iter().map(|f| Reply::Bulk(v.cut(f.value))).collect()
+        let part = |f: &Field<'_>| v.cut(if names { f.name } else { f.value });
+        fields.iter().map(|f| Reply::Bulk(part(f))).collect()
     });
     reply(r.await, Reply::Array)
 }

@@ -46,6 +46,10 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| set_reply(m.items().to_vec())) {
+        return reply(r, |r| r);
+    }
     reply(read_items::<SetCodec>(ctx, &a[1]).await, set_reply)
 }
 

@@ -101,9 +101,122 @@ fn place_known(entries: &mut Vec<Entry>, cur: Option<f64>, score: f64, member: B
     }
 }
 
+/// Where `e` goes in `run`, or is: after every entry ordered before it.
+fn position_in(run: &[Entry], e: &(f64, impl AsRef<[u8]>)) -> usize {
+    run.partition_point(|x| order(x, e) == Ordering::Less)
+}
+
 /// Most entries a run of [`Scored`] holds while the set is written; a longer one splits in
 /// two. A move shifts at most this many entries (40 bytes each), not the whole set.
 const RUN_MAX: usize = 256;
+
+/// Entries in order, read by position: a slice, or a live set's runs ([`Runs`]), so that a
+/// range, a rank or a count costs a search and its result, not a join of the runs.
+trait Ordered {
+    type M: AsRef<[u8]> + Clone;
+    fn len(&self) -> usize;
+    fn at(&self, i: usize) -> &(f64, Self::M);
+    /// The first position whose entry fails `pred`, which holds for a prefix of them.
+    fn partition_point(&self, pred: impl FnMut(&(f64, Self::M)) -> bool) -> usize;
+}
+
+impl<M: AsRef<[u8]> + Clone> Ordered for [(f64, M)] {
+    type M = M;
+    fn len(&self) -> usize {
+        <[(f64, M)]>::len(self)
+    }
+    fn at(&self, i: usize) -> &(f64, M) {
+        &self[i]
+    }
+    fn partition_point(&self, pred: impl FnMut(&(f64, M)) -> bool) -> usize {
+        <[(f64, M)]>::partition_point(self, pred)
+    }
+}
+
+/// A [`Scored`]'s runs read as one sequence: positions found through the runs' counts.
+struct Runs<'a> {
+    runs: &'a [Vec<Entry>],
+    counts: &'a RunCounts,
+    len: usize,
+}
+
+impl Ordered for Runs<'_> {
+    type M = Bytes;
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn at(&self, i: usize) -> &Entry {
+        let (r, offset) = self.counts.find(i);
+        &self.runs[r][offset]
+    }
+    fn partition_point(&self, mut pred: impl FnMut(&Entry) -> bool) -> usize {
+        let r = self
+            .runs
+            .partition_point(|run| run.last().is_some_and(&mut pred));
+        match self.runs.get(r) {
+            Some(run) => self.counts.before(r) + run.partition_point(pred),
+            None => self.len,
+        }
+    }
+}
+
+/// How many entries each run of a [`Scored`] holds, summed by prefix in logarithmic time
+/// (a Fenwick tree), so that a position or a rank costs no pass over thousands of runs.
+/// Built from the runs when a read needs it; a change of a run's count updates it, a
+/// change of the runs themselves (a split, a run gone) drops it.
+struct RunCounts {
+    /// 1-based: `tree[i]` sums the counts of the runs `i - lowbit(i) .. i`.
+    tree: Vec<usize>,
+}
+
+impl RunCounts {
+    fn new(runs: &[Vec<Entry>]) -> Self {
+        let n = runs.len();
+        let mut tree = vec![0; n + 1];
+        for i in 1..=n {
+            tree[i] += runs[i - 1].len();
+            let up = i + (i & i.wrapping_neg());
+            if up <= n {
+                tree[up] += tree[i];
+            }
+        }
+        RunCounts { tree }
+    }
+
+    /// Run `run` gained (or with a negative `delta` lost) entries.
+    fn add(&mut self, run: usize, delta: isize) {
+        let mut i = run + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Entries in the runs before `run`.
+    fn before(&self, run: usize) -> usize {
+        let (mut i, mut sum) = (run, 0);
+        while i > 0 {
+            sum += self.tree[i];
+            i -= i & i.wrapping_neg();
+        }
+        sum
+    }
+
+    /// The run holding position `pos` (below the total), and the position within it.
+    fn find(&self, mut pos: usize) -> (usize, usize) {
+        let n = self.tree.len() - 1;
+        let mut at = 0;
+        let mut step = if n == 0 { 0 } else { 1 << n.ilog2() };
+        while step > 0 {
+            if at + step <= n && self.tree[at + step] <= pos {
+                at += step;
+                pos -= self.tree[at];
+            }
+            step >>= 1;
+        }
+        (at, pos)
+    }
+}
 
 /// A sorted set's entries in order, with a table from member to score once a value is
 /// looked up again (a live value, kept between commands) and is large enough
@@ -111,13 +224,16 @@ const RUN_MAX: usize = 256;
 /// holds through [`Scored::place`] and removals.
 ///
 /// The entries are kept in runs, each sorted and each after the one before: one run as
-/// read (a slice for ranges, [`Scored::entries`] joins them), runs of at most [`RUN_MAX`]
-/// once [`Scored::place`] changes a larger set, so writes to a large live set cost a run,
-/// and a read after them joins the runs once. There is always at least one run, and
+/// decoded, runs of at most [`RUN_MAX`] once [`Scored::place`] changes a larger set, so
+/// writes to a large live set cost a run. Reads and removals go through the runs as they
+/// are ([`Scored::view`], [`Scored::take_range`], [`Scored::remove_members`]): a range
+/// costs its result, a rank or a count a search. There is always at least one run, and
 /// only a lone run is empty. Changes are noted by member ([`Touched`]), so a large set's
 /// few changes are logged as a delta.
 pub(crate) struct Scored {
     runs: Vec<Vec<Entry>>,
+    /// The runs' counts, while no split or removal of a run changed them ([`Runs`]).
+    counts: Option<RunCounts>,
     /// Entries in all runs (summing the runs' lengths costs a pass over thousands of them).
     count: usize,
     scores: Option<HashMap<Bytes, f64, ahash::RandomState>>,
@@ -154,31 +270,43 @@ impl Scored {
         self.count += usize::from(cur.is_none());
         self.touched.set(&member, self.count);
         if self.runs.len() == 1 && self.runs[0].len() <= RUN_MAX {
+            self.counts = None;
             return place_known(&mut self.runs[0], cur, score, member);
         }
         if self.runs.len() == 1 {
             let all = std::mem::take(&mut self.runs[0]);
             self.runs = all.chunks(RUN_MAX / 2).map(<[Entry]>::to_vec).collect();
+            self.counts = None;
         }
         if let Some(c) = cur {
             let old = (c, &member);
             let r = self.run_of(&old);
             let run = &mut self.runs[r];
-            let i = run.partition_point(|x| order(x, &old) == Ordering::Less);
+            let i = position_in(run, &old);
             debug_assert!(run[i].1 == member, "the member is where its score puts it");
             run.remove(i);
-            if run.is_empty() && self.runs.len() > 1 {
-                self.runs.remove(r);
-            }
+            self.counted(r, -1);
         }
         let e = (score, member);
         let r = self.run_of(&(e.0, &e.1));
-        let run = &mut self.runs[r];
-        let i = run.partition_point(|x| order(x, &e) == Ordering::Less);
-        run.insert(i, e);
-        if run.len() > RUN_MAX {
-            let upper = run.split_off(run.len() / 2);
+        let i = position_in(&self.runs[r], &e);
+        self.runs[r].insert(i, e);
+        self.counted(r, 1);
+    }
+
+    /// Run `r` gained or lost `delta` entries: the counts follow, and a run left empty
+    /// goes (unless it is the only one) or one past [`RUN_MAX`] splits in two.
+    fn counted(&mut self, r: usize, delta: isize) {
+        let (len, runs) = (self.runs[r].len(), self.runs.len());
+        if len == 0 && runs > 1 {
+            self.runs.remove(r);
+            self.counts = None;
+        } else if len > RUN_MAX {
+            let upper = self.runs[r].split_off(len / 2);
             self.runs.insert(r + 1, upper);
+            self.counts = None;
+        } else if let Some(c) = &mut self.counts {
+            c.add(r, delta);
         }
     }
 
@@ -192,39 +320,81 @@ impl Scored {
         r.min(self.runs.len() - 1)
     }
 
-    /// Every entry in order, as one slice (the runs joined, if there are several).
-    fn entries(&mut self) -> &[Entry] {
-        self.join()
-    }
-
-    fn join(&mut self) -> &mut Vec<Entry> {
-        if self.runs.len() > 1 {
-            let mut all = Vec::with_capacity(self.len());
-            for run in self.runs.drain(..) {
-                all.extend(run);
-            }
-            self.runs.push(all);
+    /// Every entry in order, read by position without joining the runs.
+    fn view(&mut self) -> Runs<'_> {
+        let counts = self
+            .counts
+            .get_or_insert_with(|| RunCounts::new(&self.runs));
+        Runs {
+            runs: &self.runs,
+            counts,
+            len: self.count,
         }
-        &mut self.runs[0]
     }
 
-    /// Removes the entries of `gone`'s members; how many went.
+    /// The position of `member` in order and its score, if it is in the set.
+    fn rank_of(&mut self, member: &[u8]) -> Option<(usize, f64)> {
+        let score = self.score_of(member)?;
+        let e = (score, member);
+        let rank = self
+            .view()
+            .partition_point(|x| order(x, &e) == Ordering::Less);
+        Some((rank, score))
+    }
+
+    /// Every entry in order, as one slice (the runs joined, if there are several).
+    #[cfg(test)]
+    fn entries(&mut self) -> &[Entry] {
+        if self.runs.len() > 1 {
+            let all = self.runs.concat();
+            self.runs = vec![all];
+            self.counts = None;
+        }
+        &self.runs[0]
+    }
+
+    /// Removes the entries of `gone`'s members; how many went. Each is found by its score
+    /// in its run (the runs stay as they are).
     fn remove_members(&mut self, gone: &[Bytes]) -> usize {
-        let mut removed = Vec::new();
-        self.join().retain(|(_, m)| {
-            let g = gone.contains(m);
-            if g {
+        let mut removed: Vec<Bytes> = Vec::new();
+        for m in gone {
+            let Some(score) = self.score_of(m) else {
+                continue;
+            };
+            let e = (score, m);
+            let r = self.run_of(&e);
+            let run = &mut self.runs[r];
+            let i = position_in(run, &e);
+            // Not there: named twice, and gone already (the table follows at the end).
+            if run.get(i).is_some_and(|x| x.1 == m) {
+                run.remove(i);
+                self.counted(r, -1);
                 removed.push(m.clone());
             }
-            !g
-        });
+        }
         self.removed(&removed);
         removed.len()
     }
 
-    /// Removes and returns the entries at the positions `at`, in order.
+    /// Removes and returns the entries at the positions `at`, in order, from the runs
+    /// they are in.
     fn take_range(&mut self, at: std::ops::Range<usize>) -> Vec<Entry> {
-        let out: Vec<Entry> = self.join().drain(at).collect();
+        let mut out: Vec<Entry> = Vec::with_capacity(at.len());
+        self.counts = None;
+        let (mut start, mut r) = (0, 0);
+        while r < self.runs.len() && start < at.end {
+            let len = self.runs[r].len();
+            let (lo, hi) = (at.start.max(start), at.end.min(start + len));
+            if lo < hi {
+                out.extend(self.runs[r].drain(lo - start..hi - start));
+            }
+            start += len;
+            if self.runs[r].is_empty() && self.runs.len() > 1 {
+                self.runs.remove(r);
+            } else {
+                r += 1;
+            }
+        }
         let members: Vec<Bytes> = out.iter().map(|(_, m)| m.clone()).collect();
         self.removed(&members);
         out
@@ -251,6 +421,7 @@ impl Items<Entry> for Scored {
         Scored {
             count: entries.len(),
             runs: vec![entries],
+            counts: None,
             scores: None,
             lookups: 0,
             touched: Touched::default(),
@@ -465,19 +636,31 @@ async fn rank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Reply {
         _ => return syntax_error(),
     };
     let resp3 = ctx.conn.proto == 3;
-    let r = read_entries(ctx, &a[1], |e, _| {
-        let Some(i) = e.iter().position(|(_, m)| *m == &a[2][..]) else {
+    let answer = |found: Option<(usize, f64)>, len: usize| {
+        let Some((i, score)) = found else {
             return if with_score && resp3 {
                 Reply::NullArray
             } else {
                 Reply::Null
             };
         };
-        let r = if rev { e.len() - 1 - i } else { i } as i64;
+        let r = if rev { len - 1 - i } else { i } as i64;
         match with_score {
             false => Reply::Integer(r),
-            true => Reply::Array(vec![Reply::Integer(r), score_reply(e[i].0)]),
+            true => Reply::Array(vec![Reply::Integer(r), score_reply(score)]),
         }
+    };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
+        let found = z.rank_of(&a[2]);
+        answer(found, z.len())
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
+    let r = read_entries(ctx, &a[1], |e, _| {
+        let found = e.iter().position(|(_, m)| *m == &a[2][..]);
+        answer(found.map(|i| (i, e[i].0)), e.len())
     });
     reply(r.await, |r| r)
 }
@@ -570,11 +753,7 @@ fn lex_below(m: &[u8], b: &LexBound) -> bool {
 
 /// The positions `range` selects in `len` entries (in ascending order), before `REV` and
 /// `LIMIT`. For `REV` the bounds come in as the client gave them (max first).
-fn select<M: AsRef<[u8]>>(
-    entries: &[(f64, M)],
-    range: &Range,
-    rev: bool,
-) -> std::ops::Range<usize> {
+fn select<E: Ordered + ?Sized>(entries: &E, range: &Range, rev: bool) -> std::ops::Range<usize> {
     let len = entries.len() as i64;
     match range {
         Range::Rank(start, stop) => {
@@ -608,7 +787,6 @@ fn select<M: AsRef<[u8]>>(
     }
 }
 
-/// The entries a range query returns, in reply order, after `REV` and `LIMIT offset count`.
 /// Whether a lex range can hold anything: `min` not above `max`, and not equal with an end
 /// excluded.
 fn lex_range_possible(min: &LexBound, max: &LexBound) -> bool {
@@ -632,8 +810,8 @@ fn lex_range_possible(min: &LexBound, max: &LexBound) -> bool {
 /// `min`, skipping `offset`, then while members stay at or below `max` (backward from the
 /// last member at or below `max`, while they stay at or above `min`, with `rev`); at most
 /// `limit` (negative: all).
-fn lex_walk<M: AsRef<[u8]>>(
-    entries: &[(f64, M)],
+fn lex_walk<E: Ordered + ?Sized>(
+    entries: &E,
     min: &LexBound,
     max: &LexBound,
     rev: bool,
@@ -644,22 +822,20 @@ fn lex_walk<M: AsRef<[u8]>>(
     if len == 0
         || offset < 0
         || !lex_range_possible(min, max)
-        || !lex_above(entries[len - 1].1.as_ref(), min)
-        || !lex_below(entries[0].1.as_ref(), max)
+        || !lex_above(entries.at(len - 1).1.as_ref(), min)
+        || !lex_below(entries.at(0).1.as_ref(), max)
     {
         return Vec::new();
     }
+    let member = |i: usize| entries.at(i).1.as_ref();
     let start = if rev {
-        match entries
-            .iter()
-            .rposition(|(_, m)| lex_below(m.as_ref(), max))
-        {
-            Some(i) if lex_above(entries[i].1.as_ref(), min) => i,
+        match (0..len).rev().find(|&i| lex_below(member(i), max)) {
+            Some(i) if lex_above(member(i), min) => i,
             _ => return Vec::new(),
         }
     } else {
-        match entries.iter().position(|(_, m)| lex_above(m.as_ref(), min)) {
-            Some(i) if lex_below(entries[i].1.as_ref(), max) => i,
+        match (0..len).find(|&i| lex_above(member(i), min)) {
+            Some(i) if lex_below(member(i), max) => i,
             _ => return Vec::new(),
         }
     };
@@ -669,7 +845,7 @@ fn lex_walk<M: AsRef<[u8]>>(
         Box::new(start..len)
     };
     let in_range = |i: &usize| {
-        let m = entries[*i].1.as_ref();
+        let m = member(*i);
         if rev {
             lex_above(m, min)
         } else {
@@ -684,37 +860,37 @@ fn lex_walk<M: AsRef<[u8]>>(
     }
 }
 
-fn ranged<M: AsRef<[u8]> + Clone>(
-    entries: &[(f64, M)],
+/// The entries a range query returns, in reply order, after `REV` and `LIMIT offset count`:
+/// only those are copied.
+fn ranged<E: Ordered + ?Sized>(
+    entries: &E,
     range: &Range,
     rev: bool,
     limit: Option<(i64, i64)>,
-) -> Vec<(f64, M)> {
+) -> Vec<(f64, E::M)> {
+    let (offset, count) = limit.unwrap_or((0, -1));
     if let Range::Lex(a, b) = range {
         let (min, max) = if rev { (b, a) } else { (a, b) };
-        let (offset, count) = limit.unwrap_or((0, -1));
         return lex_walk(entries, min, max, rev, offset, count)
             .into_iter()
-            .map(|i| entries[i].clone())
+            .map(|i| entries.at(i).clone())
             .collect();
     }
     let sel = select(entries, range, rev);
-    let mut picked: Vec<(f64, M)> = entries[sel].to_vec();
-    if rev {
-        picked.reverse();
+    if offset < 0 || offset as usize >= sel.len() {
+        return Vec::new();
     }
-    if let Some((offset, count)) = limit {
-        if offset < 0 {
-            return Vec::new();
-        }
-        let it = picked.into_iter().skip(offset as usize);
-        picked = if count < 0 {
-            it.collect()
-        } else {
-            it.take(count as usize).collect()
-        };
-    }
-    picked
+    let left = sel.len() - offset as usize;
+    let n = if count < 0 {
+        left
+    } else {
+        left.min(count as usize)
+    };
+    let at: Box<dyn Iterator<Item = usize>> = match rev {
+        true => Box::new((sel.end - offset as usize - n..sel.end - offset as usize).rev()),
+        false => Box::new(sel.start + offset as usize..sel.start + offset as usize + n),
+    };
+    at.map(|i| entries.at(i).clone()).collect()
 }
 
 /// The options after a range's bounds: `WITHSCORES`, `LIMIT offset count`, and (for
@@ -808,7 +984,7 @@ async fn range_command(
     let resp3 = ctx.conn.proto == 3;
     let key = ctx.key(&a[1]);
     let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
-        let picked = ranged(z.entries(), &range, o.rev, o.limit);
+        let picked = ranged(&z.view(), &range, o.rev, o.limit);
         entries_reply(picked.iter(), o.with_scores, resp3)
     });
     if let Some(r) = live {
@@ -873,6 +1049,11 @@ async fn count_in(ctx: &mut Ctx<'_>, a: &[Bytes], by: &'static str) -> Reply {
         Ok(r) => r,
         Err(r) => return r,
     };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ZSetCodec, _>(ctx, &key, |z| select(&z.view(), &range, false).len());
+    if let Some(r) = live {
+        return reply(r, |n| Reply::Integer(n as i64));
+    }
     let r = read_entries(ctx, &a[1], |e, _| {
         Reply::Integer(select(e, &range, false).len() as i64)
     });
@@ -894,7 +1075,7 @@ async fn remove_range(ctx: &mut Ctx<'_>, a: &[Bytes], by: Option<&'static str>) 
     };
     let key = ctx.key(&a[1]);
     let r = write_items::<ZSetCodec, _>(ctx, &key, move |entries| {
-        let sel = select(entries.entries(), &range, false);
+        let sel = select(&entries.view(), &range, false);
         let n = sel.len();
         entries.take_range(sel);
         Ok((n > 0, n as i64))
@@ -1293,7 +1474,7 @@ pub(crate) async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Err(r) => return r,
     };
     let limit = if o.by.is_none() { None } else { o.limit };
-    let mut picked = ranged(&src, &range, o.rev, limit);
+    let mut picked = ranged(&src[..], &range, o.rev, limit);
     picked.sort_by(order);
     store_items::<ZSetCodec>(ctx, &a[1], &picked).await
 }
@@ -1328,21 +1509,21 @@ mod tests {
             exclusive: true,
         };
         assert_eq!(
-            names(&ranged(&z, &Range::Rank(0, -1), false, None)),
+            names(&ranged(&z[..], &Range::Rank(0, -1), false, None)),
             ["a", "b", "c", "d"]
         );
         assert_eq!(
-            names(&ranged(&z, &Range::Rank(-2, 10), false, None)),
+            names(&ranged(&z[..], &Range::Rank(-2, 10), false, None)),
             ["c", "d"]
         );
         assert_eq!(
-            names(&ranged(&z, &Range::Rank(0, 1), true, None)),
+            names(&ranged(&z[..], &Range::Rank(0, 1), true, None)),
             ["d", "c"]
         );
-        assert!(ranged(&z, &Range::Rank(3, 1), false, None).is_empty());
+        assert!(ranged(&z[..], &Range::Rank(3, 1), false, None).is_empty());
         assert_eq!(
             names(&ranged(
-                &z,
+                &z[..],
                 &Range::Score(excl(1.0), incl(2.0)),
                 false,
                 None
@@ -1352,7 +1533,7 @@ mod tests {
         // REV takes max first.
         assert_eq!(
             names(&ranged(
-                &z,
+                &z[..],
                 &Range::Score(incl(3.0), excl(1.0)),
                 true,
                 Some((1, 1))
@@ -1361,7 +1542,7 @@ mod tests {
         );
         let lex = Range::Lex(LexBound::Incl(Bytes::from("b")), LexBound::Max);
         assert_eq!(
-            names(&ranged(&z, &lex, false, Some((0, -1)))),
+            names(&ranged(&z[..], &lex, false, Some((0, -1)))),
             ["b", "c", "d"]
         );
         let mut z2 = Scored::from_vec(z.clone());
@@ -1404,6 +1585,81 @@ mod tests {
 
     /// Also: the changes noted between two points, applied to the value stored at the
     /// first, give the value at the second (what a replay of the hot log's deltas does).
+    /// Reads of a set kept in runs (ranges by rank, score and lex, with `REV` and `LIMIT`,
+    /// ranks, counts) answer as the same reads of `want`, the entries in one slice.
+    fn runs_read_as_one_slice(z: &mut Scored, want: &[Entry], seed: u64) {
+        let view = z.view();
+        assert_eq!(view.len(), want.len());
+        let bound = |v: f64, exclusive| ScoreBound {
+            value: v,
+            exclusive,
+        };
+        let lex = |m: &Bytes| LexBound::Incl(m.clone());
+        let mut x = seed;
+        for _ in 0..40 {
+            x = next_random(x);
+            let (a, b) = ((x >> 20) % 60, (x >> 30) % 60);
+            let (i, j) = (
+                (x >> 40) as usize % want.len(),
+                (x >> 10) as usize % want.len(),
+            );
+            let limit = match x % 3 {
+                0 => None,
+                1 => Some(((x >> 7) as i64 % 40, (x >> 13) as i64 % 30 - 1)),
+                _ => Some((i as i64, 5)),
+            };
+            for range in [
+                Range::Rank(a as i64 - 30, b as i64 * 30 - 300),
+                Range::Score(
+                    bound(a as f64, x.is_multiple_of(2)),
+                    bound(b as f64, x.is_multiple_of(5)),
+                ),
+                Range::Lex(lex(&want[i.min(j)].1), lex(&want[i.max(j)].1)),
+            ] {
+                for rev in [false, true] {
+                    assert_eq!(
+                        ranged(&view, &range, rev, limit),
+                        ranged(want, &range, rev, limit)
+                    );
+                    assert_eq!(select(&view, &range, rev), select(want, &range, rev));
+                }
+            }
+        }
+        for (i, e) in want.iter().enumerate().step_by(37) {
+            assert_eq!(z.rank_of(&e.1), Some((i, e.0)));
+        }
+        assert_eq!(z.rank_of(b"absent"), None);
+    }
+
+    #[test]
+    fn run_counts_sum_and_find_as_a_pass_over_the_runs_does() {
+        let mut x = 5u64;
+        let mut lens: Vec<usize> = (0..77).map(|i| i % 5 * 3).collect();
+        let runs: Vec<Vec<Entry>> = lens.iter().map(|&n| vec![(0.0, Bytes::new()); n]).collect();
+        let mut c = RunCounts::new(&runs);
+        for _ in 0..2000 {
+            x = next_random(x);
+            let r = (x >> 20) as usize % lens.len();
+            let delta = if lens[r] > 0 && x.is_multiple_of(2) {
+                -1
+            } else {
+                1
+            };
+            lens[r] = lens[r].wrapping_add_signed(delta);
+            c.add(r, delta);
+            let total: usize = lens.iter().sum();
+            for run in [0, r, lens.len()] {
+                assert_eq!(c.before(run), lens[..run].iter().sum::<usize>());
+            }
+            let pos = (x >> 33) as usize % total;
+            let mut want = (0, pos);
+            while want.1 >= lens[want.0] {
+                want = (want.0 + 1, want.1 - lens[want.0]);
+            }
+            assert_eq!(c.find(pos), want, "position {pos} of {lens:?}");
+        }
+    }
+
     #[test]
     fn large_sets_written_in_runs_keep_one_order() {
         let member = |i: u64| Bytes::from(format!("m{}", i % 1500));
@@ -1428,8 +1684,11 @@ mod tests {
             assert!(z.runs.iter().all(|r| r.len() <= RUN_MAX) || z.runs.len() == 1);
             assert_eq!(Items::len(&z), model.len());
             assert_eq!(z.count, z.runs.iter().map(Vec::len).sum::<usize>());
+            if step % 997 == 0 && z.runs.len() > 1 {
+                runs_read_as_one_slice(&mut z, &sorted(&model), x);
+            }
             match step % 5000 {
-                // A read joins the runs; the next writes split them again.
+                // Joined (as the tests read them); the next writes split them again.
                 1234 => assert_eq!(z.entries(), sorted(&model)),
                 // Removals keep the table and the order.
                 4321 => {
@@ -1461,7 +1720,27 @@ mod tests {
         assert!(deltas > 2000, "{deltas} deltas");
         assert!(most_runs > 4, "1,500 members were written in runs");
         assert!(z.runs.len() > 1);
-        let want = sorted(&model);
+        runs_read_as_one_slice(&mut z, &sorted(&model), x);
+        // Taking ranges and members out of the runs, against the model.
+        let mut want = sorted(&model);
+        for (at, len) in [(0, 3), (700, 300), (usize::MAX, 5), (0, 1)] {
+            let at = at.min(want.len() - len); // MAX: the last ones
+            assert_eq!(
+                z.take_range(at..at + len),
+                want.drain(at..at + len).collect::<Vec<_>>()
+            );
+            assert_eq!(z.view().len(), want.len());
+        }
+        let gone: Vec<Bytes> = [10, 500, 10, 900]
+            .iter()
+            .map(|&i| want[i].1.clone())
+            .collect();
+        assert_eq!(z.remove_members(&gone), 3, "a member named twice goes once");
+        want.retain(|(_, m)| !gone.contains(m));
+        assert_eq!(Items::len(&z), want.len());
+        assert!(z.runs.len() > 1);
+        runs_read_as_one_slice(&mut z, &want, x);
+        assert!(z.runs.len() > 1);
         assert_eq!(z.encode_with(encode_zset), encode_zset(&want));
         assert_eq!(z.entries(), want);
         assert_eq!(z.runs.len(), 1, "read as one slice");
