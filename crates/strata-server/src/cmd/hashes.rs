@@ -257,7 +257,13 @@ pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 async fn field_parts(ctx: &mut Ctx<'_>, a: &[Bytes], names: bool) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let part = |f: &Owned| if names { f.name.clone() } else { f.value.clone() };
+        let part = |f: &Owned| {
+            if names {
+                f.name.clone()
+            } else {
+                f.value.clone()
+            }
+        };
         h.items().iter().map(|f| Reply::Bulk(part(f))).collect()
     });
     if let Some(r) = live {
