@@ -514,7 +514,11 @@ pub(crate) fn peek(core: &Core, key: &Key) -> Option<Option<(Kind, u64)>> {
 /// The current value of `key` (its stripe lock held) if one can be made live without
 /// waiting: `Some(None)` if the key holds nothing, `None` if it is cold.
 #[allow(clippy::type_complexity)]
-fn adoptable(core: &Core, key: &Key, now: u64) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
+pub(crate) fn adoptable(
+    core: &Core,
+    key: &Key,
+    now: u64,
+) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
     if let Some(known) = writeback::current_locked(core, key, now)? {
         return Ok(Some(known));
     }

@@ -686,16 +686,9 @@ fn expiry_back_locked<R>(
     if let Some(done) = crate::live::expiry_locked(core, key, now, |e| f(Some(e)))? {
         return Ok(Some(done));
     }
-    let known = match writeback::current_locked(core, key, now)? {
-        Some(known) => known,
-        // Only the warm store knows: one read of it, unless the value is cold.
-        None => match core.lookup(key, true)?.filter(|s| s.is_live(now)) {
-            None => None,
-            Some(s) => match s.loc {
-                Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
-                _ => return Ok(None),
-            },
-        },
+    // DRAM's or write-back's value, else one read of the warm store; a cold value is not.
+    let Some(known) = crate::live::adoptable(core, key, now)? else {
+        return Ok(None);
     };
     let (new, out) = f(known.as_ref().map(|k| k.1));
     let Some(new) = new else {
