@@ -124,7 +124,7 @@ TYPE_TESTS = {
 
 # The large-collection rows: writes of one member at a time into a hash, a set, a sorted
 # set and a list of BIG_MEMBERS members each (`fill_big`), as a leaderboard, a large
-# feature hash or a queue is written: with `durability=group` beside `appendfsync always` (each command's commit)
+# feature hash or a queue is written, and reads of a few members (samples, scan pages): with `durability=group` beside `appendfsync always` (each command's commit)
 # and with `none` beside persistence off.
 BIG_MEMBERS = 1_000_000
 BIG_TESTS = {
@@ -132,14 +132,23 @@ BIG_TESTS = {
     "saddbig": ["SADD", "bigs", "m__rand_int__"],
     "zaddbig": ["ZADD", "bigz", "__rand_int__", "m__rand_int__"],
     "lpushbig": ["LPUSH", "bigl", "v__rand_int__"],
+    # Reads of a few members of them, and pops.
+    "spopbig": ["SPOP", "bigs"],
+    "srandbig": ["SRANDMEMBER", "bigs", "5"],
+    "hrandbig": ["HRANDFIELD", "bigh", "5", "WITHVALUES"],
+    "zrandbig": ["ZRANDMEMBER", "bigz", "5"],
+    "hscanbig": ["HSCAN", "bigh", "0"],
+    "sscanbig": ["SSCAN", "bigs", "0", "COUNT", "20"],
 }
+BIG_READS = {"srandbig", "hrandbig", "zrandbig", "hscanbig", "sscanbig"}
 
 
 # The paired rows: two redis-benchmark processes at once, half the clients each, sending
 # two commands of one pattern over the same keys (as a client's pipeline interleaves them):
 # a feature store's `HSET` then `EXPIRE` of 1,000 hashes of 100 fields (`fill_entities`), a
-# rate limiter's `INCR` then `EXPIRE`, and a leaderboard's `ZADD` beside its reads (top ten,
-# a member's rank) on the large sorted set of `fill_big`.
+# rate limiter's `INCR` then `EXPIRE`, a leaderboard's `ZADD` beside its reads (top ten,
+# a member's rank) on the large sorted set of `fill_big`, and members and fields that come
+# and go (`SADD` beside `SREM`, `HSET` beside `HDEL`) in its large set and hash.
 PAIR_TESTS = {
     "hsetexpire": (["HSET", "ent:__rand_int__", "f5", "v"], ["EXPIRE", "ent:__rand_int__", "3600"]),
     "increxpire": (["INCR", "rl:__rand_int__"], ["EXPIRE", "rl:__rand_int__", "60"]),
@@ -147,9 +156,13 @@ PAIR_TESTS = {
                 ["ZREVRANGE", "bigz", "0", "9", "WITHSCORES"]),
     "zaddrank": (["ZADD", "bigz", "__rand_int__", "m__rand_int__"],
                  ["ZREVRANK", "bigz", "m__rand_int__"]),
+    "saddsrem": (["SADD", "bigs", "m__rand_int__"], ["SREM", "bigs", "m__rand_int__"]),
+    "hsethdel": (["HSET", "bigh", "f__rand_int__", "v"], ["HDEL", "bigh", "f__rand_int__"]),
 }
+# The pairs that write into `fill_big`'s collections, and which of them only its sorted set.
+PAIR_BIG = {"zaddtop": "zset", "zaddrank": "zset", "saddsrem": "all", "hsethdel": "all"}
 PAIR_KEYSPACE = {"hsetexpire": TYPE_KEYSPACE, "increxpire": 100_000,
-                 "zaddtop": BIG_MEMBERS, "zaddrank": BIG_MEMBERS}
+                 **{t: BIG_MEMBERS for t in PAIR_BIG}}
 
 
 def fill_entities(port):
@@ -310,7 +323,8 @@ def redis_rows(quick):
         for clients, pipeline in [(50, 1), (1, 1)]:
             rows.append(("none", test, 3, clients, pipeline))
     for test in BIG_TESTS:
-        for durability in ["group", "none"]:
+        # A read commits nothing: `durability` does not matter to it.
+        for durability in ["group", "none"] if test not in BIG_READS else ["none"]:
             for clients, pipeline in [(50, 1), (50, 16)]:
                 rows.append((durability, test, 3, clients, pipeline))
     for test in PAIR_TESTS:
@@ -338,10 +352,11 @@ def run_redis(old, new, rounds, requests, results, tests):
                     if any(x[1] == "hsetexpire" for x in rows):
                         fill_entities(servers[label][1])
                     big = [x[1] for x in rows if x[0] == durability
-                           and (x[1] in BIG_TESTS or x[1] in ("zaddtop", "zaddrank"))]
+                           and (x[1] in BIG_TESTS or x[1] in PAIR_BIG)]
                     if big:
                         log(f"[redis round {r + 1}/{rounds}] {label}: filling the large collections")
-                        fill_big(servers[label][1], zset_only=not set(big) & set(BIG_TESTS))
+                        zset_only = all(PAIR_BIG.get(t) == "zset" for t in big)
+                        fill_big(servers[label][1], zset_only=zset_only)
                 filled = None
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row

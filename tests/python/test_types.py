@@ -661,7 +661,8 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
     (`group`) or flush tick (`none`) log only the items changed (a delta after the value
     logged whole once), not the whole value again; the hot log is compacted and settled in
     between, and after a SIGKILL every acknowledged change is there (with `none`, once its
-    tick passed), hash fields in their order."""
+    tick passed), list elements in their order (a large hash's fields in any: a removal
+    moves its last field into the gap, as Redis's table keeps no order either)."""
     import random
 
     settings = {"hot_bytes_max": "4MiB", "background_interval_ms": 50, "durability": durability}
@@ -741,7 +742,7 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
             r.srem("gone", f"g{i}")
         assert len(r.spop("gone", 195)) == 195 and not r.exists("gone")
         after = r.info("strata")
-        assert list(r.hgetall("h").items()) == list(hash_model.items())
+        assert r.hgetall("h") == hash_model
         assert r.lrange("l", 0, -1) == list_model
         deltas = after["live_deltas"] - before.get("live_deltas", 0)
         assert deltas > (500 if durability == "group" else 20), after
@@ -753,7 +754,7 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
     p = StrataProcess(settings, data_dir=str(tmp_path))
     try:
         r = p.client(decode_responses=True)
-        assert list(r.hgetall("h").items()) == list(hash_model.items())
+        assert r.hgetall("h") == hash_model
         assert r.smembers("s") == set_model and not r.exists("gone")
         assert r.lrange("l", 0, -1) == list_model
         assert r.zrange("z", 0, -1, withscores=True) == sorted(
@@ -901,3 +902,97 @@ def test_leaderboard_reads_use_the_live_sorted_set_without_folding_it(strata):
     # members' worth at a large leaderboard); now a few folds at most (the flush ticks').
     assert after["live_folds"] - before["live_folds"] < 40, (before, after)
     assert after["live_reads"] - before["live_reads"] >= 300 * 6, (before, after)
+
+
+def test_scans_of_large_hashes_and_sets_page_by_count_while_members_come_and_go(strata):
+    """`HSCAN` and `SSCAN` of a large hash or set answer about `COUNT` items a page (not the
+    whole value at once), from its live value; a walk meets every field and member held from
+    its first page to its last while others are removed and added between pages (Redis's
+    promise), with their values. A small value comes in one page, as Redis's compact
+    encodings do. Removals (`HDEL`, `SREM`, `SPOP`, `SMOVE`) of a large live value keep
+    every other member findable."""
+    import random
+
+    rng = random.Random(7)
+    r = strata.client(decode_responses=True)
+    r.hset("h", mapping={f"f{i}": f"v{i}" for i in range(5000)})
+    r.sadd("s", *[f"m{i}" for i in range(5000)])
+    hash_model = {f"f{i}": f"v{i}" for i in range(5000)}
+    set_model = {f"m{i}" for i in range(5000)}
+    held_fields = {f"f{i}" for i in range(5000) if i % 4}
+    held_members = {f"m{i}" for i in range(5000) if i % 4}
+
+    def walk(scan, count, churn):
+        cursor, seen, pages = 0, {}, 0
+        while True:
+            cursor, items = scan(cursor, count)
+            cursor = int(cursor)
+            assert len(items) <= count, (len(items), count)
+            seen.update(items if isinstance(items, dict) else dict.fromkeys(items))
+            pages += 1
+            churn()
+            if cursor == 0:
+                return seen, pages
+
+    def churn_hash():
+        for _ in range(10):
+            n = rng.randrange(7000)
+            name = f"f{n}"
+            if name in held_fields:
+                continue
+            if rng.random() < 0.5:
+                assert r.hdel("h", name) == (hash_model.pop(name, None) is not None)
+            else:
+                r.hset("h", name, f"w{n}")
+                hash_model[name] = f"w{n}"
+
+    live_reads = int(r.info("strata")["live_reads"])
+    seen, pages = walk(lambda c, n: r.hscan("h", c, count=n), 50, churn_hash)
+    assert pages >= 5000 // 50, pages
+    assert int(r.info("strata")["live_reads"]) >= live_reads + pages - 2, "pages read live"
+    assert held_fields <= seen.keys()
+    assert all(seen[f] == hash_model[f] for f in held_fields)
+    assert r.hgetall("h") == hash_model
+
+    def churn_set():
+        for _ in range(10):
+            m = f"m{rng.randrange(7000)}"
+            if m in held_members:
+                continue
+            op = rng.randrange(4)
+            if op == 0:
+                assert r.srem("s", m) == (m in set_model)
+                set_model.discard(m)
+            elif op == 1:
+                assert r.smove("s", "elsewhere", m) == (m in set_model)
+                set_model.discard(m)
+            else:
+                assert r.sadd("s", m) == (m not in set_model)
+                set_model.add(m)
+
+    seen, pages = walk(lambda c, n: r.sscan("s", c, count=n), 80, churn_set)
+    assert pages >= 5000 // 80, pages
+    assert held_members <= seen.keys()
+    assert r.smembers("s") == set_model
+    # A pattern filters a page; NOVALUES leaves the values out.
+    cursor, fields = r.hscan("h", 0, match="f4*", count=2000, no_values=True)
+    assert fields and all(f.startswith("f4") for f in fields) and int(cursor) != 0
+    # Pops and removals of many keep the rest findable.
+    popped = r.spop("s", 300)
+    set_model -= set(popped)
+    assert len(popped) == 300 and r.scard("s") == len(set_model)
+    gone = rng.sample(sorted(set_model), 500)
+    assert r.srem("s", *gone) == 500
+    set_model -= set(gone)
+    assert all(r.smismember("s", sorted(set_model)[:2000]))
+    assert r.smembers("s") == set_model
+    # A small value: one page whatever the count.
+    r.hset("small", mapping={f"x{i}": i for i in range(20)})
+    cursor, fields = r.hscan("small", 0, count=1)
+    assert int(cursor) == 0 and len(fields) == 20
+    # Bad options, as Redis words them.
+    with pytest.raises(redis.ResponseError, match="invalid cursor"):
+        r.execute_command("HSCAN", "h", "x")
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.execute_command("SSCAN", "s", "0", "COUNT", "0")
+

@@ -9,8 +9,8 @@ use strata_resp::Reply;
 
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    bulk, corrupt, matches, random_args, random_positions, read_kind_with, read_live, reply,
-    scan_options, scan_reply, write_items, write_items_whole, Codec, Indexed, Named,
+    corrupt, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
+    scan_reply, write_items, write_items_whole, Codec, Indexed, Named, ScanOptions,
 };
 use super::{not_integer, parse_int, wrong_args, Ctx};
 
@@ -305,7 +305,7 @@ pub(crate) async fn hdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let names: Vec<Bytes> = a[2..].to_vec();
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
-        let removed = fields.retain(|f| !names.contains(&f.name));
+        let removed = fields.remove_named(names.iter().map(|n| &n[..]));
         Ok((removed > 0, removed as i64))
     })
     .await;
@@ -373,48 +373,85 @@ pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Err(r) => return r,
     };
     let resp3 = ctx.conn.proto == 3;
-    let r = with_fields(ctx, a, move |fields, _| {
+    // The field at a position, as (name, value).
+    let pick = |len: usize, at: &dyn Fn(usize) -> (Bytes, Bytes)| {
         let Some(count) = count else {
-            return match fields.len() {
+            return match len {
                 0 => Reply::Null,
-                n => bulk(fields[random_positions(n, -1)[0]].name),
+                n => Reply::Bulk(at(random_positions(n, -1)[0]).0),
             };
         };
-        let picked = random_positions(fields.len(), count);
-        let items = picked.into_iter().map(|i| &fields[i]);
+        let items = random_positions(len, count).into_iter().map(at);
         match (with_values, resp3) {
-            (false, _) => Reply::Array(items.map(|f| bulk(f.name)).collect()),
-            (true, false) => {
-                Reply::Array(items.flat_map(|f| [bulk(f.name), bulk(f.value)]).collect())
-            }
+            (false, _) => Reply::Array(items.map(|(n, _)| Reply::Bulk(n)).collect()),
+            (true, false) => Reply::Array(
+                items
+                    .flat_map(|(n, v)| [Reply::Bulk(n), Reply::Bulk(v)])
+                    .collect(),
+            ),
             (true, true) => Reply::Array(
                 items
-                    .map(|f| Reply::Array(vec![bulk(f.name), bulk(f.value)]))
+                    .map(|(n, v)| Reply::Array(vec![Reply::Bulk(n), Reply::Bulk(v)]))
                     .collect(),
             ),
         }
-    })
-    .await;
-    reply(r, |r| r)
+    };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<HashCodec, _>(ctx, &key, |h| {
+        let fields = h.items();
+        pick(fields.len(), &|i| {
+            (fields[i].name.clone(), fields[i].value.clone())
+        })
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
+    let r = with_fields_at(ctx, &key, |fields, v| {
+        pick(fields.len(), &|i| {
+            (v.cut(fields[i].name), v.cut(fields[i].value))
+        })
+    });
+    reply(r.await, |r| r)
 }
 
-/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`: every field in one page.
+/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`: a page of fields, from the live
+/// hash when there is one (a scan reads its key again and again, which makes it live).
 pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let (pattern, values) = match scan_options(a, true) {
+    let o = match scan_options(a, true) {
         Ok(o) => o,
         Err(r) => return r,
     };
-    let r = with_fields(ctx, a, move |fields, _| {
-        let mut out = Vec::new();
-        for f in fields.iter().filter(|f| matches(&pattern, f.name)) {
-            out.push(bulk(f.name));
-            if values {
-                out.push(bulk(f.value));
-            }
-        }
-        scan_reply(out)
+    let now = ctx.shared.engine.now_ms();
+    let key = ctx.key(&a[1]);
+    let live = read_live::<HashCodec, _>(ctx, &key, |h| {
+        let (page, next) = o.page(h.items());
+        let fields = page.iter().filter(|f| f.field().is_live(now));
+        hscan_page(&o, next, fields.map(|f| (f.name.clone(), f.value.clone())))
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
+    let r = with_fields_at(ctx, &key, |fields, v| {
+        let (page, next) = o.page(fields);
+        hscan_page(
+            &o,
+            next,
+            page.iter().map(|f| (v.cut(f.name), v.cut(f.value))),
+        )
     });
     reply(r.await, |r| r)
+}
+
+/// An `HSCAN` reply: the page's fields that pass the pattern, then the cursor to go on with.
+fn hscan_page(o: &ScanOptions, next: u64, fields: impl Iterator<Item = (Bytes, Bytes)>) -> Reply {
+    let mut out = Vec::new();
+    for (name, value) in fields.filter(|(name, _)| o.matches(name)) {
+        out.push(Reply::Bulk(name));
+        if o.values {
+            out.push(Reply::Bulk(value));
+        }
+    }
+    scan_reply(next, out)
 }
 
 // Field expiry (Redis 7.4's `HEXPIRE` family): each field carries its own expiry in the

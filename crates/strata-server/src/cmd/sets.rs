@@ -10,8 +10,8 @@ use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
-    bulk, matches, pop_count, random_args, random_positions, read_items, read_kind, read_live,
-    read_members, reply, scan_options, scan_reply, store_items, write_items, SetCodec,
+    pop_count, random_args, random_positions, read_items, read_kind, read_live, read_members,
+    reply, scan_options, scan_reply, store_items, write_items, SetCodec,
 };
 use super::{engine_error, lower, parse_int, syntax_error, Ctx};
 
@@ -39,7 +39,7 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let gone: HashSet<Bytes> = a[2..].iter().cloned().collect();
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
-        let removed = members.retain(|m| !gone.contains(m));
+        let removed = members.remove_named(gone.iter().map(|m| &m[..]));
         Ok((removed > 0, removed as i64))
     });
     reply(r.await, Reply::Integer)
@@ -118,8 +118,7 @@ pub(crate) async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let r = read_items::<SetCodec>(ctx, &a[1]).await;
-    reply(r, |members| match count {
+    let pick = |members: &[Bytes]| match count {
         None if members.is_empty() => Reply::Null,
         None => Reply::Bulk(members[random_positions(members.len(), -1)[0]].clone()),
         Some(n) => Reply::Array(
@@ -128,24 +127,39 @@ pub(crate) async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 .map(|i| Reply::Bulk(members[i].clone()))
                 .collect(),
         ),
-    })
+    };
+    let key = ctx.key(&a[1]);
+    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| pick(m.items())) {
+        return reply(r, |r| r);
+    }
+    let r = read_items::<SetCodec>(ctx, &a[1]).await;
+    reply(r, |members| pick(&members))
 }
 
+/// `SSCAN key cursor [MATCH pattern] [COUNT n]`: a page of members, from the live set when
+/// there is one (a scan reads its key again and again, which makes it live).
 pub(crate) async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let (pattern, _) = match scan_options(a, false) {
+    let o = match scan_options(a, false) {
         Ok(o) => o,
         Err(r) => return r,
     };
-    let r = read_items::<SetCodec>(ctx, &a[1]).await;
-    reply(r, |members| {
-        scan_reply(
-            members
-                .iter()
-                .filter(|m| matches(&pattern, m))
-                .map(|m| bulk(m))
-                .collect(),
-        )
+    let page = |members: &mut dyn Iterator<Item = Bytes>, next: u64| {
+        let out = members.filter(|m| o.matches(m)).map(Reply::Bulk).collect();
+        scan_reply(next, out)
+    };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<SetCodec, _>(ctx, &key, |m| {
+        let (members, next) = o.page(m.items());
+        page(&mut members.iter().cloned(), next)
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
+    read_members::<false>(ctx, &a[1], |m, v| {
+        let (members, next) = o.page(m);
+        page(&mut members.iter().map(|m| v.cut(m)), next)
     })
+    .await
 }
 
 /// How several sets combine.
@@ -285,7 +299,7 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
     let m = member.clone();
     let moved = write_items::<SetCodec, _>(ctx, &src, move |members| {
-        let removed = members.retain(|x| *x != m) > 0;
+        let removed = members.remove_named([&m[..]]) > 0;
         Ok((removed, removed))
     })
     .await;

@@ -277,8 +277,8 @@ impl Named for Bytes {
 
 /// Items looked up by name: compared one by one, or through a table from name to position
 /// once a value is looked up again (a live value, kept between commands) and holds more
-/// than [`LINEAR_ITEMS_MAX`] items. The table holds while items are only appended or
-/// changed in place ([`Indexed::push`], [`Indexed::get_mut`]); removals drop it. Changes
+/// than [`LINEAR_ITEMS_MAX`] items. The table holds through appends, changes in place and
+/// removals ([`Indexed::push`], [`Indexed::get_mut`], [`Indexed::remove`]). Changes
 /// are noted by name ([`Touched`]), so a large value's few changes are logged as a delta.
 pub(crate) struct Indexed<I> {
     items: Vec<I>,
@@ -304,6 +304,15 @@ pub(crate) fn table_due(len: usize, lookups: &mut u32) -> bool {
 impl<I: Named> Indexed<I> {
     /// Where the item named `name` is.
     pub(crate) fn position(&mut self, name: &[u8]) -> Option<usize> {
+        self.index_when_due();
+        match &self.index {
+            Some(index) => index.get(name).copied(),
+            None => self.items.iter().position(|i| &i.name()[..] == name),
+        }
+    }
+
+    /// Builds the table from name to position when [`table_due`] says so.
+    fn index_when_due(&mut self) {
         if self.index.is_none() && table_due(self.items.len(), &mut self.lookups) {
             let mut index =
                 HashMap::with_capacity_and_hasher(self.items.len(), ahash::RandomState::new());
@@ -311,10 +320,6 @@ impl<I: Named> Indexed<I> {
                 index.insert(item.name().clone(), i);
             }
             self.index = Some(index);
-        }
-        match &self.index {
-            Some(index) => index.get(name).copied(),
-            None => self.items.iter().position(|i| &i.name()[..] == name),
         }
     }
 
@@ -337,29 +342,38 @@ impl<I: Named> Indexed<I> {
         &mut self.items[i]
     }
 
-    /// Removes the items `keep` refuses, keeping the others' order; how many went.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&I) -> bool) -> usize {
-        let (before, touched) = (self.items.len(), &mut self.touched);
-        self.items.retain(|i| {
-            let k = keep(i);
-            if !k {
-                touched.removed(i.name(), before);
-            }
-            k
-        });
-        let gone = before - self.items.len();
-        if gone > 0 {
-            self.index = None;
-        }
-        gone
-    }
-
-    /// Removes and returns the item at `i`.
+    /// Removes and returns the item at `i`. With a table (a large live value), the last item
+    /// takes its place, so a removal costs a lookup, not a shift of every item after it and a
+    /// new table; without one, the others keep their order. Either way no item moves to a
+    /// later position: what [`ScanOptions::page`] relies on.
     pub(crate) fn remove(&mut self, i: usize) -> I {
-        self.index = None;
-        let item = self.items.remove(i);
+        self.index_when_due();
+        let item = match &mut self.index {
+            Some(index) => {
+                let item = self.items.swap_remove(i);
+                index.remove(item.name());
+                if let Some(moved) = self.items.get(i) {
+                    index.insert(moved.name().clone(), i);
+                }
+                item
+            }
+            None => self.items.remove(i),
+        };
         self.touched.removed(item.name(), self.items.len());
         item
+    }
+
+    /// Removes the items named in `names` (each found through [`Indexed::position`]); how
+    /// many there were.
+    pub(crate) fn remove_named<'n>(&mut self, names: impl IntoIterator<Item = &'n [u8]>) -> usize {
+        let mut gone = 0;
+        for name in names {
+            if let Some(i) = self.position(name) {
+                self.remove(i);
+                gone += 1;
+            }
+        }
+        gone
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -816,12 +830,30 @@ pub(crate) fn random_positions(len: usize, count: i64) -> Vec<usize> {
             .map(|i| (random_u64(i) % len as u64) as usize)
             .collect();
     }
-    let mut idx: Vec<usize> = (0..len).collect();
-    for i in (1..len).rev() {
-        idx.swap(i, (random_u64(i as u64) % (i as u64 + 1)) as usize);
+    let count = (count as u64).min(len as u64) as usize;
+    let below = |n: usize, salt: usize| (random_u64(salt as u64) % n as u64) as usize;
+    if count.saturating_mul(4) >= len {
+        let mut idx: Vec<usize> = (0..len).collect();
+        for i in (1..len).rev() {
+            idx.swap(i, below(i + 1, i));
+        }
+        idx.truncate(count);
+        return idx;
     }
-    idx.truncate(count as usize);
-    idx
+    // A few of many (`SPOP`, `SRANDMEMBER 5` of a million): Floyd's sampling, distinct
+    // positions in `count` steps, then shuffled.
+    let mut picked = std::collections::HashSet::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
+    for j in len - count..len {
+        let t = below(j + 1, j);
+        let p = if picked.insert(t) { t } else { j };
+        picked.insert(p);
+        out.push(p);
+    }
+    for i in (1..out.len()).rev() {
+        out.swap(i, below(i + 1, i));
+    }
+    out
 }
 
 /// A random number for the commands that pick at random (`HRANDFIELD`, `SPOP`): not for
@@ -831,48 +863,90 @@ pub(crate) fn random_u64(counter: u64) -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(counter)
 }
 
-/// The options of a `*SCAN` over one value (`HSCAN`, `SSCAN`, `ZSCAN`): the pattern, and
-/// whether values are left out (`NOVALUES`, where `novalues` is allowed).
-pub(crate) fn scan_options(a: &[Bytes], novalues: bool) -> Result<(Option<Bytes>, bool), Reply> {
+/// A `*SCAN` over one value (`HSCAN`, `SSCAN`, `ZSCAN`): where it goes on from, its
+/// `COUNT`, its `MATCH` pattern, and whether values are left out (`NOVALUES`).
+pub(crate) struct ScanOptions {
+    pub(crate) cursor: u64,
+    pub(crate) count: usize,
+    pub(crate) pattern: Option<Bytes>,
+    pub(crate) values: bool,
+}
+
+/// `COUNT` when none is given, as in Redis.
+const SCAN_COUNT_DEFAULT: usize = 10;
+
+/// Values of up to this many items are answered in one page whatever the `COUNT` (Redis
+/// does so for its compact encodings, up to 128 entries by default).
+const SCAN_WHOLE_MAX: usize = 128;
+
+/// The options of a `*SCAN` over one value; `NOVALUES` where `novalues` allows it.
+pub(crate) fn scan_options(a: &[Bytes], novalues: bool) -> Result<ScanOptions, Reply> {
     use super::{lower, not_integer, parse_int, syntax_error};
-    if std::str::from_utf8(&a[2])
+    let Some(cursor) = std::str::from_utf8(&a[2])
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .is_none()
-    {
+    else {
         return Err(Reply::err("ERR invalid cursor"));
-    }
-    let mut pattern = None;
-    let mut values = true;
+    };
+    let mut o = ScanOptions {
+        cursor,
+        count: SCAN_COUNT_DEFAULT,
+        pattern: None,
+        values: true,
+    };
     let mut i = 3;
     while i < a.len() {
         match lower(&a[i]).as_str() {
             "match" if i + 1 < a.len() => {
-                pattern = Some(a[i + 1].clone());
+                o.pattern = Some(a[i + 1].clone());
                 i += 2;
             }
             "count" if i + 1 < a.len() => {
-                match parse_int(&a[i + 1]) {
-                    Some(n) if n >= 1 => {}
+                o.count = match parse_int(&a[i + 1]) {
+                    Some(n) if n >= 1 => n as usize,
                     Some(_) => return Err(syntax_error()),
                     None => return Err(not_integer()),
-                }
+                };
                 i += 2;
             }
             "novalues" if novalues => {
-                values = false;
+                o.values = false;
                 i += 1;
             }
             _ => return Err(syntax_error()),
         }
     }
-    Ok((pattern, values))
+    Ok(o)
 }
 
-/// A `*SCAN` reply: the whole value in one page (cursor 0), which keeps `SCAN`'s promise.
-pub(crate) fn scan_reply(items: Vec<Reply>) -> Reply {
+impl ScanOptions {
+    /// The page of `items` this scan answers with, and the cursor to go on with (0: the
+    /// walk is over). A value of up to [`SCAN_WHOLE_MAX`] items is one page; a larger one
+    /// is walked by position, about `count` at a time, last first. Items join a collection
+    /// at its end and a removal moves none to a later position ([`Indexed::remove`]), so an item held from a walk's first page to its last is on one
+    /// of them, as Redis promises; one may come twice.
+    pub(crate) fn page<'i, T>(&self, items: &'i [T]) -> (&'i [T], u64) {
+        if items.len() <= SCAN_WHOLE_MAX {
+            return (items, 0);
+        }
+        let end = match self.cursor {
+            0 => items.len(),
+            c => usize::try_from(c).unwrap_or(usize::MAX).min(items.len()),
+        };
+        let start = end.saturating_sub(self.count);
+        (&items[start..end], start as u64)
+    }
+
+    /// Whether `name` passes the `MATCH` pattern.
+    pub(crate) fn matches(&self, name: &[u8]) -> bool {
+        matches(&self.pattern, name)
+    }
+}
+
+/// A `*SCAN` reply: a page of items and the cursor that goes on from it.
+pub(crate) fn scan_reply(cursor: u64, items: Vec<Reply>) -> Reply {
     Reply::Array(vec![
-        Reply::bulk(Bytes::from_static(b"0")),
+        Reply::bulk(Bytes::from(cursor.to_string())),
         Reply::Array(items),
     ])
 }
@@ -1046,6 +1120,7 @@ pub(crate) fn keys_then_timeout(a: &[Bytes]) -> Result<(Vec<Bytes>, Option<Durat
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     /// The next number of a seeded pseudo-random sequence (a linear congruential step).
     pub(crate) fn next_random(x: u64) -> u64 {
@@ -1066,17 +1141,12 @@ pub(crate) mod tests {
         by_table.push(name(100));
         assert!(by_table.index.is_some());
         let mut by_comparing = Indexed::from_vec(by_table.items().to_vec());
-        assert_eq!(by_table.retain(|m| &m[..] != b"gone"), 0);
-        assert!(
-            by_table.index.is_some(),
-            "a retain that removes nothing keeps the table"
-        );
+        assert_eq!(by_table.remove_named([&b"gone"[..]]), 0);
         by_table.push(name(200));
-        assert_eq!(by_table.retain(|m| *m != name(200)), 1);
-        assert!(by_table.index.is_none(), "a removal drops the table");
+        assert_eq!(by_table.remove_named([&name(200)[..]]), 1);
+        assert!(by_table.index.is_some(), "a removal keeps the table");
         assert_eq!(by_table.position(b"m1"), Some(1));
         assert_eq!(by_table.position(b"m2"), Some(2));
-        assert!(by_table.index.is_some());
         for i in 0..110 {
             let n = format!("m{i}");
             let want = (i <= 100).then_some(i);
@@ -1091,6 +1161,112 @@ pub(crate) mod tests {
             assert!(small.contains(b"m3") && !small.contains(b"x"));
         }
         assert!(small.index.is_none());
+    }
+
+    #[test]
+    fn random_positions_are_distinct_in_range_and_even() {
+        for (len, count) in [(1000, 5), (1000, 300), (1000, 900), (10, 20), (1, 1)] {
+            let p = random_positions(len, count);
+            assert_eq!(p.len(), (count as usize).min(len));
+            assert!(p.iter().all(|&i| i < len));
+            assert_eq!(p.iter().collect::<HashSet<_>>().len(), p.len(), "distinct");
+        }
+        // A few of many, as SPOP and SRANDMEMBER take them: every position as likely.
+        let mut hits = [0u32; 20];
+        for _ in 0..20_000 {
+            for i in random_positions(20, 2) {
+                hits[i] += 1;
+            }
+        }
+        assert!(hits.iter().all(|&h| (1600..2400).contains(&h)), "{hits:?}");
+        assert_eq!(
+            random_positions(5, -8).len(),
+            8,
+            "a negative count may repeat"
+        );
+    }
+
+    #[test]
+    fn removals_from_a_large_set_keep_its_table_and_move_no_member_later() {
+        let name = |i: u64| Bytes::from(format!("m{i}"));
+        let mut set: Indexed<Bytes> = Items::from_vec((0..2000).map(name).collect());
+        let mut x = 11u64;
+        let mut model: HashSet<Bytes> = (0..2000).map(name).collect();
+        // The table comes with the second lookup.
+        set.position(b"m0");
+        set.position(b"m1");
+        for _ in 0..3000 {
+            x = next_random(x);
+            let m = name((x >> 33) % 2500);
+            let before: HashMap<Bytes, usize> = set
+                .items()
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.clone(), i))
+                .collect();
+            if x.is_multiple_of(3) {
+                let gone = set.remove_named([&m[..]]);
+                assert_eq!(gone == 1, model.remove(&m));
+                assert!(set.index.is_some(), "a removal keeps the table");
+            } else if model.insert(m.clone()) {
+                set.push(m);
+            }
+            for (i, m) in set.items().iter().enumerate() {
+                assert!(
+                    before.get(m).is_none_or(|&was| i <= was),
+                    "{m:?} moved later"
+                );
+            }
+        }
+        assert_eq!(set.len(), model.len());
+        for m in &model {
+            let i = set.position(m).expect("every member is found");
+            assert_eq!(&set.items()[i], m, "the table points at the member");
+        }
+        assert_eq!(set.position(b"absent"), None);
+    }
+
+    #[test]
+    fn a_scan_walk_meets_every_member_held_throughout_while_others_come_and_go() {
+        let name = |i: u64| Bytes::from(format!("m{i}"));
+        let mut set: Indexed<Bytes> = Items::from_vec((0..1000).map(name).collect());
+        set.position(b"m1");
+        let held: HashSet<Bytes> = (0..1000).filter(|i| i % 3 != 0).map(name).collect();
+        let opts = |cursor: u64, count: usize| ScanOptions {
+            cursor,
+            count,
+            pattern: None,
+            values: true,
+        };
+        let (mut x, mut cursor, mut seen, mut pages) = (5u64, 0u64, HashSet::new(), 0);
+        let mut next_name = 1000;
+        loop {
+            let count = 1 + (x % 40) as usize;
+            let (page, next) = opts(cursor, count).page(set.items());
+            assert!(page.len() <= count, "a page holds at most COUNT");
+            seen.extend(page.iter().cloned());
+            pages += 1;
+            // Between pages: members not held throughout leave, new ones come.
+            for _ in 0..20 {
+                x = next_random(x);
+                let m = name((x >> 33) % 1000);
+                if !held.contains(&m) {
+                    set.remove_named([&m[..]]);
+                }
+                set.push(name(next_name));
+                next_name += 1;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        assert!(pages > 20, "{pages} pages");
+        let missed: Vec<&Bytes> = held.difference(&seen).collect();
+        assert!(missed.is_empty(), "missed {missed:?}");
+        // A value of a few items comes whole, with the walk's end.
+        let small: Vec<u64> = (0..SCAN_WHOLE_MAX as u64).collect();
+        assert_eq!(opts(0, 1).page(&small), (&small[..], 0));
     }
 
     /// A stored value kept up to date by the deltas taken from the items (or by their
@@ -1121,6 +1297,19 @@ pub(crate) mod tests {
             }
         }
 
+        /// What is compared: a set's members in sorted order, a list's elements as stored.
+        fn sorted(&self, value: &[u8]) -> Vec<Vec<u8>> {
+            let mut items: Vec<Vec<u8>> = strata_format::members::decode_members(value)
+                .unwrap()
+                .into_iter()
+                .map(<[u8]>::to_vec)
+                .collect();
+            if self.kind == Kind::Set {
+                items.sort_unstable();
+            }
+            items
+        }
+
         /// Taken every few changes, now and then after many (past the note's limit).
         fn at<T: Items<Bytes>>(&mut self, items: &mut T, step: u64) {
             if (step < 10_000 && step.is_multiple_of(7)) || step % 1000 == 999 {
@@ -1135,7 +1324,13 @@ pub(crate) mod tests {
                         whole.clone()
                     }
                 };
-                assert_eq!(self.stored, whole, "step {step}");
+                // A large set's removals move its last member into the gap, which a
+                // replay does not repeat: the same members, maybe in another order.
+                assert_eq!(
+                    self.sorted(&self.stored),
+                    self.sorted(&whole),
+                    "step {step}"
+                );
             }
         }
     }
@@ -1151,7 +1346,7 @@ pub(crate) mod tests {
             let m = name((x >> 33) % 600);
             match (x >> 20) % 4 {
                 0 => {
-                    set.retain(|y| *y != m);
+                    set.remove_named([&m[..]]);
                 }
                 1 if set.len() > 0 => {
                     set.remove(((x >> 40) as usize) % set.len());
