@@ -996,3 +996,61 @@ def test_scans_of_large_hashes_and_sets_page_by_count_while_members_come_and_go(
     with pytest.raises(redis.ResponseError, match="syntax error"):
         r.execute_command("SSCAN", "s", "0", "COUNT", "0")
 
+
+def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
+    """A collection of tens of thousands of members, used every few seconds, stays live (its
+    decode costs milliseconds, a million members tens of them) where a small one is let go
+    after a second unused; past the live values' budget the least recently used goes
+    first, and the other stays; one newly in use takes an idle one's place."""
+
+    def held():
+        return int(r.info("strata")["live_values"])
+
+    def live_reads():
+        return int(r.info("strata")["live_reads"])
+
+    def tick():
+        # A write, so that a commit folds and lets go what is due.
+        r.set("tick", "x")
+        time.sleep(0.3)
+
+    # hot_bytes_max 16 MiB: write-back holds half, live values half of that (4 MiB).
+    p = StrataProcess({"hot_bytes_max": "16MiB"}, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        members = [f"m{i}" for i in range(30_000)]  # about 2.4 MB counted when live
+
+        def fill(key):
+            for i in range(0, len(members), 5000):
+                r.sadd(key, *members[i:i + 5000])
+
+        # Written, both are live.
+        fill("a")
+        r.sadd("small", *members[:50])
+        assert held() == 2
+        time.sleep(1.3)
+        tick()
+        assert held() == 1, "the small set went, the large one stayed"
+        before = live_reads()
+        assert r.sismember("a", "m29999") and r.scard("a") == 30_000
+        assert live_reads() == before + 2, "read from the live set, not decoded again"
+        # A second large set: over the budget, the one used longest ago goes.
+        time.sleep(0.1)
+        fill("b")
+        tick()
+        assert held() == 1
+        before = live_reads()
+        assert r.sismember("b", "m7")
+        assert live_reads() == before + 1, "b is the one live, a was let go"
+        # Read twice running, a is made live again though both do not fit: b, idle
+        # longer, goes at the next fold.
+        time.sleep(0.1)
+        r.sismember("a", "m1")
+        r.sismember("a", "m2")
+        tick()
+        assert held() == 1
+        before = live_reads()
+        assert r.sismember("a", "m3")
+        assert live_reads() == before + 1, "a is live again"
+    finally:
+        p.stop()

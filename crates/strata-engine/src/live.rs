@@ -18,8 +18,10 @@
 //!   [`fold_locked`]).
 //!
 //! Every change happens under the key's stripe lock, and so does every fold. Live values
-//! are bounded by half of write-back's budget (past it, writes go the whole-value way); one
-//! that no command has used for [`IDLE_MS`] is dropped at the next fold.
+//! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
+//! the whole-value way; past the budget the next fold drops the least recently used); one
+//! that no command has used for [`IDLE_MS`] is dropped at the next fold, a large one after
+//! [`LARGE_IDLE_MS`].
 //!
 //! Reads use a live value in place too ([`read_live`]: `SISMEMBER` finds the member
 //! through its table instead of decoding the stored set), and a collection read again soon
@@ -27,7 +29,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -41,9 +43,19 @@ use crate::write::{check_sizes, update, Change};
 use crate::writeback;
 use crate::{Error, Result};
 
-/// A live value no write used for this long is dropped at the next fold (its stored form is
-/// current; the next write decodes it again).
+/// A live value no command used for this long is dropped at the next fold (stored whole
+/// first if its stored form is older), unless it is large ([`LARGE_BYTES_MIN`]).
 pub const IDLE_MS: u64 = 1000;
+
+/// A live value counting this many bytes or more stays for [`LARGE_IDLE_MS`] unused: its
+/// decode costs milliseconds (a million members, tens of them), a lookup in it under a
+/// microsecond, so a collection used every few seconds stays decoded. Few values are this
+/// large, so the folds' pass over the live values stays short.
+pub const LARGE_BYTES_MIN: usize = 1 << 20;
+
+/// How long a large live value stays unused (sooner, least recently used first, when the
+/// live values pass their budget).
+pub const LARGE_IDLE_MS: u64 = 60_000;
 
 /// A decoded collection the server changes in place (see the module doc). Its methods run
 /// under the key's stripe lock: keep them short.
@@ -102,6 +114,9 @@ pub(crate) struct Live {
     held: AtomicUsize,
     stale: AtomicUsize,
     bytes: AtomicUsize,
+    /// Slots held per bucket of the keys' hashes ([`Live::may_hold`]): a write or read of a
+    /// key that has no live value, a string's, skips the map's lock.
+    held_in: Box<[AtomicU32]>,
     /// The reads' doorkeeper: the hash of the last key read with no live value, per
     /// bucket. A read that finds its own key's hash there makes the value live; a key read
     /// once, or among many others, is not decoded for nothing.
@@ -119,6 +134,7 @@ impl Default for Live {
             held: Default::default(),
             stale: Default::default(),
             bytes: Default::default(),
+            held_in: (0..SEEN_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
             seen: (0..SEEN_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             hasher: Default::default(),
         }
@@ -142,7 +158,7 @@ impl Live {
     /// `key`'s value left write-back for the warm store (its stripe lock held): its live
     /// value's next fold is whole.
     pub(crate) fn unbase(&self, key: &Key) {
-        if self.held() != 0 {
+        if self.may_hold(key.stored()) {
             if let Some(s) = self.slots.lock().get_mut(key.stored()) {
                 s.based = false;
             }
@@ -157,7 +173,7 @@ impl Live {
 
     /// Drops `key`'s live value, changed or not (a write replaces it; its stripe lock held).
     pub(crate) fn forget(&self, key: &Key) {
-        if self.held() != 0 {
+        if self.may_hold(key.stored()) {
             self.remove(key.stored());
         }
     }
@@ -166,6 +182,7 @@ impl Live {
         if let Some(mut s) = self.slots.lock().remove(key) {
             self.set_state(&mut s, false, false);
             self.set_bytes(&mut s, 0);
+            self.held_in(key).fetch_sub(1, Ordering::SeqCst);
             self.held.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -193,8 +210,21 @@ impl Live {
         self.set_state(&mut slot, changed, false);
         let bytes = slot.value.bytes();
         self.set_bytes(&mut slot, bytes);
+        self.held_in(key.stored()).fetch_add(1, Ordering::SeqCst);
         self.slots.lock().insert(key.stored().to_vec(), slot);
         self.held.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn held_in(&self, key: &[u8]) -> &AtomicU32 {
+        let h = self.hasher.hash_one(key);
+        &self.held_in[h as usize % SEEN_BUCKETS]
+    }
+
+    /// Whether `key` may have a live value: `false` is sure, and costs a hash, not the
+    /// map's lock. The count rises before a slot goes in and falls after it left, so a
+    /// caller holding the key's stripe lock is never told `false` about a slot there.
+    fn may_hold(&self, key: &[u8]) -> bool {
+        self.held() != 0 && self.held_in(key).load(Ordering::SeqCst) != 0
     }
 
     /// Whether a read of `key` (which has no live value) is the second one running: its
@@ -230,6 +260,15 @@ fn bytes_max(core: &Core) -> usize {
     (core.writeback.bytes_max() / 2) as usize
 }
 
+/// Whether a value of `bytes` may be made live: the live values are under their budget and
+/// it fits in it alone. Past the budget, the next fold lets the least recently used go
+/// ([`fold_all`]), so a large collection newly in use takes the place of ones idle, and
+/// the live values pass their budget by less than one value's bytes, for a tick.
+fn admits(core: &Core, bytes: usize) -> bool {
+    let max = bytes_max(core);
+    core.live.bytes() < max && bytes <= max
+}
+
 /// What a fold must achieve.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fold {
@@ -249,7 +288,7 @@ pub(crate) fn fold_locked(core: &Core, key: &Key, forget: bool) -> Result<bool> 
 /// [`fold_locked`] to `how`'s end.
 fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
     let live = &core.live;
-    if live.held() == 0 {
+    if !live.may_hold(key.stored()) {
         return Ok(false);
     }
     let mut slots = live.slots.lock();
@@ -333,6 +372,9 @@ pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
     if live.stale.load(Ordering::SeqCst) == 0 {
         return Ok(());
     }
+    if !keys.iter().any(|k| live.may_hold(k.stored())) {
+        return Ok(());
+    }
     let changed: Vec<&Key> = {
         let slots = live.slots.lock();
         keys.iter()
@@ -349,25 +391,43 @@ pub(crate) fn fold_keys(core: &Core, keys: &[&Key]) -> Result<()> {
 
 /// Folds every live value to `how`'s end (before the logs are written out: `Logged`;
 /// before an operation on the whole keyspace: `Stored`), and drops those unused for
-/// [`IDLE_MS`] (all unchanged ones while the live values are over their budget), stored
-/// whole first.
+/// [`IDLE_MS`] ([`LARGE_IDLE_MS`] if large) and, while the live values are over their
+/// budget, unchanged ones least recently used first; stored whole first.
 pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
     let live = &core.live;
     if live.held() == 0 {
         return Ok(());
     }
     let now = core.now_ms();
-    let over = live.bytes() > bytes_max(core);
-    let due: Vec<(Vec<u8>, bool)> = live
-        .slots
-        .lock()
-        .iter()
-        .filter_map(|(k, s)| {
-            let idle = !s.changed && (over || now.saturating_sub(s.used_ms) >= IDLE_MS);
-            let due = s.changed || (s.logged && how == Fold::Stored);
-            (due || idle).then(|| (k.clone(), idle))
-        })
-        .collect();
+    let over = live.bytes().saturating_sub(bytes_max(core));
+    let mut due: Vec<(Vec<u8>, bool)> = Vec::new();
+    // Unchanged values that could go, while the live values are over their budget.
+    let mut spare: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+    for (k, s) in live.slots.lock().iter() {
+        let idle_ms = if s.bytes >= LARGE_BYTES_MIN {
+            LARGE_IDLE_MS
+        } else {
+            IDLE_MS
+        };
+        let idle = !s.changed && now.saturating_sub(s.used_ms) >= idle_ms;
+        if idle {
+            due.push((k.clone(), true));
+        } else if s.changed || (s.logged && how == Fold::Stored) {
+            due.push((k.clone(), false));
+        } else if over > 0 {
+            spare.push((s.used_ms, s.bytes, k.clone()));
+        }
+    }
+    // Least recently used first, until the rest fit.
+    spare.sort_unstable_by_key(|s| s.0);
+    let mut freed = 0;
+    for (_, bytes, k) in spare {
+        if freed >= over {
+            break;
+        }
+        freed += bytes;
+        due.push((k, true));
+    }
     for (stored, forget) in due {
         let key = Key::from_stored(&stored)?;
         let _g = core.locks.lock(&key);
@@ -437,7 +497,7 @@ pub(crate) async fn update_live<R>(
                 None => (None, 0),
             };
             let mut obj = decode(value.as_ref())?;
-            if obj.stays() && live.bytes() + obj.bytes() <= bytes_max(core) {
+            if obj.stays() && admits(core, obj.bytes()) {
                 let (changed, out) = f(obj.as_mut())?;
                 if obj.is_empty() {
                     return match changed {
@@ -472,7 +532,7 @@ pub(crate) fn expiry_locked<R>(
     f: impl FnOnce(u64) -> (Option<u64>, R),
 ) -> Result<Option<Written<R>>> {
     let live = &core.live;
-    if live.held() == 0 || !allowed(core) {
+    if !live.may_hold(key.stored()) || !allowed(core) {
         return Ok(None);
     }
     let mut slots = live.slots.lock();
@@ -503,7 +563,7 @@ pub(crate) fn expiry_locked<R>(
 /// `Some(None)` if it expired (the key is gone), `None` if it has no live value.
 pub(crate) fn peek(core: &Core, key: &Key) -> Option<Option<(Kind, u64)>> {
     let live = &core.live;
-    if live.held() == 0 {
+    if !live.may_hold(key.stored()) {
         return None;
     }
     let slots = live.slots.lock();
@@ -566,7 +626,7 @@ fn read_in_place<R>(
     }
     let live = &core.live;
     let now = core.now_ms();
-    if live.held() != 0 {
+    if live.may_hold(key.stored()) {
         if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
             return read_slot(slot, kind, now, f);
         }
@@ -585,7 +645,7 @@ fn read_in_place<R>(
         Some(None) | None => return Ok(None),
     };
     let obj = decode(Some(&value))?;
-    if !obj.stays() || obj.is_empty() || live.bytes() + obj.bytes() > bytes_max(core) {
+    if !obj.stays() || obj.is_empty() || !admits(core, obj.bytes()) {
         return Ok(None);
     }
     live.hold(key, kind, expire_ms, obj, false, now);
