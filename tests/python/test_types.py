@@ -1054,3 +1054,33 @@ def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
         assert live_reads() == before + 1, "a is live again"
     finally:
         p.stop()
+
+
+def test_smove_and_lpos_use_a_large_collections_live_value(strata):
+    """`SMOVE` checks both kinds without reading either set, and `LPOS` searches the live
+    list: neither folds a large live value whole (stores it) nor decodes it per command;
+    replies and errors as Redis gives them."""
+    r = strata.client(decode_responses=True)
+    r.sadd("src", *[f"m{i}" for i in range(5000)])
+    r.rpush("l", *[f"e{i % 2500}" for i in range(5000)])
+    r.set("str", "x")
+    folds = int(r.info("strata")["live_folds"])
+    for i in range(100):
+        assert r.smove("src", "dst", f"m{i}") == 1
+    assert r.smove("src", "dst", "m0") == 0, "moved already"
+    assert r.smove("nope", "dst", "m1") == 0
+    assert r.smove("src", "src", "m300") == 1 and r.smove("src", "src", "m1") == 0
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.smove("src", "str", "m200")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.smove("str", "dst", "m200")
+    assert r.scard("src") == 4900 and r.scard("dst") == 100 and r.sismember("dst", "m99")
+    reads = int(r.info("strata")["live_reads"])
+    assert r.lpos("l", "e2499") == 2499
+    assert r.lpos("l", "e7", rank=-1) == 2507
+    assert r.lpos("l", "e7", count=0) == [7, 2507]
+    assert r.lpos("l", "e7", maxlen=5) is None and r.lpos("l", "absent") is None
+    after = r.info("strata")
+    assert int(after["live_reads"]) >= reads + 4, "LPOS read the live list"
+    # The commits fold each value whole once or so; a fold per SMOVE would be 100.
+    assert int(after["live_folds"]) <= folds + 6, after["live_folds"]

@@ -246,9 +246,10 @@ impl Live {
     /// Forgets every live value (`FLUSHALL`, every stripe locked).
     pub(crate) fn clear(&self) {
         let mut slots = self.slots.lock();
-        for (_, mut s) in slots.drain() {
+        for (k, mut s) in slots.drain() {
             self.set_state(&mut s, false, false);
             self.set_bytes(&mut s, 0);
+            self.held_in(&k).fetch_sub(1, Ordering::SeqCst);
             self.held.fetch_sub(1, Ordering::SeqCst);
         }
     }

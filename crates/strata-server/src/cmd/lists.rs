@@ -279,9 +279,9 @@ pub(crate) async fn lpos(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         i += 2;
     }
     let element = a[2].clone();
-    let r = read_items::<ListCodec>(ctx, &a[1]).await;
-    reply(r, |l| {
-        let len = l.len();
+    // Positions of the element among the list's `len` elements (`is`: whether the one at a
+    // position is it).
+    let find = |len: usize, is: &dyn Fn(usize) -> bool| {
         let scan = if maxlen == 0 {
             len
         } else {
@@ -298,7 +298,7 @@ pub(crate) async fn lpos(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             None => 1,
         };
         let found: Vec<usize> = order
-            .filter(|&j| l[j] == element)
+            .filter(|&j| is(j))
             .skip(rank.unsigned_abs() as usize - 1)
             .take(want)
             .collect();
@@ -313,7 +313,13 @@ pub(crate) async fn lpos(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                     .collect(),
             ),
         }
-    })
+    };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ListCodec, _>(ctx, &key, |l| find(l.len(), &|j| l[j] == element));
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
+    read_members::<true>(ctx, &a[1], |l, _| find(l.len(), &|j| l[j] == &element[..])).await
 }
 
 fn side(b: &[u8]) -> Option<bool> {

@@ -10,10 +10,10 @@ use strata_engine::Kind;
 use strata_resp::Reply;
 
 use super::typed::{
-    pop_count, random_args, random_positions, read_items, read_kind, read_live, read_members,
-    reply, scan_options, scan_reply, store_items, write_items, SetCodec,
+    pop_count, random_args, random_positions, read_items, read_live, read_members, reply,
+    scan_options, scan_reply, store_items, write_items, SetCodec,
 };
-use super::{engine_error, lower, parse_int, syntax_error, Ctx};
+use super::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 
 fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
     Reply::Set(members.into_iter().map(Reply::Bulk).collect())
@@ -282,20 +282,19 @@ pub(crate) async fn sintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 /// checked (`WRONGTYPE`).
 pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let (src, dst, member) = (ctx.key(&a[1]), ctx.key(&a[2]), a[3].clone());
-    match ctx.shared.engine.exists(&src).await {
-        Ok(true) => {}
-        Ok(false) => return Reply::Integer(0),
-        Err(e) => return engine_error(&e),
-    }
-    let src_members = match read_items::<SetCodec>(ctx, &a[1]).await {
-        Ok(m) => m,
-        Err(r) => return r,
+    // Both kinds, without reading either set (a large one is not decoded for this).
+    let engine = &ctx.shared.engine;
+    let kinds = match (engine.kind_of(&src).await, engine.kind_of(&dst).await) {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return engine_error(&e),
     };
-    if let Err(r) = read_kind(ctx, &dst, Kind::Set).await {
-        return r;
+    match kinds {
+        (None, _) => return Reply::Integer(0),
+        (Some(Kind::Set), None | Some(Kind::Set)) => {}
+        _ => return wrong_type(),
     }
     if src == dst {
-        return Reply::Integer(src_members.contains(&member) as i64);
+        return sismember(ctx, &[a[0].clone(), a[1].clone(), member]).await;
     }
     let m = member.clone();
     let moved = write_items::<SetCodec, _>(ctx, &src, move |members| {
