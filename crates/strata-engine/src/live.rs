@@ -221,8 +221,10 @@ impl Live {
     }
 
     /// Whether `key` may have a live value: `false` is sure, and costs a hash, not the
-    /// map's lock. The count rises before a slot goes in and falls after it left, so a
-    /// caller holding the key's stripe lock is never told `false` about a slot there.
+    /// map's lock. [`Live::hold`] raises the counts and [`Live::remove`] lowers them, both
+    /// under the key's stripe lock, so a caller holding it is never told `false` about a
+    /// slot there (one without it may miss a slot going in: its read comes before that
+    /// write, which is not acknowledged yet).
     fn may_hold(&self, key: &[u8]) -> bool {
         self.held() != 0 && self.held_in(key).load(Ordering::SeqCst) != 0
     }
@@ -404,6 +406,7 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
     let mut due: Vec<(Vec<u8>, bool)> = Vec::new();
     // Unchanged values that could go, while the live values are over their budget.
     let mut spare: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+    let mut freed = 0;
     for (k, s) in live.slots.lock().iter() {
         let idle_ms = if s.bytes >= LARGE_BYTES_MIN {
             LARGE_IDLE_MS
@@ -412,6 +415,7 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
         };
         let idle = !s.changed && now.saturating_sub(s.used_ms) >= idle_ms;
         if idle {
+            freed += s.bytes;
             due.push((k.clone(), true));
         } else if s.changed || (s.logged && how == Fold::Stored) {
             due.push((k.clone(), false));
@@ -421,7 +425,6 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
     }
     // Least recently used first, until the rest fit.
     spare.sort_unstable_by_key(|s| s.0);
-    let mut freed = 0;
     for (_, bytes, k) in spare {
         if freed >= over {
             break;

@@ -102,6 +102,7 @@ pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let mut picked = random_positions(members.len(), n as i64);
         picked.sort_unstable();
         let mut popped = Vec::with_capacity(n);
+        members.index_when_due();
         for i in picked.into_iter().rev() {
             popped.push(members.remove(i));
         }

@@ -290,6 +290,10 @@ pub(crate) struct Indexed<I> {
 /// Values up to this many items are searched by comparing names; a table costs more.
 const LINEAR_ITEMS_MAX: usize = 32;
 
+/// Values up to this many items keep their order through removals (Redis keeps hashes of up
+/// to 128 entries in insertion order); larger ones fill a gap with their last item.
+const ORDERED_ITEMS_MAX: usize = 128;
+
 /// Whether a live value of `len` items with no lookup table yet should build one now: it
 /// is past [`LINEAR_ITEMS_MAX`] and this is its second lookup (`lookups` counts them).
 /// `Indexed`'s table and `Scored`'s follow this one rule.
@@ -311,8 +315,9 @@ impl<I: Named> Indexed<I> {
         }
     }
 
-    /// Builds the table from name to position when [`table_due`] says so.
-    fn index_when_due(&mut self) {
+    /// Builds the table from name to position when [`table_due`] says so (each call counts
+    /// as a lookup): before removals by position of a value that may stay live (`SPOP`).
+    pub(crate) fn index_when_due(&mut self) {
         if self.index.is_none() && table_due(self.items.len(), &mut self.lookups) {
             let mut index =
                 HashMap::with_capacity_and_hasher(self.items.len(), ahash::RandomState::new());
@@ -342,22 +347,31 @@ impl<I: Named> Indexed<I> {
         &mut self.items[i]
     }
 
-    /// Removes and returns the item at `i`. With a table (a large live value), the last item
-    /// takes its place, so a removal costs a lookup, not a shift of every item after it and a
-    /// new table; without one, the others keep their order. Either way no item moves to a
-    /// later position: what [`ScanOptions::page`] relies on.
+    /// Removes and returns the item at `i`. A value of up to [`ORDERED_ITEMS_MAX`] items
+    /// keeps the others' order (as Redis's compact encodings do); in a larger one the last
+    /// item takes its place, so a removal costs a lookup in the table, not a shift of every
+    /// item after it. Either way no item moves to a later position: what
+    /// [`ScanOptions::page`] relies on.
     pub(crate) fn remove(&mut self, i: usize) -> I {
-        self.index_when_due();
-        let item = match &mut self.index {
-            Some(index) => {
-                let item = self.items.swap_remove(i);
+        let item = if self.items.len() <= ORDERED_ITEMS_MAX {
+            let item = self.items.remove(i);
+            if let Some(index) = &mut self.index {
                 index.remove(item.name());
-                if let Some(moved) = self.items.get(i) {
-                    index.insert(moved.name().clone(), i);
+                for (j, moved) in self.items.iter().enumerate().skip(i) {
+                    index.insert(moved.name().clone(), j);
                 }
-                item
             }
-            None => self.items.remove(i),
+            item
+        } else {
+            let item = self.items.swap_remove(i);
+            // Without a table, the moved item is found by comparing names.
+            if let Some(index) = &mut self.index {
+                index.remove(item.name());
+                if let Some(at) = self.items.get(i).and_then(|m| index.get_mut(m.name())) {
+                    *at = i;
+                }
+            }
+            item
         };
         self.touched.removed(item.name(), self.items.len());
         item
@@ -840,6 +854,9 @@ pub(crate) fn random_positions(len: usize, count: i64) -> Vec<usize> {
         idx.truncate(count);
         return idx;
     }
+    if count == 1 {
+        return vec![below(len, 0)];
+    }
     // A few of many (`SPOP`, `SRANDMEMBER 5` of a million): Floyd's sampling, distinct
     // positions in `count` steps, then shuffled.
     let mut picked = std::collections::HashSet::with_capacity(count);
@@ -1224,6 +1241,24 @@ pub(crate) mod tests {
             assert_eq!(&set.items()[i], m, "the table points at the member");
         }
         assert_eq!(set.position(b"absent"), None);
+    }
+
+    #[test]
+    fn removals_from_a_value_of_up_to_128_items_keep_the_others_order() {
+        let name = |i: usize| Bytes::from(format!("m{i}"));
+        let mut set: Indexed<Bytes> = Items::from_vec((0..ORDERED_ITEMS_MAX).map(name).collect());
+        set.position(b"m0");
+        set.position(b"m1");
+        assert!(set.index.is_some());
+        assert_eq!(set.remove_named([&b"m0"[..], &b"m50"[..]]), 2);
+        let want: Vec<Bytes> = (1..ORDERED_ITEMS_MAX)
+            .filter(|&i| i != 50)
+            .map(name)
+            .collect();
+        assert_eq!(set.items(), &want[..], "in the order they were added");
+        for (i, m) in want.iter().enumerate() {
+            assert_eq!(set.position(m), Some(i), "the table follows the shift");
+        }
     }
 
     #[test]
