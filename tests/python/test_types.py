@@ -1024,6 +1024,7 @@ def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
             for i in range(0, len(members), 5000):
                 r.sadd(key, *members[i:i + 5000])
 
+        fill("c")  # let go when "a" is written: over the budget, the older goes
         # Written, both are live.
         fill("a")
         r.sadd("small", *members[:50])
@@ -1052,6 +1053,14 @@ def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
         before = live_reads()
         assert r.sismember("a", "m3")
         assert live_reads() == before + 1, "a is live again"
+        # Reads alone (no write, so no commit and no fold): b read twice running is made
+        # live beside a, past the budget; c read twice running then takes a's place.
+        for key in ("b", "b", "c", "c"):
+            r.sismember(key, "m1")
+        assert held() == 2
+        before = live_reads()
+        assert r.sismember("c", "m5") and r.sismember("b", "m5")
+        assert live_reads() == before + 2, "b and c are live, a was let go for c"
     finally:
         p.stop()
 

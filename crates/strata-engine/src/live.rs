@@ -19,7 +19,8 @@
 //!
 //! Every change happens under the key's stripe lock, and so does every fold. Live values
 //! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
-//! the whole-value way; past the budget the next fold drops the least recently used); one
+//! the whole-value way; past the budget the next fold drops the least recently used, or a
+//! read that would make a value live, [`make_room`]); one
 //! that no command has used for [`IDLE_MS`] is dropped at the next fold, a large one after
 //! [`LARGE_IDLE_MS`].
 //!
@@ -402,41 +403,54 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
         return Ok(());
     }
     let now = core.now_ms();
-    let over = live.bytes().saturating_sub(bytes_max(core));
     let mut due: Vec<(Vec<u8>, bool)> = Vec::new();
-    // Unchanged values that could go, while the live values are over their budget.
-    let mut spare: Vec<(u64, usize, Vec<u8>)> = Vec::new();
-    let mut freed = 0;
     for (k, s) in live.slots.lock().iter() {
         let idle_ms = if s.bytes >= LARGE_BYTES_MIN {
             LARGE_IDLE_MS
         } else {
             IDLE_MS
         };
-        let idle = !s.changed && now.saturating_sub(s.used_ms) >= idle_ms;
-        if idle {
-            freed += s.bytes;
+        if !s.changed && now.saturating_sub(s.used_ms) >= idle_ms {
             due.push((k.clone(), true));
         } else if s.changed || (s.logged && how == Fold::Stored) {
             due.push((k.clone(), false));
-        } else if over > 0 {
-            spare.push((s.used_ms, s.bytes, k.clone()));
         }
-    }
-    // Least recently used first, until the rest fit.
-    spare.sort_unstable_by_key(|s| s.0);
-    for (_, bytes, k) in spare {
-        if freed >= over {
-            break;
-        }
-        freed += bytes;
-        due.push((k, true));
     }
     for (stored, forget) in due {
         let key = Key::from_stored(&stored)?;
         let _g = core.locks.lock(&key);
         let how = if forget { Fold::Stored } else { how };
         fold_slot(core, &key, forget, how)?;
+    }
+    make_room(core)
+}
+
+/// Drops unchanged live values, least recently used first, until the live values are under
+/// their budget (one whose changes are logged as deltas only is stored whole first). The
+/// caller holds no stripe lock.
+fn make_room(core: &Core) -> Result<()> {
+    let live = &core.live;
+    let over = live.bytes().saturating_sub(bytes_max(core));
+    if over == 0 {
+        return Ok(());
+    }
+    let mut spare: Vec<(u64, usize, Vec<u8>)> = live
+        .slots
+        .lock()
+        .iter()
+        .filter(|(_, s)| !s.changed)
+        .map(|(k, s)| (s.used_ms, s.bytes, k.clone()))
+        .collect();
+    spare.sort_unstable_by_key(|s| s.0);
+    let mut freed = 0;
+    for (_, bytes, stored) in spare {
+        if freed > over {
+            break;
+        }
+        freed += bytes;
+        let key = Key::from_stored(&stored)?;
+        let _g = core.locks.lock(&key);
+        fold_slot(core, &key, true, Fold::Stored)?;
     }
     Ok(())
 }
@@ -635,8 +649,15 @@ fn read_in_place<R>(
             return read_slot(slot, kind, now, f);
         }
     }
-    if !live.seen_again(key.stored()) || live.bytes() >= bytes_max(core) {
+    if !live.seen_again(key.stored()) {
         return Ok(None);
+    }
+    if live.bytes() >= bytes_max(core) {
+        // No fold may come soon (reads alone commit nothing): make room now.
+        make_room(core)?;
+        if live.bytes() >= bytes_max(core) {
+            return Ok(None);
+        }
     }
     let _g = core.locks.lock(key);
     if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
