@@ -19,10 +19,9 @@
 //!
 //! Every change happens under the key's stripe lock, and so does every fold. Live values
 //! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
-//! the whole-value way; past the budget the next fold drops the least recently used, or a
-//! read that would make a value live, [`make_room`]); one
-//! that no command has used for [`IDLE_MS`] is dropped at the next fold, a large one after
-//! [`LARGE_IDLE_MS`].
+//! the whole-value way; past the budget the next fold, or a read that would make a value
+//! live, drops the least recently used: [`make_room`]); one that no command has used for
+//! [`IDLE_MS`] is dropped at the next fold, a large one after [`LARGE_IDLE_MS`].
 //!
 //! Reads use a live value in place too ([`read_live`]: `SISMEMBER` finds the member
 //! through its table instead of decoding the stored set), and a collection read again soon
@@ -265,9 +264,9 @@ fn bytes_max(core: &Core) -> usize {
 }
 
 /// Whether a value of `bytes` may be made live: the live values are under their budget and
-/// it fits in it alone. Past the budget, the next fold lets the least recently used go
-/// ([`fold_all`]), so a large collection newly in use takes the place of ones idle, and
-/// the live values pass their budget by less than one value's bytes, for a tick.
+/// it fits in it alone. Past the budget, the next fold or read lets the least recently used
+/// go ([`make_room`]), so a large collection newly in use takes the place of ones idle, and
+/// the live values pass their budget by about one value's bytes until then.
 fn admits(core: &Core, bytes: usize) -> bool {
     let max = bytes_max(core);
     core.live.bytes() < max && bytes <= max

@@ -940,8 +940,9 @@ impl ScanOptions {
     /// The page of `items` this scan answers with, and the cursor to go on with (0: the
     /// walk is over). A value of up to [`SCAN_WHOLE_MAX`] items is one page; a larger one
     /// is walked by position, about `count` at a time, last first. Items join a collection
-    /// at its end and a removal moves none to a later position ([`Indexed::remove`]), so an item held from a walk's first page to its last is on one
-    /// of them, as Redis promises; one may come twice.
+    /// at its end and a removal moves none to a later position ([`Indexed::remove`]), so
+    /// an item held from a walk's first page to its last is on one of them, as Redis
+    /// promises; one may come twice.
     pub(crate) fn page<'i, T>(&self, items: &'i [T]) -> (&'i [T], u64) {
         if items.len() <= SCAN_WHOLE_MAX {
             return (items, 0);
