@@ -15,7 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use strata_format::{BlockRef, Key, Kind};
-use strata_hot::HotCache;
+use strata_hot::{Got, HotCache};
 use tokio::sync::Notify;
 
 use crate::access::AccessCounts;
@@ -30,6 +30,24 @@ use crate::vlog::ValueLog;
 use crate::warm::{Counts, Stored, Warm};
 use crate::writeback::WriteBack;
 use crate::{Clock, Error, Result};
+
+/// What [`Core::hot_get_many`] found for one key.
+pub(crate) enum HotGot {
+    /// A live value in DRAM and its kind.
+    Value(Bytes, Kind),
+    /// A dirty entry past its expiry: the key is gone, whatever the warm store holds.
+    Expired,
+    /// Nothing in DRAM and nothing write-back holds.
+    Missing,
+}
+
+fn hot_got(g: Got) -> Result<HotGot> {
+    Ok(match g {
+        Got::Value(v, _, tag) => HotGot::Value(v, Kind::from_u8(tag)?),
+        Got::Expired => HotGot::Expired,
+        Got::Missing => HotGot::Missing,
+    })
+}
 
 /// The sizes of the warm and cold tiers, kept in memory beside their persistent copy (the
 /// `Meta` counters, moved in the same batch as the data they count).
@@ -213,29 +231,20 @@ impl Core {
                 .insert_tagged(key.stored(), value, expire_ms, kind as u8)
     }
 
-    /// [`Core::hot_get`] of many keys, in one pass over DRAM's shards.
-    pub(crate) fn hot_get_many(
-        &self,
-        keys: &[&Key],
-        now_ms: u64,
-    ) -> Result<Vec<Option<(Bytes, u64, Kind)>>> {
+    /// [`Core::hot_get`] of many keys, in one pass over DRAM's shards; a key with no live
+    /// value says whether write-back holds it as expired ([`HotGot::Expired`]).
+    pub(crate) fn hot_get_many(&self, keys: &[&Key], now_ms: u64) -> Result<Vec<HotGot>> {
         let stored: Vec<&[u8]> = keys.iter().map(|k| k.stored()).collect();
         self.hot
             .get_many(&stored, now_ms)
             .into_iter()
-            .map(|g| match g {
-                Some((v, e, tag)) => Ok(Some((v, e, Kind::from_u8(tag)?))),
-                None => Ok(None),
-            })
+            .map(hot_got)
             .collect()
     }
 
-    /// The DRAM copy of `key`, live at `now_ms`: value, expiry and kind.
-    pub(crate) fn hot_get(&self, key: &Key, now_ms: u64) -> Result<Option<(Bytes, u64, Kind)>> {
-        match self.hot.get(key.stored(), now_ms) {
-            Some((v, e, tag)) => Ok(Some((v, e, Kind::from_u8(tag)?))),
-            None => Ok(None),
-        }
+    /// The DRAM copy of `key`, live at `now_ms`, or whether write-back holds it as expired.
+    pub(crate) fn hot_get(&self, key: &Key, now_ms: u64) -> Result<HotGot> {
+        hot_got(self.hot.find(key.stored(), now_ms))
     }
 
     /// The stored entry of `key` (expired or not); with `want_value`, a warm entry's value,

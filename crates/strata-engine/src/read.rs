@@ -11,12 +11,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind, WarmRecord};
 
-use crate::core::Core;
+use crate::core::{Core, HotGot};
 use crate::hook::{after_read, Read};
 use crate::stats::add;
 use crate::tier::Tier;
 use crate::warm::{record_value, Loc, Stored};
-use crate::writeback::Dirty;
 use crate::{Error, Result};
 
 /// Where a value lies in the value log (see [`crate::Engine::locate_local`]): `len` bytes
@@ -78,12 +77,22 @@ fn hot_hits(core: &Core, keys: &[&Key]) {
 pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
     crate::live::fold_keys(core, &[key])?;
     let now = core.now_ms();
-    if let Some((v, _, kind)) = core.hot_get(key, now)? {
-        hot_hit(core, key);
-        return Ok(Some((v, kind)));
+    match core.hot_get(key, now)? {
+        HotGot::Value(v, kind) => {
+            hot_hit(core, key);
+            return Ok(Some((v, kind)));
+        }
+        HotGot::Expired => {
+            add(&core.counters.misses);
+            return Ok(None);
+        }
+        HotGot::Missing => {}
     }
-    if let Some(d) = core.writeback.get(key) {
-        return Ok(written_back(core, key, d, now));
+    // As in `lookup_many`: a key the key filter rules out is in no tier.
+    if core.warm.rules_out(key) {
+        core.access.count_read(key, false);
+        add(&core.counters.misses);
+        return Ok(None);
     }
     let got = get_uncached(core, key).await?;
     core.access.count_read(key, got.is_some());
@@ -168,18 +177,6 @@ impl<'a> Source<'a> {
             .get_or_init(|| Bytes::copy_from_slice(self.bytes));
         let at = part.as_ptr() as usize - self.bytes.as_ptr() as usize;
         whole.slice(at..at + part.len())
-    }
-}
-
-/// A read of a key whose newest value write-back holds (DRAM let its copy go): that value,
-/// or nothing if it expired, whatever the warm store holds.
-fn written_back(core: &Core, key: &Key, d: Dirty, now: u64) -> Option<(Bytes, Kind)> {
-    if d.is_live(now) {
-        hot_hit(core, key);
-        Some((d.value, d.kind))
-    } else {
-        add(&core.counters.misses);
-        None
     }
 }
 
@@ -384,27 +381,36 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let mut found: Vec<Found> = Vec::with_capacity(keys.len());
     let mut pending = Vec::new();
     let mut hits = Vec::with_capacity(keys.len());
+    // A key write-back writes after this pass is read as it was before the write.
     for (i, (&k, hot)) in keys.iter().zip(core.hot_get_many(keys, now)?).enumerate() {
+        found.push(Found::Missing);
         match hot {
-            Some((v, _, kind)) => {
+            HotGot::Value(v, kind) => {
                 hits.push(k);
-                found.push(Found::Value(v, Tier::Hot, kind));
+                found[i] = Found::Value(v, Tier::Hot, kind);
             }
-            None => match core.writeback.get(k) {
-                Some(d) => found.push(match written_back(core, k, d, now) {
-                    Some((v, kind)) => Found::Value(v, Tier::Hot, kind),
-                    None => Found::Missing,
-                }),
-                None => {
-                    found.push(Found::Missing);
-                    pending.push(i);
-                }
-            },
+            HotGot::Expired => add(&core.counters.misses),
+            HotGot::Missing => pending.push(i),
         }
     }
     hot_hits(core, &hits);
     if pending.is_empty() {
         return Ok(found);
+    }
+    // Keys the key filter rules out are in no tier (a key is added before its record is
+    // written, and DRAM was looked at first): no version, no read of RocksDB.
+    let pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
+    let maybe = core.warm.may_hold(&pending_keys);
+    if maybe.iter().any(|&m| !m) {
+        for (&i, _) in pending.iter().zip(&maybe).filter(|(_, &m)| !m) {
+            core.access.count_read(keys[i], false);
+            add(&core.counters.misses);
+        }
+        let mut m = maybe.iter();
+        pending.retain(|_| *m.next().expect("one answer per key"));
+        if pending.is_empty() {
+            return Ok(found);
+        }
     }
     let versions: Vec<u64> = pending
         .iter()

@@ -555,12 +555,12 @@ impl Warm {
     /// The records of many keys, in their order.
     pub(crate) fn records(&self, keys: &[&Key]) -> Vec<Result<Option<Bytes>>> {
         let (stored, maybe) = self.filtered(keys);
-        let mut got = self.store.multi_get(Family::Records, &stored).into_iter();
-        if stored.len() < keys.len() {
-            self.counters
-                .key_filter_answers
-                .fetch_add((keys.len() - stored.len()) as u64, Ordering::Relaxed);
+        self.count_filter_answers(keys.len() - stored.len());
+        if stored.is_empty() {
+            // A multi-get of nothing still costs RocksDB a look at its versions.
+            return keys.iter().map(|_| Ok(None)).collect();
         }
+        let mut got = self.store.multi_get(Family::Records, &stored).into_iter();
         maybe
             .iter()
             .map(|&m| match m {
@@ -568,6 +568,30 @@ impl Warm {
                 false => Ok(None),
             })
             .collect()
+    }
+
+    /// For each of `keys`, false if the key filter says it is surely in neither the
+    /// records nor the cold index (counted as the filter's answers).
+    pub(crate) fn may_hold(&self, keys: &[&Key]) -> Vec<bool> {
+        let probe = self.filter.probe();
+        let maybe: Vec<bool> = keys.iter().map(|k| probe.may_hold(k.stored())).collect();
+        self.count_filter_answers(maybe.iter().filter(|&&m| !m).count());
+        maybe
+    }
+
+    /// [`Warm::may_hold`] of one key, negated.
+    pub(crate) fn rules_out(&self, key: &Key) -> bool {
+        let out = !self.filter.probe().may_hold(key.stored());
+        self.count_filter_answers(out as usize);
+        out
+    }
+
+    fn count_filter_answers(&self, n: usize) {
+        if n > 0 {
+            self.counters
+                .key_filter_answers
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     /// The stored keys of `keys` the key filter may hold, and for each key whether it is
@@ -590,6 +614,9 @@ impl Warm {
             return keys.iter().map(|_| Ok(None)).collect();
         }
         let (stored, maybe) = self.filtered(keys);
+        if stored.is_empty() {
+            return keys.iter().map(|_| Ok(None)).collect();
+        }
         let mut got = self.store.multi_get(Family::Cold, &stored).into_iter();
         maybe
             .iter()

@@ -58,6 +58,27 @@ pub struct HotStats {
     pub rejected: u64,
 }
 
+/// What [`HotCache::get_many`] found for one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Got {
+    /// A live entry: its value, expiry and tag.
+    Value(Bytes, u64, u8),
+    /// A dirty entry past its expiry: write-back holds the key as gone.
+    Expired,
+    /// No entry (or a clean one past its expiry, dropped).
+    Missing,
+}
+
+impl Got {
+    /// The live value, expiry and tag, if any.
+    pub fn live(self) -> Option<(Bytes, u64, u8)> {
+        match self {
+            Got::Value(v, e, t) => Some((v, e, t)),
+            _ => None,
+        }
+    }
+}
+
 /// The sharded DRAM cache.
 pub struct HotCache {
     shards: Box<[Mutex<Shard>]>,
@@ -181,6 +202,28 @@ impl HotCache {
         })
     }
 
+    /// [`HotCache::get`] that also says whether a dirty entry past its expiry is there
+    /// ([`Got::Expired`]): a miss needs no second look-up.
+    pub fn find(&self, key: &[u8], now_ms: u64) -> Got {
+        let hash = self.hasher.hash_one(key);
+        let mut sh = self.shard_of(hash).lock();
+        let Some(slot) = sh.find(hash, key) else {
+            return Got::Missing;
+        };
+        let e = sh.entry(slot);
+        if !e.data.is_live(now_ms) {
+            if e.dirty {
+                return Got::Expired;
+            }
+            self.remove_slot(&mut sh, slot);
+            self.publish(&sh);
+            return Got::Missing;
+        }
+        sh.touch(slot);
+        let e = sh.entry(slot);
+        Got::Value(e.value(), e.data.expire_ms(), e.tag)
+    }
+
     /// [`HotCache::get`] that lends the value to `f` (with its tag) under the shard's lock
     /// instead of handing out a copy: for a read that answers with a part of it. Keep `f`
     /// short.
@@ -202,8 +245,10 @@ impl HotCache {
     /// any is compared, and every key is looked up before any value is copied out: the
     /// processor overlaps the batch's cache misses instead of waiting for one after
     /// another. Expired entries are dropped at the end. The small values found share one
-    /// buffer: a caller that keeps one of them long should copy it.
-    pub fn get_many(&self, keys: &[&[u8]], now_ms: u64) -> Vec<Option<(Bytes, u64, u8)>> {
+    /// buffer: a caller that keeps one of them long should copy it. A key with no live
+    /// entry says whether a dirty one past its expiry is there ([`Got::Expired`]), so a
+    /// miss needs no second look-up.
+    pub fn get_many(&self, keys: &[&[u8]], now_ms: u64) -> Vec<Got> {
         let (hashes, mut guards, guard_of) = self.lock_shards_of(keys);
         for (&h, &g) in hashes.iter().zip(&guard_of) {
             guards[g].prefetch(h);
@@ -215,6 +260,7 @@ impl HotCache {
             .map(|((k, &h), &g)| guards[g].find(h, k))
             .collect();
         let mut expired = Vec::new();
+        let mut expired_dirty = Vec::new();
         let mut live = Vec::with_capacity(keys.len());
         let mut packed_bytes = 0;
         for (i, slot) in slots.into_iter().enumerate() {
@@ -222,8 +268,9 @@ impl HotCache {
             live.push(slot.filter(|&slot| {
                 let e = sh.entry(slot);
                 if !e.data.is_live(now_ms) {
-                    if !e.dirty {
-                        expired.push(i);
+                    match e.dirty {
+                        true => expired_dirty.push(i),
+                        false => expired.push(i),
                     }
                     return false;
                 }
@@ -253,14 +300,18 @@ impl HotCache {
             }));
         }
         let arena = arena.freeze();
-        let out = found
+        let mut out: Vec<Got> = found
             .into_iter()
-            .map(|f| {
-                f.map(|(v, expire_ms, tag)| {
-                    (v.map_or_else(|v| v, |r| arena.slice(r)), expire_ms, tag)
-                })
+            .map(|f| match f {
+                Some((v, expire_ms, tag)) => {
+                    Got::Value(v.map_or_else(|v| v, |r| arena.slice(r)), expire_ms, tag)
+                }
+                None => Got::Missing,
             })
             .collect();
+        for i in expired_dirty {
+            out[i] = Got::Expired;
+        }
         // A removal may rehash its shard: each expired key is looked up again.
         for i in expired {
             let sh = &mut guards[guard_of[i]];
@@ -853,12 +904,18 @@ mod tests {
             assert_eq!(got.len(), keys.len());
             for (k, g) in keys.iter().zip(&got) {
                 if *k == b"dirty-expired" {
-                    assert!(g.is_none());
+                    assert_eq!(g, &Got::Expired);
                     continue;
                 }
-                assert_eq!(g, &twin.get(k, 100), "{}", String::from_utf8_lossy(k));
+                assert_eq!(
+                    g.clone().live(),
+                    twin.get(k, 100),
+                    "{}",
+                    String::from_utf8_lossy(k)
+                );
             }
-            assert!(got.iter().filter(|g| g.is_some()).count() > 150);
+            assert!(got.iter().filter(|g| matches!(g, Got::Value(..))).count() > 150);
+            assert!(got.iter().any(|g| g == &Got::Missing));
             // Expired clean entries went; the expired dirty one stays (write-back owns it).
             assert_eq!(c.stats().entries, 180 + 1);
             assert!(c.is_dirty(b"dirty-expired"));

@@ -70,15 +70,21 @@ impl Metrics {
     }
 
     pub(crate) fn record(&self, cmd: usize, took: Duration, error: bool) {
+        self.record_calls(cmd, 1, took, error as u64);
+    }
+
+    /// Counts `calls` calls of command `cmd` that took `each` apiece, `errors` of them
+    /// answered with an error (a pipelined run's: one move of each counter for all).
+    pub(crate) fn record_calls(&self, cmd: usize, calls: u64, each: Duration, errors: u64) {
         let s = &self.commands[cmd];
-        let us = took.as_micros() as u64;
-        s.calls.fetch_add(1, Ordering::Relaxed);
-        s.micros_total.fetch_add(us, Ordering::Relaxed);
-        if error {
-            s.errors.fetch_add(1, Ordering::Relaxed);
+        let us = each.as_micros() as u64;
+        s.calls.fetch_add(calls, Ordering::Relaxed);
+        s.micros_total.fetch_add(us * calls, Ordering::Relaxed);
+        if errors > 0 {
+            s.errors.fetch_add(errors, Ordering::Relaxed);
         }
         if let Some(i) = BUCKETS_US.iter().position(|&b| us <= b) {
-            s.buckets[i].fetch_add(1, Ordering::Relaxed);
+            s.buckets[i].fetch_add(calls, Ordering::Relaxed);
         }
     }
 

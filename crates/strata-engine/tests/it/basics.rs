@@ -9,6 +9,15 @@ use crate::support::{
     fill, fill_and_demote, fill_range, key, open, open_with_clock, small_options, Acked,
 };
 
+/// Small options with budgets write-back works within (its share is a part of DRAM's and
+/// of warm's).
+fn write_back_options(dir: &std::path::Path) -> crate::support::Opts {
+    let mut o = small_options(dir);
+    o.s.hot.hot_bytes_max = 4 << 20;
+    o.s.warm.warm_bytes_max = 64 << 20;
+    o
+}
+
 fn put_opts(condition: Condition, expire: Expire) -> PutOptions {
     PutOptions {
         expire,
@@ -254,14 +263,9 @@ async fn incr_parses_strictly_and_detects_overflow() {
 async fn counters_rewritten_in_dram_keep_their_expiry_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000));
-    // Budgets write-back works within (its share is a part of DRAM's and of warm's).
-    let options = || {
-        let mut o = small_options(dir.path());
-        o.s.hot.hot_bytes_max = 4 << 20;
-        o.s.warm.warm_bytes_max = 64 << 20;
-        o
-    };
-    let engine = open_with_clock(options(), clock.clone()).await.unwrap();
+    let engine = open_with_clock(write_back_options(dir.path()), clock.clone())
+        .await
+        .unwrap();
     let incr = |k: &'static [u8], by: i64| {
         let engine = &engine;
         async move { engine.incr_by(&key(k), by).await.acked(engine).await }
@@ -332,6 +336,49 @@ async fn counters_rewritten_in_dram_keep_their_expiry_and_survive_a_restart() {
     ] {
         assert_eq!(engine.get(&key(k)).await.unwrap().unwrap(), want);
     }
+}
+
+/// A key whose newest value write-back holds, past its expiry, is gone: a read (alone or
+/// with others, from DRAM's one look-up) must not fall through to the older value the warm
+/// store still holds. Absent keys around it are answered too.
+#[tokio::test]
+async fn a_value_expired_in_write_back_hides_the_older_stored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let engine = open_with_clock(write_back_options(dir.path()), clock.clone())
+        .await
+        .unwrap();
+    let k = key(b"feature");
+    engine
+        .put(&k, "old".into(), PutOptions::default())
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    // `stats` settles write-back: "old" is in the warm store, and DRAM lets its copy go.
+    let before = engine.stats().writes_back;
+    engine.clear_hot();
+    assert_eq!(engine.tier_of(&k).await.unwrap(), Some(Tier::Warm));
+    let soon = put_opts(Condition::Always, Expire::AtMs(1_001_000));
+    engine
+        .put(&k, "new".into(), soon)
+        .await
+        .acked(&engine)
+        .await
+        .unwrap();
+    assert_eq!(engine.get(&k).await.unwrap().unwrap(), "new");
+    clock.advance_ms(5_000);
+    let absent = key(b"never");
+    assert_eq!(engine.get(&k).await.unwrap(), None);
+    assert_eq!(
+        engine.get_many(&[&absent, &k, &absent]).await.unwrap(),
+        vec![None, None, None]
+    );
+    assert_eq!(engine.get_value(&k).await.unwrap(), None);
+    // The expired value was write-back's (else the warm store would answer on its own).
+    assert!(engine.stats().writes_back > before);
+    assert_eq!(engine.get(&k).await.unwrap(), None);
+    engine.close().await.unwrap();
 }
 
 #[tokio::test]

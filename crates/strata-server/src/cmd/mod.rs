@@ -1054,11 +1054,20 @@ pub(crate) async fn execute_run(
         }
     }
     let each = start.elapsed() / cmds.len().max(1) as u32;
-    for (r, &i) in replies.iter().zip(&idxs) {
-        shared.metrics.record(i, each, r.is_error());
-        if let Reply::Error(e) = r {
-            shared.metrics.record_error_reply(e);
+    // Commands of one name in a row are counted together.
+    let mut at = 0;
+    while at < replies.len() {
+        let i = idxs[at];
+        let n = idxs[at..].iter().take_while(|&&j| j == i).count();
+        let mut errors = 0;
+        for r in &replies[at..at + n] {
+            if let Reply::Error(e) = r {
+                errors += 1;
+                shared.metrics.record_error_reply(e);
+            }
         }
+        shared.metrics.record_calls(i, n as u64, each, errors);
+        at += n;
     }
     shared
         .counters
