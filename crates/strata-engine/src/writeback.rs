@@ -392,7 +392,7 @@ pub(crate) fn look_ahead<'k>(core: &Core, keys: impl ExactSizeIterator<Item = &'
     let wb = &core.writeback;
     let stored: Vec<&[u8]> = keys
         .map(|k| {
-            std::hint::black_box(wb.record_slot(k).load(Ordering::Relaxed));
+            strata_hot::prefetch(wb.record_slot(k));
             k.stored()
         })
         .collect();

@@ -275,16 +275,7 @@ impl Data {
     /// Asks the processor to start loading the entry's block (its head and key), without
     /// waiting for it: a batch of look-ups prefetches every entry before comparing any key.
     pub(crate) fn prefetch(&self) {
-        let at: *const u8 = self.ptr.as_ptr();
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault,
-        // whatever the address. `sse` is part of every x86_64 target.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(at.cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = at;
+        crate::prefetch(self.ptr.as_ptr());
     }
 
     /// Key and value bytes: what the budget charges beside the fixed overhead.

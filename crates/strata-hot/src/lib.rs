@@ -60,6 +60,21 @@ pub struct HotStats {
     pub rejected: u64,
 }
 
+/// Asks the processor to fetch the cache line at `at` into its cache, without waiting for
+/// it (a load would hold up the instructions after it until the line arrived): for look-ups
+/// done ahead of a batch, so their cache misses overlap.
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault,
+    // whatever the address. `sse` is part of every x86_64 target.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// What [`HotCache::get_many`] found for one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Got {
