@@ -665,6 +665,36 @@ impl Engine {
         self.core.warm.keys_in(self.core.warm.stored_db(db))
     }
 
+    /// The keys of each client database below `databases` as they stand, writing nothing
+    /// (`INFO`'s keyspace; [`Engine::keys_in`] settles write-back first and is exact): the
+    /// warm store's count of records and cold index entries, plus write-back's live dirty
+    /// keys that the key filter says the warm store does not hold. Off by the new keys the
+    /// filter cannot rule out (a few in a hundred), the keys whose dirty value expired
+    /// (still counted), and collections made in DRAM since the last group commit or tick.
+    pub fn keys_by_db_now(&self, databases: usize) -> Vec<u64> {
+        let core = &self.core;
+        let mut client_of = [None; 256];
+        let mut keys: Vec<u64> = (0..databases.min(256))
+            .map(|db| {
+                let stored = core.warm.stored_db(db as u8);
+                client_of[stored as usize] = Some(db);
+                core.warm.keys_in(stored)
+            })
+            .collect();
+        let now = core.now_ms();
+        for shard in 0..core.hot.shard_count() {
+            for k in core.hot.live_dirty_keys_in(shard, now) {
+                let Some(db) = k.first().and_then(|&d| client_of[d as usize]) else {
+                    continue;
+                };
+                if core.warm.surely_lacks(&k) {
+                    keys[db] += 1;
+                }
+            }
+        }
+        keys
+    }
+
     /// Writes what write-back holds to the warm store, before an operation that reads the
     /// warm store as a whole (scans, counts, backups, the change log).
     fn settle_writes(&self) -> Result<()> {

@@ -579,6 +579,12 @@ impl Warm {
         maybe
     }
 
+    /// Whether the key filter says the stored key `stored` is surely in neither the records
+    /// nor the cold index (not counted among the filter's answers to reads).
+    pub(crate) fn surely_lacks(&self, stored: &[u8]) -> bool {
+        !self.filter.probe().may_hold(stored)
+    }
+
     /// [`Warm::may_hold`] of one key, negated.
     pub(crate) fn rules_out(&self, key: &Key) -> bool {
         let out = !self.filter.probe().may_hold(key.stored());

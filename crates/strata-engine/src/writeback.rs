@@ -3,7 +3,8 @@
 //! Overwrites of a hot key coalesce there. The warm store is filled behind it: with the
 //! colder half of the dirty values once they pass three quarters of their budget
 //! ([`settle_colder_half`]), with all of them before an operation on the whole keyspace
-//! (scans, backups, the change log, `FLUSHDB`, `DBSIZE`, figures: [`settle_all`]) or at a
+//! (scans, backups, the change log, `FLUSHDB`, `DBSIZE`, `Engine::stats`: [`settle_all`];
+//! not `INFO`, which counts keys as they stand) or at a
 //! checkpoint (close, recovery), and with one key as soon as another command needs its
 //! stored state (`settle_locked`). Until then DRAM holds the key's newest value: reads find
 //! it there before the warm store, and every other write settles the key first.

@@ -751,6 +751,19 @@ impl HotCache {
             .collect()
     }
 
+    /// The keys of shard `shard`'s dirty entries that are live at `now_ms` (a dirty entry
+    /// past its expiry stands for a deleted key).
+    pub fn live_dirty_keys_in(&self, shard: usize, now_ms: u64) -> Vec<Vec<u8>> {
+        if self.dirty_bytes() == 0 {
+            return Vec::new();
+        }
+        let sh = self.shards[shard].lock();
+        sh.entries()
+            .filter(|e| e.dirty && e.data.is_live(now_ms))
+            .map(|e| e.data.key().to_vec())
+            .collect()
+    }
+
     /// Bytes of dirty entries, as the budget counts them.
     pub fn dirty_bytes(&self) -> usize {
         self.dirty.load(Ordering::Relaxed)
