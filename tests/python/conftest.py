@@ -53,7 +53,7 @@ def free_port() -> int:
 
 
 class StrataProcess:
-    def __init__(self, settings=None, data_dir=None):
+    def __init__(self, settings=None, data_dir=None, cores=None):
         self.dir = None if data_dir else tempfile.TemporaryDirectory()
         path = data_dir or self.dir.name
         self.port = free_port()
@@ -63,7 +63,12 @@ class StrataProcess:
         env = dict(os.environ, STRATA_LOG_LEVEL="warn")
         # The server's log, for tests that check what it reports.
         self.log = tempfile.NamedTemporaryFile(prefix="strata-log-", suffix=".txt")
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+        # `cores`: the CPUs the server may run on, set before it starts (its runtime makes
+        # a worker thread per CPU it may use).
+        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=pin
+        )
         deadline = time.time() + 60
         while True:
             try:

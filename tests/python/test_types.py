@@ -112,6 +112,40 @@ def test_info_counts_keys_without_writing_out_what_write_back_holds(strata):
     assert r.dbsize() == 600
 
 
+def test_dbsize_writes_out_what_write_back_holds_while_other_clients_are_served():
+    """On one core (one runtime thread), `DBSIZE` after many writes settles write-back on
+    the blocking pool: another client's commands are answered meanwhile (they waited for
+    the whole settle, a third of a second for these 60 MB and seconds for more), and the
+    count is exact."""
+    import threading
+
+    p = StrataProcess({"durability": "none", "hot_bytes_max": "1GiB"}, cores={0})
+    try:
+        r = p.client()
+        for start in range(0, 60_000, 1000):
+            pipe = r.pipeline(transaction=False)
+            for i in range(start, start + 1000):
+                pipe.set(f"key:{i}", b"v" * 1024)
+            pipe.execute()
+        held = r.info("strata")["hot_dirty_bytes"]
+        assert held > 50_000_000
+        counted = {}
+        sizing = threading.Thread(target=lambda: counted.update(n=r.dbsize()))
+        other = p.client()
+        sizing.start()
+        # Another client asks how much write-back holds, over and over: answered only
+        # between commands, it could never see the settle part-way.
+        seen = []
+        while sizing.is_alive():
+            seen.append(other.info("strata")["hot_dirty_bytes"])
+        sizing.join()
+        assert counted["n"] == 60_000
+        assert any(0 < d < held for d in seen), f"served only before or after: {seen}"
+        assert other.info("strata")["hot_dirty_bytes"] == 0
+    finally:
+        p.stop()
+
+
 def test_databases_are_separate_keyspaces(strata):
     r0 = strata.client(decode_responses=True)
     r9 = strata.client(decode_responses=True, db=9)

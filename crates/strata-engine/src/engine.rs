@@ -695,6 +695,24 @@ impl Engine {
         keys
     }
 
+    /// Writes what write-back holds to the warm store on the runtime's blocking pool, so
+    /// the clients served beside the caller go on meanwhile (a settle of a few hundred
+    /// megabytes takes seconds, and on one core would hold up every client); the
+    /// whole-keyspace reads that follow ([`Engine::keys_in`], the scans) then find little
+    /// or nothing left to settle on the caller's thread. Nothing when nothing is held.
+    pub async fn settle_beside(&self) {
+        let core = &self.core;
+        if core.writeback.dirty_bytes() == 0 && core.live.held() == 0 {
+            return;
+        }
+        let core = Arc::clone(core);
+        match tokio::task::spawn_blocking(move || crate::writeback::settle_all(&core)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "write-back could not settle"),
+            Err(e) => tracing::warn!(error = %e, "the settle task failed"),
+        }
+    }
+
     /// Writes what write-back holds to the warm store, before an operation that reads the
     /// warm store as a whole (scans, counts, backups, the change log).
     fn settle_writes(&self) -> Result<()> {

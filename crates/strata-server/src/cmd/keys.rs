@@ -167,6 +167,7 @@ pub(crate) async fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let mut cursor: Option<Bytes> = None;
     let bytes_max = ctx.reply_bytes_max();
     let mut bytes = 0u64;
+    ctx.shared.engine.settle_beside().await;
     loop {
         let page =
             match ctx
@@ -198,6 +199,7 @@ pub(crate) async fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
+    ctx.shared.engine.settle_beside().await;
     Reply::Integer(ctx.shared.engine.keys_in(ctx.conn.db) as i64)
 }
 
@@ -213,6 +215,7 @@ const RANDOMKEY_DRAW_KEYS: usize = 64;
 pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     use super::typed::random_u64;
     let engine = &ctx.shared.engine;
+    engine.settle_beside().await;
     let small = engine.keys_in(ctx.conn.db) <= RANDOMKEY_DRAW_KEYS as u64;
     let start = if small {
         Vec::new()
@@ -697,6 +700,7 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             None => return Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![])]),
         }
     };
+    ctx.shared.engine.settle_beside().await;
     let page = match ctx
         .shared
         .engine
