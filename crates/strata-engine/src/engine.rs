@@ -482,6 +482,7 @@ impl Engine {
                 "key ranges are not available in cluster mode (keys are kept by slot)".into(),
             ));
         }
+        self.settle_beside().await;
         self.settle_writes()?;
         let stored_db = self.core.warm.stored_db(db);
         let found =
@@ -727,6 +728,7 @@ impl Engine {
     /// back. Refused when all pins together would hold more than `pinned_bytes_max`.
     /// Returns the value bytes the pattern holds.
     pub async fn pin(&self, pattern: &[u8]) -> Result<u64> {
+        self.settle_beside().await;
         self.settle_writes()?;
         crate::pins::pin(&self.core, pattern).await
     }
