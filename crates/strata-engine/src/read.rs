@@ -399,15 +399,16 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     }
     // Keys the key filter rules out are in no tier (a key is added before its record is
     // written, and DRAM was looked at first): no version, no read of RocksDB.
-    let pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
+    let mut pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
     let maybe = core.warm.may_hold(&pending_keys);
     if maybe.iter().any(|&m| !m) {
         for (&i, _) in pending.iter().zip(&maybe).filter(|(_, &m)| !m) {
             core.access.count_read(keys[i], false);
             add(&core.counters.misses);
         }
-        let mut m = maybe.iter();
-        pending.retain(|_| *m.next().expect("one answer per key"));
+        let (mut a, mut b) = (maybe.iter(), maybe.iter());
+        pending.retain(|_| *a.next().expect("one answer per key"));
+        pending_keys.retain(|_| *b.next().expect("one answer per key"));
         if pending.is_empty() {
             return Ok(found);
         }
@@ -416,7 +417,6 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
         .iter()
         .map(|&i| core.locks.version(keys[i]))
         .collect();
-    let pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
     let records = read_warm_batch(core, &pending_keys, now).await?;
     let mut not_warm = Vec::new();
     for ((&i, got), &seen) in pending.iter().zip(records).zip(&versions) {

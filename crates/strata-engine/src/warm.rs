@@ -587,7 +587,7 @@ impl Warm {
 
     /// [`Warm::may_hold`] of one key, negated.
     pub(crate) fn rules_out(&self, key: &Key) -> bool {
-        let out = !self.filter.probe().may_hold(key.stored());
+        let out = self.surely_lacks(key.stored());
         self.count_filter_answers(out as usize);
         out
     }

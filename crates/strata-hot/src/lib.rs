@@ -195,50 +195,49 @@ impl HotCache {
         now_ms: u64,
         f: impl FnOnce(&mut Shard, usize) -> T,
     ) -> Option<T> {
+        self.with_live_or_why(key, now_ms, f).ok()
+    }
+
+    /// [`HotCache::with_live`] that says why there is no live entry: none
+    /// ([`Got::Missing`]) or a dirty one past its expiry ([`Got::Expired`]).
+    fn with_live_or_why<T>(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&mut Shard, usize) -> T,
+    ) -> Result<T, Got> {
         let hash = self.hasher.hash_one(key);
         let mut sh = self.shard_of(hash).lock();
-        let slot = sh.find(hash, key)?;
+        let Some(slot) = sh.find(hash, key) else {
+            return Err(Got::Missing);
+        };
         let e = sh.entry(slot);
         if !e.data.is_live(now_ms) {
-            if !e.dirty {
-                self.remove_slot(&mut sh, slot);
-                self.publish(&sh);
+            if e.dirty {
+                return Err(Got::Expired);
             }
-            return None;
+            self.remove_slot(&mut sh, slot);
+            self.publish(&sh);
+            return Err(Got::Missing);
         }
-        Some(f(&mut sh, slot))
+        Ok(f(&mut sh, slot))
     }
 
     /// The value, expiry and tag of `key`, if cached and not expired at `now_ms`; counts
     /// as an access.
     pub fn get(&self, key: &[u8], now_ms: u64) -> Option<(Bytes, u64, u8)> {
-        self.with_live(key, now_ms, |sh, slot| {
-            sh.touch(slot);
-            let e = sh.entry(slot);
-            (e.value(), e.data.expire_ms(), e.tag)
-        })
+        self.find(key, now_ms).live()
     }
 
     /// [`HotCache::get`] that also says whether a dirty entry past its expiry is there
     /// ([`Got::Expired`]): a miss needs no second look-up.
     pub fn find(&self, key: &[u8], now_ms: u64) -> Got {
-        let hash = self.hasher.hash_one(key);
-        let mut sh = self.shard_of(hash).lock();
-        let Some(slot) = sh.find(hash, key) else {
-            return Got::Missing;
-        };
-        let e = sh.entry(slot);
-        if !e.data.is_live(now_ms) {
-            if e.dirty {
-                return Got::Expired;
-            }
-            self.remove_slot(&mut sh, slot);
-            self.publish(&sh);
-            return Got::Missing;
-        }
-        sh.touch(slot);
-        let e = sh.entry(slot);
-        Got::Value(e.value(), e.data.expire_ms(), e.tag)
+        let got = self.with_live_or_why(key, now_ms, |sh, slot| {
+            sh.touch(slot);
+            let e = sh.entry(slot);
+            Got::Value(e.value(), e.data.expire_ms(), e.tag)
+        });
+        got.unwrap_or_else(|why| why)
     }
 
     /// [`HotCache::get`] that lends the value to `f` (with its tag) under the shard's lock

@@ -358,7 +358,9 @@ impl<I: Named> Indexed<I> {
             if let Some(index) = &mut self.index {
                 index.remove(item.name());
                 for (j, moved) in self.items.iter().enumerate().skip(i) {
-                    index.insert(moved.name().clone(), j);
+                    if let Some(at) = index.get_mut(moved.name()) {
+                        *at = j;
+                    }
                 }
             }
             item
