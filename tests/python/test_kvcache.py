@@ -3,6 +3,7 @@ LMCache's redis:// connector sequence replayed with redis-py."""
 
 import json
 import os
+import time
 
 import pytest
 import redis
@@ -151,6 +152,40 @@ def test_large_chunks_live_in_the_value_log_and_survive_a_kill():
     finally:
         q.stop()
         root.cleanup()
+
+
+def test_large_chunks_in_dram_are_the_value_logs_pages_not_a_second_copy(tmp_path):
+    """DRAM holds a chunk written to the value log as a view of the log's pages, not as the
+    request's buffer: 64 MiB of 2 MiB chunks stay 'hot' while the server's anonymous memory
+    (RssAnon, what `maxmemory` bounds) grows by far less than they weigh, and they read back
+    exactly. (When DRAM kept the request's buffers, RssAnon grew by the chunks' size.)"""
+    from conftest import StrataProcess
+    from test_memory import rss_anon
+
+    mib = 1 << 20
+    ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=16)
+    p = StrataProcess({"durability": "none", "hot_bytes_max": "1GiB"}, data_dir=str(tmp_path))
+    try:
+        c = KVCacheClient(f"redis://127.0.0.1:{p.port}", ns)
+        warmup = list(range(900, 900 + 16))
+        assert c.store(warmup, [b"w" * (2 * mib)]) == 1
+        before = rss_anon(p.proc.pid)
+        prompts = [list(range(10_000 * u, 10_000 * u + 16 * 8)) for u in range(4)]
+        chunks = {u: [bytes([u * 8 + i]) * (2 * mib) for i in range(8)] for u in range(4)}
+        for u, prompt in enumerate(prompts):
+            assert c.store(prompt, chunks[u]) == 8
+        # The requests' buffers go back to the system within jemalloc's decay (a second).
+        time.sleep(2)
+        grown = rss_anon(p.proc.pid) - before
+        print(f"RssAnon grew {grown / mib:.1f} MiB for 64 MiB of chunks")
+        for u, prompt in enumerate(prompts):
+            assert c.tiers(prompt) == ["hot"] * 8
+        assert grown < 24 * mib, f"RssAnon grew {grown / mib:.1f} MiB for 64 MiB of chunks"
+        for u, prompt in enumerate(prompts):
+            assert c.retrieve(prompt) == chunks[u]
+        assert int(p.client().info("strata")["checksum_errors"]) == 0
+    finally:
+        p.stop()
 
 
 def test_retrieve_local_maps_value_log_chunks_and_reads_the_rest(strata):

@@ -47,7 +47,7 @@ fn pool() -> &'static SyncSender<Job> {
 
 /// Lowers the calling thread's CPU priority to [`NICE`] (best effort: a failure leaves it
 /// as it was).
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     // SAFETY: setpriority on this thread's id only changes its scheduling weight.
     unsafe {
         let tid = libc::gettid();

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -50,6 +51,8 @@ pub(crate) struct ValueLog {
     dir: PathBuf,
     file_bytes_max: u64,
     writeback_bytes: u64,
+    /// Requests to start writing a range of a file to disk, for [`writeback_thread`].
+    writeback: Option<SyncSender<(Arc<File>, u64, u64)>>,
     active: Mutex<Active>,
     /// The active file's id and the bytes appended to it, readable without waiting for an
     /// append in progress.
@@ -63,10 +66,49 @@ pub(crate) struct ValueLog {
     /// Maps of deleted files, kept for [`RETIRED_MAP_GRACE`] so that a read which found a
     /// record pointing into the file just before its entries moved still gets its value.
     retired: Mutex<Vec<(std::time::Instant, u64)>>,
+    /// The addresses of every map made of each file (the active file's at its planned size,
+    /// then at its real length once sealed), until its map is released: what
+    /// [`ValueLog::lies_in`] looks a value's bytes up in.
+    mapped: Mutex<HashMap<u64, Vec<std::ops::Range<usize>>>>,
 }
 
 /// How long the map of a deleted file outlives it (its disk space is freed after that).
 pub(crate) const RETIRED_MAP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Writeback requests waiting for [`writeback_thread`] (each covers `writeback_bytes`).
+const WRITEBACK_QUEUE_MAX: usize = 16;
+
+/// Starts the thread that starts writeback of appended ranges, without waiting for it, as
+/// RocksDB's `bytes_per_sync` does: the disk gets a steady stream instead of bursts. The
+/// call does the file system's block allocation for the range, which costs about a tenth of
+/// a large append, so it runs here (at the background work's priority), not on the thread
+/// of the client that appended. The thread ends with the log (its sender dropped).
+fn writeback_thread() -> SyncSender<(Arc<File>, u64, u64)> {
+    let (tx, rx) = sync_channel::<(Arc<File>, u64, u64)>(WRITEBACK_QUEUE_MAX);
+    let started = std::thread::Builder::new()
+        .name("strata-vlog-wb".into())
+        .spawn(move || {
+            crate::offload::lower_priority();
+            while let Ok((file, from, to)) = rx.recv() {
+                use std::os::fd::AsRawFd;
+                // SAFETY: a plain syscall on a file descriptor the `Arc` keeps open.
+                unsafe {
+                    libc::sync_file_range(
+                        file.as_raw_fd(),
+                        from as libc::off64_t,
+                        (to - from) as libc::off64_t,
+                        libc::SYNC_FILE_RANGE_WRITE,
+                    );
+                }
+            }
+        });
+    if let Err(e) = started {
+        // Without the thread every request is dropped (the receiver is gone): the kernel
+        // writes the log's pages in its own time.
+        tracing::warn!("value log writeback thread not started: {e}");
+    }
+    tx
+}
 
 /// A slice of a mapped file, owned by the `Bytes` that holds it.
 struct Mapped(Arc<Mmap>);
@@ -108,10 +150,12 @@ impl ValueLog {
             dir: std::path::absolute(dir).map_err(io(format!("resolve {}", dir.display())))?,
             file_bytes_max: file_bytes_max.max(1),
             writeback_bytes,
+            writeback: (writeback_bytes > 0).then(writeback_thread),
             active: Mutex::new(active),
             dirty: Mutex::default(),
             maps: RwLock::default(),
             retired: Mutex::default(),
+            mapped: Mutex::default(),
         })
     }
 
@@ -185,21 +229,12 @@ impl ValueLog {
             len: value.len() as u64,
         };
         a.len += entry;
-        if self.writeback_bytes > 0 && a.len - a.writeback_from >= self.writeback_bytes {
-            // Start writeback of what accumulated, without waiting for it, as RocksDB's
-            // bytes_per_sync does: the disk gets a steady stream instead of bursts.
-            use std::os::fd::AsRawFd;
-            let (from, n) = (a.writeback_from, a.len - a.writeback_from);
-            // SAFETY: a plain syscall on a file descriptor this struct keeps open.
-            unsafe {
-                libc::sync_file_range(
-                    a.file.as_raw_fd(),
-                    from as libc::off64_t,
-                    n as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
+        if let Some(wb) = self.writeback.as_ref() {
+            if a.len - a.writeback_from >= self.writeback_bytes {
+                // A full queue drops the request: the kernel writes the bytes in its time.
+                let _ = wb.try_send((Arc::clone(&a.file), a.writeback_from, a.len));
+                a.writeback_from = a.len;
             }
-            a.writeback_from = a.len;
         }
         self.active_len
             .store(a.len, std::sync::atomic::Ordering::Release);
@@ -245,6 +280,7 @@ impl ValueLog {
             let keep = now.duration_since(*at) < RETIRED_MAP_GRACE;
             if !keep {
                 maps.remove(id);
+                self.mapped.lock().remove(id);
             }
             keep
         });
@@ -276,6 +312,16 @@ impl ValueLog {
             )));
         }
         Ok(Bytes::from_owner(Mapped(map)).slice(at.offset as usize..end as usize))
+    }
+
+    /// Whether `value`'s bytes are pages of file `id`, mapped ([`ValueLog::read`] hands such
+    /// views out; DRAM keeps them).
+    pub(crate) fn lies_in(&self, id: u64, value: &[u8]) -> bool {
+        let at = value.as_ptr() as usize;
+        self.mapped
+            .lock()
+            .get(&id)
+            .is_some_and(|ranges| ranges.iter().any(|r| r.contains(&at)))
     }
 
     /// The value `rec` (the record stored under `key`) keeps at `at`, checked against the
@@ -321,6 +367,12 @@ impl ValueLog {
         // intact), so the mapped bytes stay what they were while any `Bytes` refers to them.
         let map = unsafe { memmap2::MmapOptions::new().len(map_len as usize).map(&file) };
         let map = Arc::new(map.map_err(io(format!("map {id:016x}")))?);
+        let at = map.as_ptr() as usize;
+        self.mapped
+            .lock()
+            .entry(id)
+            .or_default()
+            .push(at..at + map.len());
         self.maps.write().insert(id, Arc::clone(&map));
         Ok(map)
     }

@@ -342,10 +342,12 @@ fn commit(
         core.disk.claim(d.warm_bytes as u64)?;
     }
     let mut appended = Vec::new();
-    let logged = staged
-        .iter()
-        .filter_map(|s| Some((s.key, s.kind, s.to_log.as_ref()?)));
-    for (key, kind, (value, expire_ms, seq)) in logged {
+    let mut staged = staged;
+    for s in staged.iter_mut() {
+        let Some((value, expire_ms, seq)) = s.to_log.as_ref() else {
+            continue;
+        };
+        let (key, kind) = (s.key, s.kind);
         let at = match core.vlog.append(key, value) {
             Ok(at) => at,
             Err(e) => {
@@ -357,6 +359,12 @@ fn commit(
         let record = WarmRecord::encode_logged(kind, *expire_ms, *seq, crc, at);
         batch.put_record(key, &record);
         appended.push((key, at));
+        // DRAM holds the log's mapped bytes, not the request's buffer: the buffer is freed
+        // with the request, and the next large argument is read into memory the allocator
+        // already has, instead of pages the kernel must find and zero.
+        if let (Some(v), Ok(mapped)) = (s.hot_value.as_mut(), core.vlog.read(at)) {
+            *v = mapped;
+        }
     }
     if sync && !appended.is_empty() {
         if let Err(e) = core.vlog.sync() {

@@ -413,6 +413,39 @@ impl HotCache {
         self.put(key, len, || Data::new(key, value, expire_ms), tag, false)
     }
 
+    /// Puts `value` in place of the value a clean entry of `key` holds (the same bytes, kept
+    /// elsewhere: a value that moved within its file store); nothing if `key` is not held
+    /// or its entry is dirty. Says whether it replaced one.
+    pub fn replace_clean(&self, key: &[u8], value: Bytes, expire_ms: u64, tag: u8) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let sh = self.shard_of(hash).lock();
+        match sh.find(hash, key) {
+            Some(slot) if !sh.entry(slot).dirty => {
+                let data = self
+                    .fits(key.len(), value.len())
+                    .then(|| Data::new(key, value, expire_ms));
+                self.place(sh, hash, Some(slot), data, tag, None)
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives `key`'s clean entry a copy of its value of its own, if `held` says so of the
+    /// value it shares now (a view of a file about to be deleted, say, which it would keep
+    /// on disk); an expired entry goes instead. Says whether it copied one.
+    pub fn copy_clean_if(&self, key: &[u8], now_ms: u64, held: impl FnOnce(&[u8]) -> bool) -> bool {
+        self.with_live_or_why(key, now_ms, |sh, slot| {
+            let e = sh.entry_mut(slot);
+            if e.dirty || !held(e.data.value()) {
+                return false;
+            }
+            // The same length: the entry's charge does not change.
+            e.data = Data::copied(key, e.data.value(), e.data.expire_ms());
+            true
+        })
+        .unwrap_or(false)
+    }
+
     /// Holds `value` for `key` as a dirty entry: the only copy of an acknowledged write,
     /// never evicted until [`HotCache::mark_clean`]. Returns false (and changes nothing)
     /// when it does not [`HotCache::fits`]; the caller checks that first. The entry holds a

@@ -219,13 +219,20 @@ fn move_live_entries(core: &Core, id: u64) -> Result<bool> {
     let mut intact = true;
     for (key, at) in core.vlog.entries(id)? {
         let _g = core.locks.lock(&key);
-        let Some(p) = core.warm.record(&key)? else {
+        let rec = core.warm.record(&key)?;
+        let rec = rec
+            .as_deref()
+            .map(WarmRecord::decode_unverified)
+            .transpose()?;
+        let Some(rec) = rec.filter(|r| r.value == WarmValue::Logged(at)) else {
+            // A dead entry. DRAM may still hold its value as a view of this file's map (a
+            // value demoted while in DRAM, or expired): that would keep the deleted file's
+            // disk space for as long as DRAM holds it, so DRAM gets a copy.
+            let now = core.now_ms();
+            core.hot
+                .copy_clean_if(key.stored(), now, |v| core.vlog.lies_in(id, v));
             continue;
         };
-        let rec = WarmRecord::decode_unverified(&p)?;
-        if rec.value != WarmValue::Logged(at) {
-            continue;
-        }
         let value = core.vlog.read(at)?;
         if let Err(e) = rec.verify(key.client(), &value) {
             add(&core.counters.checksum_errors);
@@ -235,10 +242,16 @@ fn move_live_entries(core: &Core, id: u64) -> Result<bool> {
         }
         let moved = core.vlog.append(&key, &value)?;
         let mut b = core.warm.batch();
-        let rec =
-            WarmRecord::encode_logged(rec.kind, rec.expire_ms, rec.write_seq, rec.checksum, moved);
+        let (kind, expire_ms) = (rec.kind, rec.expire_ms);
+        let rec = WarmRecord::encode_logged(kind, expire_ms, rec.write_seq, rec.checksum, moved);
         b.put_record(&key, &rec);
         core.warm.write(b, false)?;
+        // DRAM's copy of a logged value is a view of the file's map, which would keep the
+        // deleted file's disk space for as long as DRAM holds the value: it follows the move.
+        if let Ok(v) = core.vlog.read(moved) {
+            core.hot
+                .replace_clean(key.stored(), v, expire_ms, kind as u8);
+        }
     }
     Ok(intact)
 }
