@@ -1069,6 +1069,57 @@ def test_scans_of_large_hashes_and_sets_page_by_count_while_members_come_and_go(
         r.execute_command("SSCAN", "s", "0", "COUNT", "0")
 
 
+def test_zscan_of_a_large_sorted_set_pages_and_meets_every_member_while_scores_move(strata):
+    """`ZSCAN` of a large sorted set answers it in pages (about `COUNT` members each, at most
+    64 pages a walk), each page in score order, and a walk meets every member held from its
+    first page to its last exactly once while scores change, others come and go, and the key
+    is rewritten whole (`ZUNIONSTORE` onto it) between pages; with each member's score as it
+    stands."""
+    import random
+
+    rng = random.Random(11)
+    r = strata.client(decode_responses=True)
+    model = {f"m{i}": float(i) for i in range(10_000)}
+    r.zadd("z", model)
+    held = {f"m{i}" for i in range(10_000) if i % 5}
+    cursor, seen, pages = 0, [], 0
+    while True:
+        cursor, items = r.zscan("z", cursor, count=300)
+        assert 0 < len(items) <= 2 * 300, len(items)
+        scores = [s for _, s in items]
+        assert scores == sorted(scores), "a page is in score order"
+        for m, s in items:
+            assert s == model[m], (m, s, model[m])
+        seen += [m for m, _ in items]
+        pages += 1
+        for _ in range(40):
+            m = f"m{rng.randrange(12_000)}"
+            if m in held or rng.random() < 0.5:
+                # A new score anywhere moves the member anywhere in score order.
+                model[m] = float(rng.randrange(-1_000_000, 1_000_000))
+                r.zadd("z", {m: model[m]})
+            else:
+                r.zrem("z", m)
+                model.pop(m, None)
+        if pages == 10:
+            r.zunionstore("z", ["z"])
+        if cursor == 0:
+            break
+    assert 10 <= pages <= 64, pages
+    counts = {}
+    for m in seen:
+        counts[m] = counts.get(m, 0) + 1
+    assert all(counts.get(m) == 1 for m in held), [(m, counts.get(m)) for m in held if counts.get(m) != 1][:5]
+    assert r.zcard("z") == len(model)
+    # A pattern filters a page; a small set comes whole.
+    cursor, items = r.zscan("z", 0, match="m1*", count=10_000)
+    assert items and all(m.startswith("m1") for m, _ in items)
+    r.zadd("small", {f"x{i}": i for i in range(20)})
+    assert r.zscan("small", 0, count=1) == (0, [(f"x{i}", float(i)) for i in range(20)])
+    with pytest.raises(redis.ResponseError, match="invalid cursor"):
+        r.execute_command("ZSCAN", "z", "x")
+
+
 def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
     """A collection of tens of thousands of members, used every few seconds, stays live (its
     decode costs milliseconds, a million members tens of them) where a small one is let go

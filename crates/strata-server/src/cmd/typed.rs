@@ -938,7 +938,40 @@ pub(crate) fn scan_options(a: &[Bytes], novalues: bool) -> Result<ScanOptions, R
     Ok(o)
 }
 
+/// A walk by member hash ([`ScanOptions::hash_range`]) covers hashes `0..HASH_SPACE`: a
+/// member's hash is its CRC-32C, fixed by its bytes alone.
+const HASH_SPACE: u64 = 1 << 32;
+
+/// Most pages a walk by hash takes, whatever its `COUNT` (which Redis calls a hint): each
+/// page is a pass over the whole collection.
+const HASH_PAGES_MAX: u64 = 64;
+
+/// A member's place in a walk by hash ([`ScanOptions::hash_range`]).
+pub(crate) fn member_hash(member: &[u8]) -> u64 {
+    u64::from(crc32c::crc32c(member))
+}
+
 impl ScanOptions {
+    /// The range of member hashes ([`member_hash`]) this scan of a collection of `len`
+    /// items answers with, and the cursor to go on with (0: the walk is over): for a
+    /// collection kept in an order its changes rearrange (a sorted set, by score), where a
+    /// walk by position could miss a member. The ranges of a walk follow each other from 0
+    /// to [`HASH_SPACE`], each about `count` members wide (at most [`HASH_PAGES_MAX`]
+    /// pages), so a member held from a walk's first page to its last is on exactly one of
+    /// them whatever moves meanwhile, even if its key is rewritten whole. A value of up to
+    /// [`SCAN_WHOLE_MAX`] items is one page.
+    pub(crate) fn hash_range(&self, len: usize) -> (std::ops::Range<u64>, u64) {
+        if len <= SCAN_WHOLE_MAX {
+            return (0..HASH_SPACE, 0);
+        }
+        let len = len as u64;
+        let per_page = (self.count as u64).max(len.div_ceil(HASH_PAGES_MAX));
+        let width = HASH_SPACE.div_ceil(len.div_ceil(per_page));
+        let start = self.cursor.min(HASH_SPACE);
+        let end = start.saturating_add(width).min(HASH_SPACE);
+        (start..end, if end == HASH_SPACE { 0 } else { end })
+    }
+
     /// The page of `items` this scan answers with, and the cursor to go on with (0: the
     /// walk is over). A value of up to [`SCAN_WHOLE_MAX`] items is one page; a larger one
     /// is walked by position, about `count` at a time, last first. Items join a collection
@@ -1264,23 +1297,27 @@ pub(crate) mod tests {
         }
     }
 
+    /// A scan's options with no pattern.
+    fn scan_opts(cursor: u64, count: usize) -> ScanOptions {
+        ScanOptions {
+            cursor,
+            count,
+            pattern: None,
+            values: true,
+        }
+    }
+
     #[test]
     fn a_scan_walk_meets_every_member_held_throughout_while_others_come_and_go() {
         let name = |i: u64| Bytes::from(format!("m{i}"));
         let mut set: Indexed<Bytes> = Items::from_vec((0..1000).map(name).collect());
         set.position(b"m1");
         let held: HashSet<Bytes> = (0..1000).filter(|i| i % 3 != 0).map(name).collect();
-        let opts = |cursor: u64, count: usize| ScanOptions {
-            cursor,
-            count,
-            pattern: None,
-            values: true,
-        };
         let (mut x, mut cursor, mut seen, mut pages) = (5u64, 0u64, HashSet::new(), 0);
         let mut next_name = 1000;
         loop {
             let count = 1 + (x % 40) as usize;
-            let (page, next) = opts(cursor, count).page(set.items());
+            let (page, next) = scan_opts(cursor, count).page(set.items());
             assert!(page.len() <= count, "a page holds at most COUNT");
             seen.extend(page.iter().cloned());
             pages += 1;
@@ -1304,7 +1341,61 @@ pub(crate) mod tests {
         assert!(missed.is_empty(), "missed {missed:?}");
         // A value of a few items comes whole, with the walk's end.
         let small: Vec<u64> = (0..SCAN_WHOLE_MAX as u64).collect();
-        assert_eq!(opts(0, 1).page(&small), (&small[..], 0));
+        assert_eq!(scan_opts(0, 1).page(&small), (&small[..], 0));
+    }
+
+    #[test]
+    fn a_walk_by_hash_meets_every_member_held_throughout_exactly_once() {
+        let name = |i: u64| Bytes::from(format!("m{i}"));
+        let mut members: Vec<Bytes> = (0..5000).map(name).collect();
+        let held: HashSet<Bytes> = (0..5000).filter(|i| i % 3 != 0).map(name).collect();
+        let (mut x, mut cursor, mut pages) = (7u64, 0u64, 0);
+        let mut seen: Vec<Bytes> = Vec::new();
+        let mut next_name = 5000;
+        loop {
+            let count = 1 + (x % 200) as usize;
+            let (range, next) = scan_opts(cursor, count).hash_range(members.len());
+            assert_eq!(range.start, cursor);
+            seen.extend(
+                members
+                    .iter()
+                    .filter(|m| range.contains(&member_hash(m)))
+                    .cloned(),
+            );
+            pages += 1;
+            // Between pages: members not held throughout leave, new ones come, and the
+            // order is shuffled (a sorted set's scores change).
+            for _ in 0..50 {
+                x = next_random(x);
+                let m = name((x >> 33) % 5000);
+                if !held.contains(&m) {
+                    members.retain(|n| n != &m);
+                }
+                members.push(name(next_name));
+                next_name += 1;
+            }
+            members.rotate_left((x % 97) as usize);
+            if next == 0 {
+                break;
+            }
+            assert!(next > cursor, "the walk moves on");
+            cursor = next;
+        }
+        assert!(pages > 20 && pages <= 64, "{pages} pages");
+        for m in &held {
+            let times = seen.iter().filter(|s| *s == m).count();
+            assert_eq!(times, 1, "{m:?} seen {times} times");
+        }
+        // A walk past the end (a cursor no walk hands out) is over.
+        assert_eq!(
+            scan_opts(HASH_SPACE + 5, 10).hash_range(1000),
+            (HASH_SPACE..HASH_SPACE, 0)
+        );
+        // A few items come whole, with the walk's end.
+        assert_eq!(
+            scan_opts(99, 1).hash_range(SCAN_WHOLE_MAX),
+            (0..HASH_SPACE, 0)
+        );
     }
 
     /// A stored value kept up to date by the deltas taken from the items (or by their

@@ -13,9 +13,10 @@ use strata_format::zset::{decode_zset, encode_zset, order};
 use strata_resp::Reply;
 
 use super::typed::{
-    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, matches, mpop_args, pop_count,
-    random_args, random_positions, read_items, read_kind_with, read_live, reply, scan_options,
-    scan_reply, store_items, table_due, write_items, Codec, Items, Touched,
+    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args,
+    pop_count, random_args, random_positions, read_items, read_kind_with, read_live, reply,
+    scan_options, scan_reply, store_items, table_due, write_items, Codec, Items, ScanOptions,
+    Touched,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -1218,23 +1219,35 @@ pub(crate) async fn bzpopmax(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     bzpop(ctx, a, true).await
 }
 
-/// `ZSCAN key cursor [MATCH pattern] [COUNT n]`: every member in one page. A walk by
-/// position in score order could miss a member whose score changes meanwhile, which Redis
-/// promises not to do; `COUNT` is not honoured (see ARCHITECTURE.md, known gaps).
+/// `ZSCAN key cursor [MATCH pattern] [COUNT n]`: a page of members (in score order) whose
+/// hashes lie in the page's range ([`ScanOptions::hash_range`]): a walk meets every member
+/// held throughout once, whatever scores change meanwhile. From the live set when there is
+/// one (a scan reads its key again and again, which makes it live).
 pub(crate) async fn zscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let pattern = match scan_options(a, false) {
-        Ok(o) => o.pattern,
+    let o = match scan_options(a, false) {
+        Ok(o) => o,
         Err(r) => return r,
     };
+    let key = ctx.key(&a[1]);
+    let live = read_live::<ZSetCodec, _>(ctx, &key, |z| {
+        zscan_page(&o, z.len(), z.runs.iter().flatten())
+    });
+    if let Some(r) = live {
+        return reply(r, |r| r);
+    }
     let r = read_items::<ZSetCodec>(ctx, &a[1]).await;
-    reply(r, |e| {
-        let mut out = Vec::new();
-        for (s, m) in e.iter().filter(|(_, m)| matches(&pattern, m)) {
-            out.push(bulk(m));
-            out.push(Reply::Bulk(Bytes::from(strata_resp::format_double(*s))));
-        }
-        scan_reply(0, out)
-    })
+    reply(r, |e| zscan_page(&o, e.len(), e.iter()))
+}
+
+/// A `ZSCAN` reply from the `len` entries of a set, in score order.
+fn zscan_page<'e>(o: &ScanOptions, len: usize, entries: impl Iterator<Item = &'e Entry>) -> Reply {
+    let (range, next) = o.hash_range(len);
+    let mut out = Vec::new();
+    for (s, m) in entries.filter(|(_, m)| range.contains(&member_hash(m)) && o.matches(m)) {
+        out.push(bulk(m));
+        out.push(Reply::Bulk(Bytes::from(strata_resp::format_double(*s))));
+    }
+    scan_reply(next, out)
 }
 
 pub(crate) async fn zrandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
