@@ -56,6 +56,8 @@ struct Row {
     prefetch_coverage: f64,
     /// GET requests sent to the object store while reading.
     object_store_gets: u64,
+    /// Prefetch GETs allowed in flight at the end of the run.
+    prefetch_fetch_window: u64,
 }
 
 /// Settings whose cold tier is `moto`, under `prefix`.
@@ -215,6 +217,7 @@ async fn strata_run(a: &Args, moto: &Moto, prefetch: bool) -> anyhow::Result<Row
         prefetch_precision: st.prefetch_precision(),
         prefetch_coverage: st.prefetch_coverage(),
         object_store_gets: st.object_store_gets - gets_before,
+        prefetch_fetch_window: st.prefetch_fetch_window,
     })
 }
 
@@ -253,6 +256,7 @@ async fn plain_gets(a: &Args, moto: &Moto) -> anyhow::Result<Row> {
         prefetch_precision: 0.0,
         prefetch_coverage: 0.0,
         object_store_gets: all_len,
+        prefetch_fetch_window: 0,
     })
 }
 
@@ -291,7 +295,7 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         ));
     }
     md.push_str(&format!(
-        "\nCold-read p50 with prefetch / plain GET p50: **{ratio:.3}** (goal ≤ 0.3); without prefetch: {ratio_off:.2} (p50 {:+.1} ms beside the plain GET's, p99 {:.2}× its p99). With prefetch, p99 of the true misses / plain GET p99: **{:.2}**.\nPrefetch: {} values issued, {} used before eviction (precision {:.2}), {} reads still served from the object store (coverage {:.2}).\n\nPrefetch can only hide the object store's latency while the store keeps up with the offered load: with 8 sessions at 2 ms think time (256 MB/s of 64 KiB reads against moto) every read waits on the store, prefetch or not.\n\nCommand: `{cmd}` ({:.0} s).\n",
+        "\nCold-read p50 with prefetch / plain GET p50: **{ratio:.3}** (goal ≤ 0.3); without prefetch: {ratio_off:.2} (p50 {:+.1} ms beside the plain GET's, p99 {:.2}× its p99). With prefetch, p99 of the true misses / plain GET p99: **{:.2}**.\nPrefetch: {} values issued, {} used before eviction (precision {:.2}), {} reads still served from the object store (coverage {:.2}); prefetch GETs allowed in flight at the end: {} of `prefetch_fetches_max` {} (the window halves when clients' reads from the store beside prefetch GETs take half again their usual time).\n\nPrefetch can only hide the object store's latency while the store keeps up with the offered load: with 8 sessions at 2 ms think time (256 MB/s of 64 KiB reads against moto) every read waits on the store, prefetch or not.\n\nCommand: `{cmd}` ({:.0} s).\n",
         (off.reads.p50_us - base.reads.p50_us) / 1000.0,
         off.reads.p99_us / base.reads.p99_us,
         on.misses.p99_us / base.reads.p99_us,
@@ -300,6 +304,8 @@ pub async fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         precision,
         on.cold_hits,
         coverage,
+        on.prefetch_fetch_window,
+        strata_engine::Settings::default().prefetch.prefetch_fetches_max,
         started.elapsed().as_secs_f64()
     ));
     #[derive(Serialize)]

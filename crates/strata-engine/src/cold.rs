@@ -144,6 +144,11 @@ impl Cold {
             .collect())
     }
 
+    /// Whether a GET of block `r` is in flight (a [`Cold::get_block`] of it now joins that).
+    pub(crate) fn fetching(&self, r: &BlockRef) -> bool {
+        self.inflight.lock().contains_key(&(r.segment_id, r.block))
+    }
+
     /// Fetches, verifies and decompresses one block; concurrent calls for the same block
     /// share one request.
     pub(crate) async fn get_block(self: &Arc<Self>, r: &BlockRef) -> Result<Bytes> {

@@ -818,6 +818,7 @@ impl Engine {
         s.vlog_bytes = vlog_files.iter().map(|f| f.1).sum();
         s.wal_bytes_dropped = core.warm.store.log_bytes_dropped_at_open();
         s.object_store_reads_in_flight_peak = core.cold.reads_in_flight_peak();
+        s.prefetch_fetch_window = core.prefetch.fetch_limit() as u64;
         s.change_log_sequence = core.warm.store.last_sequence();
         s
     }

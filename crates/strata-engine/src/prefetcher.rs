@@ -44,9 +44,8 @@ pub(crate) struct Prefetcher {
     tracked_len: AtomicUsize,
     /// Keys a job is fetching now, so overlapping jobs do not fetch them twice.
     fetching: Mutex<HashSet<Key>>,
-    /// Permits for object-store GETs, `prefetch_fetches_max` of them (first come, first
-    /// served).
-    fetch_permits: tokio::sync::Semaphore,
+    /// Prefetch GETs at the object store now, and how many may be ([`FetchWindow`]).
+    fetches: FetchWindow,
     /// Client reads from the object store in flight ([`Prefetcher::demand_read`]); a
     /// prefetch GET not yet started waits for them ([`Prefetcher::after_demand`]).
     demand: AtomicUsize,
@@ -79,7 +78,7 @@ impl Prefetcher {
             tracked: Mutex::new(HashSet::new()),
             tracked_len: AtomicUsize::new(0),
             fetching: Mutex::new(HashSet::new()),
-            fetch_permits: tokio::sync::Semaphore::new(fetches_max.max(1)),
+            fetches: FetchWindow::new(fetches_max),
             demand: AtomicUsize::new(0),
             demand_done: tokio::sync::Notify::new(),
             window_issued: AtomicU64::new(0),
@@ -190,10 +189,17 @@ impl Prefetcher {
         self.fetching.lock().remove(key);
     }
 
-    /// Counts a client's read from the object store until the guard drops.
-    pub(crate) fn demand_read(&self) -> DemandRead<'_> {
+    /// Counts a client's read from the object store until the guard drops, which also
+    /// tells the fetch window how long it took ([`FetchWindow::demand_done`]). `joins`: the
+    /// read joins a GET of its block already in flight (it says nothing of the store).
+    pub(crate) fn demand_read(&self, joins: bool) -> DemandRead<'_> {
         self.demand.fetch_add(1, Ordering::AcqRel);
-        DemandRead(self)
+        DemandRead {
+            p: self,
+            started: std::time::Instant::now(),
+            joins,
+            beside_prefetch: self.fetches.in_flight.load(Ordering::Acquire) > 0,
+        }
     }
 
     /// Waits, at most [`DEMAND_WAIT_MAX`], until no client reads from the object store: a
@@ -214,13 +220,110 @@ impl Prefetcher {
         }
     }
 
-    /// Waits for a permit to GET a predicted value from the object store; held until the
-    /// GET is done.
-    pub(crate) async fn fetch_permit(&self) -> tokio::sync::SemaphorePermit<'_> {
-        self.fetch_permits
-            .acquire()
-            .await
-            .expect("the semaphore is never closed")
+    /// Waits for a permit to GET a predicted value from the object store (first come, first
+    /// served); held until the GET is done.
+    pub(crate) async fn fetch_permit(&self) -> FetchPermit<'_> {
+        let w = &self.fetches;
+        loop {
+            let freed = w.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let n = w.in_flight.load(Ordering::Acquire);
+            if n < w.limit.load(Ordering::Acquire) {
+                if w.in_flight
+                    .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return FetchPermit(w);
+                }
+                continue;
+            }
+            freed.await;
+        }
+    }
+
+    /// Prefetch GETs allowed in flight now.
+    pub(crate) fn fetch_limit(&self) -> usize {
+        self.fetches.limit.load(Ordering::Relaxed)
+    }
+}
+
+/// How many prefetch GETs may be at the object store at once: between 1 and
+/// `prefetch_fetches_max` (where it starts), found from the clients' reads that sent a GET
+/// of their own while prefetch GETs were in flight: one that took more than
+/// [`SLOWED_DOWN`] times the usual (a moving average of those that started with none in
+/// flight) halves it (on a store that serves requests one after another, a small server or
+/// one disk, every guess in flight delays a read that misses); [`UNSLOWED_TO_GROW`] in a
+/// row that did not add one (a store that serves in parallel keeps the full window).
+struct FetchWindow {
+    max: usize,
+    limit: AtomicUsize,
+    in_flight: AtomicUsize,
+    freed: tokio::sync::Notify,
+    /// Client reads beside prefetch GETs in a row that were not slowed down.
+    unslowed: AtomicUsize,
+    /// Moving average of the client reads from the store that started with no prefetch
+    /// GET in flight, in microseconds (0: none yet).
+    usual_us: AtomicU64,
+}
+
+/// How much slower than usual a client's read beside prefetch GETs may be before the
+/// window halves.
+const SLOWED_DOWN: f64 = 1.5;
+
+/// Client reads beside prefetch GETs, none slowed down, that widen the window by one.
+const UNSLOWED_TO_GROW: usize = 4;
+
+impl FetchWindow {
+    fn new(max: usize) -> FetchWindow {
+        let max = max.max(1);
+        FetchWindow {
+            max,
+            limit: AtomicUsize::new(max),
+            in_flight: AtomicUsize::new(0),
+            freed: tokio::sync::Notify::new(),
+            unslowed: AtomicUsize::new(0),
+            usual_us: AtomicU64::new(0),
+        }
+    }
+
+    /// A client's GET of its own took `us`; `beside_prefetch`: prefetch GETs were in
+    /// flight when it started.
+    fn demand_done(&self, us: u64, beside_prefetch: bool) {
+        let usual = self.usual_us.load(Ordering::Relaxed);
+        if !beside_prefetch {
+            let next = if usual == 0 { us } else { (usual * 7 + us) / 8 };
+            self.usual_us.store(next.max(1), Ordering::Relaxed);
+            return;
+        }
+        if usual == 0 {
+            return;
+        }
+        let slowed = us as f64 > usual as f64 * SLOWED_DOWN;
+        let grow = !slowed && self.unslowed.fetch_add(1, Ordering::Relaxed) + 1 >= UNSLOWED_TO_GROW;
+        if slowed || grow {
+            self.unslowed.store(0, Ordering::Relaxed);
+            let max = self.max;
+            let _ = self
+                .limit
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| {
+                    Some(if slowed {
+                        (l / 2).max(1)
+                    } else {
+                        (l + 1).min(max)
+                    })
+                });
+        }
+    }
+}
+
+/// A prefetch GET in flight; its drop frees its place in the window.
+pub(crate) struct FetchPermit<'a>(&'a FetchWindow);
+
+impl Drop for FetchPermit<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_waiters();
     }
 }
 
@@ -228,12 +331,21 @@ impl Prefetcher {
 const DEMAND_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A client's read from the object store, counted while it lives.
-pub(crate) struct DemandRead<'a>(&'a Prefetcher);
+pub(crate) struct DemandRead<'a> {
+    p: &'a Prefetcher,
+    started: std::time::Instant,
+    joins: bool,
+    beside_prefetch: bool,
+}
 
 impl Drop for DemandRead<'_> {
     fn drop(&mut self) {
-        if self.0.demand.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.demand_done.notify_waiters();
+        if !self.joins {
+            let us = self.started.elapsed().as_micros() as u64;
+            self.p.fetches.demand_done(us, self.beside_prefetch);
+        }
+        if self.p.demand.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.p.demand_done.notify_waiters();
         }
     }
 }
@@ -259,6 +371,53 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_fetch_window_halves_when_guesses_slow_client_reads_and_grows_back() {
+        let p = Prefetcher::new(true, 8);
+        let w = &p.fetches;
+        assert_eq!(p.fetch_limit(), 8);
+        // Reads alone set the usual time; one beside guesses and a third slower is usual.
+        for _ in 0..8 {
+            w.demand_done(3_000, false);
+        }
+        w.demand_done(4_000, true);
+        assert_eq!(
+            p.fetch_limit(),
+            8,
+            "a read a third slower is within the usual"
+        );
+        // Slowed down twice as much: the window halves each time, down to one.
+        for want in [4, 2, 1, 1] {
+            w.demand_done(7_000, true);
+            assert_eq!(p.fetch_limit(), want);
+        }
+        // Reads beside guesses at their usual speed add one, so many in a row.
+        for want in [2, 3, 4] {
+            for _ in 1..UNSLOWED_TO_GROW {
+                w.demand_done(3_100, true);
+            }
+            assert_eq!(p.fetch_limit(), want - 1);
+            w.demand_done(3_100, true);
+            assert_eq!(p.fetch_limit(), want);
+        }
+        let held: Vec<_> = (0..4)
+            .map(|_| p.fetch_permit().now_or_never().expect("within the window"))
+            .collect();
+        assert!(
+            p.fetch_permit().now_or_never().is_none(),
+            "one past the window waits"
+        );
+        drop(held);
+        // A read that joined a GET already in flight tells nothing.
+        drop(p.demand_read(true));
+        assert_eq!(p.fetch_limit(), 4);
+        // Grows no further than its maximum.
+        for _ in 0..100 * UNSLOWED_TO_GROW {
+            w.demand_done(2_000, true);
+        }
+        assert_eq!(p.fetch_limit(), 8);
+    }
+
     #[tokio::test]
     async fn prefetch_gets_wait_for_client_reads_from_the_store_but_not_forever() {
         let p = Prefetcher::new(true, 2);
@@ -266,7 +425,7 @@ mod tests {
             p.after_demand().now_or_never().is_some(),
             "no client read: at once"
         );
-        let read = p.demand_read();
+        let read = p.demand_read(false);
         let mut waiting = Box::pin(p.after_demand());
         assert!(
             futures::poll!(&mut waiting).is_pending(),
@@ -277,7 +436,7 @@ mod tests {
             futures::poll!(&mut waiting).is_ready(),
             "goes when the read is done"
         );
-        let _endless = p.demand_read();
+        let _endless = p.demand_read(false);
         let started = std::time::Instant::now();
         p.after_demand().await;
         let waited = started.elapsed();

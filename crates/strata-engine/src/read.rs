@@ -234,7 +234,7 @@ async fn fetch_cold(
     r: BlockRef,
     started: Instant,
 ) -> Result<Bytes> {
-    let demand = core.prefetch.demand_read();
+    let demand = core.prefetch.demand_read(core.cold.fetching(&r));
     let (value, block) = core.fetch_cold(key, &r).await?;
     drop(demand);
     core.load_model

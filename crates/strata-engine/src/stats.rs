@@ -175,6 +175,7 @@ define_stats! {
         vlog_bytes: "strata_vlog_bytes" "" "Bytes of the value-log files (live and garbage).",
         wal_bytes_dropped: "strata_wal_bytes_dropped" "" "Write-ahead log bytes dropped at the last open (a torn or truncated tail).",
         object_store_reads_in_flight_peak: "strata_object_store_reads_in_flight_peak" "" "Most object-store reads ever in flight at once.",
+        prefetch_fetch_window: "strata_prefetch_fetch_window" "" "Prefetch GETs allowed at the object store at once now (halved when they slow clients' reads down, up to prefetch_fetches_max).",
         change_log_sequence: "strata_change_log_sequence" "" "Sequence number of the latest committed change.",
     }
 }
