@@ -684,14 +684,12 @@ impl Engine {
             .collect();
         let now = core.now_ms();
         for shard in 0..core.hot.shard_count() {
-            for k in core.hot.live_dirty_keys_in(shard, now) {
-                let Some(db) = k.first().and_then(|&d| client_of[d as usize]) else {
-                    continue;
-                };
-                if core.warm.surely_lacks(&k) {
+            core.hot.each_live_dirty_key_in(shard, now, |k| {
+                let db = k.first().and_then(|&d| client_of[d as usize]);
+                if let Some(db) = db.filter(|_| core.warm.surely_lacks(k)) {
                     keys[db] += 1;
                 }
-            }
+            });
         }
         keys
     }

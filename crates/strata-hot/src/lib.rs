@@ -783,17 +783,17 @@ impl HotCache {
             .collect()
     }
 
-    /// The keys of shard `shard`'s dirty entries that are live at `now_ms` (a dirty entry
-    /// past its expiry stands for a deleted key).
-    pub fn live_dirty_keys_in(&self, shard: usize, now_ms: u64) -> Vec<Vec<u8>> {
+    /// Shows `f` the key of each of shard `shard`'s dirty entries that are live at `now_ms`
+    /// (a dirty entry past its expiry stands for a deleted key), under the shard's lock:
+    /// nothing is copied.
+    pub fn each_live_dirty_key_in(&self, shard: usize, now_ms: u64, mut f: impl FnMut(&[u8])) {
         if self.dirty_bytes() == 0 {
-            return Vec::new();
+            return;
         }
         let sh = self.shards[shard].lock();
         sh.entries()
             .filter(|e| e.dirty && e.data.is_live(now_ms))
-            .map(|e| e.data.key().to_vec())
-            .collect()
+            .for_each(|e| f(e.data.key()));
     }
 
     /// Bytes of dirty entries, as the budget counts them.
