@@ -111,6 +111,16 @@ pub fn pin(pid: u32, core: usize) {
         .status();
 }
 
+/// Starts a server with `start` on CPU 0, the servers' CPU of the benchmarks' protocol (a
+/// child inherits this process's CPUs, so it sizes its threads for one CPU, as under
+/// `taskset -c 0`), then moves this process, and the clients it starts after, to CPU 1.
+pub fn on_server_core<T>(start: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    pin(0, 0);
+    let started = start();
+    pin(0, 1);
+    started
+}
+
 /// The bucket every benchmark's S3-compatible server holds.
 pub const BUCKET: &str = "strata-bench";
 pub const S3_REGION: &str = "us-east-1";

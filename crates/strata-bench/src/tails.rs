@@ -1,8 +1,9 @@
 //! GET tails under background work: one client reads keys that DRAM holds, first with the
 //! server idle, then for as long as a pipelined writer takes to push the warm tier far past
 //! its budget (so write-back settles, the hot log compacts, demotion uploads segments and
-//! RocksDB flushes and compacts). Servers run on CPU 0, the clients on CPU 1. The report gives the reader's p50/p99/p99.9 in both phases and their
-//! ratio, and the disk bytes the server wrote per byte the writer sent (`/proc/PID/io`).
+//! RocksDB flushes and compacts). Servers start on CPU 0 (so they size their threads for
+//! it), the clients run on CPU 1. The report gives the reader's p50/p99/p99.9 in both
+//! phases and their ratio, and the disk bytes the server wrote per byte the writer sent (`/proc/PID/io`).
 //! The same two phases run against `redis-server` (persistence off) in the same run, as the
 //! reference for what a second client's load alone does to the reader's tail.
 
@@ -17,7 +18,7 @@ use serde::Serialize;
 
 use crate::report;
 use crate::resp::Client;
-use crate::servers::{free_port, pin, redis_server, strata_server, wait_port, Proc};
+use crate::servers::{free_port, on_server_core, redis_server, strata_server, wait_port, Proc};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -74,13 +75,12 @@ struct Row {
 pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    pin(0, 1);
     let mut rows = Vec::new();
     for (i, server) in ["redis", "strata"].into_iter().enumerate() {
         report::progress(i + 1, 2, &format!("{server}: idle, then under a writer"));
         let port = free_port()?;
-        let proc = match server {
-            "redis" => redis_server(port)?,
+        let proc = on_server_core(|| match server {
+            "redis" => redis_server(port),
             _ => strata_server(
                 &a.strata,
                 dir.path(),
@@ -89,10 +89,9 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
                     "durability=none".to_string(),
                     format!("warm_bytes_max={}", a.warm_bytes_max),
                 ],
-            )?,
-        };
+            ),
+        })?;
         wait_port(port)?;
-        pin(proc.0.id(), 0);
         rows.push(measure(&a, server, &proc, port)?);
     }
     let command = format!(
