@@ -4,7 +4,8 @@
 //! - `engine`: get from each tier and put, for 100 B and 1 MiB values, against the simplest
 //!   alternative on the same medium (a locked `HashMap` for DRAM, one file per key for local
 //!   disk, one object per key read through the same object store for the cold tier).
-//! - `redis`: `redis-benchmark` against a real `redis-server` and against `strata serve`.
+//! - `redis`: `redis-benchmark` against a real `redis-server` and against `strata serve`,
+//!   both on one CPU and the client on the other, in interleaved rounds.
 //! - `kvcache`: multi-turn conversations reading their KV prefix back, on Strata, Redis,
 //!   local files and the object store, beside loopback and memcpy ceilings.
 //! - `memory`: resident memory per key after a million SETs, beside `redis-server`.
@@ -60,17 +61,21 @@ enum Command {
     /// The headline table: Strata, a Redis cache and a file cache (both cache-aside in front
     /// of the same object store) and the object store itself, on this machine, in one run.
     Compare(compare::Args),
-    /// redis-benchmark against redis-server and against strata, same machine, same run.
+    /// redis-benchmark against redis-server and against strata, same machine, same run: the
+    /// hot-path protocol (servers on CPU 0, the client on CPU 1, interleaved rounds, medians).
     Redis {
-        /// Requests per redis-benchmark test.
-        #[arg(long, default_value_t = 1_000_000)]
+        /// Requests per redis-benchmark test at 50 clients (a tenth with one client).
+        #[arg(long, default_value_t = 100_000)]
         requests: u64,
+        /// Rounds, each with fresh servers; the report gives the medians.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
         /// The strata binary to benchmark.
         #[arg(long, default_value = "target/release/strata")]
         strata: std::path::PathBuf,
         /// Durable writes instead: Strata with its default `durability=group` beside Redis
         /// with `appendfsync always` (both acknowledge a write only once it is fsynced), SET,
-        /// INCR and MSET; report `redis-benchmark-durable`.
+        /// INCR and MSET of 10 keys; report `redis-benchmark-durable`.
         #[arg(long)]
         durable: bool,
     },
@@ -100,9 +105,10 @@ fn main() -> anyhow::Result<()> {
         Command::Engine { ops } => runtime()?.block_on(engine::run(ops, &cli.out)),
         Command::Redis {
             requests,
+            rounds,
             strata,
             durable,
-        } => redis::run(requests, &strata, durable, &cli.out),
+        } => redis::run(requests, rounds, &strata, durable, &cli.out),
         Command::Prefetch(args) => runtime()?.block_on(prefetch::run(args, &cli.out)),
         Command::Kvcache(args) => runtime()?.block_on(kvcache::run(args, &cli.out)),
         Command::Memory(args) => memory::run(args, &cli.out),
