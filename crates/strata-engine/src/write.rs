@@ -325,7 +325,7 @@ pub(crate) fn commit_acknowledged(
 
 fn commit(
     core: &Core,
-    staged: Vec<Staged<'_>>,
+    mut staged: Vec<Staged<'_>>,
     mut batch: Batch,
     d: &Counts,
     sync: bool,
@@ -342,7 +342,6 @@ fn commit(
         core.disk.claim(d.warm_bytes as u64)?;
     }
     let mut appended = Vec::new();
-    let mut staged = staged;
     for s in staged.iter_mut() {
         let Some((value, expire_ms, seq)) = s.to_log.as_ref() else {
             continue;
