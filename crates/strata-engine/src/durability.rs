@@ -7,6 +7,7 @@
 //! them to the operating system every `none_flush_ms` ([`flush_log_every`]), which bounds
 //! what a killed process loses.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -227,6 +228,14 @@ pub(crate) fn sync_logs(
 /// `shutdown` (`durability = none`: what a killed process may lose is at most one period of
 /// acknowledged writes). A failed flush is retried on the next tick; it is not a sync, and
 /// nothing was promised durable.
+///
+/// A period's writes can take a while to copy into the page cache: the hand-off runs off
+/// the runtime's workers, on a thread of its own at the background work's priority, so on
+/// a busy core the requests served beside it run first (at a client's priority it held
+/// each woken request for the rest of its time slice: GET p99 of milliseconds beside a
+/// fast writer, `reports/tails-fast-writer.md`). Past half the period clients' writes wait
+/// for it ([`HotLog::pace`]); what is left after a whole period goes on at a client's
+/// priority: the period still bounds what a kill loses.
 pub(crate) async fn flush_log_every(
     warm: Arc<dyn WarmStore>,
     hot: Arc<HotLog>,
@@ -235,6 +244,7 @@ pub(crate) async fn flush_log_every(
 ) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let low = low_hand_off(Arc::clone(&warm), Arc::clone(&hot));
     loop {
         // Live values are stored, and dirty values logged, on the tick, which bounds what a
         // kill loses; not when the buffer fills early (their records fill it, so each would
@@ -244,34 +254,99 @@ pub(crate) async fn flush_log_every(
             _ = tick.tick() => true,
             _ = hot.full.notified() => false,
         };
-        // A second's worth of writes can take a while to copy into the page cache: off the
-        // runtime's workers, which serve clients meanwhile.
-        let (w, h) = (Arc::clone(&warm), Arc::clone(&hot));
-        let flushed = tokio::task::spawn_blocking(move || loop {
-            // Live values' changes and unlogged dirty values into the logs first (see
-            // `live`, `writeback`), a buffer at a time; a failure leaves them as they are,
-            // for the next tick.
-            let all = if fold { h.log_deferred() } else { Ok(true) };
-            let all = all.unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "storing live values failed; retrying");
-                true
-            });
-            let hot_upto = h.mark();
-            if let Err(e) = w.flush_log() {
-                tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
-                return;
-            } else if let Err(e) = h.write_out(hot_upto, false) {
-                // Those records are dropped from the log; their values stay dirty in memory
-                // until a checkpoint writes them.
-                tracing::warn!(error = %e, "handing the hot log to the OS failed");
+        let until = std::time::Instant::now() + period;
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let lowered = match &low {
+            Some(tx) if tx.send((fold, until, done)).is_ok() => {
+                tokio::pin!(finished);
+                let on_time = tokio::time::timeout(period / 2, &mut finished).await;
+                match on_time {
+                    Ok(r) => r.unwrap_or(false),
+                    Err(_) => {
+                        hot.late.store(true, Ordering::Release);
+                        finished.await.unwrap_or(false)
+                    }
+                }
             }
-            if all {
-                return;
+            _ => false,
+        };
+        let flushed = match lowered {
+            true => Ok(true),
+            false => {
+                let (w, h) = (Arc::clone(&warm), Arc::clone(&hot));
+                tokio::task::spawn_blocking(move || hand_off(&*w, &h, fold, None)).await
             }
-        })
-        .await;
+        };
+        if hot.late.swap(false, Ordering::AcqRel) {
+            hot.caught_up.notify_waiters();
+        }
         if flushed.is_err() {
             tracing::warn!("the log flush task panicked");
+        }
+    }
+}
+
+/// A hand-off job: `fold`, the instant to stop at, and where to say whether it finished.
+type HandOffJob = (bool, std::time::Instant, tokio::sync::oneshot::Sender<bool>);
+
+/// Starts the thread that runs the hand-offs at the background work's priority (a thread
+/// of its own: on the shared pool one could wait seconds behind a background round). It
+/// ends with the sender. `None` if it could not start: hand-offs then run at a client's
+/// priority.
+fn low_hand_off(
+    warm: Arc<dyn WarmStore>,
+    hot: Arc<HotLog>,
+) -> Option<std::sync::mpsc::SyncSender<HandOffJob>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<HandOffJob>(1);
+    let started = std::thread::Builder::new()
+        .name("strata-log".into())
+        .spawn(move || {
+            crate::offload::lower_priority();
+            while let Ok((fold, until, done)) = rx.recv() {
+                let _ = done.send(hand_off(&*warm, &hot, fold, Some(until)));
+            }
+        });
+    match started {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::warn!("log hand-off thread not started: {e}");
+            None
+        }
+    }
+}
+
+/// Logs what DRAM holds unlogged (with `fold`, live values' changes too) and hands both
+/// logs to the operating system, a buffer at a time; a failure leaves the rest for the next
+/// tick. With `until`, stops once that instant has passed and says whether it finished
+/// (true also after a failure: nothing more is tried this tick).
+fn hand_off(
+    warm: &dyn WarmStore,
+    hot: &HotLog,
+    fold: bool,
+    until: Option<std::time::Instant>,
+) -> bool {
+    loop {
+        // Live values' changes and unlogged dirty values into the logs first (see `live`,
+        // `writeback`); a failure leaves them as they are, for the next tick.
+        let all = if fold { hot.log_deferred() } else { Ok(true) };
+        let all = all.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "storing live values failed; retrying");
+            true
+        });
+        let hot_upto = hot.mark();
+        if let Err(e) = warm.flush_log() {
+            tracing::warn!(error = %e, "handing the write-ahead log to the OS failed; retrying");
+            return true;
+        } else if let Err(e) = hot.write_out(hot_upto, false) {
+            // Those records are dropped from the log; their values stay dirty in memory
+            // until a checkpoint writes them.
+            tracing::warn!(error = %e, "handing the hot log to the OS failed");
+        }
+        if all {
+            return true;
+        }
+        if until.is_some_and(|t| std::time::Instant::now() >= t) {
+            return false;
         }
     }
 }

@@ -694,6 +694,14 @@ impl Engine {
         keys
     }
 
+    /// Before a client's write: waits while the `none` log hand-off runs late (past half
+    /// its period), at most a period, so writes slow down instead of outrunning it; says
+    /// whether it waited. No wait otherwise (one atomic load).
+    pub async fn pace_writes(&self) -> bool {
+        let period = std::time::Duration::from_millis(self.core.settings.warm.none_flush_ms);
+        self.core.writeback.log().pace(period).await
+    }
+
     /// Writes what write-back holds to the warm store on the runtime's blocking pool, so
     /// the clients served beside the caller go on meanwhile (a settle of a few hundred
     /// megabytes takes seconds, and on one core would hold up every client); the

@@ -2,8 +2,9 @@
 //! segment rewrites, backups) runs here: on a few threads of its own at a lower CPU
 //! priority, so that on a busy core the threads serving clients run first and background
 //! work takes the time they leave. (RocksDB's own flush and compaction threads are lowered
-//! the same way, in `strata-rocks`.) Work a client waits for, and the log hand-off that
-//! `none_flush_ms` bounds, run on the runtime's blocking pool instead.
+//! the same way, in `strata-rocks`, and the `none` log hand-off runs on a lowered thread of
+//! its own, `durability::flush_log_every`.) Work a client waits for runs on the runtime's
+//! blocking pool instead.
 
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::OnceLock;

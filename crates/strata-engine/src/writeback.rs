@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -915,6 +915,12 @@ pub(crate) struct HotLog {
     /// out calls it first ([`HotLog::log_deferred`]), so what it writes covers every change
     /// before.
     deferred: std::sync::OnceLock<Box<dyn Fn() -> Result<bool> + Send + Sync>>,
+    /// Set while a hand-off of the logs (`durability = none`) has run past half its period:
+    /// clients' writes wait for it ([`HotLog::pace`]), so that it finishes within the
+    /// period although it runs at the background work's priority.
+    pub(crate) late: AtomicBool,
+    /// Notified when a late hand-off ends.
+    pub(crate) caught_up: tokio::sync::Notify,
 }
 
 struct LogState {
@@ -982,11 +988,29 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
 }
 
 impl HotLog {
+    /// Waits, before a client's write, while the logs' hand-off is late ([`HotLog::late`]),
+    /// at most `max`: the writes a late hand-off has yet to log stop growing, and it gets
+    /// the CPU they would take.
+    pub(crate) async fn pace(&self, max: std::time::Duration) -> bool {
+        if !self.late.load(Ordering::Acquire) {
+            return false;
+        }
+        let ended = self.caught_up.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if self.late.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout(max, ended).await;
+        }
+        true
+    }
+
     fn open(dir: &Path) -> Result<HotLog> {
         std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
         let mut log = HotLog {
             dir: dir.to_path_buf(),
             full: tokio::sync::Notify::new(),
+            late: AtomicBool::new(false),
+            caught_up: tokio::sync::Notify::new(),
             state: Mutex::new(LogState {
                 buf: Vec::new(),
                 appended: 0,
@@ -1149,6 +1173,39 @@ impl HotLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client's write waits while the hand-off is late and goes on when it ends (or after
+    /// its longest wait); with the hand-off on time it does not wait at all.
+    #[tokio::test]
+    async fn writes_wait_while_the_log_hand_off_is_late() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(HotLog::open(dir.path()).unwrap());
+        let long = std::time::Duration::from_secs(60);
+        assert!(!log.pace(long).await, "on time: no wait");
+        log.late.store(true, Ordering::Release);
+        let waiting = tokio::spawn({
+            let log = Arc::clone(&log);
+            async move { log.pace(long).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a write waits while the hand-off is late"
+        );
+        log.late.store(false, Ordering::Release);
+        log.caught_up.notify_waiters();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the write goes on once the hand-off ends")
+            .unwrap();
+        assert!(waited);
+        // A hand-off that never ends holds a write for the longest wait, no longer.
+        log.late.store(true, Ordering::Release);
+        let short = std::time::Duration::from_millis(50);
+        tokio::time::timeout(std::time::Duration::from_secs(10), log.pace(short))
+            .await
+            .expect("the wait is bounded");
+    }
 
     #[test]
     fn records_read_back_and_a_torn_tail_ends_the_file() {

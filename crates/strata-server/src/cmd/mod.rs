@@ -947,6 +947,11 @@ async fn execute_request(
         queue.push(args);
         return Reply::Simple("QUEUED".into());
     }
+    // Writes slow down while the `none` log hand-off is late; the wait is not the
+    // command's time.
+    if spec.flags & WRITE != 0 && shared.engine.pace_writes().await {
+        conn.lap = None;
+    }
     dispatch_counted(&mut Ctx { shared, conn }, idx, &args).await
 }
 
@@ -1023,6 +1028,9 @@ pub(crate) async fn execute_run(
     if let Some(r) = refusal(conn, &COMMANDS[idxs[0]], cmds[0].len()) {
         out.extend(cmds.iter().map(|_| r.clone()));
         return;
+    }
+    if kind.writes() && shared.engine.pace_writes().await {
+        conn.lap = None;
     }
     // In cluster mode, a run with a key this node does not serve runs command by command,
     // each redirected or run on its own.
