@@ -948,8 +948,8 @@ async fn execute_request(
         return Reply::Simple("QUEUED".into());
     }
     // Writes slow down while the `none` log hand-off is late; the wait is not the
-    // command's time.
-    if spec.flags & WRITE != 0 && shared.engine.pace_writes().await {
+    // command's time. Not one that holds the server's gate alone: every client would wait.
+    if spec.flags & (WRITE | EXCLUSIVE) == WRITE && shared.engine.pace_writes().await {
         conn.lap = None;
     }
     dispatch_counted(&mut Ctx { shared, conn }, idx, &args).await
