@@ -7,7 +7,6 @@
 //! them to the operating system every `none_flush_ms` ([`flush_log_every`]), which bounds
 //! what a killed process loses.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -256,19 +255,19 @@ pub(crate) async fn flush_log_every(
         };
         let until = std::time::Instant::now() + period;
         let (done, finished) = tokio::sync::oneshot::channel();
-        let lowered = match &low {
-            Some(tx) if tx.send((fold, until, done)).is_ok() => {
+        let lowered = match low.send((fold, until, done)) {
+            Ok(()) => {
                 tokio::pin!(finished);
                 let on_time = tokio::time::timeout(period / 2, &mut finished).await;
                 match on_time {
                     Ok(r) => r.unwrap_or(false),
                     Err(_) => {
-                        hot.late.store(true, Ordering::Release);
+                        hot.begin_late();
                         finished.await.unwrap_or(false)
                     }
                 }
             }
-            _ => false,
+            Err(_) => false,
         };
         let flushed = match lowered {
             true => Ok(true),
@@ -277,9 +276,7 @@ pub(crate) async fn flush_log_every(
                 tokio::task::spawn_blocking(move || hand_off(&*w, &h, fold, None)).await
             }
         };
-        if hot.late.swap(false, Ordering::AcqRel) {
-            hot.caught_up.notify_waiters();
-        }
+        hot.end_late();
         if flushed.is_err() {
             tracing::warn!("the log flush task panicked");
         }
@@ -291,28 +288,15 @@ type HandOffJob = (bool, std::time::Instant, tokio::sync::oneshot::Sender<bool>)
 
 /// Starts the thread that runs the hand-offs at the background work's priority (a thread
 /// of its own: on the shared pool one could wait seconds behind a background round). It
-/// ends with the sender. `None` if it could not start: hand-offs then run at a client's
-/// priority.
+/// ends with the sender. If it could not start, every send fails and hand-offs run at a
+/// client's priority.
 fn low_hand_off(
     warm: Arc<dyn WarmStore>,
     hot: Arc<HotLog>,
-) -> Option<std::sync::mpsc::SyncSender<HandOffJob>> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<HandOffJob>(1);
-    let started = std::thread::Builder::new()
-        .name("strata-log".into())
-        .spawn(move || {
-            crate::offload::lower_priority();
-            while let Ok((fold, until, done)) = rx.recv() {
-                let _ = done.send(hand_off(&*warm, &hot, fold, Some(until)));
-            }
-        });
-    match started {
-        Ok(_) => Some(tx),
-        Err(e) => {
-            tracing::warn!("log hand-off thread not started: {e}");
-            None
-        }
-    }
+) -> std::sync::mpsc::SyncSender<HandOffJob> {
+    crate::offload::lowered_thread("strata-log", 1, move |(fold, until, done): HandOffJob| {
+        let _ = done.send(hand_off(&*warm, &hot, fold, Some(until)));
+    })
 }
 
 /// Logs what DRAM holds unlogged (with `fold`, live values' changes too) and hands both

@@ -56,6 +56,30 @@ pub(crate) fn lower_priority() {
     }
 }
 
+/// Starts a thread of its own named `name`, at [`NICE`], that passes every job sent on the
+/// returned channel (at most `queue` waiting) to `serve`, and ends once the sender is
+/// dropped. If the thread cannot start, the failure is logged and every send fails (the
+/// receiver is gone): callers treat that as the thread's absence.
+pub(crate) fn lowered_thread<J: Send + 'static>(
+    name: &str,
+    queue: usize,
+    mut serve: impl FnMut(J) + Send + 'static,
+) -> SyncSender<J> {
+    let (tx, rx) = sync_channel::<J>(queue);
+    let started = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            lower_priority();
+            while let Ok(job) = rx.recv() {
+                serve(job);
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!("thread {name} not started: {e}");
+    }
+    tx
+}
+
 /// Runs `f` on a background thread and waits for its result without blocking the runtime.
 /// `what` names the work in the error a panic becomes.
 pub(crate) async fn run<T, F>(what: &'static str, f: F) -> Result<T>

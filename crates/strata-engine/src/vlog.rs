@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -84,30 +84,24 @@ const WRITEBACK_QUEUE_MAX: usize = 16;
 /// a large append, so it runs here (at the background work's priority), not on the thread
 /// of the client that appended. The thread ends with the log (its sender dropped).
 fn writeback_thread() -> SyncSender<(Arc<File>, u64, u64)> {
-    let (tx, rx) = sync_channel::<(Arc<File>, u64, u64)>(WRITEBACK_QUEUE_MAX);
-    let started = std::thread::Builder::new()
-        .name("strata-vlog-wb".into())
-        .spawn(move || {
-            crate::offload::lower_priority();
-            while let Ok((file, from, to)) = rx.recv() {
-                use std::os::fd::AsRawFd;
-                // SAFETY: a plain syscall on a file descriptor the `Arc` keeps open.
-                unsafe {
-                    libc::sync_file_range(
-                        file.as_raw_fd(),
-                        from as libc::off64_t,
-                        (to - from) as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
-                    );
-                }
+    // Without the thread every request is dropped: the kernel writes the log's pages in
+    // its own time.
+    crate::offload::lowered_thread(
+        "strata-vlog-wb",
+        WRITEBACK_QUEUE_MAX,
+        |(file, from, to): (Arc<File>, u64, u64)| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a plain syscall on a file descriptor the `Arc` keeps open.
+            unsafe {
+                libc::sync_file_range(
+                    file.as_raw_fd(),
+                    from as libc::off64_t,
+                    (to - from) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
             }
-        });
-    if let Err(e) = started {
-        // Without the thread every request is dropped (the receiver is gone): the kernel
-        // writes the log's pages in its own time.
-        tracing::warn!("value log writeback thread not started: {e}");
-    }
-    tx
+        },
+    )
 }
 
 /// A slice of a mapped file, owned by the `Bytes` that holds it.

@@ -917,10 +917,11 @@ pub(crate) struct HotLog {
     deferred: std::sync::OnceLock<Box<dyn Fn() -> Result<bool> + Send + Sync>>,
     /// Set while a hand-off of the logs (`durability = none`) has run past half its period:
     /// clients' writes wait for it ([`HotLog::pace`]), so that it finishes within the
-    /// period although it runs at the background work's priority.
-    pub(crate) late: AtomicBool,
+    /// period although it runs at the background work's priority. Set and cleared only by
+    /// [`HotLog::begin_late`] and [`HotLog::end_late`].
+    late: AtomicBool,
     /// Notified when a late hand-off ends.
-    pub(crate) caught_up: tokio::sync::Notify,
+    caught_up: tokio::sync::Notify,
 }
 
 struct LogState {
@@ -988,6 +989,19 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
 }
 
 impl HotLog {
+    /// The running hand-off of the logs has passed half its period: clients' writes wait
+    /// ([`HotLog::pace`]) until [`HotLog::end_late`].
+    pub(crate) fn begin_late(&self) {
+        self.late.store(true, Ordering::Release);
+    }
+
+    /// The hand-off ended: writes waiting in [`HotLog::pace`] go on.
+    pub(crate) fn end_late(&self) {
+        if self.late.swap(false, Ordering::AcqRel) {
+            self.caught_up.notify_waiters();
+        }
+    }
+
     /// Waits, before a client's write, while the logs' hand-off is late ([`HotLog::late`]),
     /// at most `max`: the writes a late hand-off has yet to log stop growing, and it gets
     /// the CPU they would take.
@@ -1182,7 +1196,7 @@ mod tests {
         let log = Arc::new(HotLog::open(dir.path()).unwrap());
         let long = std::time::Duration::from_secs(60);
         assert!(!log.pace(long).await, "on time: no wait");
-        log.late.store(true, Ordering::Release);
+        log.begin_late();
         let waiting = tokio::spawn({
             let log = Arc::clone(&log);
             async move { log.pace(long).await }
@@ -1192,15 +1206,14 @@ mod tests {
             !waiting.is_finished(),
             "a write waits while the hand-off is late"
         );
-        log.late.store(false, Ordering::Release);
-        log.caught_up.notify_waiters();
+        log.end_late();
         let waited = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
             .await
             .expect("the write goes on once the hand-off ends")
             .unwrap();
         assert!(waited);
         // A hand-off that never ends holds a write for the longest wait, no longer.
-        log.late.store(true, Ordering::Release);
+        log.begin_late();
         let short = std::time::Duration::from_millis(50);
         tokio::time::timeout(std::time::Duration::from_secs(10), log.pace(short))
             .await
