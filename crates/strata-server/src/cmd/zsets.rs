@@ -107,6 +107,12 @@ fn position_in(run: &[Entry], e: &(f64, impl AsRef<[u8]>)) -> usize {
     run.partition_point(|x| order(x, e) == Ordering::Less)
 }
 
+/// The score a run ends with, as [`Scored::lasts`] keeps it (an empty run, the lone run of
+/// an empty set, ends after every score).
+fn last_score(run: &[Entry]) -> f64 {
+    run.last().map_or(f64::INFINITY, |e| e.0)
+}
+
 /// Most entries a run of [`Scored`] holds while the set is written; a longer one splits in
 /// two. A move shifts at most this many entries (40 bytes each), not the whole set.
 const RUN_MAX: usize = 256;
@@ -233,6 +239,9 @@ impl RunCounts {
 /// few changes are logged as a delta.
 pub(crate) struct Scored {
     runs: Vec<Vec<Entry>>,
+    /// Each run's last score ([`last_score`]), side by side: finding a run reads these,
+    /// not the runs' entries (a cache miss per run looked at, in a set of thousands).
+    lasts: Vec<f64>,
     /// The runs' counts, while no split or removal of a run changed them ([`Runs`]).
     counts: Option<RunCounts>,
     /// Entries in all runs (summing the runs' lengths costs a pass over thousands of them).
@@ -272,11 +281,14 @@ impl Scored {
         self.touched.set(&member, self.count);
         if self.runs.len() == 1 && self.runs[0].len() <= RUN_MAX {
             self.counts = None;
-            return place_known(&mut self.runs[0], cur, score, member);
+            place_known(&mut self.runs[0], cur, score, member);
+            self.lasts[0] = last_score(&self.runs[0]);
+            return;
         }
         if self.runs.len() == 1 {
             let all = std::mem::take(&mut self.runs[0]);
             self.runs = all.chunks(RUN_MAX / 2).map(<[Entry]>::to_vec).collect();
+            self.lasts = self.runs.iter().map(|r| last_score(r)).collect();
             self.counts = None;
         }
         if let Some(c) = cur {
@@ -295,30 +307,49 @@ impl Scored {
         self.counted(r, 1);
     }
 
-    /// Run `r` gained or lost `delta` entries: the counts follow, and a run left empty
-    /// goes (unless it is the only one) or one past [`RUN_MAX`] splits in two.
+    /// Run `r` gained or lost `delta` entries: the counts and last scores follow, and a
+    /// run left empty goes (unless it is the only one) or one past [`RUN_MAX`] splits in
+    /// two.
     fn counted(&mut self, r: usize, delta: isize) {
         let (len, runs) = (self.runs[r].len(), self.runs.len());
         if len == 0 && runs > 1 {
             self.runs.remove(r);
+            self.lasts.remove(r);
             self.counts = None;
-        } else if len > RUN_MAX {
+            return;
+        }
+        if len > RUN_MAX {
             let upper = self.runs[r].split_off(len / 2);
+            self.lasts.insert(r + 1, last_score(&upper));
             self.runs.insert(r + 1, upper);
             self.counts = None;
         } else if let Some(c) = &mut self.counts {
             c.add(r, delta);
         }
+        self.lasts[r] = last_score(&self.runs[r]);
     }
 
     /// The run an entry ordered as `e` belongs in: the first whose last entry is not
     /// before it (the last run if none).
     fn run_of(&self, e: &(f64, &Bytes)) -> usize {
-        let r = self.runs.partition_point(|run| {
-            run.last()
-                .is_some_and(|last| order(last, e) == Ordering::Less)
-        });
-        r.min(self.runs.len() - 1)
+        let (mut lo, mut hi) = (0, self.runs.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            // The run's entries are read only when its last score ties with `e`'s.
+            let before = match self.lasts[mid].partial_cmp(&e.0) {
+                Some(Ordering::Less) => true,
+                Some(Ordering::Greater) => false,
+                _ => self.runs[mid]
+                    .last()
+                    .is_some_and(|last| order(last, e) == Ordering::Less),
+            };
+            if before {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.min(self.runs.len() - 1)
     }
 
     /// Every entry in order, read by position without joining the runs.
@@ -348,6 +379,7 @@ impl Scored {
     fn entries(&mut self) -> &[Entry] {
         if self.runs.len() > 1 {
             let all = self.runs.concat();
+            self.lasts = vec![last_score(&all)];
             self.runs = vec![all];
             self.counts = None;
         }
@@ -392,7 +424,9 @@ impl Scored {
             start += len;
             if self.runs[r].is_empty() && self.runs.len() > 1 {
                 self.runs.remove(r);
+                self.lasts.remove(r);
             } else {
+                self.lasts[r] = last_score(&self.runs[r]);
                 r += 1;
             }
         }
@@ -421,6 +455,7 @@ impl Items<Entry> for Scored {
     fn from_vec(entries: Vec<Entry>) -> Self {
         Scored {
             count: entries.len(),
+            lasts: vec![last_score(&entries)],
             runs: vec![entries],
             counts: None,
             scores: None,
@@ -1685,6 +1720,12 @@ mod tests {
         }
     }
 
+    /// [`Scored::lasts`] holds each run's last score, one per run.
+    fn lasts_follow_the_runs(z: &Scored) {
+        let want: Vec<f64> = z.runs.iter().map(|r| last_score(r)).collect();
+        assert_eq!(z.lasts, want);
+    }
+
     #[test]
     fn large_sets_written_in_runs_keep_one_order() {
         let member = |i: u64| Bytes::from(format!("m{}", i % 1500));
@@ -1709,6 +1750,7 @@ mod tests {
             assert!(z.runs.iter().all(|r| r.len() <= RUN_MAX) || z.runs.len() == 1);
             assert_eq!(Items::len(&z), model.len());
             assert_eq!(z.count, z.runs.iter().map(Vec::len).sum::<usize>());
+            lasts_follow_the_runs(&z);
             if step % 997 == 0 && z.runs.len() > 1 {
                 runs_read_as_one_slice(&mut z, &sorted(&model), x);
             }
@@ -1725,6 +1767,7 @@ mod tests {
                     assert_eq!(z.remove_members(&gone), gone.len());
                     model.retain(|_, s| *s != 7.0);
                     z.take_range(0..1);
+                    lasts_follow_the_runs(&z);
                     let first = sorted(&model)[0].1.clone();
                     model.remove(&first);
                 }
@@ -1755,6 +1798,7 @@ mod tests {
                 want.drain(at..at + len).collect::<Vec<_>>()
             );
             assert_eq!(z.view().len(), want.len());
+            lasts_follow_the_runs(&z);
         }
         let gone: Vec<Bytes> = [10, 500, 10, 900]
             .iter()
@@ -1762,6 +1806,7 @@ mod tests {
             .collect();
         assert_eq!(z.remove_members(&gone), 3, "a member named twice goes once");
         want.retain(|(_, m)| !gone.contains(m));
+        lasts_follow_the_runs(&z);
         assert_eq!(Items::len(&z), want.len());
         assert!(z.runs.len() > 1);
         runs_read_as_one_slice(&mut z, &want, x);
