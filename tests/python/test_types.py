@@ -1120,6 +1120,15 @@ def test_zscan_of_a_large_sorted_set_pages_and_meets_every_member_while_scores_m
         r.execute_command("ZSCAN", "z", "x")
 
 
+LARGE_SET_MEMBERS = [f"m{i}" for i in range(30_000)]  # about 2.4 MB counted when live
+
+
+def fill_large_set(r, key):
+    """Adds `LARGE_SET_MEMBERS` to the set `key`, 5,000 a command."""
+    for i in range(0, len(LARGE_SET_MEMBERS), 5000):
+        r.sadd(key, *LARGE_SET_MEMBERS[i:i + 5000])
+
+
 def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
     """A collection of tens of thousands of members, used every few seconds, stays live (its
     decode costs milliseconds, a million members tens of them) where a small one is let go
@@ -1141,16 +1150,13 @@ def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
     p = StrataProcess({"hot_bytes_max": "16MiB"}, data_dir=str(tmp_path))
     try:
         r = p.client(decode_responses=True)
-        members = [f"m{i}" for i in range(30_000)]  # about 2.4 MB counted when live
-
         def fill(key):
-            for i in range(0, len(members), 5000):
-                r.sadd(key, *members[i:i + 5000])
+            fill_large_set(r, key)
 
         fill("c")  # let go when "a" is written: over the budget, the older goes
         # Written, both are live.
         fill("a")
-        r.sadd("small", *members[:50])
+        r.sadd("small", *LARGE_SET_MEMBERS[:50])
         assert held() == 2
         time.sleep(1.3)
         tick()
@@ -1184,6 +1190,39 @@ def test_a_large_collection_stays_decoded_between_uses_seconds_apart(tmp_path):
         before = live_reads()
         assert r.sismember("c", "m5") and r.sismember("b", "m5")
         assert live_reads() == before + 2, "b and c are live, a was let go for c"
+    finally:
+        p.stop()
+
+
+def test_a_large_collection_written_past_the_live_budget_goes_in_place_at_once(tmp_path):
+    """Live values full (two large sets changed since their last fold), a write to a third
+    large set lets the least recently used go at once, stored whole first, so the third is
+    changed in place from its first write, not rewritten whole per command until the next
+    fold (a million members: hundreds of milliseconds each). Nothing is lost on the way."""
+    # hot_bytes_max 16 MiB: live values get 4 MiB; no `none` tick during the test.
+    p = StrataProcess({"hot_bytes_max": "16MiB", "durability": "none",
+                       "none_flush_ms": "60000"}, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        def fill(key):
+            fill_large_set(r, key)
+
+        def info(field):
+            return int(r.info("strata")[field])
+
+        fill("c")
+        fill("a")
+        assert r.dbsize() == 2  # stores both whole; the older, c, is let go
+        assert info("live_values") == 1
+        fill("b")  # a and b live and changed: past the budget
+        assert info("live_values") == 2
+        before = info("live_writes")
+        for i in range(3):
+            assert r.sadd("c", f"new{i}") == 1
+        assert info("live_writes") == before + 3, "c's writes went the whole-value way"
+        assert info("live_values") == 2, "a, used longest ago, made room for c"
+        assert [r.scard(k) for k in ("a", "b", "c")] == [30_000, 30_000, 30_003]
+        assert r.sismember("a", "m29999") and r.sismember("c", "new2")
     finally:
         p.stop()
 

@@ -20,7 +20,8 @@
 //! Every change happens under the key's stripe lock, and so does every fold. Live values
 //! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
 //! the whole-value way; past the budget the next fold, or a read that would make a value
-//! live, drops the least recently used: [`make_room`]); one that no command has used for
+//! live, drops the least recently used: [`make_room`]; a write of a large collection
+//! that is not live drops them at once, changed or not: [`make_room_beside`]); one that no command has used for
 //! [`IDLE_MS`] is dropped at the next fold, a large one after [`LARGE_IDLE_MS`].
 //!
 //! Reads use a live value in place too ([`read_live`]: `SISMEMBER` finds the member
@@ -428,30 +429,61 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
 /// their budget (one whose changes are logged as deltas only is stored whole first). The
 /// caller holds no stripe lock.
 fn make_room(core: &Core) -> Result<()> {
-    let live = &core.live;
-    let over = live.bytes().saturating_sub(bytes_max(core));
-    if over == 0 {
-        return Ok(());
-    }
-    let mut spare: Vec<(u64, usize, Vec<u8>)> = live
-        .slots
-        .lock()
-        .iter()
-        .filter(|(_, s)| !s.changed)
-        .map(|(k, s)| (s.used_ms, s.bytes, k.clone()))
-        .collect();
-    spare.sort_unstable_by_key(|s| s.0);
-    let mut freed = 0;
-    for (_, bytes, stored) in spare {
-        if freed > over {
-            break;
-        }
-        freed += bytes;
+    let over = core.live.bytes().saturating_sub(bytes_max(core));
+    let spare = least_recently_used(core, |s| !s.changed);
+    for stored in freeing(spare, over) {
         let key = Key::from_stored(&stored)?;
         let _g = core.locks.lock(&key);
         fold_slot(core, &key, true, Fold::Stored)?;
     }
     Ok(())
+}
+
+/// Makes room for a value about to be made live at `key`, whose stripe lock the caller
+/// holds: lets the least recently used go, changed ones too (stored whole first), until the
+/// live values are under their budget ([`admits`]). A victim whose stripe someone holds
+/// (the caller's among them) is skipped.
+fn make_room_beside(core: &Core, key: &Key) -> Result<()> {
+    let over = core.live.bytes().saturating_sub(bytes_max(core));
+    let all = least_recently_used(core, |_| true);
+    for stored in freeing(all, over) {
+        if stored == key.stored() {
+            continue;
+        }
+        let victim = Key::from_stored(&stored)?;
+        if let Some(_g) = core.locks.try_lock(&victim) {
+            fold_slot(core, &victim, true, Fold::Stored)?;
+        }
+    }
+    Ok(())
+}
+
+/// The live values `pick` chooses, least recently used first: `(used, bytes, stored key)`.
+fn least_recently_used(core: &Core, pick: impl Fn(&Slot) -> bool) -> Vec<(u64, usize, Vec<u8>)> {
+    let mut v: Vec<(u64, usize, Vec<u8>)> = core
+        .live
+        .slots
+        .lock()
+        .iter()
+        .filter(|(_, s)| pick(s))
+        .map(|(k, s)| (s.used_ms, s.bytes, k.clone()))
+        .collect();
+    v.sort_unstable_by_key(|s| s.0);
+    v
+}
+
+/// The keys of the first `candidates` whose bytes add up past `over` (none if `over` is 0).
+fn freeing(candidates: Vec<(u64, usize, Vec<u8>)>, over: usize) -> Vec<Vec<u8>> {
+    let mut freed = 0;
+    let mut out = Vec::new();
+    for (_, bytes, stored) in candidates {
+        if over == 0 || freed > over {
+            break;
+        }
+        freed += bytes;
+        out.push(stored);
+    }
+    out
 }
 
 /// Whether writes may keep values live: write-back is on and client writes are not synced
@@ -514,6 +546,17 @@ pub(crate) async fn update_live<R>(
                 None => (None, 0),
             };
             let mut obj = decode(value.as_ref())?;
+            let bytes = obj.bytes();
+            if obj.stays()
+                && bytes >= LARGE_BYTES_MIN
+                && bytes <= bytes_max(core)
+                && !admits(core, bytes)
+            {
+                // A large collection newly written past the budget: the whole-value way
+                // would cost it milliseconds a command until the next fold lets one go, so
+                // the least recently used go now.
+                make_room_beside(core, key)?;
+            }
             if obj.stays() && admits(core, obj.bytes()) {
                 let (changed, out) = f(obj.as_mut())?;
                 if obj.is_empty() {

@@ -48,6 +48,12 @@ impl Stripes {
         self.locks[stripe_of(key)].lock()
     }
 
+    /// Locks `key`'s stripe if no one holds it (the caller may hold another: waiting could
+    /// deadlock).
+    pub(crate) fn try_lock(&self, key: &Key) -> Option<MutexGuard<'_, ()>> {
+        self.locks[stripe_of(key)].try_lock()
+    }
+
     /// Locks the stripes of all `keys` in a fixed order (so two batches cannot deadlock).
     pub(crate) fn lock_many<'a>(
         &'a self,
