@@ -17,6 +17,10 @@ use crate::shared::{ClientEntry, Shared};
 const FLUSH_BYTES: usize = 1 << 20;
 /// Most requests parsed before running them.
 const BATCH_COUNT_MAX: usize = 1024;
+/// With other clients connected, one turn runs at most about this many bytes of a client's
+/// requests before the others get theirs (Redis reads 16 KiB of a client per turn of its
+/// event loop): a pipelined writer holds up a reader's `GET` by a turn, not a pipeline.
+const TURN_BYTES: usize = 16 << 10;
 
 /// Writes the pending replies. A client that leaves them unread for `stall` (when not zero)
 /// is cut off: its replies are the only memory it can pin, and only for that long.
@@ -73,6 +77,49 @@ const DENIED: &[u8] = b"-DENIED Strata is running in protected mode because prot
 
 /// Serves one client on `sock` (plain TCP, TLS or a Unix socket) until it leaves, is
 /// killed, idles out, or the server shuts down.
+/// The requests one turn of a connection runs, parsed from its buffer.
+struct Turn {
+    batch: Vec<Vec<Bytes>>,
+    /// What ended parsing early, if the buffer held a malformed request.
+    protocol_error: Option<strata_resp::ProtocolError>,
+    /// Requests may be left in the buffer (the batch is full, or the turn ended).
+    more_buffered: bool,
+    /// The turn ended at [`TURN_BYTES`] with bytes left in the buffer (only with other
+    /// clients connected: `shares`).
+    turn_ended: bool,
+}
+
+fn take_turn(
+    reader: &mut RequestReader,
+    inbuf: &mut BytesMut,
+    limits: &Limits,
+    shares: bool,
+) -> Turn {
+    let mut turn = Turn {
+        batch: Vec::new(),
+        protocol_error: None,
+        more_buffered: false,
+        turn_ended: false,
+    };
+    let mut turn_bytes = 0;
+    while turn.batch.len() < BATCH_COUNT_MAX && !turn.turn_ended {
+        match reader.next(inbuf, limits) {
+            Ok(Some(args)) => {
+                turn_bytes += args.iter().map(|a| a.len()).sum::<usize>();
+                turn.batch.push(args);
+                turn.turn_ended = shares && turn_bytes >= TURN_BYTES && !inbuf.is_empty();
+                turn.more_buffered = turn.batch.len() == BATCH_COUNT_MAX || turn.turn_ended;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                turn.protocol_error = Some(e);
+                break;
+            }
+        }
+    }
+    turn
+}
+
 pub(crate) async fn handle<S>(shared: Arc<Shared>, sock: S, peer: Peer)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
@@ -166,22 +213,13 @@ where
                 Duration::from_secs(cfg.client_request_timeout_secs),
             )
         };
-        let mut batch = Vec::new();
-        let mut protocol_error = None;
-        let mut more_buffered = false;
-        while batch.len() < BATCH_COUNT_MAX {
-            match reader.next(&mut inbuf, &limits) {
-                Ok(Some(args)) => {
-                    batch.push(args);
-                    more_buffered = batch.len() == BATCH_COUNT_MAX;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    protocol_error = Some(e);
-                    break;
-                }
-            }
-        }
+        let shares = shared.clients_open.load(Ordering::Relaxed) > 1;
+        let Turn {
+            batch,
+            protocol_error,
+            more_buffered,
+            turn_ended,
+        } = take_turn(&mut reader, &mut inbuf, &limits, shares);
         if !batch.is_empty() {
             // A request arrived whole: the clock restarts for the next one.
             partial_since = None;
@@ -214,6 +252,11 @@ where
             out.push(&Reply::Error(format!("ERR {e}")));
             let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
             break 'conn;
+        }
+        if turn_ended && out.len() < FLUSH_BYTES && !conn.quit && !killed.load(Ordering::Acquire) {
+            // The others' turn; these replies leave with the next turn's.
+            tokio::task::yield_now().await;
+            continue;
         }
         if !out.is_empty() && shared.clients_open.load(Ordering::Relaxed) > 1 {
             // Other connections' requests that arrived with this one run before the replies
@@ -516,4 +559,64 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
         conn.last_cmd.store(i + 1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline(n: usize, value_bytes: usize) -> BytesMut {
+        let value = "v".repeat(value_bytes);
+        let mut b = BytesMut::new();
+        for i in 0..n {
+            let key = format!("k{i}");
+            b.extend_from_slice(
+                format!(
+                    "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+                    key.len(),
+                    value.len()
+                )
+                .as_bytes(),
+            );
+        }
+        b
+    }
+
+    /// Beside other clients, a pipeline of large writes runs in turns of about
+    /// `TURN_BYTES`, so a reader waits a turn, not the pipeline; alone, or with what the
+    /// turn parsed being all there was, it runs whole.
+    #[test]
+    fn a_pipeline_runs_in_turns_beside_other_clients() {
+        let limits = Limits::default();
+        let mut reader = RequestReader::default();
+        let mut inbuf = pipeline(100, 1024);
+        let mut turns = Vec::new();
+        loop {
+            let t = take_turn(&mut reader, &mut inbuf, &limits, true);
+            assert!(t.protocol_error.is_none());
+            turns.push(t.batch.len());
+            assert_eq!(t.turn_ended, t.more_buffered);
+            if !t.turn_ended {
+                break;
+            }
+        }
+        assert_eq!(turns.iter().sum::<usize>(), 100);
+        assert!(turns.len() >= 6, "turns of about 16 KiB: {turns:?}");
+        assert!(
+            turns.iter().all(|&n| n <= TURN_BYTES / 1024 + 1),
+            "{turns:?}"
+        );
+
+        let mut alone = pipeline(100, 1024);
+        let t = take_turn(&mut reader, &mut alone, &limits, false);
+        assert_eq!(
+            (t.batch.len(), t.turn_ended, t.more_buffered),
+            (100, false, false)
+        );
+
+        // A pipeline that ends within the turn's last request is one turn.
+        let mut exact = pipeline(16, 1024);
+        let t = take_turn(&mut reader, &mut exact, &limits, true);
+        assert_eq!((t.batch.len(), t.turn_ended), (16, false));
+    }
 }
