@@ -13,9 +13,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
+        // Seconds and milliseconds apart: `as_millis` divides a u128 (a per-command cost).
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
+            .map(|d| d.as_secs() * 1000 + u64::from(d.subsec_millis()))
             .unwrap_or(0)
     }
 }

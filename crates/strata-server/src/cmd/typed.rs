@@ -644,11 +644,14 @@ pub(crate) fn read_live<C: Codec, R>(
     f: impl FnOnce(&mut C::Items) -> R,
 ) -> Option<Result<R, Reply>> {
     let engine = &ctx.shared.engine;
-    let now = engine.now_ms();
     let r = engine.read_live(
         key,
         C::KIND,
-        |value| Ok(Box::new(LiveItems::<C, C::Items>::decode(value, now)?)),
+        // The clock is read only when a value is decoded (a live value needs none).
+        |value| {
+            let now = engine.now_ms();
+            Ok(Box::new(LiveItems::<C, C::Items>::decode(value, now)?))
+        },
         |live| {
             let any: &mut dyn std::any::Any = live;
             let items = any
