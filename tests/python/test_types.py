@@ -795,6 +795,14 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
                     list_model = list_model[1:-1]
                     r.linsert("l", "BEFORE", list_model[5], f"x{step}")
                     list_model.insert(5, f"x{step}")
+                if step % 5 == 0:
+                    # An insert and a removal inside the list (deltas say them too).
+                    pivot = list_model[n % len(list_model)]
+                    assert r.linsert("l", "AFTER", pivot, f"y{step}") == len(list_model) + 1
+                    list_model.insert(list_model.index(pivot) + 1, f"y{step}")
+                    gone = list_model[(n * 7) % len(list_model)]
+                    assert r.lrem("l", 1, gone) == 1
+                    list_model.remove(gone)
             else:
                 # Plain writes that fill the hot log: first a few keys over and over (its
                 # file grows, a compaction), then many (dirty values pass their budget,
@@ -832,6 +840,36 @@ def test_large_collections_log_their_changes_as_deltas_and_survive_a_kill(tmp_pa
         assert r.zrange("z", 0, -1, withscores=True) == sorted(
             zset_model.items(), key=lambda e: (e[1], e[0])
         )
+    finally:
+        p.stop()
+
+
+def test_linsert_and_lrem_in_a_large_list_log_deltas_not_the_whole_list(tmp_path):
+    """`LINSERT` and `LREM` inside a large list change it in place and each commit logs what
+    they did (an insert, removals by index), not the list again; the list reads back in
+    order after them, also after a SIGKILL."""
+    p = StrataProcess({"durability": "group"}, data_dir=str(tmp_path))
+    r = p.client(decode_responses=True)
+    model = [f"e{i % 50}" for i in range(5000)]
+    r.rpush("l", *model)
+    r.lset("l", 0, "e0")  # a first delta after the list's first whole record
+    before = r.info("strata")
+    assert r.linsert("l", "AFTER", "e7", "new") == 5001
+    model.insert(model.index("e7") + 1, "new")
+    assert r.lrem("l", -3, "e9") == 3
+    for _ in range(3):
+        i = len(model) - 1 - model[::-1].index("e9")
+        del model[i]
+    assert r.lrem("l", 0, "e11") == 100
+    model = [e for e in model if e != "e11"]
+    after = r.info("strata")
+    assert after["live_deltas"] - before["live_deltas"] == 3, (before, after)
+    assert after["live_folds"] == before["live_folds"], "the list was logged whole"
+    assert r.lrange("l", 0, -1) == model
+    p.stop()  # SIGKILL
+    p = StrataProcess({"durability": "group"}, data_dir=str(tmp_path))
+    try:
+        assert p.client(decode_responses=True).lrange("l", 0, -1) == model
     finally:
         p.stop()
 

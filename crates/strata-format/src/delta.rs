@@ -23,6 +23,9 @@
 //!    | 3 | n u32                 n popped from the head
 //!    | 4 | n u32                 n popped from the tail
 //!    | 5 | index u32 | len u32 | element    set at index
+//!    | 6 | index u32 | len u32 | element    inserted before index (at the end if it is
+//!                                           the length)
+//!    | 7 | index u32                        removed from index
 //! ```
 
 use std::collections::{HashMap, VecDeque};
@@ -39,6 +42,8 @@ const PUSH_BACK: u8 = 2;
 const POP_FRONT: u8 = 3;
 const POP_BACK: u8 = 4;
 const SET_AT: u8 = 5;
+const INSERT_AT: u8 = 6;
+const REMOVE_AT: u8 = 7;
 
 /// What a list's commands did since its last record, in order (see the module doc).
 #[derive(Debug, Clone, Default)]
@@ -66,7 +71,22 @@ impl ListDelta {
     }
 
     pub fn set(&mut self, index: usize, element: &[u8]) {
-        self.ops.push(SET_AT);
+        self.at(SET_AT, index, element);
+    }
+
+    /// `element` went in before `index` (`LINSERT`); at the end if `index` is the length.
+    pub fn insert(&mut self, index: usize, element: &[u8]) {
+        self.at(INSERT_AT, index, element);
+    }
+
+    /// The element at `index` went (`LREM`).
+    pub fn remove(&mut self, index: usize) {
+        self.ops.push(REMOVE_AT);
+        self.ops.extend_from_slice(&(index as u32).to_le_bytes());
+    }
+
+    fn at(&mut self, op: u8, index: usize, element: &[u8]) {
+        self.ops.push(op);
         self.ops.extend_from_slice(&(index as u32).to_le_bytes());
         self.ops
             .extend_from_slice(&(element.len() as u32).to_le_bytes());
@@ -126,6 +146,19 @@ fn apply_list(base: &[u8], deltas: &[&[u8]]) -> Result<Vec<u8>> {
                     let len = r.u32()? as usize;
                     let element = r.bytes(len)?;
                     *list.get_mut(i).ok_or_else(|| bad("sets past the end"))? = element;
+                }
+                INSERT_AT => {
+                    let i = r.u32()? as usize;
+                    let len = r.u32()? as usize;
+                    let element = r.bytes(len)?;
+                    if i > list.len() {
+                        return Err(bad("inserts past the end"));
+                    }
+                    list.insert(i, element);
+                }
+                REMOVE_AT => {
+                    let i = r.u32()? as usize;
+                    list.remove(i).ok_or_else(|| bad("removes past the end"))?;
                 }
                 op => return Err(bad(&format!("unknown op {op}"))),
             }

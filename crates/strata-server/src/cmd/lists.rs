@@ -204,8 +204,7 @@ pub(crate) async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         match list.iter().position(|e| *e == pivot) {
             None => Ok((false, -1)),
             Some(i) => {
-                list.whole_mut()
-                    .insert(if after { i + 1 } else { i }, value);
+                list.insert(if after { i + 1 } else { i }, value);
                 Ok((true, list.len() as i64))
             }
         }
@@ -240,10 +239,8 @@ pub(crate) async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 removed += 1;
             }
         }
-        let mut k = keep.iter();
         if removed > 0 {
-            list.whole_mut()
-                .retain(|_| *k.next().expect("one flag per element"));
+            list.remove_flagged(&keep);
         }
         Ok((removed > 0, removed as i64))
     });

@@ -484,9 +484,9 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
 }
 
 /// A list's elements, pushed and popped at both ends, read through `Deref`; its changes are
-/// noted in order (pushes, pops, sets: [`strata_format::delta::ListDelta`]), so a large
-/// list's few changes are logged as a delta. Any other change ([`Deque::whole_mut`]) is a
-/// whole one, as is passing a quarter of the elements in changes.
+/// noted in order (pushes, pops, sets, inserts, removals:
+/// [`strata_format::delta::ListDelta`]), so a large list's few changes are logged as a
+/// delta. Passing a quarter of the elements in changes makes the next record a whole one.
 pub(crate) struct Deque {
     items: VecDeque<Bytes>,
     /// `None`: changed whole since the last delta or store.
@@ -547,7 +547,29 @@ impl Deque {
         self.items[i] = e;
     }
 
-    /// The elements, for any other change (a whole one).
+    /// Inserts `e` before the element at `i` (at the end if `i` is the length).
+    pub(crate) fn insert(&mut self, i: usize, e: Bytes) {
+        self.note(|d| d.insert(i, &e));
+        self.items.insert(i, e);
+    }
+
+    /// Removes the elements whose flag in `keep` is false (one flag per element), in one
+    /// pass; each is noted as a removal, the last first, so every index noted is where the
+    /// element stood when it went. Returns how many went.
+    pub(crate) fn remove_flagged(&mut self, keep: &[bool]) -> usize {
+        debug_assert_eq!(keep.len(), self.items.len());
+        let gone: Vec<usize> = (0..keep.len()).rev().filter(|&i| !keep[i]).collect();
+        for &i in &gone {
+            self.note(|d| d.remove(i));
+        }
+        let mut k = keep.iter();
+        self.items
+            .retain(|_| *k.next().expect("one flag per element"));
+        gone.len()
+    }
+
+    /// The elements, changed in any way (a whole change; the tests' way to make one).
+    #[cfg(test)]
     pub(crate) fn whole_mut(&mut self) -> &mut VecDeque<Bytes> {
         self.ops = None;
         &mut self.items
@@ -1508,7 +1530,7 @@ pub(crate) mod tests {
             x = next_random(x);
             let e = Bytes::from(format!("e{step}"));
             let n = ((x >> 50) % 3) as usize;
-            match (x >> 20) % 7 {
+            match (x >> 20) % 9 {
                 0 => list.push_front(e),
                 1 | 2 => list.push_back(e),
                 3 => drop(list.take_front(n)),
@@ -1518,6 +1540,18 @@ pub(crate) mod tests {
                     list.set(i, e);
                 }
                 6 if step % 50 == 0 => list.whole_mut().insert(0, e),
+                // LINSERT: anywhere, the end too.
+                7 => {
+                    let i = ((x >> 33) as usize) % (list.len() + 1);
+                    list.insert(i, e);
+                }
+                // LREM: a few elements spread over the list.
+                8 => {
+                    let keep: Vec<bool> = (0..list.len())
+                        .map(|i| !(i + (x >> 40) as usize).is_multiple_of(97))
+                        .collect();
+                    list.remove_flagged(&keep);
+                }
                 _ => {}
             }
             check.at(&mut list, step);
