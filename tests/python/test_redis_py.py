@@ -241,16 +241,22 @@ def test_shutdown_inside_multi_is_refused_and_fails_the_transaction(strata):
 
 def test_randomkey_draws_every_key(strata):
     """RANDOMKEY draws from every key of a small database (it drew almost only the first
-    key after a random byte, so of 'bar' and 'foo' mostly 'bar'), and from a window of a
-    large one (not uniformly: see the command's code); nil when the database is empty."""
+    key after a random byte, so of 'bar' and 'foo' mostly 'bar'), and from all over a large
+    one: from a window after a point drawn between its first and last keys (a point drawn
+    from all byte strings fell before or after keys sharing a prefix, so it drew the first
+    64 keys over and over); nil when the database is empty."""
     r = strata.client(decode_responses=True)
     assert r.randomkey() is None
     r.mset({"foo": "x", "bar": "y", "baz": "z"})
     seen = {r.randomkey() for _ in range(200)}
     assert seen == {"foo", "bar", "baz"}
+    r.delete("foo", "bar", "baz")
     r.mset({f"key:{i:05d}": "v" for i in range(1000)})
-    seen = {r.randomkey() for _ in range(200)}
-    assert len(seen) > 20 and all(r.exists(k) for k in seen)
+    drawn = [r.randomkey() for _ in range(300)]
+    assert all(r.exists(k) for k in set(drawn))
+    assert len(set(drawn)) > 150, len(set(drawn))
+    upper = sum(k >= "key:00500" for k in drawn)
+    assert 60 < upper < 240, f"{upper} of 300 from the upper half of the keys"
 
 
 def test_command_docs_describe_every_command(strata):

@@ -510,6 +510,18 @@ impl Engine {
             .collect())
     }
 
+    /// The first and the last key of database `db` in key order (any kind, live or not;
+    /// `None` if it holds none), what `RANDOMKEY` draws a point between. What write-back
+    /// holds is not there until it settles (as for [`Engine::scan`]). `None` in cluster
+    /// mode, where keys are kept by slot, not in one order.
+    pub fn key_ends(&self, db: u8) -> Result<Option<(Bytes, Bytes)>> {
+        if self.core.settings.key_slots {
+            return Ok(None);
+        }
+        self.settle_writes()?;
+        crate::scan::key_ends(&self.core, self.core.warm.stored_db(db))
+    }
+
     /// A page of keys of database `db` starting with `prefix`, resuming at `cursor` (a
     /// previous page's `next`).
     pub fn scan_prefix(

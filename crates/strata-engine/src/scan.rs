@@ -190,6 +190,35 @@ pub(crate) fn scan_prefix(
     scan(core, db, start, end.as_deref(), count_max)
 }
 
+/// The first and the last client key of database `db` in key order, of any kind, live or
+/// not, from the warm and cold tiers (`None`: neither holds one). Outside cluster mode only
+/// (there the stored order is by slot first).
+pub(crate) fn key_ends(core: &Core, db: u8) -> Result<Option<(Bytes, Bytes)>> {
+    let prefix = keys::slot_prefix(db, 0);
+    let bounds = Bounds {
+        lower: Some(prefix.to_vec()),
+        upper: strata_warm::prefix_end(&prefix),
+    };
+    let view = core.warm.store.view();
+    let (mut first, mut last): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+    for family in [Family::Records, Family::Cold] {
+        let mut c = core
+            .warm
+            .cursor(family, bounds.clone(), Some(view.as_ref()));
+        c.seek_to_first();
+        if c.valid() && first.as_deref().is_none_or(|f| c.key() < f) {
+            first = Some(c.key().to_vec());
+        }
+        c.seek_to_last();
+        if c.valid() && last.as_deref().is_none_or(|l| c.key() > l) {
+            last = Some(c.key().to_vec());
+        }
+        c.status()?;
+    }
+    let client = |k: Vec<u8>| Bytes::copy_from_slice(&k[keys::STORED_KEY_PREFIX_BYTES..]);
+    Ok(first.zip(last).map(|(f, l)| (client(f), client(l))))
+}
+
 /// One end of an ordered key range ([`crate::Engine::range`]), on client keys: `None`
 /// unbounded, `(key, true)` including the key, `(key, false)` excluding it.
 pub type RangeBound<'a> = Option<(&'a [u8], bool)>;

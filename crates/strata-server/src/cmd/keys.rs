@@ -208,10 +208,10 @@ pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
 const RANDOMKEY_DRAW_KEYS: usize = 64;
 
 /// `RANDOMKEY`: a live key of the database, drawn uniformly from all of them in a small
-/// database; in a larger one, from a window of keys after a random point of the byte order
-/// (wrapping to its start). That is far from uniform: keys sharing a prefix sit in a narrow
-/// stretch of the order, so a random point mostly lands before or after them, and the
-/// first keys of such a run come up most.
+/// database; in a larger one, from a window of keys after a random point drawn between its
+/// first and last keys ([`point_between`]), wrapping to the start. Keys spread evenly over
+/// that stretch come up about evenly; a dense run of keys among sparse ones comes up less
+/// than its share (its keys share windows).
 pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     use super::typed::random_u64;
     let engine = &ctx.shared.engine;
@@ -220,7 +220,11 @@ pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let start = if small {
         Vec::new()
     } else {
-        random_u64(0).to_be_bytes().to_vec()
+        match engine.key_ends(ctx.conn.db) {
+            Ok(Some((first, last))) => point_between(&first, &last, random_u64(0)),
+            Ok(None) => random_u64(0).to_be_bytes().to_vec(),
+            Err(e) => return engine_error(&e),
+        }
     };
     let mut keys = Vec::with_capacity(RANDOMKEY_DRAW_KEYS);
     for (from, to) in [(&start[..], None), (&b""[..], Some(&start[..]))] {
@@ -238,6 +242,26 @@ pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     }
     let pick = (random_u64(1) % keys.len() as u64) as usize;
     Reply::Bulk(keys.swap_remove(pick))
+}
+
+/// A key between `first` and `last` (`first` < `last` in byte order) at the fraction `r`
+/// of 2^64 of the way: their common prefix, then the eight bytes after it read as numbers
+/// (missing bytes as zeros) and a number drawn between them.
+fn point_between(first: &[u8], last: &[u8], r: u64) -> Vec<u8> {
+    let common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+    let word = |k: &[u8]| {
+        let mut w = [0u8; 8];
+        let tail = &k[common.min(k.len())..];
+        let n = tail.len().min(8);
+        w[..n].copy_from_slice(&tail[..n]);
+        u64::from_be_bytes(w)
+    };
+    let (lo, hi) = (word(first), word(last));
+    let span = u128::from(hi.saturating_sub(lo)) + 1;
+    let at = lo + ((u128::from(r) * span) >> 64) as u64;
+    let mut point = first[..common].to_vec();
+    point.extend_from_slice(&at.to_be_bytes());
+    point
 }
 
 /// Whether `FLUSHDB`'s or `FLUSHALL`'s arguments are valid (`ASYNC` or `SYNC`, accepted).
@@ -721,4 +745,30 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         None => 0,
     };
     Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(keys)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::point_between;
+
+    /// Points fall between the ends, spread over the stretch after their common prefix.
+    #[test]
+    fn random_points_fall_between_the_first_and_last_keys() {
+        let (first, last) = (b"user:0000".as_slice(), b"user:0999".as_slice());
+        let mut upper = 0;
+        for i in 0..1000u64 {
+            let p = point_between(first, last, i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            assert!(
+                p.as_slice() >= &first[..5] && p.as_slice() <= b"user:1".as_slice(),
+                "{p:?}"
+            );
+            upper += usize::from(p.as_slice() >= b"user:05".as_slice());
+        }
+        assert!(
+            (300..700).contains(&upper),
+            "{upper} of 1000 in the upper half"
+        );
+        assert_eq!(point_between(b"a", b"b", 0), b"a\0\0\0\0\0\0\0".to_vec());
+        assert_eq!(point_between(b"a", b"b", u64::MAX)[0], b'b');
+    }
 }
