@@ -557,7 +557,7 @@ pub(crate) async fn update_live<R>(
                 // the least recently used go now.
                 make_room_beside(core, key)?;
             }
-            if obj.stays() && admits(core, obj.bytes()) {
+            if obj.stays() && admits(core, bytes) {
                 let (changed, out) = f(obj.as_mut())?;
                 if obj.is_empty() {
                     return match changed {

@@ -75,8 +75,6 @@ async fn write_out<W: AsyncWrite + Unpin>(
 /// The protected-mode refusal (Redis's wording, so operators recognise it).
 const DENIED: &[u8] = b"-DENIED Strata is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Strata you may set a password (requirepass or users) or disable protected mode with CONFIG SET protected-mode no from the loopback interface.\r\n";
 
-/// Serves one client on `sock` (plain TCP, TLS or a Unix socket) until it leaves, is
-/// killed, idles out, or the server shuts down.
 /// The requests one turn of a connection runs, parsed from its buffer.
 struct Turn {
     batch: Vec<Vec<Bytes>>,
@@ -120,6 +118,8 @@ fn take_turn(
     turn
 }
 
+/// Serves one client on `sock` (plain TCP, TLS or a Unix socket) until it leaves, is
+/// killed, idles out, or the server shuts down.
 pub(crate) async fn handle<S>(shared: Arc<Shared>, sock: S, peer: Peer)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
