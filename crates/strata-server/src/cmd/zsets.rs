@@ -15,8 +15,8 @@ use strata_resp::Reply;
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args,
     pop_count, random_args, random_positions, read_items, read_kind_with, read_live, reply,
-    scan_options, scan_reply, store_items, table_due, write_items, Codec, Items, ScanOptions,
-    Touched,
+    scan_options, scan_reply, store_items, table_due, write_items, Codec, Items, NameTable,
+    ScanOptions, Touched,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -246,7 +246,7 @@ pub(crate) struct Scored {
     counts: Option<RunCounts>,
     /// Entries in all runs (summing the runs' lengths costs a pass over thousands of them).
     count: usize,
-    scores: Option<HashMap<Bytes, f64, ahash::RandomState>>,
+    scores: Option<NameTable<f64>>,
     lookups: u32,
     touched: Touched,
 }
@@ -255,9 +255,9 @@ impl Scored {
     /// The score of `member`, if it is in the set.
     fn score_of(&mut self, member: &[u8]) -> Option<f64> {
         if self.scores.is_none() && table_due(self.len(), &mut self.lookups) {
-            let mut t = HashMap::with_capacity_and_hasher(self.len(), ahash::RandomState::new());
+            let mut t = NameTable::with_capacity(self.len());
             for (s, m) in self.runs.iter().flatten() {
-                t.insert(m.clone(), *s);
+                t.insert(m, *s);
             }
             self.scores = Some(t);
         }
@@ -275,7 +275,7 @@ impl Scored {
     /// Puts `member` at `score`, whose current score is `cur` (from [`Scored::score_of`]).
     fn place(&mut self, cur: Option<f64>, score: f64, member: Bytes) {
         if let Some(t) = &mut self.scores {
-            t.insert(member.clone(), score);
+            t.insert(&member, score);
         }
         self.count += usize::from(cur.is_none());
         self.touched.set(&member, self.count);
