@@ -383,10 +383,9 @@ async fn serve(cfg: Config) -> Result<()> {
     let server_cfg = cfg.server.clone();
     // Read the TLS files before opening the store, so a bad path fails fast.
     cfg.tls_config()?;
-    let engine = cfg
-        .open_engine()
-        .await
-        .with_context(|| format!("cannot open the store in {}", cfg.node.data_dir.display()))?;
+    // Every port is taken before the store opens: a port in use ends the process before
+    // the store starts its threads (an open store that is not closed leaves them running
+    // into the process's exit).
     let addr = format!("{}:{}", cfg.node.bind, cfg.node.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -421,12 +420,24 @@ async fn serve(cfg: Config) -> Result<()> {
         "" => None,
         path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
     };
+    let engine = cfg
+        .open_engine()
+        .await
+        .with_context(|| format!("cannot open the store in {}", cfg.node.data_dir.display()))?;
     let cluster = if cfg.cluster.enabled() {
-        let id = strata_cluster::node_id(&cfg.node.data_dir)?;
-        let addr = cfg.announce_addr();
-        let c = strata_cluster::Cluster::join(&cfg.cluster, id, addr)
-            .await
-            .context("cannot join the cluster")?;
+        let joined = async {
+            let id = strata_cluster::node_id(&cfg.node.data_dir)?;
+            strata_cluster::Cluster::join(&cfg.cluster, id, cfg.announce_addr())
+                .await
+                .context("cannot join the cluster")
+        };
+        let c = match joined.await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = engine.close().await;
+                return Err(e);
+            }
+        };
         eprintln!(
             "Strata cluster node {} of '{}' (etcd {})",
             c.id(),
