@@ -78,3 +78,47 @@ def test_maxmemory_too_small_is_refused():
     )
     assert out.returncode == 1
     assert "maxmemory must be 0 (no limit) or at least 64 MiB" in out.stderr
+
+
+def test_members_fields_and_elements_do_not_keep_the_connections_read_buffers(tmp_path):
+    """A live hash, set, sorted set or list keeps what its commands add in memory of its
+    own. 500 members per kind, each written after 60 KB of other requests (a `SISMEMBER`), so
+    each arrives in another of the connection's 64 KiB read buffers: a value that kept its
+    arguments would keep 500 of them per kind alive (about 32 MiB per kind; 125 MiB seen
+    before the fix), uncounted by `MEMORY USAGE` or DRAM's budget."""
+    p = StrataProcess({"durability": "none"}, data_dir=str(tmp_path))
+    try:
+        c = p.client(socket_timeout=60)
+        filler = b"f" * 60_000
+        writes = {
+            "h": lambda pipe, i: pipe.hset("h", f"field:{i}", f"value:{i}"),
+            "s": lambda pipe, i: pipe.sadd("s", f"member:{i}"),
+            "z": lambda pipe, i: pipe.zadd("z", {f"member:{i}": i}),
+            "l": lambda pipe, i: pipe.rpush("l", f"element:{i}"),
+        }
+        # Small values first, so each is live before the measured writes.
+        for key, write in writes.items():
+            pipe = c.pipeline(transaction=False)
+            for i in range(40):
+                write(pipe, i)
+            pipe.execute()
+        before = rss_anon(p.proc.pid)
+        n = 500
+        for start in range(40, 40 + n, 50):
+            pipe = c.pipeline(transaction=False)
+            for i in range(start, start + 50):
+                for key, write in writes.items():
+                    pipe.sismember("absent", filler)
+                    write(pipe, i)
+            pipe.execute()
+        time.sleep(0.5)
+        grown = rss_anon(p.proc.pid) - before
+        print(f"RssAnon grew {grown / MIB:.1f} MiB for {4 * n} small items")
+        assert grown < 24 * MIB, f"RssAnon grew {grown / MIB:.1f} MiB for {4 * n} small items"
+        assert c.hget("h", "field:300") == b"value:300"
+        assert c.sismember("s", "member:300")
+        assert c.zscore("z", "member:300") == 300
+        assert c.lindex("l", 300) == b"element:300"
+        assert (c.hlen("h"), c.scard("s"), c.zcard("z"), c.llen("l")) == (540,) * 4
+    finally:
+        p.stop()

@@ -9,13 +9,13 @@ use strata_resp::Reply;
 
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    corrupt, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
+    corrupt, own, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
     scan_reply, write_items, write_items_whole, Codec, Indexed, Named, ScanOptions,
 };
 use super::{not_integer, parse_int, wrong_args, Ctx};
 
-/// A field as a write sees it: name and value share the buffers they came from (the old
-/// value, the command's arguments).
+/// A field as a write sees it: name and value share the stored value they were decoded from,
+/// or have memory of their own (what a command adds: [`own`]).
 #[derive(Clone)]
 struct Owned {
     name: Bytes,
@@ -26,6 +26,13 @@ struct Owned {
 impl Named for Owned {
     fn name(&self) -> &Bytes {
         &self.name
+    }
+    fn owned(self) -> Self {
+        Owned {
+            name: own(self.name),
+            value: own(self.value),
+            ..self
+        }
     }
 }
 
@@ -113,7 +120,7 @@ fn set_field(fields: &mut Indexed<Owned>, name: &Bytes, value: &Bytes) -> bool {
     match fields.position(name) {
         Some(i) => {
             let f = fields.get_mut(i);
-            f.value = value.clone();
+            f.value = own(value.clone());
             f.expire_ms = 0;
             false
         }

@@ -13,7 +13,7 @@ use strata_format::zset::{decode_zset, encode_zset, order};
 use strata_resp::Reply;
 
 use super::typed::{
-    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args,
+    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args, own,
     pop_count, random_args, random_positions, read_items, read_kind_with, read_live, reply,
     scan_options, scan_reply, store_items, table_due, write_items, Codec, Items, NameTable,
     ScanOptions, Touched,
@@ -274,6 +274,7 @@ impl Scored {
 
     /// Puts `member` at `score`, whose current score is `cur` (from [`Scored::score_of`]).
     fn place(&mut self, cur: Option<f64>, score: f64, member: Bytes) {
+        let member = own(member);
         if let Some(t) = &mut self.scores {
             t.insert(&member, score);
         }
