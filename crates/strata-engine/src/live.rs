@@ -167,8 +167,12 @@ impl Live {
     }
 
     fn set_bytes(&self, slot: &mut Slot, bytes: usize) {
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.bytes.fetch_sub(slot.bytes, Ordering::Relaxed);
+        // One atomic add a change (none when the size holds: a member set again).
+        if bytes > slot.bytes {
+            self.bytes.fetch_add(bytes - slot.bytes, Ordering::Relaxed);
+        } else if bytes < slot.bytes {
+            self.bytes.fetch_sub(slot.bytes - bytes, Ordering::Relaxed);
+        }
         slot.bytes = bytes;
     }
 

@@ -34,6 +34,11 @@ pub(crate) struct Unblock {
 #[derive(Default)]
 pub(crate) struct Blocked {
     inner: Mutex<Inner>,
+    /// Clients queued (changed under `inner`'s lock): with none, a change to a list or a
+    /// sorted set wakes no one without taking the lock. A client queues before it first
+    /// tries, and its tries and the writes that feed it take the key's stripe lock, so a
+    /// write after a try sees it queued.
+    queued: AtomicUsize,
     /// Woken clients that have not finished trying since.
     unsettled: AtomicUsize,
     settled: Notify,
@@ -74,6 +79,7 @@ impl Blocked {
         let mut g = self.inner.lock();
         let ticket = g.next;
         g.next += 1;
+        self.queued.fetch_add(1, Ordering::SeqCst);
         g.waiters.insert(
             ticket,
             Waiter {
@@ -97,6 +103,9 @@ impl Blocked {
 
     /// `key` changed: the longest waiter on it tries again.
     pub(crate) fn wake(&self, key: &Key) {
+        if self.queued.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let mut g = self.inner.lock();
         if let Some(&first) = g.by_key.get(key).and_then(|q| q.first()) {
             self.wake_one(&mut g, first);
@@ -141,7 +150,7 @@ impl Blocked {
 
     /// Clients queued now (`INFO`'s `blocked_clients`).
     pub(crate) fn waiting(&self) -> usize {
-        self.inner.lock().waiters.len()
+        self.queued.load(Ordering::SeqCst)
     }
 
     /// Returns once every woken client has tried (at once when none was woken: one atomic
@@ -227,6 +236,7 @@ impl Drop for Place<'_> {
     fn drop(&mut self) {
         let mut g = self.blocked.inner.lock();
         if let Some(w) = g.waiters.remove(&self.ticket) {
+            self.blocked.queued.fetch_sub(1, Ordering::SeqCst);
             if w.woken {
                 self.blocked.settle();
             }

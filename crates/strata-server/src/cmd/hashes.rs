@@ -120,7 +120,7 @@ fn set_field(fields: &mut Indexed<Owned>, name: &Bytes, value: &Bytes) -> bool {
     match fields.position(name) {
         Some(i) => {
             let f = fields.get_mut(i);
-            f.value = own(value.clone());
+            f.value = Bytes::copy_from_slice(value);
             f.expire_ms = 0;
             false
         }
@@ -139,15 +139,12 @@ async fn hset_pairs(ctx: &mut Ctx<'_>, a: &[Bytes], name: &str) -> Result<i64, R
     if a.len() < 4 || !a.len().is_multiple_of(2) {
         return Err(wrong_args(name));
     }
-    let pairs: Vec<(Bytes, Bytes)> = a[2..]
-        .chunks_exact(2)
-        .map(|p| (p[0].clone(), p[1].clone()))
-        .collect();
+    let pairs = &a[2..];
     let key = ctx.key(&a[1]);
     write_hash(ctx, &key, move |fields| {
         let added = pairs
-            .iter()
-            .filter(|(n, v)| set_field(fields, n, v))
+            .chunks_exact(2)
+            .filter(|p| set_field(fields, &p[0], &p[1]))
             .count();
         Ok((true, added as i64))
     })

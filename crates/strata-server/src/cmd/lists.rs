@@ -24,7 +24,7 @@ async fn write_list<R: Send + 'static>(
 }
 
 async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool, only_if_exists: bool) -> Reply {
-    let new: Vec<Bytes> = a[2..].to_vec();
+    let new = &a[2..];
     let r = write_list(ctx, &a[1], move |list| {
         if only_if_exists && list.is_empty() {
             return Ok((false, 0));
@@ -177,7 +177,7 @@ pub(crate) async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let Some(index) = parse_int(&a[2]) else {
         return not_integer();
     };
-    let value = a[3].clone();
+    let value = &a[3];
     let r = write_list(ctx, &a[1], move |list| {
         if list.is_empty() {
             return Err(strata_engine::Error::Invalid("no such key".into()));
@@ -196,12 +196,12 @@ pub(crate) async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         "after" => true,
         _ => return syntax_error(),
     };
-    let (pivot, value) = (a[3].clone(), a[4].clone());
+    let (pivot, value) = (&a[3], &a[4]);
     let r = write_list(ctx, &a[1], move |list| {
         if list.is_empty() {
             return Ok((false, 0));
         }
-        match list.iter().position(|e| *e == pivot) {
+        match list.iter().position(|e| e == pivot) {
             None => Ok((false, -1)),
             Some(i) => {
                 list.insert(if after { i + 1 } else { i }, value);
@@ -359,9 +359,9 @@ async fn move_once(
     let e = element.clone();
     write_list(ctx, dst, move |list| {
         if to_left {
-            list.push_front(e);
+            list.push_front(&e);
         } else {
-            list.push_back(e);
+            list.push_back(&e);
         }
         Ok((true, ()))
     })

@@ -20,13 +20,13 @@ fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
 }
 
 pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let new: Vec<Bytes> = a[2..].to_vec();
+    let new = &a[2..];
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let before = members.len();
         for m in new {
-            if !members.contains(&m) {
-                members.push(m);
+            if !members.contains(m) {
+                members.push(m.clone());
             }
         }
         let added = members.len() - before;

@@ -615,14 +615,16 @@ impl Deque {
         }
     }
 
-    pub(crate) fn push_front(&mut self, e: Bytes) {
-        let e = own(e);
+    /// Adds a copy of `e` (its own memory: [`own`]) at the head.
+    pub(crate) fn push_front(&mut self, e: &[u8]) {
+        let e = Bytes::copy_from_slice(e);
         self.note(|d| d.push_front(&e));
         self.items.push_front(e);
     }
 
-    pub(crate) fn push_back(&mut self, e: Bytes) {
-        let e = own(e);
+    /// Adds a copy of `e` (its own memory: [`own`]) at the tail.
+    pub(crate) fn push_back(&mut self, e: &[u8]) {
+        let e = Bytes::copy_from_slice(e);
         self.note(|d| d.push_back(&e));
         self.items.push_back(e);
     }
@@ -646,16 +648,16 @@ impl Deque {
         self.items.drain(len - n..).rev().collect()
     }
 
-    /// Sets the element at `i` (inside the list).
-    pub(crate) fn set(&mut self, i: usize, e: Bytes) {
-        let e = own(e);
+    /// Sets the element at `i` (inside the list) to a copy of `e`.
+    pub(crate) fn set(&mut self, i: usize, e: &[u8]) {
+        let e = Bytes::copy_from_slice(e);
         self.note(|d| d.set(i, &e));
         self.items[i] = e;
     }
 
-    /// Inserts `e` before the element at `i` (at the end if `i` is the length).
-    pub(crate) fn insert(&mut self, i: usize, e: Bytes) {
-        let e = own(e);
+    /// Inserts a copy of `e` before the element at `i` (at the end if `i` is the length).
+    pub(crate) fn insert(&mut self, i: usize, e: &[u8]) {
+        let e = Bytes::copy_from_slice(e);
         self.note(|d| d.insert(i, &e));
         self.items.insert(i, e);
     }
@@ -1669,19 +1671,19 @@ pub(crate) mod tests {
             let e = Bytes::from(format!("e{step}"));
             let n = ((x >> 50) % 3) as usize;
             match (x >> 20) % 9 {
-                0 => list.push_front(e),
-                1 | 2 => list.push_back(e),
+                0 => list.push_front(&e),
+                1 | 2 => list.push_back(&e),
                 3 => drop(list.take_front(n)),
                 4 => drop(list.take_back(n)),
                 5 if !list.is_empty() => {
                     let i = ((x >> 33) as usize) % list.len();
-                    list.set(i, e);
+                    list.set(i, &e);
                 }
                 6 if step % 50 == 0 => list.whole_mut().insert(0, e),
                 // LINSERT: anywhere, the end too.
                 7 => {
                     let i = ((x >> 33) as usize) % (list.len() + 1);
-                    list.insert(i, e);
+                    list.insert(i, &e);
                 }
                 // LREM: a few elements spread over the list.
                 8 => {
