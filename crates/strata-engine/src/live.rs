@@ -21,7 +21,7 @@
 //! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
 //! the whole-value way; past the budget the next fold, or a read that would make a value
 //! live, drops the least recently used: [`make_room`]; a write of a large collection
-//! that is not live drops them at once, changed or not: [`make_room_beside`]); one that no command has used for
+//! that is not live drops them at once, changed or not: [`Room::Beside`]); one that no command has used for
 //! [`IDLE_MS`] is dropped at the next fold, a large one after [`LARGE_IDLE_MS`].
 //!
 //! Reads use a live value in place too ([`read_live`]: `SISMEMBER` finds the member
@@ -426,40 +426,41 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
         let how = if forget { Fold::Stored } else { how };
         fold_slot(core, &key, forget, how)?;
     }
-    make_room(core)
+    make_room(core, Room::Idle)
 }
 
-/// Drops unchanged live values, least recently used first, until the live values are under
-/// their budget (one whose changes are logged as deltas only is stored whole first). The
-/// caller holds no stripe lock.
-fn make_room(core: &Core) -> Result<()> {
+/// Lets live values go, least recently used first, until they are under their budget
+/// (each is stored whole first when its stored form is older).
+///
+/// - [`Room::Idle`]: the caller holds no stripe lock; only unchanged values go (one whose
+///   changes are logged as deltas only counts as unchanged), each stripe waited for.
+/// - [`Room::Beside`]: a value is about to be made live at this key, whose stripe lock the
+///   caller holds; changed values go too, and a victim whose stripe someone holds (the
+///   caller's among them) is skipped.
+fn make_room(core: &Core, room: Room<'_>) -> Result<()> {
     let over = core.live.bytes().saturating_sub(bytes_max(core));
-    let spare = least_recently_used(core, |s| !s.changed);
-    for stored in freeing(spare, over) {
-        let key = Key::from_stored(&stored)?;
-        let _g = core.locks.lock(&key);
-        fold_slot(core, &key, true, Fold::Stored)?;
-    }
-    Ok(())
-}
-
-/// Makes room for a value about to be made live at `key`, whose stripe lock the caller
-/// holds: lets the least recently used go, changed ones too (stored whole first), until the
-/// live values are under their budget ([`admits`]). A victim whose stripe someone holds
-/// (the caller's among them) is skipped.
-fn make_room_beside(core: &Core, key: &Key) -> Result<()> {
-    let over = core.live.bytes().saturating_sub(bytes_max(core));
-    let all = least_recently_used(core, |_| true);
-    for stored in freeing(all, over) {
-        if stored == key.stored() {
-            continue;
-        }
+    let changed_too = matches!(room, Room::Beside(_));
+    let candidates = least_recently_used(core, |s| changed_too || !s.changed);
+    for stored in freeing(candidates, over) {
         let victim = Key::from_stored(&stored)?;
-        if let Some(_g) = core.locks.try_lock(&victim) {
-            fold_slot(core, &victim, true, Fold::Stored)?;
-        }
+        let _g = match room {
+            Room::Idle => core.locks.lock(&victim),
+            Room::Beside(key) if stored == key.stored() => continue,
+            Room::Beside(_) => match core.locks.try_lock(&victim) {
+                Some(g) => g,
+                None => continue,
+            },
+        };
+        fold_slot(core, &victim, true, Fold::Stored)?;
     }
     Ok(())
+}
+
+/// Who makes room ([`make_room`]).
+#[derive(Clone, Copy)]
+enum Room<'k> {
+    Idle,
+    Beside(&'k Key),
 }
 
 /// The live values `pick` chooses, least recently used first: `(used, bytes, stored key)`.
@@ -559,7 +560,7 @@ pub(crate) async fn update_live<R>(
                 // A large collection newly written past the budget: the whole-value way
                 // would cost it milliseconds a command until the next fold lets one go, so
                 // the least recently used go now.
-                make_room_beside(core, key)?;
+                make_room(core, Room::Beside(key))?;
             }
             if obj.stays() && admits(core, bytes) {
                 let (changed, out) = f(obj.as_mut())?;
@@ -700,7 +701,7 @@ fn read_in_place<R>(
     }
     if live.bytes() >= bytes_max(core) {
         // No fold may come soon (reads alone commit nothing): make room now.
-        make_room(core)?;
+        make_room(core, Room::Idle)?;
         if live.bytes() >= bytes_max(core) {
             return Ok(None);
         }

@@ -383,70 +383,71 @@ async fn serve(cfg: Config) -> Result<()> {
     let server_cfg = cfg.server.clone();
     // Read the TLS files before opening the store, so a bad path fails fast.
     cfg.tls_config()?;
-    // Every port is taken before the store opens: a port in use ends the process before
-    // the store starts its threads (an open store that is not closed leaves them running
-    // into the process's exit).
-    let addr = format!("{}:{}", cfg.node.bind, cfg.node.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (is another server using the port? set port or STRATA_PORT)"))?;
-    let metrics = if cfg.node.metrics_port == 0 {
-        None
-    } else {
-        let maddr = format!("{}:{}", cfg.node.bind, cfg.node.metrics_port);
-        Some(
-            tokio::net::TcpListener::bind(&maddr)
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot listen on {maddr} for metrics (set metrics_port, 0 disables it)"
-                    )
-                })?,
-        )
-    };
-    let tls = match cfg.tls_config()? {
-        Some(tls_cfg) => {
-            let taddr = format!("{}:{}", cfg.node.bind, cfg.node.tls_port);
-            let l = tokio::net::TcpListener::bind(&taddr)
-                .await
-                .with_context(|| {
-                    format!("cannot listen on {taddr} for TLS (set tls_port, 0 disables it)")
-                })?;
-            Some((l, tls_cfg))
-        }
-        None => None,
-    };
-    let unix = match cfg.node.unixsocket.as_str() {
-        "" => None,
-        path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
-    };
     let engine = cfg
         .open_engine()
         .await
         .with_context(|| format!("cannot open the store in {}", cfg.node.data_dir.display()))?;
-    let cluster = if cfg.cluster.enabled() {
-        let joined = async {
-            let id = strata_cluster::node_id(&cfg.node.data_dir)?;
-            strata_cluster::Cluster::join(&cfg.cluster, id, cfg.announce_addr())
-                .await
-                .context("cannot join the cluster")
+    // Past here an error closes the store before it ends the process: an open store's
+    // threads would run on into the process's exit (which then died of a signal).
+    let addr = format!("{}:{}", cfg.node.bind, cfg.node.port);
+    let bound = async {
+        let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (is another server using the port? set port or STRATA_PORT)"))?;
+        let metrics = if cfg.node.metrics_port == 0 {
+            None
+        } else {
+            let maddr = format!("{}:{}", cfg.node.bind, cfg.node.metrics_port);
+            Some(
+                tokio::net::TcpListener::bind(&maddr)
+                    .await
+                    .with_context(|| {
+                        format!(
+                        "cannot listen on {maddr} for metrics (set metrics_port, 0 disables it)"
+                    )
+                    })?,
+            )
         };
-        let c = match joined.await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = engine.close().await;
-                return Err(e);
+        let tls = match cfg.tls_config()? {
+            Some(tls_cfg) => {
+                let taddr = format!("{}:{}", cfg.node.bind, cfg.node.tls_port);
+                let l = tokio::net::TcpListener::bind(&taddr)
+                    .await
+                    .with_context(|| {
+                        format!("cannot listen on {taddr} for TLS (set tls_port, 0 disables it)")
+                    })?;
+                Some((l, tls_cfg))
             }
+            None => None,
         };
-        eprintln!(
-            "Strata cluster node {} of '{}' (etcd {})",
-            c.id(),
-            cfg.cluster.cluster_name,
-            cfg.cluster.cluster_etcd
-        );
-        Some(c)
-    } else {
-        None
+        let unix = match cfg.node.unixsocket.as_str() {
+            "" => None,
+            path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
+        };
+        let cluster = if cfg.cluster.enabled() {
+            let id = strata_cluster::node_id(&cfg.node.data_dir)?;
+            let addr = cfg.announce_addr();
+            let c = strata_cluster::Cluster::join(&cfg.cluster, id, addr)
+                .await
+                .context("cannot join the cluster")?;
+            eprintln!(
+                "Strata cluster node {} of '{}' (etcd {})",
+                c.id(),
+                cfg.cluster.cluster_name,
+                cfg.cluster.cluster_etcd
+            );
+            Some(c)
+        } else {
+            None
+        };
+        anyhow::Ok((listener, metrics, tls, unix, cluster))
+    };
+    let (listener, metrics, tls, unix, cluster) = match bound.await {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = engine.close().await;
+            return Err(e);
+        }
     };
     let server = strata_server::Server::with_cluster(engine.clone(), server_cfg, cluster);
     let stopper = server.clone();

@@ -100,14 +100,14 @@ fn environment_and_file_layers_show_in_config() {
     assert!(text.contains("cold_url = \"s3://bucket/prefix\""), "{text}");
 }
 
-/// A port in use ends the process with exit code 1 and says so, before the store opens
-/// (when the store opened first, the process often died of a signal on its way out, its
-/// threads still running: 3 of 8 tries with `durability=none`).
+/// A port in use ends the process with exit code 1 and says so (the store it opened first
+/// is closed: left open, its threads ran on into the process's exit, which died of a
+/// signal in 3 of 8 tries with `durability=none`; ten tries here).
 #[test]
 fn a_port_in_use_is_a_clear_error() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port().to_string();
-    for durability in ["group", "none"] {
+    for durability in ["group"].into_iter().chain(["none"; 10]) {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let out = strata(
@@ -127,7 +127,6 @@ fn a_port_in_use_is_a_clear_error() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{durability}: {stderr}");
         assert!(stderr.contains("cannot listen on"), "{stderr}");
-        assert!(!data.exists(), "{durability}: the store was opened");
     }
 }
 
