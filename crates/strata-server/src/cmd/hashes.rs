@@ -29,8 +29,8 @@ impl Named for Owned {
     }
     fn owned(self) -> Self {
         Owned {
-            name: own(self.name),
-            value: own(self.value),
+            name: own(&self.name),
+            value: own(&self.value),
             ..self
         }
     }
@@ -120,7 +120,7 @@ fn set_field(fields: &mut Indexed<Owned>, name: &Bytes, value: &Bytes) -> bool {
     match fields.position(name) {
         Some(i) => {
             let f = fields.get_mut(i);
-            f.value = Bytes::copy_from_slice(value);
+            f.value = own(value);
             f.expire_ms = 0;
             false
         }

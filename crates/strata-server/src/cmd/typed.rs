@@ -276,7 +276,7 @@ impl Named for Bytes {
         self
     }
     fn owned(self) -> Self {
-        own(self)
+        own(&self)
     }
 }
 
@@ -286,8 +286,8 @@ impl Named for Bytes {
 /// buffer alive for as long as the item lives, uncounted: a list `LPUSH`ed three bytes at a
 /// time held its requests' 40 bytes each, and a set gaining a member now and then, a
 /// whole buffer per member.
-pub(crate) fn own(b: Bytes) -> Bytes {
-    Bytes::copy_from_slice(&b)
+pub(crate) fn own(b: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(b)
 }
 
 /// Longest name a [`NameTable`] holds in its own slot.
@@ -615,16 +615,16 @@ impl Deque {
         }
     }
 
-    /// Adds a copy of `e` (its own memory: [`own`]) at the head.
+    /// Adds a copy of `e` ([`own`]) at the head.
     pub(crate) fn push_front(&mut self, e: &[u8]) {
-        let e = Bytes::copy_from_slice(e);
+        let e = own(e);
         self.note(|d| d.push_front(&e));
         self.items.push_front(e);
     }
 
-    /// Adds a copy of `e` (its own memory: [`own`]) at the tail.
+    /// Adds a copy of `e` ([`own`]) at the tail.
     pub(crate) fn push_back(&mut self, e: &[u8]) {
-        let e = Bytes::copy_from_slice(e);
+        let e = own(e);
         self.note(|d| d.push_back(&e));
         self.items.push_back(e);
     }
@@ -648,16 +648,16 @@ impl Deque {
         self.items.drain(len - n..).rev().collect()
     }
 
-    /// Sets the element at `i` (inside the list) to a copy of `e`.
+    /// Sets the element at `i` (inside the list) to a copy of `e` ([`own`]).
     pub(crate) fn set(&mut self, i: usize, e: &[u8]) {
-        let e = Bytes::copy_from_slice(e);
+        let e = own(e);
         self.note(|d| d.set(i, &e));
         self.items[i] = e;
     }
 
-    /// Inserts a copy of `e` before the element at `i` (at the end if `i` is the length).
+    /// Inserts a copy of `e` ([`own`]) before the element at `i` (at the end if `i` is the length).
     pub(crate) fn insert(&mut self, i: usize, e: &[u8]) {
-        let e = Bytes::copy_from_slice(e);
+        let e = own(e);
         self.note(|d| d.insert(i, &e));
         self.items.insert(i, e);
     }

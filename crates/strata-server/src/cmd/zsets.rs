@@ -274,7 +274,7 @@ impl Scored {
 
     /// Puts `member` at `score`, whose current score is `cur` (from [`Scored::score_of`]).
     fn place(&mut self, cur: Option<f64>, score: f64, member: Bytes) {
-        let member = own(member);
+        let member = own(&member);
         if let Some(t) = &mut self.scores {
             t.insert(&member, score);
         }
