@@ -87,6 +87,35 @@ def test_pipelined_sets_are_written_together_and_behave_one_by_one(strata):
     assert stats["cmdstat_set"]["calls"] == 309, stats["cmdstat_set"]  # each counted once
 
 
+def test_info_counts_every_command_before_it_in_a_pipeline(strata):
+    """A connection counts its calls of one command in a row itself and moves them to the
+    server's counters before a call of another command and before its replies go: an INFO
+    in the same pipeline sees every call before it, another client every call answered."""
+    r, other = strata.client(), strata.client()
+    before = other.info("stats")["total_commands_processed"]
+    p = r.pipeline(transaction=False)
+    for i in range(50):
+        p.sadd("tally:s", f"m{i}")
+    p.hincrby("tally:s", "f", 1)  # WRONGTYPE: a failed call
+    p.hincrby("tally:s", "f", 1)
+    p.info("commandstats")
+    out = p.execute(raise_on_error=False)
+    stats = out[-1]
+    assert stats["cmdstat_sadd"]["calls"] == 50, stats["cmdstat_sadd"]
+    assert stats["cmdstat_hincrby"]["calls"] == 2
+    assert stats["cmdstat_hincrby"]["failed_calls"] == 2
+    p = r.pipeline(transaction=False)
+    for i in range(30):
+        p.sismember("tally:s", f"m{i}")
+    assert p.execute() == [True] * 30
+    seen = other.info("commandstats")
+    assert seen["cmdstat_sismember"]["calls"] == 30
+    assert seen["cmdstat_info"]["calls"] >= 1
+    # 50 + 2 + INFO + 30, and the other client's first INFO.
+    after = other.info("stats")["total_commands_processed"]
+    assert after - before >= 84, (before, after)
+
+
 def test_pipelined_counters_run_together_and_answer_one_by_one(strata):
     """Consecutive INCR/DECR/INCRBY/DECRBY of a pipeline are one engine batch; each gets
     the reply it would get alone (a key named twice sees its first result, a value that is

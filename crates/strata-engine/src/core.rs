@@ -106,7 +106,7 @@ pub(crate) struct Core {
     /// Group commit, when `durability = group`.
     pub(crate) group: Option<Arc<GroupCommit>>,
     /// Why writes are refused, after a failed sync.
-    pub(crate) poisoned: Mutex<Option<String>>,
+    pub(crate) poisoned: Poison,
     pub(crate) closed: AtomicBool,
     /// The warm tier's clock hand: per-key read counts, and where the hand stopped.
     pub(crate) access: AccessCounts,
@@ -161,6 +161,11 @@ impl Core {
         self.clock.now_ms()
     }
 
+    /// The clock as of its last tick ([`Clock::coarse_ms`]).
+    pub(crate) fn coarse_ms(&self) -> u64 {
+        self.clock.coarse_ms()
+    }
+
     /// The clock as [`LazyNow`]: read when first asked.
     pub(crate) fn lazy_now(&self) -> LazyNow<'_> {
         LazyNow {
@@ -173,10 +178,7 @@ impl Core {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(e) = &*self.poisoned.lock() {
-            return Err(Error::Poisoned(e.clone()));
-        }
-        Ok(())
+        self.poisoned.check()
     }
 
     /// Whether a client's write is synced before it returns (`durability = sync`).
@@ -194,7 +196,7 @@ impl Core {
         match (&self.group, ticket.is_none()) {
             (Some(g), false) => g.wait(ticket).await.inspect_err(|e| {
                 if let Error::Poisoned(m) = e {
-                    *self.poisoned.lock() = Some(m.clone());
+                    self.poisoned.set(m.clone());
                 }
             }),
             _ => Ok(()),
@@ -338,6 +340,30 @@ pub(crate) fn key_of_entry(r: &BlockRef, entry_key: &[u8]) -> Result<Key> {
 }
 
 /// The clock, read once, and only if something asks (most keys do not expire).
+/// Why writes are refused after a failed sync, if they are: a flag every write reads (no
+/// lock on the write's path) and the reason beside it.
+#[derive(Default)]
+pub(crate) struct Poison {
+    set: AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+impl Poison {
+    pub(crate) fn set(&self, why: String) {
+        *self.why.lock() = Some(why);
+        self.set.store(true, Ordering::Release);
+    }
+
+    /// `Err(Poisoned)` once [`Poison::set`].
+    pub(crate) fn check(&self) -> Result<()> {
+        if !self.set.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let why = self.why.lock().clone().unwrap_or_default();
+        Err(Error::Poisoned(why))
+    }
+}
+
 pub(crate) struct LazyNow<'a> {
     core: &'a Core,
     at: std::cell::Cell<Option<u64>>,

@@ -189,7 +189,7 @@ impl Engine {
             counters,
             sizes,
             group,
-            poisoned: Mutex::new(None),
+            poisoned: Default::default(),
             closed: AtomicBool::new(false),
             demote_cursor: Mutex::new(Vec::new()),
             background_wake: Notify::new(),
@@ -290,7 +290,7 @@ impl Engine {
             synced.map_err(|e| {
                 let e = e.to_string();
                 tracing::error!(error = %e, "SAVE's fsync failed; refusing further writes");
-                *core.poisoned.lock() = Some(e.clone());
+                core.poisoned.set(e.clone());
                 crate::Error::Poisoned(e)
             })
         })

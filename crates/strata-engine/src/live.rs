@@ -105,6 +105,16 @@ impl Slot {
     fn stale(&self) -> bool {
         self.changed || self.logged
     }
+
+    /// The time a command on this value goes by: the clock itself when the value has an
+    /// expiry, else the coarse clock (it only dates the last use, which idle drops judge by
+    /// the second).
+    fn now(&self, core: &Core) -> u64 {
+        match self.expire_ms {
+            0 => core.coarse_ms(),
+            _ => core.now_ms(),
+        }
+    }
 }
 
 /// The live values, by stored key.
@@ -513,10 +523,10 @@ pub(crate) async fn update_live<R>(
     if allowed(core) {
         core.check_writable()?;
         let _g = core.locks.lock(key);
-        let now = core.now_ms();
         let live = &core.live;
         let mut slots = live.slots.lock();
         if let Some(slot) = slots.get_mut(key.stored()) {
+            let now = slot.now(core);
             if slot.kind != kind && strata_format::is_live(slot.expire_ms, now) {
                 return Err(Error::WrongType);
             }
@@ -544,6 +554,7 @@ pub(crate) async fn update_live<R>(
         } else {
             drop(slots);
         }
+        let now = core.now_ms();
         if let Some(current) = adoptable(core, key, now)? {
             let (value, expire_ms) = match current {
                 Some((v, e, k)) if k == kind => (Some(v), e),
@@ -690,10 +701,9 @@ fn read_in_place<R>(
         return Ok(None);
     }
     let live = &core.live;
-    let now = core.now_ms();
     if live.may_hold(key.stored()) {
         if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
-            return read_slot(slot, kind, now, f);
+            return read_slot(core, slot, kind, f);
         }
     }
     if !live.seen_again(key.stored()) {
@@ -708,8 +718,9 @@ fn read_in_place<R>(
     }
     let _g = core.locks.lock(key);
     if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
-        return read_slot(slot, kind, now, f);
+        return read_slot(core, slot, kind, f);
     }
+    let now = core.now_ms();
     let (value, expire_ms) = match adoptable(core, key, now)? {
         Some(Some((v, e, k))) if k == kind => (v, e),
         Some(Some(_)) => return Err(Error::WrongType),
@@ -725,17 +736,18 @@ fn read_in_place<R>(
     let slot = slots
         .get_mut(key.stored())
         .expect("held under the stripe lock");
-    read_slot(slot, kind, now, f)
+    read_slot(core, slot, kind, f)
 }
 
 /// [`read_live`] of the live value in `slot` (the map's lock held): `Ok(None)` if it
 /// expired (the key is gone: the stored value says so too).
 fn read_slot<R>(
+    core: &Core,
     slot: &mut Slot,
     kind: Kind,
-    now: u64,
     f: impl FnOnce(&mut dyn LiveValue) -> R,
 ) -> Result<Option<R>> {
+    let now = slot.now(core);
     if !strata_format::is_live(slot.expire_ms, now) {
         return Ok(None);
     }

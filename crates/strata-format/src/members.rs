@@ -29,10 +29,16 @@ pub fn decode_members(b: &[u8]) -> Result<Vec<&[u8]>> {
 
 /// Encodes `members`, in the order given.
 pub fn encode_members<M: AsRef<[u8]>>(members: &[M]) -> Vec<u8> {
-    let len = MEMBERS_HEADER_BYTES + members.iter().map(|m| 4 + m.as_ref().len()).sum::<usize>();
+    encode_members_from(members.iter().map(|m| m.as_ref()))
+}
+
+/// [`encode_members`] of the members `members` yields, in that order.
+pub fn encode_members_from<'a>(
+    members: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
+) -> Vec<u8> {
+    let len = MEMBERS_HEADER_BYTES + members.clone().map(|m| 4 + m.len()).sum::<usize>();
     let mut out = crate::collection_buf(MEMBERS_VERSION, members.len(), len);
     for m in members {
-        let m = m.as_ref();
         out.extend_from_slice(&(m.len() as u32).to_le_bytes());
         out.extend_from_slice(m);
     }

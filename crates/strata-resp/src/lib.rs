@@ -19,7 +19,7 @@
 mod parse;
 mod reply;
 
-pub use parse::{parse_request, Limits, ProtocolError, RequestReader, LARGE_ARG_BYTES};
+pub use parse::{parse_request, Limits, ProtocolError, RequestReader, Requests, LARGE_ARG_BYTES};
 
 /// The Redis version Strata answers to (`HELLO`, `INFO`, `redis.REDIS_VERSION`), for
 /// clients that check it.

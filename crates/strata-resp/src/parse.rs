@@ -99,8 +99,13 @@ fn parse_multibulk(
     let Some((count, pos)) = multibulk_header(buf, limits)? else {
         return Ok(None);
     };
-    match scan_bulks(buf, pos, count, limits)? {
-        Scan::Whole { end, spans } => Ok(Some(cut(buf, end, &spans))),
+    let mut spans = Vec::with_capacity(count.min(1024));
+    match scan_bulks(buf, pos, count, limits, &mut spans)? {
+        Scan::Whole { end } => {
+            let mut args = Vec::with_capacity(spans.len());
+            cut(buf, end, &spans, &mut args);
+            Ok(Some(args))
+        }
         Scan::Short { .. } => Ok(None),
     }
 }
@@ -120,41 +125,29 @@ fn multibulk_header(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)
     }
 }
 
-/// What [`scan_bulks`] found.
+/// What [`scan_bulks`] found (the bulks whole so far are in its `spans`).
 enum Scan {
     /// All the bulks are there; the request ends at `end`.
-    Whole {
-        end: usize,
-        spans: Vec<(usize, usize)>,
-    },
-    /// The bulks in `spans` are whole and end at `end`; the next one is not. `wanted`: the
-    /// bytes still missing of that next bulk, when its header is there and it is large
-    /// (0 otherwise).
-    Short {
-        end: usize,
-        spans: Vec<(usize, usize)>,
-        wanted: usize,
-    },
+    Whole { end: usize },
+    /// The bulks added to `spans` are whole and end at `end`; the next one is not.
+    /// `wanted`: the bytes still missing of that next bulk, when its header is there and it
+    /// is large (0 otherwise).
+    Short { end: usize, wanted: usize },
 }
 
-/// Reads up to `count` bulks (`$len\r\n` and the body) from `pos` on.
+/// Reads up to `count` bulks (`$len\r\n` and the body) from `pos` on, adding where each
+/// body lies to `spans`.
 fn scan_bulks(
     buf: &[u8],
     mut pos: usize,
     count: usize,
     limits: &Limits,
+    spans: &mut Vec<(usize, usize)>,
 ) -> Result<Scan, ProtocolError> {
-    let mut spans = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
-        let short = |spans, wanted| {
-            Ok(Scan::Short {
-                end: pos,
-                spans,
-                wanted,
-            })
-        };
+        let short = |wanted| Ok(Scan::Short { end: pos, wanted });
         if pos >= buf.len() {
-            return short(spans, 0);
+            return short(0);
         }
         if buf[pos] != b'$' {
             return err(format!("expected '$', got '{}'", buf[pos] as char));
@@ -163,7 +156,7 @@ fn scan_bulks(
             if buf.len() - pos > limits.inline_bytes_max {
                 return err("too big bulk count string");
             }
-            return short(spans, 0);
+            return short(0);
         };
         let len = match parse_len(&buf[pos + 1..end]) {
             Some(n) if n >= 0 && n as usize <= limits.bulk_bytes_max => n as usize,
@@ -176,7 +169,7 @@ fn scan_bulks(
             } else {
                 0
             };
-            return short(spans, wanted);
+            return short(wanted);
         }
         if &buf[start + len..start + len + 2] != b"\r\n" {
             return err("bulk string not terminated by CRLF");
@@ -184,14 +177,60 @@ fn scan_bulks(
         spans.push((start, len));
         pos = start + len + 2;
     }
-    Ok(Scan::Whole { end: pos, spans })
+    Ok(Scan::Whole { end: pos })
 }
 
-/// Takes `buf`'s first `end` bytes off and returns the `spans` of them as arguments
-/// (slices of one frozen frame: no copies).
-fn cut(buf: &mut BytesMut, end: usize, spans: &[(usize, usize)]) -> Vec<Bytes> {
+/// Takes `buf`'s first `end` bytes off and adds the `spans` of them to `args` (slices of
+/// one frozen frame: no copies).
+fn cut(buf: &mut BytesMut, end: usize, spans: &[(usize, usize)], args: &mut Vec<Bytes>) {
     let frame = buf.split_to(end).freeze();
-    spans.iter().map(|&(s, l)| frame.slice(s..s + l)).collect()
+    args.extend(spans.iter().map(|&(s, l)| frame.slice(s..s + l)));
+}
+
+/// The requests of one turn of a connection, parsed by [`RequestReader::read_turn`]: their
+/// arguments one after another in one vector (kept from turn to turn), and where each
+/// request's end.
+#[derive(Debug, Default)]
+pub struct Requests {
+    args: Vec<Bytes>,
+    ends: Vec<usize>,
+    /// Bytes of arguments in them.
+    bytes: usize,
+}
+
+impl Requests {
+    /// How many requests.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The arguments of request `i`.
+    pub fn get(&self, i: usize) -> &[Bytes] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.args[start..self.ends[i]]
+    }
+
+    /// Bytes of arguments in them all.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Forgets them (the vectors keep their room).
+    pub fn clear(&mut self) {
+        self.args.clear();
+        self.ends.clear();
+        self.bytes = 0;
+    }
+
+    fn push(&mut self, args: Vec<Bytes>) {
+        self.bytes += args.iter().map(|a| a.len()).sum::<usize>();
+        self.args.extend(args);
+        self.ends.push(self.args.len());
+    }
 }
 
 /// An argument at least this long is read into a buffer of its own size (Redis's
@@ -214,6 +253,8 @@ pub struct RequestReader {
     wanted: usize,
     /// Bytes in `args`.
     held: usize,
+    /// Where the arguments scanned but not yet cut lie ([`RequestReader::read_turn`]).
+    spans: Vec<(usize, usize)>,
 }
 
 impl RequestReader {
@@ -242,6 +283,89 @@ impl RequestReader {
         }
     }
 
+    /// Adds to `out` the whole requests at the front of `buf`, as [`RequestReader::next`]
+    /// would return them one by one, until `out` holds `count_max` requests or
+    /// `bytes_max` bytes of arguments, or the buffer holds no whole request. Whole
+    /// multibulk requests in a row are cut off the buffer at once, one frame for all (one
+    /// reference count for the turn, not one per request). On a malformed request, the
+    /// requests before it are in `out`.
+    pub fn read_turn(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+        count_max: usize,
+        bytes_max: usize,
+        out: &mut Requests,
+    ) -> Result<(), ProtocolError> {
+        // Requests scanned, not cut yet: they end at `pos`; their spans are `self.spans`,
+        // each request's arguments ending at the index in `ends`.
+        let mut pos = 0;
+        let mut ends: Vec<usize> = Vec::new();
+        let mut bytes = 0;
+        let got = loop {
+            if out.len() + ends.len() >= count_max || out.bytes + bytes >= bytes_max {
+                break Ok(());
+            }
+            if self.left == 0 && buf.get(pos) == Some(&b'*') {
+                let header = match multibulk_header(&buf[pos..], limits) {
+                    Ok(h) => h,
+                    Err(e) => break Err(e),
+                };
+                let Some((count, at)) = header else {
+                    break Ok(());
+                };
+                let first = self.spans.len();
+                match scan_bulks(buf, pos + at, count, limits, &mut self.spans) {
+                    Ok(Scan::Whole { end }) => {
+                        pos = end;
+                        // No arguments (`*0`, `*-1`): skipped.
+                        if self.spans.len() > first {
+                            bytes += self.spans[first..].iter().map(|s| s.1).sum::<usize>();
+                            ends.push(self.spans.len());
+                        }
+                        continue;
+                    }
+                    Ok(Scan::Short { .. }) => self.spans.truncate(first),
+                    Err(e) => {
+                        self.spans.truncate(first);
+                        break Err(e);
+                    }
+                }
+            }
+            // Anything else (an inline request, a request not whole, a large argument
+            // arriving) goes the one-by-one way, after the requests scanned so far.
+            self.cut_scanned(buf, &mut pos, &mut ends, &mut bytes, out);
+            match self.next(buf, limits) {
+                Ok(Some(args)) => out.push(args),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.cut_scanned(buf, &mut pos, &mut ends, &mut bytes, out);
+        got
+    }
+
+    /// Cuts the requests [`RequestReader::read_turn`] scanned off `buf`, into `out`.
+    fn cut_scanned(
+        &mut self,
+        buf: &mut BytesMut,
+        pos: &mut usize,
+        ends: &mut Vec<usize>,
+        bytes: &mut usize,
+        out: &mut Requests,
+    ) {
+        if *pos == 0 {
+            return;
+        }
+        let base = out.args.len();
+        cut(buf, *pos, &self.spans, &mut out.args);
+        out.ends.extend(ends.iter().map(|e| base + e));
+        out.bytes += *bytes;
+        self.spans.clear();
+        ends.clear();
+        (*pos, *bytes) = (0, 0);
+    }
+
     fn scan(
         &mut self,
         buf: &mut BytesMut,
@@ -249,24 +373,31 @@ impl RequestReader {
         count: usize,
         limits: &Limits,
     ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-        match scan_bulks(buf, pos, count, limits)? {
-            Scan::Whole { end, spans } => {
+        let mut spans = std::mem::take(&mut self.spans);
+        spans.clear();
+        let scanned = scan_bulks(buf, pos, count, limits, &mut spans);
+        let got = match scanned {
+            Ok(Scan::Whole { end }) => {
                 let mut args = std::mem::take(&mut self.args);
-                args.extend(cut(buf, end, &spans));
+                cut(buf, end, &spans, &mut args);
                 (self.left, self.held) = (0, 0);
                 Ok(Some(args))
             }
-            Scan::Short { end, spans, wanted } => {
+            Ok(Scan::Short { end, wanted }) => {
                 if wanted > 0 || self.left > 0 {
                     // Hold what is whole (and the request's header) apart from the buffer.
                     self.left = count - spans.len();
                     self.held += spans.iter().map(|s| s.1).sum::<usize>();
-                    self.args.extend(cut(buf, end, &spans));
+                    cut(buf, end, &spans, &mut self.args);
                     self.wanted = wanted;
                 }
                 Ok(None)
             }
-        }
+            Err(e) => Err(e),
+        };
+        spans.clear();
+        self.spans = spans;
+        got
     }
 
     /// Bytes the large argument being read still needs beyond what the buffer holds (0
@@ -458,16 +589,10 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_reader_gives_the_same_requests_at_every_split() {
-        let big = vec![b'v'; LARGE_ARG_BYTES + 5];
+    /// The requests `requests` in the multibulk form.
+    fn multibulk(requests: &[Vec<&[u8]>]) -> Vec<u8> {
         let mut input = Vec::new();
-        for args in [
-            vec![&b"SET"[..], b"k", &big],
-            vec![b"PING"],
-            vec![b"MSET", b"a", &big, b"b", &big, b"c", b"1"],
-            vec![],
-        ] {
+        for args in requests {
             input.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
             for a in args {
                 input.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
@@ -475,6 +600,18 @@ mod tests {
                 input.extend_from_slice(b"\r\n");
             }
         }
+        input
+    }
+
+    #[test]
+    fn a_reader_gives_the_same_requests_at_every_split() {
+        let big = vec![b'v'; LARGE_ARG_BYTES + 5];
+        let mut input = multibulk(&[
+            vec![&b"SET"[..], b"k", &big],
+            vec![b"PING"],
+            vec![b"MSET", b"a", &big, b"b", &big, b"c", b"1"],
+            vec![],
+        ]);
         input.extend_from_slice(b"*-3\r\nPING\r\n");
         let want = parse_all(&input).unwrap();
         // `*0` and `*-3` are skipped.
@@ -482,6 +619,93 @@ mod tests {
         for step in [1, 2, 3, 7, 100, 4096, LARGE_ARG_BYTES - 1, input.len()] {
             assert_eq!(read_in_steps(&input, step), want, "step {step}");
         }
+    }
+
+    /// [`read_in_steps`] by turns of at most `count_max` requests and `bytes_max` bytes.
+    fn read_turns_in_steps(
+        input: &[u8],
+        step: usize,
+        count_max: usize,
+        bytes_max: usize,
+    ) -> Vec<Vec<Bytes>> {
+        let (mut reader, mut buf, mut out) = (RequestReader::default(), BytesMut::new(), vec![]);
+        let mut turn = Requests::default();
+        for piece in input.chunks(step) {
+            if reader.wanted() > buf.capacity() - buf.len() {
+                buf.reserve(reader.wanted());
+            }
+            buf.extend_from_slice(piece);
+            loop {
+                turn.clear();
+                reader
+                    .read_turn(
+                        &mut buf,
+                        &Limits::default(),
+                        count_max,
+                        bytes_max,
+                        &mut turn,
+                    )
+                    .unwrap();
+                assert!(turn.len() <= count_max);
+                let sum: usize = (0..turn.len())
+                    .map(|i| turn.get(i).iter().map(|a| a.len()).sum::<usize>())
+                    .sum();
+                assert_eq!(turn.bytes(), sum);
+                out.extend((0..turn.len()).map(|i| turn.get(i).to_vec()));
+                if turn.is_empty() {
+                    break;
+                }
+            }
+        }
+        assert!(!reader.is_pending() && buf.is_empty());
+        out
+    }
+
+    /// Whole requests in a row are cut at once; inline ones, `*0`, and large arguments
+    /// arriving go the one-by-one way among them: the same requests, in order, at every
+    /// split and every turn size.
+    #[test]
+    fn turns_give_the_same_requests_as_one_by_one() {
+        let big = vec![b'v'; LARGE_ARG_BYTES + 5];
+        let mut input = multibulk(&[
+            vec![&b"SET"[..], b"k", b"v"],
+            vec![b"GET", b"k"],
+            vec![b"SET", b"k", &big],
+            vec![],
+            vec![b"PING"],
+            vec![b"MSET", b"a", &big, b"b", b"1"],
+            vec![b"SADD", b"s", b"m1", b"m2"],
+        ]);
+        input.extend_from_slice(b"PING inline\r\n*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n");
+        let want = parse_all(&input).unwrap();
+        assert_eq!(want.len(), 8);
+        for step in [1, 3, 7, 100, 4096, input.len()] {
+            for (count_max, bytes_max) in [
+                (1, usize::MAX),
+                (2, usize::MAX),
+                (1024, 16),
+                (1024, usize::MAX),
+            ] {
+                assert_eq!(
+                    read_turns_in_steps(&input, step, count_max, bytes_max),
+                    want,
+                    "step {step}, turns of {count_max} requests, {bytes_max} bytes"
+                );
+            }
+        }
+    }
+
+    /// A malformed request ends the turn with its error; the requests before it are there.
+    #[test]
+    fn a_turn_keeps_the_requests_before_a_protocol_error() {
+        let mut buf = BytesMut::from(&b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n*1\r\n?4\r\n"[..]);
+        let (mut reader, mut turn) = (RequestReader::default(), Requests::default());
+        let e = reader
+            .read_turn(&mut buf, &Limits::default(), 1024, usize::MAX, &mut turn)
+            .unwrap_err();
+        assert_eq!(e.0, "expected '$', got '?'");
+        assert_eq!(turn.len(), 2);
+        assert_eq!(turn.get(1), &[Bytes::from_static(b"PING")]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use strata_engine::Ticket;
-use strata_resp::{Limits, Reply, ReplyBuf, RequestReader};
+use strata_resp::{Limits, Reply, ReplyBuf, RequestReader, Requests};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 
 use crate::session::{Conn, Peer};
@@ -75,9 +75,8 @@ async fn write_out<W: AsyncWrite + Unpin>(
 /// The protected-mode refusal (Redis's wording, so operators recognise it).
 const DENIED: &[u8] = b"-DENIED Strata is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Strata you may set a password (requirepass or users) or disable protected mode with CONFIG SET protected-mode no from the loopback interface.\r\n";
 
-/// The requests one turn of a connection runs, parsed from its buffer.
+/// What parsing one turn's requests ([`take_turn`]) found beside them.
 struct Turn {
-    batch: Vec<Vec<Bytes>>,
     /// What ended parsing early, if the buffer held a malformed request.
     protocol_error: Option<strata_resp::ProtocolError>,
     /// Requests may be left in the buffer (the batch is full, or the turn ended).
@@ -87,35 +86,26 @@ struct Turn {
     turn_ended: bool,
 }
 
+/// Parses the requests of one turn of a connection into `batch` (emptied first).
 fn take_turn(
     reader: &mut RequestReader,
     inbuf: &mut BytesMut,
     limits: &Limits,
     shares: bool,
+    batch: &mut Requests,
 ) -> Turn {
-    let mut turn = Turn {
-        batch: Vec::new(),
-        protocol_error: None,
-        more_buffered: false,
-        turn_ended: false,
-    };
-    let mut turn_bytes = 0;
-    while turn.batch.len() < BATCH_COUNT_MAX && !turn.turn_ended {
-        match reader.next(inbuf, limits) {
-            Ok(Some(args)) => {
-                turn_bytes += args.iter().map(|a| a.len()).sum::<usize>();
-                turn.batch.push(args);
-                turn.turn_ended = shares && turn_bytes >= TURN_BYTES && !inbuf.is_empty();
-                turn.more_buffered = turn.batch.len() == BATCH_COUNT_MAX || turn.turn_ended;
-            }
-            Ok(None) => break,
-            Err(e) => {
-                turn.protocol_error = Some(e);
-                break;
-            }
-        }
+    batch.clear();
+    let bytes_max = if shares { TURN_BYTES } else { usize::MAX };
+    let protocol_error = reader
+        .read_turn(inbuf, limits, BATCH_COUNT_MAX, bytes_max, batch)
+        .err();
+    let turn_ended =
+        protocol_error.is_none() && shares && batch.bytes() >= TURN_BYTES && !inbuf.is_empty();
+    Turn {
+        more_buffered: protocol_error.is_none() && (batch.len() == BATCH_COUNT_MAX || turn_ended),
+        protocol_error,
+        turn_ended,
     }
-    turn
 }
 
 /// Serves one client on `sock` (plain TCP, TLS or a Unix socket) until it leaves, is
@@ -189,6 +179,7 @@ where
     let mut stop = shared.shutdown.subscribe();
     let mut inbuf = BytesMut::with_capacity(16 << 10);
     let mut reader = RequestReader::default();
+    let mut batch = Requests::default();
     let mut out = ReplyBuf::new(2);
     let mut last_activity = Instant::now();
     // When the first byte of a request that has not fully arrived was read.
@@ -215,11 +206,10 @@ where
         };
         let shares = shared.clients_open.load(Ordering::Relaxed) > 1;
         let Turn {
-            batch,
             protocol_error,
             more_buffered,
             turn_ended,
-        } = take_turn(&mut reader, &mut inbuf, &limits, shares);
+        } = take_turn(&mut reader, &mut inbuf, &limits, shares, &mut batch);
         if !batch.is_empty() {
             // A request arrived whole: the clock restarts for the next one.
             partial_since = None;
@@ -228,7 +218,7 @@ where
             && run_batch(
                 &shared,
                 &mut conn,
-                batch,
+                &batch,
                 &mut out,
                 Io {
                     rd: &mut rd,
@@ -333,6 +323,7 @@ where
             }
         }
     }
+    crate::cmd::flush_tally(&shared, &mut conn);
     shared.watches.unwatch(&mut conn.watched);
     shared.engine.end_stream(id);
     {
@@ -384,11 +375,11 @@ async fn unless_busy<G, F: std::future::Future<Output = G>>(
 async fn beside_busy_script(
     shared: &Arc<Shared>,
     conn: &mut Conn,
-    args: Vec<Bytes>,
+    args: &[Bytes],
     idx: Option<usize>,
     busy: Reply,
 ) -> Reply {
-    if crate::cmd::scripting::runs_while_busy(&args) {
+    if crate::cmd::scripting::runs_while_busy(args) {
         return crate::cmd::execute(shared, conn, args, idx).await;
     }
     // As in Redis, a refusal inside `MULTI` fails the transaction, and a refused `EXEC`
@@ -414,7 +405,7 @@ struct Io<'a, S> {
 async fn run_batch<S: AsyncRead + AsyncWrite>(
     shared: &Arc<Shared>,
     conn: &mut Conn,
-    batch: Vec<Vec<Bytes>>,
+    batch: &Requests,
     out: &mut ReplyBuf,
     io: Io<'_, S>,
 ) -> std::io::Result<()> {
@@ -430,27 +421,31 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
     // Commands are timed from the end of the one before only while nothing is waited on
     // between them: whatever waits (the gate, a write, a blocking command) starts over.
     conn.lap = None;
-    let mut batch = batch.into_iter().peekable();
-    let mut run = Vec::new();
+    let mut next = 0;
+    let mut run: Vec<&[Bytes]> = Vec::new();
     let mut replies = Vec::new();
-    while let Some(args) = batch.next() {
-        let kind = crate::cmd::run_kind(&args, conn);
-        let next_joins = |b: &mut std::iter::Peekable<std::vec::IntoIter<Vec<Bytes>>>,
-                          conn: &Conn| {
-            kind.is_some() && b.peek().and_then(|a| crate::cmd::run_kind(a, conn)) == kind
+    while next < batch.len() {
+        let args = batch.get(next);
+        next += 1;
+        let kind = crate::cmd::run_kind(args, conn);
+        let next_joins = |next: usize, conn: &Conn| {
+            kind.is_some()
+                && next < batch.len()
+                && crate::cmd::run_kind(batch.get(next), conn) == kind
         };
-        if let (Some(kind), true) = (kind, next_joins(&mut batch, conn)) {
+        if let (Some(kind), true) = (kind, next_joins(next, conn)) {
             // Consecutive writes of one kind are written together (one batch, one log
             // record).
             let bytes_of = |a: &[Bytes]| a.iter().map(|x| x.len()).sum::<usize>();
-            let mut bytes = bytes_of(&args);
+            let mut bytes = bytes_of(args);
             run.push(args);
             while run.len() < crate::cmd::RUN_MAX
                 && bytes < crate::cmd::RUN_BYTES_MAX
-                && next_joins(&mut batch, conn)
+                && next_joins(next, conn)
             {
-                let a = batch.next().expect("peeked");
-                bytes += bytes_of(&a);
+                let a = batch.get(next);
+                next += 1;
+                bytes += bytes_of(a);
                 run.push(a);
             }
             if read_guard.is_none() {
@@ -474,12 +469,13 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
                 out.push(&r);
             }
         } else {
-            let idx = crate::cmd::lookup_request(&args);
+            let idx = crate::cmd::lookup_request(args);
             if crate::cmd::is_blocking(idx, conn) {
                 // A blocking command may wait for another client: the replies before it leave
                 // now, and it runs without the gate (it takes it for each attempt).
                 read_guard = None;
                 conn.lap = None;
+                crate::cmd::flush_tally(shared, conn);
                 if !out.is_empty() {
                     write_out(wr, out, shared, &mut conn.pending).await?;
                 }
@@ -544,6 +540,7 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
         if out.len() >= FLUSH_BYTES {
             // Never wait on a slow client while holding the gate.
             read_guard = None;
+            crate::cmd::flush_tally(shared, conn);
             write_out(wr, out, shared, &mut conn.pending).await?;
             conn.lap = None;
         }
@@ -552,6 +549,7 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
         }
     }
     drop(read_guard);
+    crate::cmd::flush_tally(shared, conn);
     // Clients these commands woke from a blocking pop try before the replies go (as in
     // Redis, where they are served first).
     shared.blocked.settled().await;
@@ -589,12 +587,13 @@ mod tests {
     fn a_pipeline_runs_in_turns_beside_other_clients() {
         let limits = Limits::default();
         let mut reader = RequestReader::default();
+        let mut batch = Requests::default();
         let mut inbuf = pipeline(100, 1024);
         let mut turns = Vec::new();
         loop {
-            let t = take_turn(&mut reader, &mut inbuf, &limits, true);
+            let t = take_turn(&mut reader, &mut inbuf, &limits, true, &mut batch);
             assert!(t.protocol_error.is_none());
-            turns.push(t.batch.len());
+            turns.push(batch.len());
             assert_eq!(t.turn_ended, t.more_buffered);
             if !t.turn_ended {
                 break;
@@ -608,15 +607,15 @@ mod tests {
         );
 
         let mut alone = pipeline(100, 1024);
-        let t = take_turn(&mut reader, &mut alone, &limits, false);
+        let t = take_turn(&mut reader, &mut alone, &limits, false, &mut batch);
         assert_eq!(
-            (t.batch.len(), t.turn_ended, t.more_buffered),
+            (batch.len(), t.turn_ended, t.more_buffered),
             (100, false, false)
         );
 
         // A pipeline that ends within the turn's last request is one turn.
         let mut exact = pipeline(16, 1024);
-        let t = take_turn(&mut reader, &mut exact, &limits, true);
-        assert_eq!((t.batch.len(), t.turn_ended), (16, false));
+        let t = take_turn(&mut reader, &mut exact, &limits, true, &mut batch);
+        assert_eq!((batch.len(), t.turn_ended), (16, false));
     }
 }

@@ -12,6 +12,39 @@ const BUCKETS_US: [u64; 12] = [
     25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000, 250_000, 1_000_000,
 ];
 
+/// One connection's calls of one command in a row, not yet in the shared counters: a
+/// pipeline of one command moves each shared counter once ([`Metrics::flush`]), not at
+/// every call. The connection flushes it before a call of another command (one that reads
+/// the counters, `INFO`, sees every call before it) and before its replies go out.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    cmd: Option<usize>,
+    calls: u64,
+    errors: u64,
+    nanos: u64,
+    buckets: [u64; BUCKETS_US.len()],
+}
+
+impl Tally {
+    /// The command counted, if any.
+    pub(crate) fn command(&self) -> Option<usize> {
+        self.cmd
+    }
+
+    /// Counts a call of `cmd`, the command counted ([`Metrics::flush`] first otherwise).
+    pub(crate) fn add(&mut self, cmd: usize, took: Duration, error: bool) {
+        debug_assert!(self.cmd.is_none_or(|c| c == cmd), "flushed before");
+        self.cmd = Some(cmd);
+        self.calls += 1;
+        self.errors += error as u64;
+        let nanos = took.as_nanos() as u64;
+        self.nanos += nanos;
+        if let Some(i) = BUCKETS_US.iter().position(|&b| nanos <= b * 1000) {
+            self.buckets[i] += 1;
+        }
+    }
+}
+
 #[derive(Default)]
 struct CommandStats {
     calls: AtomicU64,
@@ -69,8 +102,26 @@ impl Metrics {
         self.error_codes.lock().clear();
     }
 
-    pub(crate) fn record(&self, cmd: usize, took: Duration, error: bool) {
-        self.record_calls(cmd, 1, took, error as u64);
+    /// Moves what `t` counted to the shared counters (see [`Tally`]); returns how many
+    /// calls it held.
+    pub(crate) fn flush(&self, t: &mut Tally) -> u64 {
+        let Some(cmd) = t.cmd.take() else {
+            return 0;
+        };
+        let s = &self.commands[cmd];
+        s.calls.fetch_add(t.calls, Ordering::Relaxed);
+        s.micros_total.fetch_add(t.nanos / 1000, Ordering::Relaxed);
+        if t.errors > 0 {
+            s.errors.fetch_add(t.errors, Ordering::Relaxed);
+        }
+        for (b, n) in s.buckets.iter().zip(&mut t.buckets) {
+            if *n > 0 {
+                b.fetch_add(std::mem::take(n), Ordering::Relaxed);
+            }
+        }
+        let calls = t.calls;
+        (t.calls, t.errors, t.nanos) = (0, 0, 0);
+        calls
     }
 
     /// Counts `calls` calls of command `cmd` that took `each` apiece, `errors` of them

@@ -90,6 +90,8 @@ pub(crate) struct Conn {
     /// pipeline, nothing waited on between): the next one's timing starts there, one clock
     /// read per command instead of two.
     pub(crate) lap: Option<crate::stopwatch::Tick>,
+    /// Its calls not yet in the server's counters.
+    pub(crate) tally: crate::metrics::Tally,
 }
 
 impl Conn {
@@ -113,6 +115,7 @@ impl Conn {
             may_block: false,
             unblock: Default::default(),
             lap: None,
+            tally: Default::default(),
             quit: false,
             pending: Ticket::NONE,
             last_cmd: Default::default(),

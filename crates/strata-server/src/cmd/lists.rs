@@ -201,7 +201,8 @@ pub(crate) async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         if list.is_empty() {
             return Ok((false, 0));
         }
-        match list.iter().position(|e| e == pivot) {
+        let at = list.iter().position(|e| e == pivot);
+        match at {
             None => Ok((false, -1)),
             Some(i) => {
                 list.insert(if after { i + 1 } else { i }, value);

@@ -3,6 +3,7 @@
 //! its command's handler; there is no second dispatch by name.
 
 mod bits;
+mod blocks;
 mod cluster;
 mod connection;
 mod docs;
@@ -895,7 +896,7 @@ fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
 pub(crate) async fn execute(
     shared: &Arc<Shared>,
     conn: &mut Conn,
-    args: Vec<Bytes>,
+    args: &[Bytes],
     idx: Option<usize>,
 ) -> Reply {
     let asks = idx.is_some_and(|i| COMMANDS[i].name == "asking");
@@ -913,7 +914,7 @@ pub(crate) async fn execute(
 async fn execute_request(
     shared: &Arc<Shared>,
     conn: &mut Conn,
-    args: Vec<Bytes>,
+    args: &[Bytes],
     idx: Option<usize>,
 ) -> Reply {
     if args.is_empty() {
@@ -923,13 +924,13 @@ async fn execute_request(
         if conn.multi.is_some() {
             conn.multi_failed = true;
         }
-        return unknown_command(&args);
+        return unknown_command(args);
     };
     let spec = &COMMANDS[idx];
     if let Some(r) = refusal(conn, spec, args.len()) {
         return r;
     }
-    if let Some(r) = cluster::redirect(shared.cluster.as_ref(), conn, spec, &args) {
+    if let Some(r) = cluster::redirect(shared.cluster.as_ref(), conn, spec, args) {
         return r;
     }
     if let Some(queue) = conn.multi.as_mut().filter(|_| spec.flags & NOQUEUE == 0) {
@@ -944,7 +945,7 @@ async fn execute_request(
             ));
         }
         conn.multi_bytes += bytes;
-        queue.push(args);
+        queue.push(args.to_vec());
         return Reply::Simple("QUEUED".into());
     }
     // Writes slow down while the `none` log hand-off is late; the wait is not the
@@ -952,24 +953,37 @@ async fn execute_request(
     if spec.flags & (WRITE | EXCLUSIVE) == WRITE && shared.engine.pace_writes().await {
         conn.lap = None;
     }
-    dispatch_counted(&mut Ctx { shared, conn }, idx, &args).await
+    dispatch_counted(&mut Ctx { shared, conn }, idx, args).await
 }
 
 /// [`dispatch`], timed and counted in the server's figures (a client's command, or one a
 /// script calls).
 pub(crate) async fn dispatch_counted(ctx: &mut Ctx<'_>, idx: usize, a: &[Bytes]) -> Reply {
+    if ctx.conn.tally.command() != Some(idx) {
+        flush_tally(ctx.shared, ctx.conn);
+    }
     let start = ctx.conn.lap.take().unwrap_or_else(stopwatch::now);
     let reply = dispatch(ctx, idx, a).await;
     let end = stopwatch::now();
     ctx.conn.lap = Some(end);
-    ctx.shared
-        .metrics
-        .record(idx, start.until(end), reply.is_error());
-    ctx.shared
-        .counters
-        .total_commands_processed
-        .fetch_add(1, Ordering::Relaxed);
+    // A script's calls were counted meanwhile.
+    if ctx.conn.tally.command().is_some_and(|c| c != idx) {
+        flush_tally(ctx.shared, ctx.conn);
+    }
+    ctx.conn.tally.add(idx, start.until(end), reply.is_error());
     reply
+}
+
+/// Moves the connection's counts of its calls to the server's counters
+/// ([`crate::metrics::Tally`]).
+pub(crate) fn flush_tally(shared: &Shared, conn: &mut Conn) {
+    let calls = shared.metrics.flush(&mut conn.tally);
+    if calls > 0 {
+        shared
+            .counters
+            .total_commands_processed
+            .fetch_add(calls, Ordering::Relaxed);
+    }
 }
 
 /// Most commands of one pipeline written as one batch, and most value bytes (past which the
@@ -1017,7 +1031,7 @@ pub(crate) async fn execute_run(
     shared: &Arc<Shared>,
     conn: &mut Conn,
     kind: RunKind,
-    cmds: &[Vec<Bytes>],
+    cmds: &[&[Bytes]],
     out: &mut Vec<Reply>,
 ) {
     let idxs: Vec<usize> = cmds
@@ -1036,13 +1050,13 @@ pub(crate) async fn execute_run(
     // each redirected or run on its own.
     if let Some(c) = shared.cluster.as_ref() {
         let asking = conn.asking;
-        let elsewhere = |a: &Vec<Bytes>| {
+        let elsewhere = |a: &&[Bytes]| {
             let slot = strata_format::keys::slot_of(&a[1]);
             cluster::route_reply(c, slot, kind.writes(), asking).is_some()
         };
         if cmds.iter().any(elsewhere) {
             for (a, &i) in cmds.iter().zip(&idxs) {
-                out.push(execute(shared, conn, a.clone(), Some(i)).await);
+                out.push(execute(shared, conn, a, Some(i)).await);
             }
             return;
         }

@@ -44,7 +44,7 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 /// each still gets its own reply (a value, nil, or `-WRONGTYPE`). If the read fails as a
 /// whole, or its values pass one reply's limit together, each key is read on its own, so a
 /// failure stays with its own command.
-pub(crate) async fn get_run(ctx: &mut Ctx<'_>, cmds: &[Vec<Bytes>]) -> Vec<Reply> {
+pub(crate) async fn get_run(ctx: &mut Ctx<'_>, cmds: &[&[Bytes]]) -> Vec<Reply> {
     let keys: Vec<Key> = cmds.iter().map(|a| ctx.key(&a[1])).collect();
     let engine = &ctx.shared.engine;
     for k in &keys {
@@ -373,7 +373,7 @@ fn delta_of(a: &[Bytes]) -> Result<i64, Reply> {
 
 /// Pipelined `INCR`s, `DECR`s, `INCRBY`s and `DECRBY`s, in order, as one batch of the
 /// engine; each gets the reply it would get alone.
-pub(crate) async fn incr_run(ctx: &mut Ctx<'_>, cmds: &[Vec<Bytes>]) -> Vec<Reply> {
+pub(crate) async fn incr_run(ctx: &mut Ctx<'_>, cmds: &[&[Bytes]]) -> Vec<Reply> {
     let deltas: Vec<Result<i64, Reply>> = cmds.iter().map(|a| delta_of(a)).collect();
     let keys: Vec<Key> = cmds.iter().map(|a| ctx.key(&a[1])).collect();
     let items: Vec<(&Key, i64)> = keys
@@ -413,7 +413,7 @@ async fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
 
 /// Plain `SET key value`s of one pipeline, in order, as one batch of the engine (the last of a repeated
 /// key wins, as it would one by one); a value over `proto-max-bulk-len` is refused alone.
-pub(crate) async fn set_run(ctx: &mut Ctx<'_>, sets: &[Vec<Bytes>]) -> Vec<Reply> {
+pub(crate) async fn set_run(ctx: &mut Ctx<'_>, sets: &[&[Bytes]]) -> Vec<Reply> {
     let limit = ctx.shared.cfg.read().proto_max_bulk_len as usize;
     let keys: Vec<Key> = sets.iter().map(|a| ctx.key(&a[1])).collect();
     let pairs: Vec<(&Key, Bytes)> = keys

@@ -3,7 +3,9 @@
 //! lock (the key keeps its expiry; a value left empty deletes its key, as in Redis), or
 //! overwrite it whole (the `STORE` forms).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+
+use super::blocks::BlockDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -160,7 +162,7 @@ pub(crate) trait Codec: Send + 'static {
 }
 
 /// What a write changes a collection's items in: a `Vec`, or for lists (pushed at both
-/// ends) a `VecDeque`.
+/// ends) a [`Deque`].
 pub(crate) trait Items<I>: Send + 'static {
     /// Bytes an item costs beside itself (a lookup table's entry).
     const EXTRA_BYTES: usize = 0;
@@ -246,21 +248,6 @@ impl<I: Send + 'static> Items<I> for Vec<I> {
     }
     fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
         encode(self)
-    }
-}
-
-impl<I: Clone + Send + 'static> Items<I> for VecDeque<I> {
-    fn from_vec(items: Vec<I>) -> Self {
-        items.into()
-    }
-    fn len(&self) -> usize {
-        VecDeque::len(self)
-    }
-    fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
-        match self.as_slices() {
-            (front, []) => encode(front),
-            _ => encode(&self.iter().cloned().collect::<Vec<I>>()),
-        }
     }
 }
 
@@ -591,15 +578,15 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
 /// [`strata_format::delta::ListDelta`]), so a large list's few changes are logged as a
 /// delta. Passing a quarter of the elements in changes makes the next record a whole one.
 pub(crate) struct Deque {
-    items: VecDeque<Bytes>,
+    items: BlockDeque<Bytes>,
     /// `None`: changed whole since the last delta or store.
     ops: Option<strata_format::delta::ListDelta>,
     noted: usize,
 }
 
 impl std::ops::Deref for Deque {
-    type Target = VecDeque<Bytes>;
-    fn deref(&self) -> &VecDeque<Bytes> {
+    type Target = BlockDeque<Bytes>;
+    fn deref(&self) -> &BlockDeque<Bytes> {
         &self.items
     }
 }
@@ -617,16 +604,14 @@ impl Deque {
 
     /// Adds a copy of `e` ([`own`]) at the head.
     pub(crate) fn push_front(&mut self, e: &[u8]) {
-        let e = own(e);
-        self.note(|d| d.push_front(&e));
-        self.items.push_front(e);
+        self.note(|d| d.push_front(e));
+        self.items.push_front(own(e));
     }
 
     /// Adds a copy of `e` ([`own`]) at the tail.
     pub(crate) fn push_back(&mut self, e: &[u8]) {
-        let e = own(e);
-        self.note(|d| d.push_back(&e));
-        self.items.push_back(e);
+        self.note(|d| d.push_back(e));
+        self.items.push_back(own(e));
     }
 
     /// Up to `n` elements off the head, in order.
@@ -635,7 +620,7 @@ impl Deque {
         if n > 0 {
             self.note(|d| d.pop_front(n));
         }
-        self.items.drain(..n).collect()
+        (0..n).filter_map(|_| self.items.pop_front()).collect()
     }
 
     /// Up to `n` elements off the tail, the last first.
@@ -644,22 +629,19 @@ impl Deque {
         if n > 0 {
             self.note(|d| d.pop_back(n));
         }
-        let len = self.items.len();
-        self.items.drain(len - n..).rev().collect()
+        (0..n).filter_map(|_| self.items.pop_back()).collect()
     }
 
     /// Sets the element at `i` (inside the list) to a copy of `e` ([`own`]).
     pub(crate) fn set(&mut self, i: usize, e: &[u8]) {
-        let e = own(e);
-        self.note(|d| d.set(i, &e));
-        self.items[i] = e;
+        self.note(|d| d.set(i, e));
+        self.items.set(i, own(e));
     }
 
     /// Inserts a copy of `e` ([`own`]) before the element at `i` (at the end if `i` is the length).
     pub(crate) fn insert(&mut self, i: usize, e: &[u8]) {
-        let e = own(e);
-        self.note(|d| d.insert(i, &e));
-        self.items.insert(i, e);
+        self.note(|d| d.insert(i, e));
+        self.items.insert(i, own(e));
     }
 
     /// Removes the elements whose flag in `keep` is false (one flag per element), in one
@@ -671,15 +653,13 @@ impl Deque {
         for &i in &gone {
             self.note(|d| d.remove(i));
         }
-        let mut k = keep.iter();
-        self.items
-            .retain(|_| *k.next().expect("one flag per element"));
+        self.items.retain_flagged(keep);
         gone.len()
     }
 
     /// The elements, changed in any way (a whole change; the tests' way to make one).
     #[cfg(test)]
-    pub(crate) fn whole_mut(&mut self) -> &mut VecDeque<Bytes> {
+    pub(crate) fn whole_mut(&mut self) -> &mut BlockDeque<Bytes> {
         self.ops = None;
         &mut self.items
     }
@@ -693,10 +673,12 @@ impl Deque {
     }
 }
 
+/// A list's elements are encoded in the members format ([`ListCodec`]'s), straight from
+/// their blocks: `encode_with`'s `encode` is that codec's and goes unused.
 impl Items<Bytes> for Deque {
     fn from_vec(items: Vec<Bytes>) -> Self {
         Deque {
-            items: items.into(),
+            items: items.into_iter().collect(),
             ops: Some(Default::default()),
             noted: 0,
         }
@@ -704,8 +686,8 @@ impl Items<Bytes> for Deque {
     fn len(&self) -> usize {
         self.items.len()
     }
-    fn encode_with(&self, encode: fn(&[Bytes]) -> Vec<u8>) -> Vec<u8> {
-        self.items.encode_with(encode)
+    fn encode_with(&self, _encode: fn(&[Bytes]) -> Vec<u8>) -> Vec<u8> {
+        strata_format::members::encode_members_from(self.items.iter().map(|e| &e[..]))
     }
     fn delta(&mut self, _encode: fn(&[Bytes]) -> Vec<u8>) -> Option<Vec<u8>> {
         self.take_ops()
@@ -1704,12 +1686,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_list_encodes_in_order_whichever_way_it_wrapped() {
-        let mut l: VecDeque<Bytes> = Items::from_vec(vec![Bytes::from("b"), Bytes::from("c")]);
-        l.push_front(Bytes::from("a"));
-        let want = ListCodec::encode(&[Bytes::from("a"), Bytes::from("b"), Bytes::from("c")]);
-        assert_eq!(l.encode_with(ListCodec::encode), want);
-        l.make_contiguous();
-        assert_eq!(l.encode_with(ListCodec::encode), want);
+    fn a_list_encodes_in_order_across_its_blocks() {
+        let mut l: Deque =
+            Items::from_vec((0..600).map(|i| Bytes::from(format!("e{i}"))).collect());
+        for i in 0..300 {
+            l.push_front(format!("f{i}").as_bytes());
+        }
+        let want: Vec<Bytes> = l.iter().cloned().collect();
+        assert_eq!(want.len(), 900);
+        assert_eq!(
+            (&want[0], &want[299], &want[300]),
+            (&Bytes::from("f299"), &Bytes::from("f0"), &Bytes::from("e0"))
+        );
+        assert_eq!(l.encode_with(ListCodec::encode), ListCodec::encode(&want));
     }
 }
