@@ -233,6 +233,9 @@ where
         {
             break 'conn;
         }
+        // The arguments go now (their vector stays): held while the connection waits, they
+        // would keep the read buffer's memory from its next requests.
+        batch.clear();
         if let Some(e) = protocol_error {
             shared
                 .counters
