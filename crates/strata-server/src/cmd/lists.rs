@@ -69,15 +69,22 @@ async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
         Ok(c) => c,
         Err(r) => return r,
     };
+    let Some(count) = count else {
+        // One element, no count: no vector for it.
+        let r = write_list(ctx, &a[1], move |list| {
+            let e = list.pop(left);
+            Ok((e.is_some(), e))
+        });
+        return reply(r.await, |e| e.map_or(Reply::Null, Reply::Bulk));
+    };
     let r = write_list(ctx, &a[1], move |list| {
         let existed = !list.is_empty();
-        let popped = take(list, left, count.unwrap_or(1));
+        let popped = take(list, left, count);
         Ok((!popped.is_empty(), (existed, popped)))
     });
-    reply(r.await, |(existed, popped)| match count {
-        None => popped.into_iter().next().map_or(Reply::Null, Reply::Bulk),
-        Some(_) if !existed => Reply::NullArray,
-        Some(_) => Reply::Array(popped.into_iter().map(Reply::Bulk).collect()),
+    reply(r.await, |(existed, popped)| match existed {
+        false => Reply::NullArray,
+        true => Reply::Array(popped.into_iter().map(Reply::Bulk).collect()),
     })
 }
 
@@ -349,7 +356,7 @@ async fn move_once(
         .await
         .map_err(Moved::Destination)?;
     let Some(element) = write_list(ctx, src, move |list| {
-        let e = take(list, from_left, 1).pop();
+        let e = list.pop(from_left);
         Ok((e.is_some(), e))
     })
     .await
@@ -413,7 +420,7 @@ async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
         Box::pin(async move {
             for k in &keys {
                 let popped = write_list(ctx, k, move |list| {
-                    let e = take(list, left, 1).pop();
+                    let e = list.pop(left);
                     Ok((e.is_some(), e))
                 })
                 .await?;

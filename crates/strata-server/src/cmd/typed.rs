@@ -614,6 +614,21 @@ impl Deque {
         self.items.push_back(own(e));
     }
 
+    /// The element at the head (`front`) or the tail, taken off.
+    pub(crate) fn pop(&mut self, front: bool) -> Option<Bytes> {
+        let e = match front {
+            true => self.items.pop_front(),
+            false => self.items.pop_back(),
+        };
+        if e.is_some() {
+            self.note(|d| match front {
+                true => d.pop_front(1),
+                false => d.pop_back(1),
+            });
+        }
+        e
+    }
+
     /// Up to `n` elements off the head, in order.
     pub(crate) fn take_front(&mut self, n: usize) -> Vec<Bytes> {
         let n = n.min(self.items.len());
