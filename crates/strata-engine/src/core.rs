@@ -339,7 +339,6 @@ pub(crate) fn key_of_entry(r: &BlockRef, entry_key: &[u8]) -> Result<Key> {
     }
 }
 
-/// The clock, read once, and only if something asks (most keys do not expire).
 /// Why writes are refused after a failed sync, if they are: a flag every write reads (no
 /// lock on the write's path) and the reason beside it.
 #[derive(Default)]
@@ -364,6 +363,7 @@ impl Poison {
     }
 }
 
+/// The clock, read once, and only if something asks (most keys do not expire).
 pub(crate) struct LazyNow<'a> {
     core: &'a Core,
     at: std::cell::Cell<Option<u64>>,

@@ -297,13 +297,12 @@ impl RequestReader {
         bytes_max: usize,
         out: &mut Requests,
     ) -> Result<(), ProtocolError> {
-        // Requests scanned, not cut yet: they end at `pos`; their spans are `self.spans`,
-        // each request's arguments ending at the index in `ends`.
+        // Requests scanned, not cut yet, end at `pos`: their arguments' spans are
+        // `self.spans`, and `out` already counts them (their ends are where they will be
+        // once cut, after `out`'s arguments).
         let mut pos = 0;
-        let mut ends: Vec<usize> = Vec::new();
-        let mut bytes = 0;
         let got = loop {
-            if out.len() + ends.len() >= count_max || out.bytes + bytes >= bytes_max {
+            if out.len() >= count_max || out.bytes >= bytes_max {
                 break Ok(());
             }
             if self.left == 0 && buf.get(pos) == Some(&b'*') {
@@ -320,8 +319,8 @@ impl RequestReader {
                         pos = end;
                         // No arguments (`*0`, `*-1`): skipped.
                         if self.spans.len() > first {
-                            bytes += self.spans[first..].iter().map(|s| s.1).sum::<usize>();
-                            ends.push(self.spans.len());
+                            out.bytes += self.spans[first..].iter().map(|s| s.1).sum::<usize>();
+                            out.ends.push(out.args.len() + self.spans.len());
                         }
                         continue;
                     }
@@ -334,36 +333,25 @@ impl RequestReader {
             }
             // Anything else (an inline request, a request not whole, a large argument
             // arriving) goes the one-by-one way, after the requests scanned so far.
-            self.cut_scanned(buf, &mut pos, &mut ends, &mut bytes, out);
+            self.cut_scanned(buf, &mut pos, out);
             match self.next(buf, limits) {
                 Ok(Some(args)) => out.push(args),
                 Ok(None) => break Ok(()),
                 Err(e) => break Err(e),
             }
         };
-        self.cut_scanned(buf, &mut pos, &mut ends, &mut bytes, out);
+        self.cut_scanned(buf, &mut pos, out);
         got
     }
 
-    /// Cuts the requests [`RequestReader::read_turn`] scanned off `buf`, into `out`.
-    fn cut_scanned(
-        &mut self,
-        buf: &mut BytesMut,
-        pos: &mut usize,
-        ends: &mut Vec<usize>,
-        bytes: &mut usize,
-        out: &mut Requests,
-    ) {
-        if *pos == 0 {
-            return;
+    /// Cuts the requests [`RequestReader::read_turn`] scanned (up to `pos`) off `buf`,
+    /// their arguments into `out`.
+    fn cut_scanned(&mut self, buf: &mut BytesMut, pos: &mut usize, out: &mut Requests) {
+        if *pos > 0 {
+            cut(buf, *pos, &self.spans, &mut out.args);
+            self.spans.clear();
+            *pos = 0;
         }
-        let base = out.args.len();
-        cut(buf, *pos, &self.spans, &mut out.args);
-        out.ends.extend(ends.iter().map(|e| base + e));
-        out.bytes += *bytes;
-        self.spans.clear();
-        ends.clear();
-        (*pos, *bytes) = (0, 0);
     }
 
     fn scan(
@@ -373,17 +361,15 @@ impl RequestReader {
         count: usize,
         limits: &Limits,
     ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-        let mut spans = std::mem::take(&mut self.spans);
-        spans.clear();
-        let scanned = scan_bulks(buf, pos, count, limits, &mut spans);
-        let got = match scanned {
-            Ok(Scan::Whole { end }) => {
+        let mut spans = Vec::with_capacity(count.min(1024));
+        match scan_bulks(buf, pos, count, limits, &mut spans)? {
+            Scan::Whole { end } => {
                 let mut args = std::mem::take(&mut self.args);
                 cut(buf, end, &spans, &mut args);
                 (self.left, self.held) = (0, 0);
                 Ok(Some(args))
             }
-            Ok(Scan::Short { end, wanted }) => {
+            Scan::Short { end, wanted } => {
                 if wanted > 0 || self.left > 0 {
                     // Hold what is whole (and the request's header) apart from the buffer.
                     self.left = count - spans.len();
@@ -393,11 +379,7 @@ impl RequestReader {
                 }
                 Ok(None)
             }
-            Err(e) => Err(e),
-        };
-        spans.clear();
-        self.spans = spans;
-        got
+        }
     }
 
     /// Bytes the large argument being read still needs beyond what the buffer holds (0

@@ -12,6 +12,11 @@ const BUCKETS_US: [u64; 12] = [
     25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000, 250_000, 1_000_000,
 ];
 
+/// The latency bucket of a call of `us` whole microseconds (none past the last bound).
+fn bucket_of(us: u64) -> Option<usize> {
+    BUCKETS_US.iter().position(|&b| us <= b)
+}
+
 /// One connection's calls of one command in a row, not yet in the shared counters: a
 /// pipeline of one command moves each shared counter once ([`Metrics::flush`]), not at
 /// every call. The connection flushes it before a call of another command (one that reads
@@ -39,7 +44,7 @@ impl Tally {
         self.errors += error as u64;
         let nanos = took.as_nanos() as u64;
         self.nanos += nanos;
-        if let Some(i) = BUCKETS_US.iter().position(|&b| nanos <= b * 1000) {
+        if let Some(i) = bucket_of(nanos / 1000) {
             self.buckets[i] += 1;
         }
     }
@@ -134,7 +139,7 @@ impl Metrics {
         if errors > 0 {
             s.errors.fetch_add(errors, Ordering::Relaxed);
         }
-        if let Some(i) = BUCKETS_US.iter().position(|&b| us <= b) {
+        if let Some(i) = bucket_of(us) {
             s.buckets[i].fetch_add(calls, Ordering::Relaxed);
         }
     }
