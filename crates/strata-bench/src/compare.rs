@@ -973,7 +973,7 @@ fn machine() -> String {
                 .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::servers::cpus_online();
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| {

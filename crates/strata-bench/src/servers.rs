@@ -95,12 +95,37 @@ pub fn strata_server(
     Ok(Proc(child))
 }
 
+/// The CPUs the machine has online (`/sys/devices/system/cpu/online`, such as `0-1` or
+/// `0,2-5`), whatever this process is restricted to: after [`pin`] the process itself sees
+/// one CPU (`available_parallelism` follows its affinity).
+pub fn cpus_online() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|list| count_cpus(list.trim()))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// How many CPUs a kernel CPU list (`0-3,6`) names; `None` if it is not one.
+fn count_cpus(list: &str) -> Option<usize> {
+    list.split(',').try_fold(0, |n, part| {
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?),
+            None => {
+                let cpu = part.parse::<usize>().ok()?;
+                (cpu, cpu)
+            }
+        };
+        (lo <= hi).then(|| n + hi - lo + 1)
+    })
+}
+
 /// Restricts every thread of process `pid` (0: this process) to CPU `core`, as the
 /// benchmarks' protocol asks (servers on one core, clients on the other); threads started
 /// later inherit it. Does nothing on a machine with a single CPU or without `taskset`.
+/// Whether the machine has two CPUs is asked of the machine ([`cpus_online`]), not of this
+/// process: once pinned to CPU 0 it sees only that one, and must still move to CPU 1.
 pub fn pin(pid: u32, core: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores < 2 {
+    if cpus_online() < 2 {
         return;
     }
     let pid = if pid == 0 { std::process::id() } else { pid };
@@ -203,5 +228,61 @@ impl Moto {
                 .with_allow_http(true)
                 .build()?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPUs a thread may run on, as the kernel lists them (`0`, `0-1`).
+    fn allowed(status: &str) -> String {
+        std::fs::read_to_string(status)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|l| l.trim().to_string())
+            .unwrap()
+    }
+
+    #[test]
+    fn cpu_lists_count_their_cpus() {
+        assert_eq!(count_cpus("0"), Some(1));
+        assert_eq!(count_cpus("0-1"), Some(2));
+        assert_eq!(count_cpus("0,2-5,7"), Some(6));
+        assert_eq!(count_cpus("3-1"), None);
+        assert_eq!(count_cpus("zero"), None);
+        assert!(cpus_online() >= 1);
+    }
+
+    /// The benchmarks' protocol: the server started on CPU 0, this process (the client)
+    /// moved to CPU 1 afterwards. Pinning this process to CPU 0 first must not make it
+    /// think the machine has one CPU (it did: `strata-bench redis` and `tails` ran their
+    /// clients on the servers' core).
+    #[test]
+    fn a_server_starts_on_cpu_0_and_its_client_moves_to_cpu_1() {
+        let cpus = cpus_online();
+        let has_taskset = Command::new("taskset")
+            .arg("-V")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if cpus < 2 || !has_taskset {
+            eprintln!("skipped: needs two CPUs and taskset ({cpus} CPUs online)");
+            return;
+        }
+        let server = on_server_core(|| Ok(Proc(Command::new("sleep").arg("30").spawn()?))).unwrap();
+        let (server_cpus, client_cpus) = (
+            allowed(&format!("/proc/{}/status", server.0.id())),
+            allowed("/proc/self/status"),
+        );
+        // Back on every CPU before any assertion can fail.
+        let _ = Command::new("taskset")
+            .args(["-a", "-p", "-c", &format!("0-{}", cpus - 1)])
+            .arg(std::process::id().to_string())
+            .stdout(Stdio::null())
+            .status();
+        assert_eq!(server_cpus, "0");
+        assert_eq!(client_cpus, "1");
     }
 }
