@@ -113,32 +113,26 @@ fn gettid() -> libc::pid_t {
     unsafe { libc::gettid() }
 }
 
-/// Schedules thread `tid` (0: the calling one) as `class` (best effort: a failure leaves
-/// it as it was; leaving the idle class needs the right to raise a priority).
+/// Schedules thread `tid` of this process as `class` (best effort: a failure leaves it as
+/// it was; leaving the idle class needs the right to raise a priority). The nice value
+/// comes first: a thread later raised out of the idle class is at nice 10.
 fn set_class_of(tid: libc::pid_t, class: Class) {
     let param = libc::sched_param { sched_priority: 0 };
+    let policy = match class {
+        Class::Low => libc::SCHED_OTHER,
+        Class::Idle => libc::SCHED_IDLE,
+    };
     // SAFETY: scheduling calls on a thread id of this process; they change only how it is
     // scheduled.
     unsafe {
-        match class {
-            Class::Low => {
-                libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param);
-                let who = if tid == 0 { gettid() } else { tid };
-                libc::setpriority(libc::PRIO_PROCESS, who as libc::id_t, NICE);
-            }
-            Class::Idle => {
-                // Nice first: once raised out of the idle class, the thread is at nice 10.
-                let who = if tid == 0 { gettid() } else { tid };
-                libc::setpriority(libc::PRIO_PROCESS, who as libc::id_t, NICE);
-                libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param);
-            }
-        }
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE);
+        libc::sched_setscheduler(tid, policy, &param);
     }
 }
 
 /// Schedules the calling thread as `class`.
 pub(crate) fn set_class(class: Class) {
-    set_class_of(0, class);
+    set_class_of(gettid(), class);
 }
 
 /// While held, a client waits for background work: queued jobs also go to the nice-10
