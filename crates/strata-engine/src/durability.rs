@@ -229,9 +229,7 @@ pub(crate) fn sync_logs(
 /// nothing was promised durable.
 ///
 /// A period's writes can take a while to copy into the page cache: the hand-off runs off
-/// the runtime's workers, on a thread of its own at nice 10 (not in the idle class: starved
-/// there under a busy core's writes, it paced them: `SET` of 1 KiB values at `-P 16` lost a
-/// seventh of its throughput), giving the CPU over between chunks of its drain, so on
+/// the runtime's workers, on a thread of its own at the background work's priority, so on
 /// a busy core the requests served beside it run first (at a client's priority it held
 /// each woken request for the rest of its time slice: GET p99 of milliseconds beside a
 /// fast writer, `reports/tails-fast-writer.md`). Past half the period clients' writes wait
@@ -288,7 +286,7 @@ pub(crate) async fn flush_log_every(
 /// A hand-off job: `fold`, the instant to stop at, and where to say whether it finished.
 type HandOffJob = (bool, std::time::Instant, tokio::sync::oneshot::Sender<bool>);
 
-/// Starts the thread that runs the hand-offs at nice 10 (a thread
+/// Starts the thread that runs the hand-offs at the background work's priority (a thread
 /// of its own: on the shared pool one could wait seconds behind a background round). It
 /// ends with the sender. If it could not start, every send fails and hand-offs run at a
 /// client's priority.
@@ -296,14 +294,9 @@ fn low_hand_off(
     warm: Arc<dyn WarmStore>,
     hot: Arc<HotLog>,
 ) -> std::sync::mpsc::SyncSender<HandOffJob> {
-    crate::offload::lowered_thread(
-        "strata-log",
-        crate::offload::Class::Low,
-        1,
-        move |(fold, until, done): HandOffJob| {
-            let _ = done.send(hand_off(&*warm, &hot, fold, Some(until)));
-        },
-    )
+    crate::offload::lowered_thread("strata-log", 1, move |(fold, until, done): HandOffJob| {
+        let _ = done.send(hand_off(&*warm, &hot, fold, Some(until)));
+    })
 }
 
 /// Logs what DRAM holds unlogged (with `fold`, live values' changes too) and hands both

@@ -81,15 +81,13 @@ const WRITEBACK_QUEUE_MAX: usize = 16;
 /// Starts the thread that starts writeback of appended ranges, without waiting for it, as
 /// RocksDB's `bytes_per_sync` does: the disk gets a steady stream instead of bursts. The
 /// call does the file system's block allocation for the range, which costs about a tenth of
-/// a large append, so it runs here (in the idle class: requests it cannot keep up with are
-/// dropped, and the kernel allocates at write-out), not on the thread
+/// a large append, so it runs here (at the background work's priority), not on the thread
 /// of the client that appended. The thread ends with the log (its sender dropped).
 fn writeback_thread() -> SyncSender<(Arc<File>, u64, u64)> {
     // Without the thread every request is dropped: the kernel writes the log's pages in
     // its own time.
     crate::offload::lowered_thread(
         "strata-vlog-wb",
-        crate::offload::Class::Idle,
         WRITEBACK_QUEUE_MAX,
         |(file, from, to): (Arc<File>, u64, u64)| {
             use std::os::fd::AsRawFd;

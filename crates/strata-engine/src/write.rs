@@ -411,8 +411,7 @@ fn start_demotion_if_over(core: &Core) {
 pub(crate) async fn wait_for_room(core: &Core, need: u64, since: Instant) -> Result<()> {
     let hard = core.settings.warm.warm_hard_limit();
     let stall = Duration::from_millis(core.settings.warm.write_stall_ms_max);
-    // Held while this write waits: demotion may not starve behind other clients.
-    let mut urgent = None;
+    let mut counted = false;
     loop {
         let warm = core.sizes.warm_bytes() + core.writeback.dirty_bytes();
         if warm.saturating_add(need) <= hard {
@@ -430,9 +429,9 @@ pub(crate) async fn wait_for_room(core: &Core, need: u64, since: Instant) -> Res
                 stall.as_millis()
             )));
         }
-        if urgent.is_none() {
+        if !counted {
             add(&core.counters.writes_stalled);
-            urgent = Some(crate::offload::urgent());
+            counted = true;
         }
         core.background_wake.notify_one();
         let room = core.room.notified();

@@ -66,7 +66,7 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 const LOG_BUFFER_BYTES_MAX: usize = 4 << 20;
 /// Bytes of records a tick's logging of unlogged values buffers before it writes them out
 /// (a tick may log a second's worth of writes: in small steps, the buffer stays small).
-const LOG_DRAIN_BYTES: usize = 256 << 10;
+const LOG_DRAIN_BYTES: usize = 1 << 20;
 /// Keys settled per warm-store batch.
 const SETTLE_CHUNK_KEYS: usize = 512;
 /// Bounds of the table of keys with records (`WriteBack::records`), in slots.
@@ -734,14 +734,9 @@ pub(crate) fn defers_log(core: &Core) -> bool {
 /// the log out and calls again).
 pub(crate) fn log_unlogged(core: &Core) -> bool {
     let log = &core.writeback.log;
-    core.hot.drain_unlogged(
-        |key, value, expire_ms, tag| {
-            log.push(OP_PUT, tag, expire_ms, key, value).1 < LOG_DRAIN_BYTES
-        },
-        // The hand-off's thread is lowered, but a woken client thread still waits for the
-        // rest of its time slice: between chunks it gives the CPU over.
-        std::thread::yield_now,
-    )
+    core.hot.drain_unlogged(|key, value, expire_ms, tag| {
+        log.push(OP_PUT, tag, expire_ms, key, value).1 < LOG_DRAIN_BYTES
+    })
 }
 
 /// `FLUSHALL` (every stripe locked): every entry goes, and the log says so.
@@ -922,7 +917,7 @@ pub(crate) struct HotLog {
     deferred: std::sync::OnceLock<Box<dyn Fn() -> Result<bool> + Send + Sync>>,
     /// Set while a hand-off of the logs (`durability = none`) has run past half its period:
     /// clients' writes wait for it ([`HotLog::pace`]), so that it finishes within the
-    /// period although it runs at nice 10. Set and cleared only by
+    /// period although it runs at the background work's priority. Set and cleared only by
     /// [`HotLog::begin_late`] and [`HotLog::end_late`].
     late: AtomicBool,
     /// Notified when a late hand-off ends.

@@ -31,7 +31,7 @@ use shard::Shard;
 /// and the allocator's. `strata-bench memory` measures what an entry really costs.
 pub const ENTRY_OVERHEAD_BYTES: usize = 64;
 /// Entries a drain of unlogged values visits per hold of a shard's lock.
-const DRAIN_CHUNK: usize = 64;
+const DRAIN_CHUNK: usize = 256;
 /// How many entries ahead of the one it logs a drain fetches.
 const DRAIN_AHEAD: usize = 8;
 /// Stale hashes a shard's list of unlogged entries may hold beyond twice its entries.
@@ -545,17 +545,11 @@ impl HotCache {
     /// Hands the dirty values whose entries are marked unlogged to `log` (key, value,
     /// expiry, tag), clearing the mark, with the entry's shard locked: a writer of the key,
     /// which takes that lock, comes wholly before or after. A shard's lock is let go every
-    /// [`DRAIN_CHUNK`] entries, and `between` called with no lock held (where a drain on a
-    /// thread of low priority gives the CPU to the threads serving clients). `log` answers
-    /// whether to go on; once it says no, the
+    /// [`DRAIN_CHUNK`] entries. `log` answers whether to go on; once it says no, the
     /// entries the current hash finds are finished (a few more calls), and the rest stay
     /// marked and listed for the next drain. Returns
     /// whether every marked entry was handed over.
-    pub fn drain_unlogged(
-        &self,
-        mut log: impl FnMut(&[u8], &[u8], u64, u8) -> bool,
-        mut between: impl FnMut(),
-    ) -> bool {
+    pub fn drain_unlogged(&self, mut log: impl FnMut(&[u8], &[u8], u64, u8) -> bool) -> bool {
         if self.unlogged.load(Ordering::Relaxed) == 0 {
             return true;
         }
@@ -593,8 +587,6 @@ impl HotCache {
                     self.unlogged.fetch_add(list.len() - at, Ordering::Relaxed);
                     return false;
                 }
-                drop(sh);
-                between();
             }
         }
         true
@@ -1293,13 +1285,10 @@ mod tests {
             let c = HotCache::new(1 << 20, 4, policy);
             let drain = |c: &HotCache| {
                 let mut out = Vec::new();
-                assert!(c.drain_unlogged(
-                    |k, v, e, t| {
-                        out.push((k.to_vec(), v.to_vec(), e, t));
-                        true
-                    },
-                    || {}
-                ));
+                assert!(c.drain_unlogged(|k, v, e, t| {
+                    out.push((k.to_vec(), v.to_vec(), e, t));
+                    true
+                }));
                 out.sort();
                 out
             };
@@ -1354,22 +1343,15 @@ mod tests {
             assert!(c.insert_dirty(format!("k{i}").as_bytes(), b"v", 0, 0, false));
         }
         let mut seen = std::collections::HashSet::new();
-        let (mut drains, mut pauses) = (0, 0);
+        let mut drains = 0;
         loop {
             drains += 1;
             let mut taken = 0;
-            let done = c.drain_unlogged(
-                |k, _, _, _| {
-                    assert!(seen.insert(k.to_vec()), "a value handed over twice");
-                    taken += 1;
-                    taken < 300
-                },
-                || {
-                    pauses += 1;
-                    // Between chunks no shard is locked: clients' reads go on.
-                    assert!(c.shards.iter().all(|m| m.try_lock().is_some()));
-                },
-            );
+            let done = c.drain_unlogged(|k, _, _, _| {
+                assert!(seen.insert(k.to_vec()), "a value handed over twice");
+                taken += 1;
+                taken < 300
+            });
             if done {
                 break;
             }
@@ -1379,8 +1361,6 @@ mod tests {
         }
         assert_eq!((seen.len(), drains), (1000, 4));
         assert_eq!(c.unlogged.load(Ordering::Relaxed), 0);
-        // Three shards of about 333 entries, in chunks of DRAIN_CHUNK: paused between them.
-        assert!(pauses >= 1000 / DRAIN_CHUNK - 3, "{pauses}");
     }
 
     #[test]
@@ -1396,13 +1376,10 @@ mod tests {
         assert!(listed <= 2 * 10 + UNLOGGED_SLACK + 1, "{listed}");
         assert_eq!(c.unlogged.load(Ordering::Relaxed), listed);
         let mut n = 0;
-        c.drain_unlogged(
-            |_, _, _, _| {
-                n += 1;
-                true
-            },
-            || {},
-        );
+        c.drain_unlogged(|_, _, _, _| {
+            n += 1;
+            true
+        });
         assert_eq!((n, c.unlogged.load(Ordering::Relaxed)), (0, 0));
     }
 
