@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 use strata_format::Key;
 
-/// Stripes: enough that unrelated keys rarely share one.
-const STRIPE_COUNT: usize = 4096;
+/// Stripes: enough that unrelated keys rarely share one, and that a client's pipeline of a
+/// hundred keys rarely meets one of the stripes a background batch holds (a settle's
+/// chunk, a demotion's commit).
+const STRIPE_COUNT: usize = 32768;
 
 pub(crate) struct Stripes {
     locks: Box<[Mutex<()>]>,

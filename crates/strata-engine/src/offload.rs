@@ -4,7 +4,9 @@
 //! work takes the time they leave. (RocksDB's own flush and compaction threads are lowered
 //! the same way, in `strata-rocks`, and the `none` log hand-off runs on a lowered thread of
 //! its own, `durability::flush_log_every`.) Work a client waits for runs on the runtime's
-//! blocking pool instead.
+//! blocking pool instead. The runtime's threads ask for a short time slice
+//! ([`serve_clients_promptly`]), so that a client thread woken on a core where background
+//! work runs takes the core at once instead of after the background thread's slice.
 
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::OnceLock;
@@ -16,6 +18,11 @@ const THREADS: usize = 2;
 /// The nice value of the pool's threads (0 is a client's; 19 the lowest). At 10 the
 /// scheduler gives a busy core's client threads about ten times their share.
 const NICE: i32 = 10;
+/// The time slice, in nanoseconds, the threads serving clients ask for (the kernel's
+/// shortest; its default is 0.7 ms times a factor that grows with the CPU count, 1.4 ms
+/// on two CPUs). A thread with a shorter slice than the running one
+/// takes the core when it wakes; it gets no larger share of the core for it.
+const CLIENT_SLICE_NS: u64 = 100_000;
 /// Jobs waiting for a thread; the callers await each job, so at most a few ever wait.
 const QUEUE_JOBS_MAX: usize = 64;
 
@@ -46,14 +53,65 @@ fn pool() -> &'static SyncSender<Job> {
     })
 }
 
-/// Lowers the calling thread's CPU priority to [`NICE`] (best effort: a failure leaves it
-/// as it was).
+/// Lowers the calling thread's CPU priority to [`NICE`], with the kernel's default time
+/// slice (a thread started from a runtime thread inherits its short one). Best effort: a
+/// failure leaves it as it was.
 pub(crate) fn lower_priority() {
     // SAFETY: setpriority on this thread's id only changes its scheduling weight.
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE);
     }
+    set_slice(0);
+}
+
+/// Asks the kernel for a short time slice ([`CLIENT_SLICE_NS`]) for the calling thread: the
+/// runtime calls it on each of its threads. Best effort: a kernel without custom slices
+/// (before Linux 6.12) keeps its default, and a failure leaves the thread as it was.
+pub fn serve_clients_promptly() {
+    set_slice(CLIENT_SLICE_NS);
+}
+
+/// Sets the calling thread's time slice to `ns` (0: the kernel's default), keeping its
+/// policy and nice value. Best effort, as [`serve_clients_promptly`].
+fn set_slice(ns: u64) {
+    let Some(mut attr) = sched_attr() else {
+        return;
+    };
+    if attr.sched_policy != libc::SCHED_OTHER as u32 {
+        return;
+    }
+    attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
+    attr.sched_flags = 0;
+    attr.sched_runtime = ns;
+    // SAFETY: the attribute is a full, initialised `sched_attr` of the size given; tid 0
+    // is the calling thread.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            0,
+            &attr as *const libc::sched_attr,
+            0,
+        );
+    }
+}
+
+/// The calling thread's scheduling attributes, or `None` if the kernel will not say.
+fn sched_attr() -> Option<libc::sched_attr> {
+    // SAFETY: sched_attr is plain integers; all zeroes is a valid value.
+    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::sched_attr>() as libc::c_uint;
+    // SAFETY: the kernel writes at most `size` bytes into `attr`; tid 0 is this thread.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr as *mut libc::sched_attr,
+            size,
+            0,
+        )
+    };
+    (r == 0).then_some(attr)
 }
 
 /// Starts a thread of its own named `name`, at [`NICE`], that passes every job sent on the
@@ -120,5 +178,40 @@ mod tests {
         assert!(e.to_string().contains("a panicking job"), "{e}");
         // The pool still works after a panic.
         assert_eq!(super::run("test", || 2 + 2).await.unwrap(), 4);
+    }
+
+    #[test]
+    fn a_client_thread_asks_for_a_short_slice_and_keeps_its_nice_value() {
+        std::thread::spawn(|| {
+            let before = super::sched_attr().expect("sched_getattr");
+            // Before Linux 6.12 a fair thread reports no slice and none can be set.
+            if before.sched_runtime == 0 {
+                eprintln!("this kernel has no custom time slices; nothing to check");
+                return;
+            }
+            assert!(
+                before.sched_runtime > super::CLIENT_SLICE_NS,
+                "{}",
+                before.sched_runtime
+            );
+            super::serve_clients_promptly();
+            let after = super::sched_attr().expect("sched_getattr");
+            assert_eq!(after.sched_runtime, super::CLIENT_SLICE_NS);
+            assert_eq!(after.sched_policy, libc::SCHED_OTHER as u32);
+            assert_eq!(after.sched_nice, before.sched_nice);
+            // Background threads started from it go back to the default slice.
+            std::thread::spawn(move || {
+                let inherited = super::sched_attr().expect("sched_getattr");
+                assert_eq!(inherited.sched_runtime, super::CLIENT_SLICE_NS);
+                super::lower_priority();
+                let lowered = super::sched_attr().expect("sched_getattr");
+                assert_eq!(lowered.sched_runtime, before.sched_runtime);
+                assert_eq!(lowered.sched_nice, super::NICE);
+            })
+            .join()
+            .unwrap();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -132,6 +132,7 @@ enum TraceCommand {
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(strata_engine::serve_clients_promptly)
         .build()?)
 }
 

@@ -28,7 +28,7 @@ pub(crate) async fn segments(core: &Arc<Core>) -> Result<()> {
     // The index entries that stopped pointing into these segments (overwrites, deletes,
     // values returned to the warm tier, rewrites), and the values that replaced them, must
     // be on disk before a segment goes.
-    core.sync_values_and_log()?;
+    sync_values_and_log(core).await?;
     let next_id = *core.next_segment_id.lock();
     for id in core.cold.list_segments().await? {
         // Only a round allocates ids, and rounds never overlap (`Core::rounds`), so ids below
@@ -55,6 +55,13 @@ pub(crate) async fn segments(core: &Arc<Core>) -> Result<()> {
     Ok(())
 }
 
+/// Makes the value log and the warm store's log durable (their fsyncs) on a background
+/// thread: a runtime thread that waited for the disk would hold up its clients.
+async fn sync_values_and_log(core: &Arc<Core>) -> Result<()> {
+    let me = Arc::clone(core);
+    crate::offload::run("sync", move || me.sync_values_and_log()).await?
+}
+
 /// Copies the live entries of segment `id` into a new segment, repoints their index
 /// entries, and deletes the old segment.
 async fn rewrite(core: &Arc<Core>, id: u64) -> Result<()> {
@@ -75,7 +82,7 @@ async fn rewrite(core: &Arc<Core>, id: u64) -> Result<()> {
         repoint(&me, id, new_id, &refs, &old_refs)
     })
     .await??;
-    core.sync_values_and_log()?;
+    sync_values_and_log(core).await?;
     core.cold.delete_segment(id).await?;
     add(&core.counters.segments_rewritten);
     add(&core.counters.segments_written);
