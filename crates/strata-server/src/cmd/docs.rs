@@ -1,539 +1,267 @@
 //! `COMMAND DOCS`: what each command of the table does, in one line of our own, with its
-//! group (`Spec::group`, mostly given by the module of its handler). A test holds this list
-//! to the command table: every command has a summary, and no summary names a missing one.
+//! group (`Spec::group`, mostly given by the module of its handler) and its arguments
+//! (written in the notation of [`super::syntax`]). Tests hold this list to the command
+//! table: every command has an entry, no entry names a missing one, and each syntax takes
+//! as many words as the command's arity says.
 
 use bytes::Bytes;
 use strata_resp::Reply;
 
-use super::{lookup, COMMANDS};
+use super::{lookup, syntax, COMMANDS};
 
-/// Each command's summary, by name.
-const SUMMARIES: &[(&str, &str)] = &[
+/// Each command by name: its arguments' syntax and its summary.
+const DOCS: &[(&str, &str, &str)] = &[
     // Connection.
-    ("ping", "Answers PONG, or echoes its argument."),
-    ("echo", "Answers with its argument."),
-    (
-        "hello",
-        "Chooses the protocol version (2 or 3), authenticates and names the connection.",
-    ),
-    ("auth", "Authenticates the connection as a user."),
-    ("select", "Switches the connection to another database."),
-    ("quit", "Closes the connection after its reply."),
-    (
-        "reset",
-        "Returns the connection to its state when it opened.",
-    ),
-    (
-        "client",
-        "Lists, names, kills, pauses and inspects client connections.",
-    ),
-    (
-        "command",
-        "Describes the commands: arity, flags, key positions, summaries.",
-    ),
+    ("ping", "[message]", "Answers PONG, or echoes its argument."),
+    ("echo", "message", "Answers with its argument."),
+    ("hello", "[protover:integer [AUTH username password] [SETNAME clientname]]", "Chooses the protocol version (2 or 3), authenticates and names the connection."),
+    ("auth", "[username] password", "Authenticates the connection as a user."),
+    ("select", "index:integer", "Switches the connection to another database."),
+    ("quit", "", "Closes the connection after its reply."),
+    ("reset", "", "Returns the connection to its state when it opened."),
+    ("client", "subcommand [argument...]", "Lists, names, kills, pauses and inspects client connections."),
+    ("command", "[subcommand [argument...]]", "Describes the commands: arity, flags, key positions, summaries."),
     // Strings.
-    ("get", "The string value of a key."),
-    (
-        "set",
-        "Sets a string value, with an expiry and conditions if asked.",
-    ),
-    (
-        "setnx",
-        "Sets a string value only if the key does not exist.",
-    ),
-    ("setex", "Sets a string value with an expiry in seconds."),
-    (
-        "psetex",
-        "Sets a string value with an expiry in milliseconds.",
-    ),
-    (
-        "getex",
-        "The string value of a key, setting or removing its expiry.",
-    ),
-    ("getdel", "The string value of a key, deleting the key."),
-    ("getset", "Sets a string value and answers the old one."),
-    ("mget", "The string values of many keys."),
-    ("mset", "Sets many string values at once."),
-    (
-        "msetnx",
-        "Sets many string values only if none of the keys exists.",
-    ),
-    ("strlen", "The length of a string value."),
-    ("append", "Appends to a string value."),
-    ("getrange", "A range of bytes of a string value."),
-    (
-        "lcs",
-        "The longest common subsequence of two string values.",
-    ),
-    (
-        "substr",
-        "A range of bytes of a string value (the old name of GETRANGE).",
-    ),
-    (
-        "setrange",
-        "Overwrites part of a string value from an offset.",
-    ),
-    ("incr", "Adds one to the integer in a key."),
-    ("decr", "Subtracts one from the integer in a key."),
-    ("incrby", "Adds an integer to the integer in a key."),
-    ("decrby", "Subtracts an integer from the integer in a key."),
-    (
-        "incrbyfloat",
-        "Adds a decimal number to the number in a key, in extended precision.",
-    ),
+    ("get", "key", "The string value of a key."),
+    ("set", "key value [NX | XX | IFEQ comparison-value] [GET] [EX seconds:integer | PX milliseconds:integer | EXAT unix-time-seconds:unix-time | PXAT unix-time-milliseconds:unix-time | KEEPTTL]", "Sets a string value, with an expiry and conditions if asked."),
+    ("setnx", "key value", "Sets a string value only if the key does not exist."),
+    ("setex", "key seconds:integer value", "Sets a string value with an expiry in seconds."),
+    ("psetex", "key milliseconds:integer value", "Sets a string value with an expiry in milliseconds."),
+    ("getex", "key [EX seconds:integer | PX milliseconds:integer | EXAT unix-time-seconds:unix-time | PXAT unix-time-milliseconds:unix-time | PERSIST]", "The string value of a key, setting or removing its expiry."),
+    ("getdel", "key", "The string value of a key, deleting the key."),
+    ("getset", "key value", "Sets a string value and answers the old one."),
+    ("mget", "key...", "The string values of many keys."),
+    ("mset", "<key value>...", "Sets many string values at once."),
+    ("msetnx", "<key value>...", "Sets many string values only if none of the keys exists."),
+    ("strlen", "key", "The length of a string value."),
+    ("append", "key value", "Appends to a string value."),
+    ("getrange", "key start:integer end:integer", "A range of bytes of a string value."),
+    ("lcs", "key1:key key2:key [LEN] [IDX] [MINMATCHLEN len:integer] [WITHMATCHLEN]", "The longest common subsequence of two string values."),
+    ("substr", "key start:integer end:integer", "A range of bytes of a string value (the old name of GETRANGE)."),
+    ("setrange", "key offset:integer value", "Overwrites part of a string value from an offset."),
+    ("incr", "key", "Adds one to the integer in a key."),
+    ("decr", "key", "Subtracts one from the integer in a key."),
+    ("incrby", "key increment:integer", "Adds an integer to the integer in a key."),
+    ("decrby", "key decrement:integer", "Subtracts an integer from the integer in a key."),
+    ("incrbyfloat", "key increment:double", "Adds a decimal number to the number in a key, in extended precision."),
     // Bitmaps.
-    ("setbit", "Sets or clears one bit of a string value."),
-    ("getbit", "One bit of a string value."),
-    (
-        "bitcount",
-        "How many bits a string value has set, in a range if asked.",
-    ),
+    ("setbit", "key offset:integer value:integer", "Sets or clears one bit of a string value."),
+    ("getbit", "key offset:integer", "One bit of a string value."),
+    ("bitcount", "key [start:integer end:integer [BYTE | BIT]]", "How many bits a string value has set, in a range if asked."),
     // Hashes.
-    ("hset", "Sets fields of a hash."),
-    ("hmset", "Sets fields of a hash (the old form of HSET)."),
-    (
-        "hsetnx",
-        "Sets a field of a hash only if it does not exist.",
-    ),
-    ("hget", "The value of a field of a hash."),
-    ("hmget", "The values of many fields of a hash."),
-    ("hgetall", "Every field of a hash with its value."),
-    ("hkeys", "Every field name of a hash."),
-    ("hvals", "Every field value of a hash."),
-    ("hlen", "How many fields a hash has."),
-    ("hexists", "Whether a hash has a field."),
-    ("hstrlen", "The length of a field's value."),
-    ("hdel", "Deletes fields of a hash."),
-    ("hincrby", "Adds an integer to the integer in a field."),
-    (
-        "hincrbyfloat",
-        "Adds a decimal number to the number in a field, in extended precision.",
-    ),
-    (
-        "hrandfield",
-        "Random fields of a hash, with their values if asked.",
-    ),
-    ("hscan", "Walks the fields of a hash with a cursor."),
-    ("hexpire", "Sets an expiry in seconds on fields of a hash."),
-    (
-        "hpexpire",
-        "Sets an expiry in milliseconds on fields of a hash.",
-    ),
-    (
-        "hexpireat",
-        "Sets an expiry time (Unix seconds) on fields of a hash.",
-    ),
-    (
-        "hpexpireat",
-        "Sets an expiry time (Unix milliseconds) on fields of a hash.",
-    ),
-    ("httl", "The seconds left before fields of a hash expire."),
-    (
-        "hpttl",
-        "The milliseconds left before fields of a hash expire.",
-    ),
-    (
-        "hexpiretime",
-        "When fields of a hash expire, in Unix seconds.",
-    ),
-    (
-        "hpexpiretime",
-        "When fields of a hash expire, in Unix milliseconds.",
-    ),
-    ("hpersist", "Removes the expiry of fields of a hash."),
+    ("hset", "key <field value>...", "Sets fields of a hash."),
+    ("hmset", "key <field value>...", "Sets fields of a hash (the old form of HSET)."),
+    ("hsetnx", "key field value", "Sets a field of a hash only if it does not exist."),
+    ("hget", "key field", "The value of a field of a hash."),
+    ("hmget", "key field...", "The values of many fields of a hash."),
+    ("hgetall", "key", "Every field of a hash with its value."),
+    ("hkeys", "key", "Every field name of a hash."),
+    ("hvals", "key", "Every field value of a hash."),
+    ("hlen", "key", "How many fields a hash has."),
+    ("hexists", "key field", "Whether a hash has a field."),
+    ("hstrlen", "key field", "The length of a field's value."),
+    ("hdel", "key field...", "Deletes fields of a hash."),
+    ("hincrby", "key field increment:integer", "Adds an integer to the integer in a field."),
+    ("hincrbyfloat", "key field increment:double", "Adds a decimal number to the number in a field, in extended precision."),
+    ("hrandfield", "key [count:integer [WITHVALUES]]", "Random fields of a hash, with their values if asked."),
+    ("hscan", "key cursor:integer [MATCH pattern:pattern] [COUNT count:integer] [NOVALUES]", "Walks the fields of a hash with a cursor."),
+    ("hexpire", "key seconds:integer [NX | XX | GT | LT] <FIELDS numfields:integer field...>", "Sets an expiry in seconds on fields of a hash."),
+    ("hpexpire", "key milliseconds:integer [NX | XX | GT | LT] <FIELDS numfields:integer field...>", "Sets an expiry in milliseconds on fields of a hash."),
+    ("hexpireat", "key unix-time-seconds:unix-time [NX | XX | GT | LT] <FIELDS numfields:integer field...>", "Sets an expiry time (Unix seconds) on fields of a hash."),
+    ("hpexpireat", "key unix-time-milliseconds:unix-time [NX | XX | GT | LT] <FIELDS numfields:integer field...>", "Sets an expiry time (Unix milliseconds) on fields of a hash."),
+    ("httl", "key <FIELDS numfields:integer field...>", "The seconds left before fields of a hash expire."),
+    ("hpttl", "key <FIELDS numfields:integer field...>", "The milliseconds left before fields of a hash expire."),
+    ("hexpiretime", "key <FIELDS numfields:integer field...>", "When fields of a hash expire, in Unix seconds."),
+    ("hpexpiretime", "key <FIELDS numfields:integer field...>", "When fields of a hash expire, in Unix milliseconds."),
+    ("hpersist", "key <FIELDS numfields:integer field...>", "Removes the expiry of fields of a hash."),
     // Sets.
-    ("sadd", "Adds members to a set."),
-    ("srem", "Removes members from a set."),
-    ("smembers", "Every member of a set."),
-    ("scard", "How many members a set has."),
-    ("sismember", "Whether a set has a member."),
-    ("smismember", "Whether a set has each of many members."),
-    ("spop", "Removes and answers random members of a set."),
-    ("srandmember", "Random members of a set, left in place."),
-    ("sscan", "Walks the members of a set with a cursor."),
-    ("sinter", "The members every given set has."),
-    ("sunion", "The members any given set has."),
-    (
-        "sdiff",
-        "The members of the first set that no other given set has.",
-    ),
-    ("sinterstore", "Stores the intersection of sets in a key."),
-    ("sunionstore", "Stores the union of sets in a key."),
-    ("sdiffstore", "Stores the difference of sets in a key."),
-    (
-        "sintercard",
-        "How many members every given set has, up to a limit.",
-    ),
-    ("smove", "Moves a member from one set to another."),
+    ("sadd", "key member...", "Adds members to a set."),
+    ("srem", "key member...", "Removes members from a set."),
+    ("smembers", "key", "Every member of a set."),
+    ("scard", "key", "How many members a set has."),
+    ("sismember", "key member", "Whether a set has a member."),
+    ("smismember", "key member...", "Whether a set has each of many members."),
+    ("spop", "key [count:integer]", "Removes and answers random members of a set."),
+    ("srandmember", "key [count:integer]", "Random members of a set, left in place."),
+    ("sscan", "key cursor:integer [MATCH pattern:pattern] [COUNT count:integer]", "Walks the members of a set with a cursor."),
+    ("sinter", "key...", "The members every given set has."),
+    ("sunion", "key...", "The members any given set has."),
+    ("sdiff", "key...", "The members of the first set that no other given set has."),
+    ("sinterstore", "destination key...", "Stores the intersection of sets in a key."),
+    ("sunionstore", "destination key...", "Stores the union of sets in a key."),
+    ("sdiffstore", "destination key...", "Stores the difference of sets in a key."),
+    ("sintercard", "numkeys:integer key... [LIMIT limit:integer]", "How many members every given set has, up to a limit."),
+    ("smove", "source destination member", "Moves a member from one set to another."),
     // Lists.
-    ("lpush", "Adds elements at the head of a list."),
-    ("rpush", "Adds elements at the tail of a list."),
-    ("lpushx", "Adds elements at the head of a list that exists."),
-    ("rpushx", "Adds elements at the tail of a list that exists."),
-    (
-        "lpop",
-        "Removes and answers elements from the head of a list.",
-    ),
-    (
-        "rpop",
-        "Removes and answers elements from the tail of a list.",
-    ),
-    ("llen", "How many elements a list has."),
-    ("lrange", "The elements of a list between two positions."),
-    (
-        "ltrim",
-        "Keeps only the elements of a list between two positions.",
-    ),
-    ("lindex", "The element of a list at a position."),
-    ("lset", "Replaces the element of a list at a position."),
-    (
-        "linsert",
-        "Inserts an element before or after another in a list.",
-    ),
-    ("lrem", "Removes elements equal to a value from a list."),
-    (
-        "lpos",
-        "The positions of elements equal to a value in a list.",
-    ),
-    (
-        "lmove",
-        "Moves an element from one end of a list to an end of another.",
-    ),
-    (
-        "rpoplpush",
-        "Moves the tail element of a list to the head of another.",
-    ),
-    (
-        "blpop",
-        "Removes the head element of the first non-empty list, waiting for one.",
-    ),
-    (
-        "brpop",
-        "Removes the tail element of the first non-empty list, waiting for one.",
-    ),
-    (
-        "blmove",
-        "LMOVE, waiting for an element if the source is empty.",
-    ),
-    (
-        "brpoplpush",
-        "RPOPLPUSH, waiting for an element if the source is empty.",
-    ),
-    (
-        "lmpop",
-        "Removes elements from an end of the first non-empty list.",
-    ),
-    (
-        "blmpop",
-        "LMPOP, waiting for an element if every list is empty.",
-    ),
-    (
-        "sort",
-        "Sorts the elements of a list, set or sorted set, storing them if asked.",
-    ),
-    (
-        "sort_ro",
-        "Sorts the elements of a list, set or sorted set; reads only.",
-    ),
+    ("lpush", "key element...", "Adds elements at the head of a list."),
+    ("rpush", "key element...", "Adds elements at the tail of a list."),
+    ("lpushx", "key element...", "Adds elements at the head of a list that exists."),
+    ("rpushx", "key element...", "Adds elements at the tail of a list that exists."),
+    ("lpop", "key [count:integer]", "Removes and answers elements from the head of a list."),
+    ("rpop", "key [count:integer]", "Removes and answers elements from the tail of a list."),
+    ("llen", "key", "How many elements a list has."),
+    ("lrange", "key start:integer stop:integer", "The elements of a list between two positions."),
+    ("ltrim", "key start:integer stop:integer", "Keeps only the elements of a list between two positions."),
+    ("lindex", "key index:integer", "The element of a list at a position."),
+    ("lset", "key index:integer element", "Replaces the element of a list at a position."),
+    ("linsert", "key <BEFORE | AFTER> pivot element", "Inserts an element before or after another in a list."),
+    ("lrem", "key count:integer element", "Removes elements equal to a value from a list."),
+    ("lpos", "key element [RANK rank:integer] [COUNT num-matches:integer] [MAXLEN len:integer]", "The positions of elements equal to a value in a list."),
+    ("lmove", "source destination <LEFT | RIGHT> <LEFT | RIGHT>", "Moves an element from one end of a list to an end of another."),
+    ("rpoplpush", "source destination", "Moves the tail element of a list to the head of another."),
+    ("blpop", "key... timeout:double", "Removes the head element of the first non-empty list, waiting for one."),
+    ("brpop", "key... timeout:double", "Removes the tail element of the first non-empty list, waiting for one."),
+    ("blmove", "source destination <LEFT | RIGHT> <LEFT | RIGHT> timeout:double", "LMOVE, waiting for an element if the source is empty."),
+    ("brpoplpush", "source destination timeout:double", "RPOPLPUSH, waiting for an element if the source is empty."),
+    ("lmpop", "numkeys:integer key... <LEFT | RIGHT> [COUNT count:integer]", "Removes elements from an end of the first non-empty list."),
+    ("blmpop", "timeout:double numkeys:integer key... <LEFT | RIGHT> [COUNT count:integer]", "LMPOP, waiting for an element if every list is empty."),
+    ("sort", "key [BY pattern:pattern] [LIMIT offset:integer count:integer] [GET pattern:pattern]... [ASC | DESC] [ALPHA] [STORE destination]", "Sorts the elements of a list, set or sorted set, storing them if asked."),
+    ("sort_ro", "key [BY pattern:pattern] [LIMIT offset:integer count:integer] [GET pattern:pattern]... [ASC | DESC] [ALPHA]", "Sorts the elements of a list, set or sorted set; reads only."),
     // Sorted sets.
-    (
-        "zadd",
-        "Adds members with scores to a sorted set, or updates their scores.",
-    ),
-    ("zincrby", "Adds to the score of a member of a sorted set."),
-    ("zrem", "Removes members from a sorted set."),
-    ("zcard", "How many members a sorted set has."),
-    ("zscore", "The score of a member of a sorted set."),
-    ("zmscore", "The scores of many members of a sorted set."),
-    (
-        "zrank",
-        "The position of a member in a sorted set, lowest score first.",
-    ),
-    (
-        "zrevrank",
-        "The position of a member in a sorted set, highest score first.",
-    ),
-    (
-        "zrange",
-        "Members of a sorted set by position, score or name, in either order.",
-    ),
-    (
-        "zrevrange",
-        "Members of a sorted set by position, highest score first.",
-    ),
-    (
-        "zrangebyscore",
-        "Members of a sorted set with scores in a range.",
-    ),
-    (
-        "zrevrangebyscore",
-        "Members of a sorted set with scores in a range, highest first.",
-    ),
-    (
-        "zrangebylex",
-        "Members of a sorted set with names in a range.",
-    ),
-    (
-        "zrevrangebylex",
-        "Members of a sorted set with names in a range, in reverse.",
-    ),
-    (
-        "zcount",
-        "How many members of a sorted set have scores in a range.",
-    ),
-    (
-        "zlexcount",
-        "How many members of a sorted set have names in a range.",
-    ),
-    (
-        "zremrangebyscore",
-        "Removes the members of a sorted set with scores in a range.",
-    ),
-    (
-        "zremrangebyrank",
-        "Removes the members of a sorted set between two positions.",
-    ),
-    (
-        "zremrangebylex",
-        "Removes the members of a sorted set with names in a range.",
-    ),
-    (
-        "zpopmin",
-        "Removes and answers the members with the lowest scores.",
-    ),
-    (
-        "zpopmax",
-        "Removes and answers the members with the highest scores.",
-    ),
-    ("zscan", "Walks the members of a sorted set with a cursor."),
-    (
-        "zrandmember",
-        "Random members of a sorted set, with scores if asked.",
-    ),
-    (
-        "zunionstore",
-        "Stores the union of sorted sets, scores combined, in a key.",
-    ),
-    (
-        "zinterstore",
-        "Stores the intersection of sorted sets, scores combined, in a key.",
-    ),
-    (
-        "zdiffstore",
-        "Stores the difference of sorted sets in a key.",
-    ),
-    (
-        "zmpop",
-        "Removes members from the first non-empty sorted set.",
-    ),
-    (
-        "bzmpop",
-        "ZMPOP, waiting for a member if every sorted set is empty.",
-    ),
-    (
-        "bzpopmin",
-        "ZPOPMIN of the first non-empty sorted set, waiting for one.",
-    ),
-    (
-        "bzpopmax",
-        "ZPOPMAX of the first non-empty sorted set, waiting for one.",
-    ),
-    ("zunion", "The union of sorted sets, scores combined."),
-    (
-        "zinter",
-        "The intersection of sorted sets, scores combined.",
-    ),
-    (
-        "zdiff",
-        "The members of the first sorted set that no other has.",
-    ),
-    (
-        "zintercard",
-        "How many members every given sorted set has, up to a limit.",
-    ),
-    ("zrangestore", "Stores a range of a sorted set in a key."),
+    ("zadd", "key [NX | XX] [GT | LT] [CH] [INCR] <score:double member>...", "Adds members with scores to a sorted set, or updates their scores."),
+    ("zincrby", "key increment:double member", "Adds to the score of a member of a sorted set."),
+    ("zrem", "key member...", "Removes members from a sorted set."),
+    ("zcard", "key", "How many members a sorted set has."),
+    ("zscore", "key member", "The score of a member of a sorted set."),
+    ("zmscore", "key member...", "The scores of many members of a sorted set."),
+    ("zrank", "key member [WITHSCORE]", "The position of a member in a sorted set, lowest score first."),
+    ("zrevrank", "key member [WITHSCORE]", "The position of a member in a sorted set, highest score first."),
+    ("zrange", "key start stop [BYSCORE | BYLEX] [REV] [LIMIT offset:integer count:integer] [WITHSCORES]", "Members of a sorted set by position, score or name, in either order."),
+    ("zrevrange", "key start:integer stop:integer [WITHSCORES]", "Members of a sorted set by position, highest score first."),
+    ("zrangebyscore", "key min:double max:double [WITHSCORES] [LIMIT offset:integer count:integer]", "Members of a sorted set with scores in a range."),
+    ("zrevrangebyscore", "key max:double min:double [WITHSCORES] [LIMIT offset:integer count:integer]", "Members of a sorted set with scores in a range, highest first."),
+    ("zrangebylex", "key min max [LIMIT offset:integer count:integer]", "Members of a sorted set with names in a range."),
+    ("zrevrangebylex", "key max min [LIMIT offset:integer count:integer]", "Members of a sorted set with names in a range, in reverse."),
+    ("zcount", "key min:double max:double", "How many members of a sorted set have scores in a range."),
+    ("zlexcount", "key min max", "How many members of a sorted set have names in a range."),
+    ("zremrangebyscore", "key min:double max:double", "Removes the members of a sorted set with scores in a range."),
+    ("zremrangebyrank", "key start:integer stop:integer", "Removes the members of a sorted set between two positions."),
+    ("zremrangebylex", "key min max", "Removes the members of a sorted set with names in a range."),
+    ("zpopmin", "key [count:integer]", "Removes and answers the members with the lowest scores."),
+    ("zpopmax", "key [count:integer]", "Removes and answers the members with the highest scores."),
+    ("zscan", "key cursor:integer [MATCH pattern:pattern] [COUNT count:integer]", "Walks the members of a sorted set with a cursor."),
+    ("zrandmember", "key [count:integer [WITHSCORES]]", "Random members of a sorted set, with scores if asked."),
+    ("zunionstore", "destination numkeys:integer key... [WEIGHTS weight:integer...] [AGGREGATE <SUM | MIN | MAX>]", "Stores the union of sorted sets, scores combined, in a key."),
+    ("zinterstore", "destination numkeys:integer key... [WEIGHTS weight:integer...] [AGGREGATE <SUM | MIN | MAX>]", "Stores the intersection of sorted sets, scores combined, in a key."),
+    ("zdiffstore", "destination numkeys:integer key...", "Stores the difference of sorted sets in a key."),
+    ("zmpop", "numkeys:integer key... <MIN | MAX> [COUNT count:integer]", "Removes members from the first non-empty sorted set."),
+    ("bzmpop", "timeout:double numkeys:integer key... <MIN | MAX> [COUNT count:integer]", "ZMPOP, waiting for a member if every sorted set is empty."),
+    ("bzpopmin", "key... timeout:double", "ZPOPMIN of the first non-empty sorted set, waiting for one."),
+    ("bzpopmax", "key... timeout:double", "ZPOPMAX of the first non-empty sorted set, waiting for one."),
+    ("zunion", "numkeys:integer key... [WEIGHTS weight:integer...] [AGGREGATE <SUM | MIN | MAX>] [WITHSCORES]", "The union of sorted sets, scores combined."),
+    ("zinter", "numkeys:integer key... [WEIGHTS weight:integer...] [AGGREGATE <SUM | MIN | MAX>] [WITHSCORES]", "The intersection of sorted sets, scores combined."),
+    ("zdiff", "numkeys:integer key... [WITHSCORES]", "The members of the first sorted set that no other has."),
+    ("zintercard", "numkeys:integer key... [LIMIT limit:integer]", "How many members every given sorted set has, up to a limit."),
+    ("zrangestore", "dst:key src:key min max [BYSCORE | BYLEX] [REV] [LIMIT offset:integer count:integer]", "Stores a range of a sorted set in a key."),
     // Keys.
-    ("del", "Deletes keys."),
-    ("unlink", "Deletes keys (the same as DEL here)."),
-    ("exists", "How many of the given keys exist."),
-    ("expire", "Sets a key's expiry in seconds."),
-    ("pexpire", "Sets a key's expiry in milliseconds."),
-    ("expireat", "Sets a key's expiry time in Unix seconds."),
-    (
-        "pexpireat",
-        "Sets a key's expiry time in Unix milliseconds.",
-    ),
-    ("expiretime", "When a key expires, in Unix seconds."),
-    ("pexpiretime", "When a key expires, in Unix milliseconds."),
-    ("ttl", "The seconds left before a key expires."),
-    ("pttl", "The milliseconds left before a key expires."),
-    ("persist", "Removes a key's expiry."),
-    ("type", "The type of a key's value."),
-    (
-        "object",
-        "How a key's value is kept (Strata's encoding names) and its reference count.",
-    ),
-    ("memory", "The bytes a key and its value take."),
-    (
-        "rename",
-        "Renames a key, replacing any key of the new name.",
-    ),
-    ("renamenx", "Renames a key only if the new name is free."),
-    (
-        "scan",
-        "Walks the keys of the database with a cursor, in every tier.",
-    ),
-    ("keys", "The keys of the database that match a pattern."),
-    ("dbsize", "How many keys the database holds."),
-    ("move", "Moves a key to another database."),
-    ("swapdb", "Swaps the contents of two databases."),
-    ("dump", "A key's value in a checksummed form RESTORE reads."),
-    ("restore", "Creates a key from what DUMP gave."),
-    ("copy", "Copies a key's value to another key."),
-    ("randomkey", "A key of the database, drawn at random."),
-    (
-        "flushdb",
-        "Deletes every key of the database, in every tier.",
-    ),
-    (
-        "flushall",
-        "Deletes every key of every database, in every tier.",
-    ),
+    ("del", "key...", "Deletes keys."),
+    ("unlink", "key...", "Deletes keys (the same as DEL here)."),
+    ("exists", "key...", "How many of the given keys exist."),
+    ("expire", "key seconds:integer [NX | XX | GT | LT]", "Sets a key's expiry in seconds."),
+    ("pexpire", "key milliseconds:integer [NX | XX | GT | LT]", "Sets a key's expiry in milliseconds."),
+    ("expireat", "key unix-time-seconds:unix-time [NX | XX | GT | LT]", "Sets a key's expiry time in Unix seconds."),
+    ("pexpireat", "key unix-time-milliseconds:unix-time [NX | XX | GT | LT]", "Sets a key's expiry time in Unix milliseconds."),
+    ("expiretime", "key", "When a key expires, in Unix seconds."),
+    ("pexpiretime", "key", "When a key expires, in Unix milliseconds."),
+    ("ttl", "key", "The seconds left before a key expires."),
+    ("pttl", "key", "The milliseconds left before a key expires."),
+    ("persist", "key", "Removes a key's expiry."),
+    ("type", "key", "The type of a key's value."),
+    ("object", "subcommand [argument...]", "How a key's value is kept (Strata's encoding names) and its reference count."),
+    ("memory", "subcommand [argument...]", "The bytes a key and its value take."),
+    ("rename", "key newkey", "Renames a key, replacing any key of the new name."),
+    ("renamenx", "key newkey", "Renames a key only if the new name is free."),
+    ("scan", "cursor:integer [MATCH pattern:pattern] [COUNT count:integer] [TYPE type]", "Walks the keys of the database with a cursor, in every tier."),
+    ("keys", "pattern:pattern", "The keys of the database that match a pattern."),
+    ("dbsize", "", "How many keys the database holds."),
+    ("move", "key db:integer", "Moves a key to another database."),
+    ("swapdb", "index1:integer index2:integer", "Swaps the contents of two databases."),
+    ("dump", "key", "A key's value in a checksummed form RESTORE reads."),
+    ("restore", "key ttl:integer serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds:integer] [FREQ frequency:integer]", "Creates a key from what DUMP gave."),
+    ("copy", "source destination [DB destination-db:integer] [REPLACE]", "Copies a key's value to another key."),
+    ("randomkey", "", "A key of the database, drawn at random."),
+    ("flushdb", "[ASYNC | SYNC]", "Deletes every key of the database, in every tier."),
+    ("flushall", "[ASYNC | SYNC]", "Deletes every key of every database, in every tier."),
     // Transactions.
-    (
-        "multi",
-        "Starts a transaction: the commands that follow are queued.",
-    ),
-    ("exec", "Runs the queued commands of a transaction as one."),
-    ("discard", "Drops the queued commands of a transaction."),
-    (
-        "watch",
-        "Makes the next transaction fail if these keys change first.",
-    ),
-    ("unwatch", "Forgets the keys the connection watches."),
+    ("multi", "", "Starts a transaction: the commands that follow are queued."),
+    ("exec", "", "Runs the queued commands of a transaction as one."),
+    ("discard", "", "Drops the queued commands of a transaction."),
+    ("watch", "key...", "Makes the next transaction fail if these keys change first."),
+    ("unwatch", "", "Forgets the keys the connection watches."),
     // Scripting.
-    ("eval", "Runs a Lua script."),
-    ("evalsha", "Runs a cached Lua script by its SHA1."),
-    ("eval_ro", "Runs a Lua script that only reads."),
-    (
-        "evalsha_ro",
-        "Runs a cached Lua script that only reads, by its SHA1.",
-    ),
-    ("fcall", "Calls a function of a loaded library."),
-    (
-        "fcall_ro",
-        "Calls a function of a loaded library that only reads.",
-    ),
-    ("script", "Loads, checks, flushes and kills scripts."),
-    (
-        "function",
-        "Loads, lists, dumps, restores, deletes and kills function libraries.",
-    ),
+    ("eval", "script numkeys:integer [key...] [arg...]", "Runs a Lua script."),
+    ("evalsha", "sha1 numkeys:integer [key...] [arg...]", "Runs a cached Lua script by its SHA1."),
+    ("eval_ro", "script numkeys:integer [key...] [arg...]", "Runs a Lua script that only reads."),
+    ("evalsha_ro", "sha1 numkeys:integer [key...] [arg...]", "Runs a cached Lua script that only reads, by its SHA1."),
+    ("fcall", "function numkeys:integer [key...] [arg...]", "Calls a function of a loaded library."),
+    ("fcall_ro", "function numkeys:integer [key...] [arg...]", "Calls a function of a loaded library that only reads."),
+    ("script", "subcommand [argument...]", "Loads, checks, flushes and kills scripts."),
+    ("function", "subcommand [argument...]", "Loads, lists, dumps, restores, deletes and kills function libraries."),
     // Server.
-    ("info", "Figures about the server, by section."),
-    ("config", "Reads and changes the server's settings."),
-    ("debug", "Commands for testing (DEBUG SLEEP)."),
-    ("shutdown", "Stops the server."),
-    ("time", "The server's clock."),
-    (
-        "wait",
-        "How many replicas have the connection's writes: 0, there are none.",
-    ),
-    ("lastsave", "When the last SAVE finished, in Unix seconds."),
-    ("save", "Returns once every acknowledged write is durable."),
-    (
-        "bgsave",
-        "Makes every acknowledged write durable, without waiting.",
-    ),
+    ("info", "[section...]", "Figures about the server, by section."),
+    ("config", "subcommand [argument...]", "Reads and changes the server's settings."),
+    ("debug", "subcommand [argument...]", "Commands for testing (DEBUG SLEEP)."),
+    ("shutdown", "[NOSAVE | SAVE] [NOW] [FORCE]", "Stops the server."),
+    ("time", "", "The server's clock."),
+    ("wait", "numreplicas:integer timeout:integer", "How many replicas have the connection's writes: 0, there are none."),
+    ("lastsave", "", "When the last SAVE finished, in Unix seconds."),
+    ("save", "", "Returns once every acknowledged write is durable."),
+    ("bgsave", "[SCHEDULE]", "Makes every acknowledged write durable, without waiting."),
     // Cluster.
-    ("cluster", "The cluster's slots, nodes and state."),
-    (
-        "readonly",
-        "Accepted in a cluster, where there are no replicas to read from.",
-    ),
-    ("readwrite", "Accepted in a cluster, as READONLY is."),
-    (
-        "asking",
-        "Lets the next command reach a slot that is being moved here.",
-    ),
-    (
-        "strata.slotclear",
-        "Drops what this node holds of a slot about to move here.",
-    ),
-    (
-        "strata.slottake",
-        "Takes over a slot whose keys another node has sent here.",
-    ),
+    ("cluster", "subcommand [argument...]", "The cluster's slots, nodes and state."),
+    ("readonly", "", "Accepted in a cluster, where there are no replicas to read from."),
+    ("readwrite", "", "Accepted in a cluster, as READONLY is."),
+    ("asking", "", "Lets the next command reach a slot that is being moved here."),
+    ("strata.slotclear", "slot:integer", "Drops what this node holds of a slot about to move here."),
+    ("strata.slottake", "slot:integer", "Takes over a slot whose keys another node has sent here."),
     // Strata's own.
-    (
-        "tier",
-        "Which tier holds a key: hot (DRAM), warm (disk) or cold (object store).",
-    ),
-    (
-        "strata.stats",
-        "The engine's figures: tiers, hits, demotions, prefetches.",
-    ),
-    (
-        "pin",
-        "Keeps the keys that match a pattern out of the cold tier.",
-    ),
-    ("unpin", "Lets the keys of a pattern go cold again."),
-    ("pins", "The patterns pinned to the warm tier."),
-    (
-        "strata.backup",
-        "Writes a consistent copy of the store to a directory or object store.",
-    ),
-    (
-        "strata.range",
-        "String keys between two bounds with their values, in key order.",
-    ),
-    (
-        "kvc.put",
-        "Stores chunks of LLM attention KV state under their prefix hash chain.",
-    ),
-    (
-        "kvc.get",
-        "Reads chunks of KV state by their prefix hash chain.",
-    ),
-    (
-        "kvc.match",
-        "How many leading chunks of a prefix hash chain are stored, and in which tiers.",
-    ),
-    (
-        "kvc.locate",
-        "Where leading chunks lie in the value log, for a local client to map.",
-    ),
-    (
-        "kvc.where",
-        "Which nodes of the cluster hold the leading chunks, and the load cost.",
-    ),
+    ("tier", "key", "Which tier holds a key: hot (DRAM), warm (disk) or cold (object store)."),
+    ("strata.stats", "", "The engine's figures: tiers, hits, demotions, prefetches."),
+    ("pin", "pattern:pattern", "Keeps the keys that match a pattern out of the cold tier."),
+    ("unpin", "pattern:pattern", "Lets the keys of a pattern go cold again."),
+    ("pins", "", "The patterns pinned to the warm tier."),
+    ("strata.backup", "url", "Writes a consistent copy of the store to a directory or object store."),
+    ("strata.range", "start end [LIMIT count:integer] [REV]", "String keys between two bounds with their values, in key order."),
+    ("kvc.put", "namespace [TAG tag] <hash value>... [TTL seconds:integer]", "Stores chunks of LLM attention KV state under their prefix hash chain."),
+    ("kvc.get", "namespace [TAG tag] hash...", "Reads chunks of KV state by their prefix hash chain."),
+    ("kvc.match", "namespace [TAG tag] hash... [LEASE milliseconds:integer] [LOADTIME]", "How many leading chunks of a prefix hash chain are stored, and in which tiers."),
+    ("kvc.locate", "namespace [TAG tag] hash...", "Where leading chunks lie in the value log, for a local client to map."),
+    ("kvc.where", "<namespace [GROUP group:integer] hash... | NAMESPACE canonical [GROUP group:integer] TOKENS token...>", "Which nodes of the cluster hold the leading chunks, and the load cost."),
 ];
 
-/// The summary of command `name`.
-fn summary(name: &str) -> Option<&'static str> {
-    SUMMARIES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+/// The syntax and summary of command `name`.
+fn doc(name: &str) -> Option<(&'static str, &'static str)> {
+    DOCS.iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, syntax, summary)| (*syntax, *summary))
 }
 
 /// `COMMAND DOCS [name ...]`: each named command (every command if none is named) with
-/// its summary, group and the Strata version it is documented for; names that are not
-/// commands are left out, as Redis leaves them out.
+/// its summary, group, the Strata version it is documented for and its arguments; names
+/// that are not commands are left out, as Redis leaves them out.
 pub(crate) fn docs(names: &[Bytes]) -> Reply {
-    let doc = |i: usize| {
+    let entry = |i: usize| {
         let s = &COMMANDS[i];
-        let fields = vec![
-            (
-                Reply::bulk("summary"),
-                Reply::bulk(summary(s.name).unwrap_or("")),
-            ),
+        let (line, summary) = doc(s.name).unwrap_or(("", ""));
+        let mut fields = vec![
+            (Reply::bulk("summary"), Reply::bulk(summary)),
             (Reply::bulk("since"), Reply::bulk(env!("CARGO_PKG_VERSION"))),
             (Reply::bulk("group"), Reply::bulk(s.group)),
         ];
+        // Every line parses (a test reads them all).
+        let args = syntax::parse(line).unwrap_or_default();
+        if !args.is_empty() {
+            fields.push((
+                Reply::bulk("arguments"),
+                Reply::Array(args.iter().map(syntax::Arg::reply).collect()),
+            ));
+        }
         (Reply::bulk(s.name), Reply::Map(fields))
     };
     let entries = if names.is_empty() {
-        (0..COMMANDS.len()).map(doc).collect()
+        (0..COMMANDS.len()).map(entry).collect()
     } else {
-        names.iter().filter_map(|n| lookup(n)).map(doc).collect()
+        names.iter().filter_map(|n| lookup(n)).map(entry).collect()
     };
     Reply::Map(entries)
 }
@@ -546,21 +274,45 @@ mod tests {
     fn every_command_has_a_summary_and_every_summary_a_command() {
         for s in COMMANDS {
             assert!(
-                summary(s.name).is_some_and(|t| !t.is_empty()),
+                doc(s.name).is_some_and(|(_, t)| !t.is_empty()),
                 "{} has no summary",
                 s.name
             );
         }
-        for (name, _) in SUMMARIES {
+        for (name, _, _) in DOCS {
             assert!(
                 COMMANDS.iter().any(|s| s.name == *name),
                 "{name} is not a command"
             );
         }
-        assert_eq!(
-            SUMMARIES.len(),
-            COMMANDS.len(),
-            "a command summarised twice"
-        );
+        assert_eq!(DOCS.len(), COMMANDS.len(), "a command documented twice");
+    }
+
+    #[test]
+    fn every_syntax_parses_and_takes_the_words_its_arity_allows() {
+        let mut wrong = Vec::new();
+        for s in COMMANDS {
+            let (line, _) = doc(s.name).unwrap();
+            let args = syntax::parse(line).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+            let (lo, hi) = args
+                .iter()
+                .map(syntax::Arg::words)
+                .fold((1, Some(1)), |(lo, hi), (l, h)| {
+                    (lo + l, hi.zip(h).map(|(a, b)| a + b))
+                });
+            let fits = if s.arity > 0 {
+                (lo, hi) == (s.arity as usize, Some(s.arity as usize))
+            } else {
+                // (`QUIT` takes anything after it and documents nothing, as in Redis.)
+                lo == (-s.arity) as usize && (hi != Some(lo) || args.is_empty())
+            };
+            if !fits {
+                wrong.push(format!(
+                    "{} (arity {}): '{line}' takes {lo} to {hi:?}",
+                    s.name, s.arity
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 }

@@ -19,6 +19,7 @@ mod sets;
 mod sort;
 mod strata;
 mod strings;
+mod syntax;
 pub(crate) mod txn;
 mod typed;
 mod zsets;
