@@ -1107,6 +1107,54 @@ def test_scans_of_large_hashes_and_sets_page_by_count_while_members_come_and_go(
         r.execute_command("SSCAN", "s", "0", "COUNT", "0")
 
 
+def test_hscan_and_sscan_walks_meet_every_member_when_their_key_is_rewritten_whole(strata):
+    """A walk of a large hash or set whose key is replaced whole between pages (`RENAME` of
+    a copy holding the same members in another order, `SUNIONSTORE` onto it) still meets
+    every member: the cursor notices the value changed under it and the walk starts over
+    (members may come twice, as Redis allows)."""
+    import random
+
+    rng = random.Random(11)
+    r = strata.client(decode_responses=True)
+    fields = [f"f{i}" for i in range(3000)]
+    r.hset("h", mapping={f: f"v-{f}" for f in fields})
+    members = [f"m{i}" for i in range(3000)]
+    r.sadd("s", *members)
+
+    def walk(scan, rewrite):
+        cursor, seen, pages = 0, {}, 0
+        while True:
+            cursor, items = scan(cursor)
+            cursor = int(cursor)
+            seen.update(items if isinstance(items, dict) else dict.fromkeys(items))
+            pages += 1
+            if pages == 10:
+                rewrite()
+            if cursor == 0:
+                return seen, pages
+
+    def rewrite_hash():
+        shuffled = fields[:]
+        rng.shuffle(shuffled)
+        r.hset("h2", mapping={f: f"v-{f}" for f in shuffled})
+        assert r.rename("h2", "h")
+
+    seen, pages = walk(lambda c: r.hscan("h", c, count=100), rewrite_hash)
+    assert not set(fields) - seen.keys(), f"missed {len(set(fields) - seen.keys())}"
+    assert all(seen[f] == f"v-{f}" for f in fields)
+    assert pages > 30, pages
+
+    def rewrite_set():
+        shuffled = members[:]
+        rng.shuffle(shuffled)
+        r.sadd("s2", *shuffled)
+        assert r.sunionstore("s", "s2") == len(members)
+
+    seen, pages = walk(lambda c: r.sscan("s", c, count=100), rewrite_set)
+    assert not set(members) - seen.keys(), f"missed {len(set(members) - seen.keys())}"
+    assert pages > 30, pages
+
+
 def test_zscan_of_a_large_sorted_set_pages_and_meets_every_member_while_scores_move(strata):
     """`ZSCAN` of a large sorted set answers it in pages (about `COUNT` members each, at most
     64 pages a walk), each page in score order, and a walk meets every member held from its

@@ -428,7 +428,7 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let now = ctx.shared.engine.now_ms();
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let (page, next) = o.page(h.items());
+        let (page, next) = o.page(h.items(), |f| &f.name);
         let fields = page.iter().filter(|f| f.field().is_live(now));
         hscan_page(&o, next, fields.map(|f| (f.name.clone(), f.value.clone())))
     });
@@ -436,7 +436,7 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return reply(r, |r| r);
     }
     let r = with_fields_at(ctx, &key, |fields, v| {
-        let (page, next) = o.page(fields);
+        let (page, next) = o.page(fields, |f| f.name);
         hscan_page(
             &o,
             next,

@@ -150,14 +150,14 @@ pub(crate) async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     };
     let key = ctx.key(&a[1]);
     let live = read_live::<SetCodec, _>(ctx, &key, |m| {
-        let (members, next) = o.page(m.items());
+        let (members, next) = o.page(m.items(), |m| m);
         page(&mut members.iter().cloned(), next)
     });
     if let Some(r) = live {
         return reply(r, |r| r);
     }
     read_members::<false>(ctx, &a[1], |m, v| {
-        let (members, next) = o.page(m);
+        let (members, next) = o.page(m, |m| m);
         page(&mut members.iter().map(|m| v.cut(m)), next)
     })
     .await

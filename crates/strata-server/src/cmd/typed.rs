@@ -1077,6 +1077,16 @@ const HASH_SPACE: u64 = 1 << 32;
 /// page is a pass over the whole collection.
 const HASH_PAGES_MAX: u64 = 64;
 
+/// A walk by position keeps its position in a cursor's low 32 bits, and the mark of the
+/// item there in the high ones ([`ScanOptions::page`]).
+const WALK_POSITION_MASK: u64 = (1 << 32) - 1;
+
+/// The mark a walk by position keeps of the item it stopped at: 31 bits of its name's
+/// hash (a cursor stays a positive 64-bit integer).
+fn walk_mark(name: &[u8]) -> u64 {
+    member_hash(name) & 0x7fff_ffff
+}
+
 /// A member's place in a walk by hash ([`ScanOptions::hash_range`]).
 pub(crate) fn member_hash(member: &[u8]) -> u64 {
     u64::from(crc32c::crc32c(member))
@@ -1104,21 +1114,33 @@ impl ScanOptions {
     }
 
     /// The page of `items` this scan answers with, and the cursor to go on with (0: the
-    /// walk is over). A value of up to [`SCAN_WHOLE_MAX`] items is one page; a larger one
-    /// is walked by position, about `count` at a time, last first. Items join a collection
-    /// at its end and a removal moves none to a later position ([`Indexed::remove`]), so
-    /// an item held from a walk's first page to its last is on one of them, as Redis
-    /// promises; one may come twice.
-    pub(crate) fn page<'i, T>(&self, items: &'i [T]) -> (&'i [T], u64) {
-        if items.len() <= SCAN_WHOLE_MAX {
+    /// walk is over); `name` gives an item's name. A value of up to [`SCAN_WHOLE_MAX`]
+    /// items is one page; a larger one is walked by position, about `count` at a time,
+    /// last first. Items join a collection at its end and a removal moves none to a later
+    /// position ([`Indexed::remove`]), so an item held from a walk's first page to its last
+    /// is on one of them, as Redis promises; one may come twice. A cursor also carries a
+    /// mark of the item it stopped at ([`walk_mark`]): if that item is no longer there, the
+    /// value was rewritten whole meanwhile (a `STORE` form onto its key, `RESTORE`,
+    /// `RENAME`) or that item moved, and the walk starts over from the end, so nothing held
+    /// throughout is missed.
+    pub(crate) fn page<'i, T>(&self, items: &'i [T], name: impl Fn(&T) -> &[u8]) -> (&'i [T], u64) {
+        let len = items.len();
+        if len <= SCAN_WHOLE_MAX {
             return (items, 0);
         }
-        let end = match self.cursor {
-            0 => items.len(),
-            c => usize::try_from(c).unwrap_or(usize::MAX).min(items.len()),
+        let (at, mark) = (self.cursor & WALK_POSITION_MASK, self.cursor >> 32);
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        let end = if self.cursor == 0 || (at < len && walk_mark(name(&items[at])) != mark) {
+            len
+        } else {
+            at.min(len)
         };
         let start = end.saturating_sub(self.count);
-        (&items[start..end], start as u64)
+        let next = match start {
+            0 => 0,
+            s => walk_mark(name(&items[s])) << 32 | s as u64,
+        };
+        (&items[start..end], next)
     }
 
     /// Whether `name` passes the `MATCH` pattern.
@@ -1479,7 +1501,7 @@ pub(crate) mod tests {
         let mut next_name = 1000;
         loop {
             let count = 1 + (x % 40) as usize;
-            let (page, next) = scan_opts(cursor, count).page(set.items());
+            let (page, next) = scan_opts(cursor, count).page(set.items(), |m| m);
             assert!(page.len() <= count, "a page holds at most COUNT");
             seen.extend(page.iter().cloned());
             pages += 1;
@@ -1502,8 +1524,36 @@ pub(crate) mod tests {
         let missed: Vec<&Bytes> = held.difference(&seen).collect();
         assert!(missed.is_empty(), "missed {missed:?}");
         // A value of a few items comes whole, with the walk's end.
-        let small: Vec<u64> = (0..SCAN_WHOLE_MAX as u64).collect();
-        assert_eq!(scan_opts(0, 1).page(&small), (&small[..], 0));
+        let small: Vec<Bytes> = (0..SCAN_WHOLE_MAX as u64).map(name).collect();
+        assert_eq!(scan_opts(0, 1).page(&small, |m| m), (&small[..], 0));
+    }
+
+    #[test]
+    fn a_walk_by_position_starts_over_when_its_value_is_rewritten_whole() {
+        let name = |i: u64| Bytes::from(format!("m{i}"));
+        let all: Vec<Bytes> = (0..1000).map(name).collect();
+        let mut items = all.clone();
+        let (mut cursor, mut seen, mut x) = (0u64, HashSet::new(), 9u64);
+        for page_no in 0.. {
+            let (page, next) = scan_opts(cursor, 50).page(&items, |m| m);
+            seen.extend(page.iter().cloned());
+            if next == 0 {
+                break;
+            }
+            if page_no == 5 {
+                // The key is rewritten whole with the same members in another order.
+                for i in (1..items.len()).rev() {
+                    x = next_random(x);
+                    items.swap(i, (x >> 33) as usize % (i + 1));
+                }
+            }
+            cursor = next;
+        }
+        let missed: Vec<&Bytes> = all.iter().filter(|m| !seen.contains(*m)).collect();
+        assert!(missed.is_empty(), "missed {} members", missed.len());
+        // A cursor from before the marks (a bare position) starts over too.
+        let (page, _) = scan_opts(500, 10).page(&all, |m| m);
+        assert_eq!(page, &all[990..]);
     }
 
     #[test]
