@@ -142,6 +142,13 @@ impl GroupCommit {
                 let e = e.to_string();
                 tracing::error!(error = %e, "log fsync failed; refusing further writes");
                 self.synced.send_replace((synced, Some(Stopped::Failed(e))));
+                // The thread keeps the stores until the engine stops it: if it let them go
+                // now, the last handle to the warm store could close it on this thread
+                // while the process exits (a crash in RocksDB's teardown).
+                let mut r = self.requests.lock();
+                while !r.stop {
+                    self.wake.wait(&mut r);
+                }
                 return;
             }
             synced = target;

@@ -43,6 +43,7 @@ use strata_hot::HotCache;
 
 use crate::core::Core;
 use crate::durability::Ticket;
+use crate::locks::BATCH_KEYS_MAX;
 use crate::stats::add;
 use crate::warm::Counts;
 use crate::write::{commit_acknowledged, stage, Change};
@@ -67,11 +68,6 @@ const LOG_BUFFER_BYTES_MAX: usize = 4 << 20;
 /// Bytes of records a tick's logging of unlogged values buffers before it writes them out
 /// (a tick may log a second's worth of writes: in small steps, the buffer stays small).
 const LOG_DRAIN_BYTES: usize = 1 << 20;
-/// Keys settled per warm-store batch, their stripes locked while it is written. Small, so
-/// that a client's write to one of them (its runtime thread blocked on the stripe lock
-/// meanwhile) waits for little: at 512 keys, a writer's pipelines met a held stripe on
-/// almost every batch, and a GET beside them waited 2.3 ms at p99 (`strata-bench tails`).
-const SETTLE_CHUNK_KEYS: usize = 64;
 /// Bounds of the table of keys with records (`WriteBack::records`), in slots.
 const RECORD_SLOTS_MIN: usize = 1 << 12;
 const RECORD_SLOTS_MAX: usize = 1 << 22;
@@ -624,7 +620,7 @@ pub(crate) fn settle_all(core: &Core) -> Result<u64> {
 fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
     keys.sort_unstable_by(|a, b| a.stored().cmp(b.stored()));
     let mut written = 0;
-    for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
+    for chunk in keys.chunks(BATCH_KEYS_MAX) {
         let _locks = core.locks.lock_many(chunk.iter());
         // A live value whose changes only the log holds is stored whole first: the warm
         // store gets its newest state, and the deltas after it are never left without the
@@ -687,7 +683,7 @@ pub(crate) fn compact(core: &Core) -> Result<u64> {
     let retired = wb.log.rotate()?;
     let mut relogged = 0;
     for keys in wb.dirty_keys() {
-        for chunk in keys.chunks(SETTLE_CHUNK_KEYS) {
+        for chunk in keys.chunks(BATCH_KEYS_MAX) {
             // Under the keys' locks, so that no newer record of a key precedes this one.
             let _locks = core.locks.lock_many(chunk.iter());
             for k in chunk {
@@ -831,7 +827,7 @@ pub(crate) fn recover(core: &Core) -> Result<u64> {
             apart.push((key, dirty));
         }
     }
-    for chunk in apart.chunks(SETTLE_CHUNK_KEYS) {
+    for chunk in apart.chunks(BATCH_KEYS_MAX) {
         let items: Vec<(&Key, Dirty)> = chunk.iter().map(|(k, d)| (k, d.clone())).collect();
         write_dirty(core, &items, false)?;
     }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind, SegmentBuilder, WarmRecord, WarmValue};
 
 use crate::core::{key_of_entry, Core};
+use crate::locks::BATCH_KEYS_MAX;
 use crate::stats::add;
 use crate::warm::SegmentMeta;
 use crate::{Error, Result};
@@ -91,7 +92,8 @@ async fn rewrite(core: &Arc<Core>, id: u64) -> Result<()> {
 }
 
 /// Points the index entries of the rewritten keys at the new segment, each only if it
-/// still points where the old segment had it.
+/// still points where the old segment had it; a batch of at most [`BATCH_KEYS_MAX`] keys
+/// at a time, each under its keys' locks. The old segment's record goes last.
 fn repoint(
     core: &Core,
     id: u64,
@@ -103,29 +105,40 @@ fn repoint(
         .iter()
         .map(|(k, _)| Key::from_stored(k))
         .collect::<std::result::Result<_, _>>()?;
-    let _locks = core.locks.lock_many(keys.iter());
-    let mut batch = core.warm.batch();
-    let (mut n, mut bytes) = (0u64, 0u64);
-    for ((key, (_, new_ref)), old_ref) in keys.iter().zip(refs).zip(old) {
-        let Some(cur) = core.warm.cold_ref(key)? else {
-            continue;
-        };
-        if cur.segment_id != old_ref.segment_id || cur.block != old_ref.block {
-            continue;
+    let mut done = SegmentMeta {
+        entries: 0,
+        value_bytes: 0,
+    };
+    for (i, ks) in keys.chunks(BATCH_KEYS_MAX).enumerate() {
+        let at = i * BATCH_KEYS_MAX;
+        let _locks = core.locks.lock_many(ks.iter());
+        let mut batch = core.warm.batch();
+        if i == 0 {
+            // The new segment's record goes with its first index entries, counting every
+            // entry until the end says how many moved.
+            let planned = SegmentMeta {
+                entries: refs.len() as u64,
+                value_bytes: refs.iter().map(|(_, r)| u64::from(r.value_len)).sum(),
+            };
+            batch.put_segment(new_id, planned);
         }
-        let mut r = *new_ref;
-        r.expire_ms = cur.expire_ms;
-        batch.put_cold(key, &r);
-        n += 1;
-        bytes += r.value_len as u64;
+        for ((key, (_, new_ref)), old_ref) in ks.iter().zip(&refs[at..]).zip(&old[at..]) {
+            let Some(cur) = core.warm.cold_ref(key)? else {
+                continue;
+            };
+            if cur.segment_id != old_ref.segment_id || cur.block != old_ref.block {
+                continue;
+            }
+            let mut r = *new_ref;
+            r.expire_ms = cur.expire_ms;
+            batch.put_cold(key, &r);
+            done.entries += 1;
+            done.value_bytes += r.value_len as u64;
+        }
+        core.warm.write(batch, false)?;
     }
-    batch.put_segment(
-        new_id,
-        SegmentMeta {
-            entries: n,
-            value_bytes: bytes,
-        },
-    );
+    let mut batch = core.warm.batch();
+    batch.put_segment(new_id, done);
     batch.delete_segment(id);
     core.warm.write(batch, false)
 }

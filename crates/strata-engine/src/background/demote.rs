@@ -13,6 +13,7 @@ use strata_format::{
 use strata_warm::{Bounds, Family};
 
 use crate::core::Core;
+use crate::locks::BATCH_KEYS_MAX;
 use crate::pins::is_pinned;
 use crate::stats::add;
 use crate::warm::{warm_charge, Counts, SegmentMeta};
@@ -182,49 +183,71 @@ pub(crate) async fn once(core: &Arc<Core>) -> Result<u64> {
 }
 
 /// Swaps the victims' warm records for the index entries `refs`, each only if its record
-/// did not change since it was picked.
+/// did not change since it was picked; a batch of at most [`BATCH_KEYS_MAX`] keys at a
+/// time, each batch under its keys' locks.
 fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]) -> Result<u64> {
-    let _locks = core.locks.lock_many(victims.iter().map(|v| &v.key));
-    let mut batch = core.warm.batch();
-    let mut d = Counts::default();
-    for (v, (k, r)) in victims.iter().zip(refs) {
-        assert_eq!(
-            v.key.stored(),
-            k.as_slice(),
-            "segment refs follow the victims' order"
-        );
-        let current = core.warm.record(&v.key)?;
-        // A write after the victim was picked changed the record: keep the new one warm.
-        if current
-            .as_deref()
-            .map(|c| &c[..WARM_HEADER_BYTES.min(c.len())])
-            != Some(&v.header[..])
-        {
+    let planned = SegmentMeta {
+        entries: victims.len() as u64,
+        value_bytes: refs.iter().map(|(_, r)| u64::from(r.value_len)).sum(),
+    };
+    let mut moved = SegmentMeta {
+        entries: 0,
+        value_bytes: 0,
+    };
+    for (vs, rs) in victims
+        .chunks(BATCH_KEYS_MAX)
+        .zip(refs.chunks(BATCH_KEYS_MAX))
+    {
+        let _locks = core.locks.lock_many(vs.iter().map(|v| &v.key));
+        let mut batch = core.warm.batch();
+        let mut d = Counts::default();
+        for (v, (k, r)) in vs.iter().zip(rs) {
+            assert_eq!(
+                v.key.stored(),
+                k.as_slice(),
+                "segment refs follow the victims' order"
+            );
+            let current = core.warm.record(&v.key)?;
+            // A write after the victim was picked changed the record: keep the new one warm.
+            if current
+                .as_deref()
+                .map(|c| &c[..WARM_HEADER_BYTES.min(c.len())])
+                != Some(&v.header[..])
+            {
+                continue;
+            }
+            if let Some(WarmValue::Logged(at)) = current
+                .as_deref()
+                .and_then(|c| WarmRecord::decode_unverified(c).ok())
+                .map(|rec| rec.value)
+            {
+                batch.add_vlog_garbage(&v.key, at);
+            }
+            batch.delete_record(&v.key);
+            batch.put_cold(&v.key, r);
+            d.warm_bytes -= v.charge as i64;
+            d.warm_entries -= 1;
+            d.cold_bytes += r.value_len as i64;
+            d.cold_entries += 1;
+        }
+        if d.cold_entries == 0 {
             continue;
         }
-        if let Some(WarmValue::Logged(at)) = current
-            .as_deref()
-            .and_then(|c| WarmRecord::decode_unverified(c).ok())
-            .map(|rec| rec.value)
-        {
-            batch.add_vlog_garbage(&v.key, at);
+        // The segment's record goes with the first index entries that point into it (a
+        // segment without one is an orphan, which collection deletes), counting every
+        // victim until the end says how many moved.
+        if moved.entries == 0 {
+            batch.put_segment(id, planned);
         }
-        batch.delete_record(&v.key);
-        batch.put_cold(&v.key, r);
-        d.warm_bytes -= v.charge as i64;
-        d.warm_entries -= 1;
-        d.cold_bytes += r.value_len as i64;
-        d.cold_entries += 1;
+        moved.entries += d.cold_entries as u64;
+        moved.value_bytes += d.cold_bytes as u64;
+        commit_batch(core, batch, &d, false)?;
+        core.room.notify_waiters();
     }
-    let moved = d.cold_entries as u64;
-    if moved > 0 {
-        let meta = SegmentMeta {
-            entries: moved,
-            value_bytes: d.cold_bytes as u64,
-        };
-        batch.put_segment(id, meta);
+    if moved.entries > 0 && moved != planned {
+        let mut batch = core.warm.batch();
+        batch.put_segment(id, moved);
+        core.warm.write(batch, false)?;
     }
-    commit_batch(core, batch, &d, false)?;
-    core.room.notify_waiters();
-    Ok(moved)
+    Ok(moved.entries)
 }

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use strata_engine::{Condition, Engine, Error, Expire, Key, ManualClock, PutOptions, Tier};
 
 use crate::support::{
-    fill, fill_and_demote, fill_range, key, open, open_with_clock, small_options, Acked,
+    delete_numbered, fill, fill_and_demote, fill_range, key, open, open_with_clock, small_options,
+    Acked,
 };
 
 /// Small options with budgets write-back works within (its share is a part of DRAM's and
@@ -662,14 +663,7 @@ async fn sparse_segments_are_rewritten() {
     let engine = open(o).await.unwrap();
     fill_and_demote(&engine, 100, 300).await;
     assert_eq!(engine.stats().segments_written, 1);
-    for i in 0..70 {
-        engine
-            .delete(&key(format!("key:{i:04}").as_bytes()))
-            .await
-            .acked(&engine)
-            .await
-            .unwrap();
-    }
+    delete_numbered(&engine, 0..70).await;
     engine.run_background_once().await.unwrap();
     let st = engine.stats();
     assert_eq!(st.segments_rewritten, 1, "{st:?}");
@@ -685,6 +679,42 @@ async fn sparse_segments_are_rewritten() {
             "key {i}"
         );
     }
+}
+
+/// A demotion and a segment rewrite of more keys than one background batch locks
+/// (`BATCH_KEYS_MAX`, 512) commit batch by batch: every key reads back, and the rewritten
+/// segment's record counts what it holds (the next round leaves it be).
+#[tokio::test]
+async fn demotions_and_rewrites_of_many_keys_commit_in_batches_and_keep_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = small_options(dir.path());
+    o.s.cold.segment_bytes_max = 1 << 20;
+    o.s.warm.warm_bytes_max = 4 << 10;
+    let engine = open(o).await.unwrap();
+    fill_and_demote(&engine, 2000, 100).await;
+    let st = engine.stats();
+    assert_eq!(st.segments_written, 1, "{st:?}");
+    assert!(st.cold_entries > 1500, "{st:?}");
+    delete_numbered(&engine, (0..2000).filter(|i| i % 3 != 0)).await;
+    engine.run_background_once().await.unwrap();
+    let st = engine.stats();
+    assert_eq!(st.segments_rewritten, 1, "{st:?}");
+    assert!(st.cold_entries > 600, "{st:?}");
+    engine.clear_hot();
+    for i in 0..2000 {
+        let v = engine
+            .get(&key(format!("key:{i:04}").as_bytes()))
+            .await
+            .unwrap();
+        let want = (i % 3 == 0).then(|| vec![(i % 251) as u8; 100]);
+        assert_eq!(v.as_deref(), want.as_deref(), "key {i}");
+    }
+    engine.run_background_once().await.unwrap();
+    assert_eq!(
+        engine.stats().segments_rewritten,
+        1,
+        "the new segment is not sparse"
+    );
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 use strata_engine::{ErrorKind, Key, PutOptions, Tier};
 
-use crate::support::{fill_and_demote, key, open, small_options, Acked, S3Server};
+use crate::support::{delete_numbered, fill_and_demote, key, open, small_options, Acked, S3Server};
 
 /// Small-budget options whose cold tier is `url` on the moto server `s3`.
 fn s3_options(dir: &std::path::Path, s3: &S3Server, url: &str) -> crate::support::Opts {
@@ -63,14 +63,7 @@ async fn demotion_reads_restart_and_collection_work_against_s3() {
         engine.get(&key(b"key:0007")).await.unwrap().unwrap(),
         vec![7u8; 400]
     );
-    for i in 0..150 {
-        engine
-            .delete(&key(format!("key:{i:04}").as_bytes()))
-            .await
-            .acked(&engine)
-            .await
-            .unwrap();
-    }
+    delete_numbered(&engine, 0..150).await;
     engine.run_background_once().await.unwrap();
     assert_eq!(
         s3.object_count("strata-test", "node-a/segments/"),

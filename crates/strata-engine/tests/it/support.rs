@@ -37,6 +37,18 @@ pub async fn fill_range(engine: &Engine, keys: std::ops::Range<usize>, value_byt
     }
 }
 
+/// Deletes the keys numbered `keys` (as [`fill`] names them), each acknowledged.
+pub async fn delete_numbered(engine: &Engine, keys: impl IntoIterator<Item = usize>) {
+    for i in keys {
+        engine
+            .delete(&key(format!("key:{i:04}")))
+            .await
+            .acked(engine)
+            .await
+            .unwrap();
+    }
+}
+
 /// [`fill`], then one background round, which demotes what the warm budget does not hold.
 pub async fn fill_and_demote(engine: &Engine, n: usize, value_bytes: usize) {
     fill(engine, n, value_bytes).await;
