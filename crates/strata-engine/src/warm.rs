@@ -130,13 +130,21 @@ impl Stored {
 }
 
 /// What the meta family records of a committed segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentMeta {
     pub(crate) entries: u64,
     pub(crate) value_bytes: u64,
 }
 
 impl SegmentMeta {
+    /// The record of a segment whose index entries are `refs`, all of them.
+    pub(crate) fn of(refs: &[(Vec<u8>, BlockRef)]) -> Self {
+        SegmentMeta {
+            entries: refs.len() as u64,
+            value_bytes: refs.iter().map(|(_, r)| u64::from(r.value_len)).sum(),
+        }
+    }
+
     fn encode(&self) -> Vec<u8> {
         let mut v = self.entries.to_le_bytes().to_vec();
         v.extend_from_slice(&self.value_bytes.to_le_bytes());

@@ -105,10 +105,7 @@ fn repoint(
         .iter()
         .map(|(k, _)| Key::from_stored(k))
         .collect::<std::result::Result<_, _>>()?;
-    let mut done = SegmentMeta {
-        entries: 0,
-        value_bytes: 0,
-    };
+    let mut done = SegmentMeta::default();
     for (i, ks) in keys.chunks(BATCH_KEYS_MAX).enumerate() {
         let at = i * BATCH_KEYS_MAX;
         let _locks = core.locks.lock_many(ks.iter());
@@ -116,11 +113,7 @@ fn repoint(
         if i == 0 {
             // The new segment's record goes with its first index entries, counting every
             // entry until the end says how many moved.
-            let planned = SegmentMeta {
-                entries: refs.len() as u64,
-                value_bytes: refs.iter().map(|(_, r)| u64::from(r.value_len)).sum(),
-            };
-            batch.put_segment(new_id, planned);
+            batch.put_segment(new_id, SegmentMeta::of(refs));
         }
         for ((key, (_, new_ref)), old_ref) in ks.iter().zip(&refs[at..]).zip(&old[at..]) {
             let Some(cur) = core.warm.cold_ref(key)? else {

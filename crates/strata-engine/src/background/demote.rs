@@ -186,14 +186,8 @@ pub(crate) async fn once(core: &Arc<Core>) -> Result<u64> {
 /// did not change since it was picked; a batch of at most [`BATCH_KEYS_MAX`] keys at a
 /// time, each batch under its keys' locks.
 fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]) -> Result<u64> {
-    let planned = SegmentMeta {
-        entries: victims.len() as u64,
-        value_bytes: refs.iter().map(|(_, r)| u64::from(r.value_len)).sum(),
-    };
-    let mut moved = SegmentMeta {
-        entries: 0,
-        value_bytes: 0,
-    };
+    let planned = SegmentMeta::of(refs);
+    let mut moved = SegmentMeta::default();
     for (vs, rs) in victims
         .chunks(BATCH_KEYS_MAX)
         .zip(refs.chunks(BATCH_KEYS_MAX))
