@@ -336,6 +336,7 @@ fn hand_off(
         if all {
             return true;
         }
+        crate::offload::give_way();
         if until.is_some_and(|t| std::time::Instant::now() >= t) {
             return false;
         }

@@ -44,6 +44,7 @@ use strata_hot::HotCache;
 use crate::core::Core;
 use crate::durability::Ticket;
 use crate::locks::BATCH_KEYS_MAX;
+use crate::offload::give_way;
 use crate::stats::add;
 use crate::warm::Counts;
 use crate::write::{commit_acknowledged, stage, Change};
@@ -584,6 +585,7 @@ fn write_dirty(core: &Core, items: &[(&Key, Dirty)], records_void: bool) -> Resu
     let mut staged = Vec::with_capacity(items.len());
     let now = core.now_ms();
     for ((k, dirty), old) in items.iter().zip(olds) {
+        give_way();
         if !dirty.is_live(now) {
             // Expired before it reached the warm store: it goes, as the sweep would.
             add(&core.counters.expired);
@@ -621,6 +623,7 @@ fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
     keys.sort_unstable_by(|a, b| a.stored().cmp(b.stored()));
     let mut written = 0;
     for chunk in keys.chunks(BATCH_KEYS_MAX) {
+        give_way();
         let _locks = core.locks.lock_many(chunk.iter());
         // A live value whose changes only the log holds is stored whole first: the warm
         // store gets its newest state, and the deltas after it are never left without the
@@ -630,7 +633,10 @@ fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
         }
         let items: Vec<(&Key, Dirty)> = chunk
             .iter()
-            .filter_map(|k| Some((k, core.writeback.get(k)?)))
+            .filter_map(|k| {
+                give_way();
+                Some((k, core.writeback.get(k)?))
+            })
             .collect();
         if !items.is_empty() {
             write_dirty(core, &items, false)?;
@@ -648,7 +654,10 @@ fn settle_keys(core: &Core, mut keys: Vec<Key>) -> Result<u64> {
 /// records stay until a compaction retires their file. Returns how many values it wrote.
 pub(crate) fn settle_colder_half(core: &Core) -> Result<u64> {
     let keys: Vec<Key> = (0..core.hot.shard_count())
-        .flat_map(|shard| core.hot.coldest_dirty_keys_in(shard, 0.5))
+        .flat_map(|shard| {
+            give_way();
+            core.hot.coldest_dirty_keys_in(shard, 0.5)
+        })
         .filter_map(|k| Key::from_stored(&k).ok())
         .collect();
     let written = settle_keys(core, keys)?;
@@ -687,6 +696,7 @@ pub(crate) fn compact(core: &Core) -> Result<u64> {
             // Under the keys' locks, so that no newer record of a key precedes this one.
             let _locks = core.locks.lock_many(chunk.iter());
             for k in chunk {
+                give_way();
                 // A live value with deltas in the retired files is logged whole here (what
                 // DRAM holds is older than it).
                 if crate::live::fold_locked(core, k, false)? {

@@ -10,6 +10,7 @@ use strata_format::{BlockRef, Key, Kind, SegmentBuilder, WarmRecord, WarmValue};
 
 use crate::core::{key_of_entry, Core};
 use crate::locks::BATCH_KEYS_MAX;
+use crate::offload::give_way;
 use crate::stats::add;
 use crate::warm::SegmentMeta;
 use crate::{Error, Result};
@@ -116,6 +117,7 @@ fn repoint(
             batch.put_segment(new_id, SegmentMeta::of(refs));
         }
         for ((key, (_, new_ref)), old_ref) in ks.iter().zip(&refs[at..]).zip(&old[at..]) {
+            give_way();
             let Some(cur) = core.warm.cold_ref(key)? else {
                 continue;
             };
@@ -156,6 +158,7 @@ fn build_rewrite(core: &Core, id: u64, new_id: u64, bytes: &Bytes) -> Result<Opt
         let stored = &bytes[fb.offset as usize..(fb.offset + fb.len as u64) as usize];
         let raw = strata_format::decode_block(&probe, stored)?;
         for e in strata_format::iter_block(&raw) {
+            give_way();
             let e = e?;
             let key = key_of_entry(&probe, e.key)?;
             let Some(cur) = core.warm.cold_ref(&key)? else {

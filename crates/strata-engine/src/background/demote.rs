@@ -14,6 +14,7 @@ use strata_warm::{Bounds, Family};
 
 use crate::core::Core;
 use crate::locks::BATCH_KEYS_MAX;
+use crate::offload::give_way;
 use crate::pins::is_pinned;
 use crate::stats::add;
 use crate::warm::{warm_charge, Counts, SegmentMeta};
@@ -66,6 +67,7 @@ fn pick_victims(core: &Core, bytes_to_free: u64) -> Vec<Victim> {
             it.seek(&start);
             continue;
         }
+        give_way();
         if let Some(v) = consider(core, stored, it.value(), now, passes) {
             freed += v.charge;
             raw += (v.value.len() + v.key.stored().len()) as u64;
@@ -161,6 +163,7 @@ pub(crate) async fn once(core: &Arc<Core>) -> Result<u64> {
     let (victims, segment) = crate::offload::run("segment build", move || {
         let mut b = SegmentBuilder::new(id, block_bytes, level);
         for v in &victims {
+            give_way();
             b.push(v.kind, v.key.stored(), &v.value, v.expire_ms)?;
         }
         Ok::<_, Error>((victims, b.finish()?))
@@ -196,6 +199,7 @@ fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]
         let mut batch = core.warm.batch();
         let mut d = Counts::default();
         for (v, (k, r)) in vs.iter().zip(rs) {
+            give_way();
             assert_eq!(
                 v.key.stored(),
                 k.as_slice(),
