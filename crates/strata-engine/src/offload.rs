@@ -30,9 +30,15 @@ const QUEUE_JOBS_MAX: usize = 64;
 /// How long a lowered thread works between the points where it gives way ([`give_way`]).
 const GIVE_WAY_EVERY: Duration = Duration::from_micros(200);
 
+/// Calls of [`give_way`] between two readings of the clock (a loop's step is a
+/// microsecond or more; a reading costs tens of nanoseconds).
+const GIVE_WAY_CALLS_PER_CHECK: u32 = 16;
+
 thread_local! {
     /// On a lowered thread, when it last gave way; `None` on every other thread.
     static GAVE_WAY: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Calls of [`give_way`] since the clock was last read.
+    static GIVE_WAY_CALLS: Cell<u32> = const { Cell::new(0) };
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -77,7 +83,8 @@ pub(crate) fn lower_priority() {
 
 /// A point in background work's loops where, on a lowered thread that has worked
 /// [`GIVE_WAY_EVERY`] since it last gave way, the thread gives the CPU to whatever waits
-/// for it (`sched_yield`), and says so. Elsewhere it does nothing.
+/// for it (`sched_yield`), and says so. Elsewhere it does nothing. It reads the clock
+/// once every [`GIVE_WAY_CALLS_PER_CHECK`] calls.
 ///
 /// Once the scheduler picks a lowered thread on a busy core, that thread keeps the core
 /// until it blocks or the next timer tick (4 ms at 250 Hz), while a runtime thread with
@@ -89,7 +96,12 @@ pub(crate) fn give_way() -> bool {
         let Some(last) = g.get() else {
             return false;
         };
-        if last.elapsed() < GIVE_WAY_EVERY {
+        let calls = GIVE_WAY_CALLS.with(|c| {
+            let n = c.get() + 1;
+            c.set(n % GIVE_WAY_CALLS_PER_CHECK);
+            n
+        });
+        if calls < GIVE_WAY_CALLS_PER_CHECK || last.elapsed() < GIVE_WAY_EVERY {
             return false;
         }
         // SAFETY: sched_yield takes no arguments and only reschedules this thread.
@@ -260,18 +272,36 @@ mod tests {
     #[test]
     fn a_lowered_thread_gives_way_once_per_period_of_work_and_a_client_thread_never() {
         std::thread::spawn(|| {
-            work_a_period();
-            assert!(!super::give_way(), "a client's thread never gives way");
+            // How many calls, each after `work`, until the thread gives way (`None`: not
+            // within a few clock readings).
+            let calls_until_it_gives_way = |work: fn()| {
+                (1..=4 * super::GIVE_WAY_CALLS_PER_CHECK).find(|_| {
+                    work();
+                    super::give_way()
+                })
+            };
+            let period = super::GIVE_WAY_CALLS_PER_CHECK;
+            assert_eq!(
+                calls_until_it_gives_way(work_a_period),
+                None,
+                "a client's thread never gives way"
+            );
             super::lower_priority();
-            assert!(!super::give_way(), "it has not worked a period yet");
-            work_a_period();
-            assert!(super::give_way());
-            assert!(
-                !super::give_way(),
+            assert_eq!(
+                calls_until_it_gives_way(|| {}),
+                None,
+                "it has not worked a period yet"
+            );
+            // It reads the clock every `period` calls, and gives way at the first reading
+            // past a period of work.
+            let first = calls_until_it_gives_way(work_a_period).expect("it gives way");
+            assert!(first <= period, "{first}");
+            assert_eq!(calls_until_it_gives_way(work_a_period), Some(period));
+            assert_eq!(
+                calls_until_it_gives_way(|| {}),
+                None,
                 "the period starts again when it gives way"
             );
-            work_a_period();
-            assert!(super::give_way());
         })
         .join()
         .unwrap();
