@@ -316,18 +316,31 @@ def test_command_docs_describe_every_command(strata):
     assert "arguments" not in docs("dbsize")["dbsize"]
 
 
-# Commands whose `redis-cli` help line differs from Redis 7.0.15's on purpose: commands with
-# subcommands, documented here with a generic argument list (Redis lists each subcommand);
-# options Strata takes from later Redis versions (NOVALUES 7.4, WITHSCORE 7.2, IFEQ 8.0);
-# ABORT, which Strata's SHUTDOWN has no use for.
-HELP_DIFFERS = {"client", "cluster", "command", "config", "debug", "function", "memory",
-                "object", "script", "hscan", "zrank", "zrevrank", "set", "shutdown"}
+# Commands whose `redis-cli` help line differs from Redis 7.0.15's on purpose: DEBUG, of
+# which Strata has only SLEEP; options Strata takes from later Redis versions (NOVALUES 7.4,
+# WITHSCORE 7.2, IFEQ 8.0); ABORT, which Strata's SHUTDOWN has no use for.
+HELP_DIFFERS = {"debug", "hscan", "zrank", "zrevrank", "set", "shutdown"}
+
+# Subcommands whose line differs on purpose: CLIENT KILL lists only the filters Strata
+# applies (ID and ADDR); Redis 7.0.15 documents no arguments for COMMAND GETKEYS; Strata's
+# COMMAND LIST takes no filter.
+SUB_HELP_DIFFERS = {"client|kill", "command|getkeys", "command|list"}
 
 
 def cli_help(port, command):
-    out = subprocess.run(["redis-cli", "-p", str(port), "help", command], capture_output=True,
+    out = subprocess.run(["redis-cli", "-p", str(port), "help", *command.split()], capture_output=True,
                          text=True, timeout=30, check=True).stdout
     return re.sub(r"\x1b\[[0-9;]*m", "", out).strip().split("\n")[0].strip()
+
+
+def assert_same_help(port, redis_port, commands):
+    """`redis-cli help` prints the same line for each of `commands` from both servers."""
+    differ = []
+    for c in commands:
+        a, b = cli_help(port, c), cli_help(redis_port, c)
+        if a != b:
+            differ.append(f"strata: {a}\nredis:  {b}")
+    assert not differ, "\n".join(differ)
 
 
 def test_redis_cli_help_reads_each_commands_arguments_as_redis_server_gives_them(strata,
@@ -338,16 +351,46 @@ def test_redis_cli_help_reads_each_commands_arguments_as_redis_server_gives_them
     theirs = redis.Redis(port=redis_server, decode_responses=True).execute_command("COMMAND DOCS")
     both = sorted(set(ours) & set(theirs) - HELP_DIFFERS)
     assert len(both) > 150
-    differ = []
-    for c in both:
-        a, b = cli_help(strata.port, c), cli_help(redis_server, c)
-        if a != b:
-            differ.append(f"strata: {a}\nredis:  {b}")
-    assert not differ, "\n".join(differ)
+    assert_same_help(strata.port, redis_server, both)
     assert cli_help(strata.port, "kvc.put") == \
         "KVC.PUT namespace [TAG tag] hash value [hash value ...] [TTL seconds]"
     assert cli_help(strata.port, "hexpire") == \
         "HEXPIRE key seconds [NX|XX|GT|LT] FIELDS numfields field [field ...]"
+
+
+def test_redis_cli_help_reads_each_subcommand_as_redis_server_gives_it(strata, redis_server):
+    """Commands with subcommands (CLIENT, CONFIG, OBJECT, SCRIPT...) list them in COMMAND
+    DOCS, as Redis 7 does, and `redis-cli` prints Redis's line for each one both have."""
+    ours = strata.client(decode_responses=True).execute_command("COMMAND DOCS")
+    theirs = redis.Redis(port=redis_server, decode_responses=True).execute_command("COMMAND DOCS")
+    subs = lambda docs, c: set((docs.get(c) or {}).get("subcommands") or {})
+    both = sorted(s for c in ours for s in subs(ours, c) & subs(theirs, c))
+    assert len(both) > 35, both
+    assert {"client|setname", "config|get", "object|encoding", "script|load"} <= set(both)
+    # A container takes no arguments of its own; its subcommands have theirs.
+    assert "arguments" not in ours["config"]
+    assert ours["config"]["subcommands"]["config|get"]["arguments"][0]["name"] == "parameter"
+    assert_same_help(strata.port, redis_server,
+                     [s.replace("|", " ") for s in both if s not in SUB_HELP_DIFFERS])
+    assert cli_help(strata.port, "client kill") == \
+        "CLIENT KILL ip:port|ID client-id|ADDR ip:port [ID client-id|ADDR ip:port ...]"
+
+
+def test_client_list_filters_by_type_and_by_id(strata):
+    """`CLIENT LIST TYPE t` and `CLIENT LIST ID id...`, with Redis 7.0's errors."""
+    r, other = strata.client(decode_responses=True), strata.client(decode_responses=True)
+    me, them = r.client_id(), other.client_id()
+    assert {c["id"] for c in r.client_list()} >= {str(me), str(them)}
+    assert {c["id"] for c in r.client_list(_type="normal")} >= {str(me), str(them)}
+    assert r.client_list(_type="pubsub") == [] and r.client_list(_type="replica") == []
+    assert [c["id"] for c in r.client_list(client_id=[them])] == [str(them)]
+    assert [c["id"] for c in r.client_list(client_id=[them, me])] == [str(me), str(them)]
+    assert r.client_list(client_id=[999_999]) == []
+    for args, error in [(("TYPE", "nosuch"), "Unknown client type 'nosuch'"),
+                        (("ID", "x"), "Invalid client ID"), (("ID",), "syntax error"),
+                        (("TYPE", "normal", "ID", str(me)), "syntax error")]:
+        with pytest.raises(redis.ResponseError, match=error):
+            r.execute_command("CLIENT", "LIST", *args)
 
 
 def test_large_values(strata):

@@ -172,6 +172,38 @@ fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     ])
 }
 
+/// `CLIENT LIST [TYPE type | ID client-id...]`: every connection, or those of one type
+/// (all of them are `normal`: Strata has no replica, master or pub/sub connections), or
+/// those with the ids given, a line each in id order. As in Redis 7.0, one filter at most.
+fn client_list(ctx: &Ctx<'_>, filter: &[Bytes]) -> Reply {
+    let only: Option<Vec<u64>> = match filter {
+        [] => None,
+        [t, kind] if t.eq_ignore_ascii_case(b"type") => match lower(kind).as_str() {
+            "normal" => None,
+            "master" | "replica" | "slave" | "pubsub" => Some(Vec::new()),
+            other => return Reply::err(format!("ERR Unknown client type '{other}'")),
+        },
+        [t, ids @ ..] if t.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
+            let mut only = Vec::with_capacity(ids.len());
+            for id in ids {
+                match parse_int(id) {
+                    Some(n) if n > 0 => only.push(n as u64),
+                    _ => return Reply::err("ERR Invalid client ID"),
+                }
+            }
+            Some(only)
+        }
+        _ => return syntax_error(),
+    };
+    let mut ids: Vec<u64> = ctx.shared.clients.lock().keys().copied().collect();
+    if let Some(only) = only {
+        ids.retain(|id| only.contains(id));
+    }
+    ids.sort_unstable();
+    let text: String = ids.iter().filter_map(|&id| client_line(ctx, id)).collect();
+    Reply::Verbatim(text)
+}
+
 fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
     let clients = ctx.shared.clients.lock();
     let c = clients.get(&id)?;
@@ -238,15 +270,7 @@ fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         "info" if a.len() == 2 => {
             Reply::Verbatim(client_line(ctx, ctx.conn.id).unwrap_or_default())
         }
-        "list" => {
-            let ids: Vec<u64> = {
-                let mut v: Vec<u64> = ctx.shared.clients.lock().keys().copied().collect();
-                v.sort();
-                v
-            };
-            let text: String = ids.iter().filter_map(|&id| client_line(ctx, id)).collect();
-            Reply::Verbatim(text)
-        }
+        "list" => client_list(ctx, &a[2..]),
         "kill" if a.len() >= 3 => {
             let mut by_id = None;
             let mut by_addr = None;

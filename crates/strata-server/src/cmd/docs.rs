@@ -19,8 +19,8 @@ const DOCS: &[(&str, &str, &str)] = &[
     ("select", "index:integer", "Switches the connection to another database."),
     ("quit", "", "Closes the connection after its reply."),
     ("reset", "", "Returns the connection to its state when it opened."),
-    ("client", "subcommand [argument...]", "Lists, names, kills, pauses and inspects client connections."),
-    ("command", "[subcommand [argument...]]", "Describes the commands: arity, flags, key positions, summaries."),
+    ("client", "", "Lists, names, kills, pauses and inspects client connections."),
+    ("command", "", "Describes the commands: arity, flags, key positions, summaries."),
     // Strings.
     ("get", "key", "The string value of a key."),
     ("set", "key value [NX | XX | IFEQ comparison-value] [GET] [EX seconds:integer | PX milliseconds:integer | EXAT unix-time-seconds:unix-time | PXAT unix-time-milliseconds:unix-time | KEEPTTL]", "Sets a string value, with an expiry and conditions if asked."),
@@ -167,8 +167,8 @@ const DOCS: &[(&str, &str, &str)] = &[
     ("pttl", "key", "The milliseconds left before a key expires."),
     ("persist", "key", "Removes a key's expiry."),
     ("type", "key", "The type of a key's value."),
-    ("object", "subcommand [argument...]", "How a key's value is kept (Strata's encoding names) and its reference count."),
-    ("memory", "subcommand [argument...]", "The bytes a key and its value take."),
+    ("object", "", "How a key's value is kept (Strata's encoding names) and its reference count."),
+    ("memory", "", "The bytes a key and its value take."),
     ("rename", "key newkey", "Renames a key, replacing any key of the new name."),
     ("renamenx", "key newkey", "Renames a key only if the new name is free."),
     ("scan", "cursor:integer [MATCH pattern:pattern] [COUNT count:integer] [TYPE type]", "Walks the keys of the database with a cursor, in every tier."),
@@ -195,11 +195,11 @@ const DOCS: &[(&str, &str, &str)] = &[
     ("evalsha_ro", "sha1 numkeys:integer [key...] [arg...]", "Runs a cached Lua script that only reads, by its SHA1."),
     ("fcall", "function numkeys:integer [key...] [arg...]", "Calls a function of a loaded library."),
     ("fcall_ro", "function numkeys:integer [key...] [arg...]", "Calls a function of a loaded library that only reads."),
-    ("script", "subcommand [argument...]", "Loads, checks, flushes and kills scripts."),
-    ("function", "subcommand [argument...]", "Loads, lists, dumps, restores, deletes and kills function libraries."),
+    ("script", "", "Loads, checks, flushes and kills scripts."),
+    ("function", "", "Loads, lists, dumps, restores, deletes and kills function libraries."),
     // Server.
     ("info", "[section...]", "Figures about the server, by section."),
-    ("config", "subcommand [argument...]", "Reads and changes the server's settings."),
+    ("config", "", "Reads and changes the server's settings."),
     ("debug", "subcommand [argument...]", "Commands for testing (DEBUG SLEEP)."),
     ("shutdown", "[NOSAVE | SAVE] [NOW] [FORCE]", "Stops the server."),
     ("time", "", "The server's clock."),
@@ -208,7 +208,7 @@ const DOCS: &[(&str, &str, &str)] = &[
     ("save", "", "Returns once every acknowledged write is durable."),
     ("bgsave", "[SCHEDULE]", "Makes every acknowledged write durable, without waiting."),
     // Cluster.
-    ("cluster", "subcommand [argument...]", "The cluster's slots, nodes and state."),
+    ("cluster", "", "The cluster's slots, nodes and state."),
     ("readonly", "", "Accepted in a cluster, where there are no replicas to read from."),
     ("readwrite", "", "Accepted in a cluster, as READONLY is."),
     ("asking", "", "Lets the next command reach a slot that is being moved here."),
@@ -229,11 +229,262 @@ const DOCS: &[(&str, &str, &str)] = &[
     ("kvc.where", "<namespace [GROUP group:integer] hash... | NAMESPACE canonical [GROUP group:integer] TOKENS token...>", "Which nodes of the cluster hold the leading chunks, and the load cost."),
 ];
 
+/// The subcommands of the commands that have them (Redis's containers): the command, the
+/// subcommand, its arguments' syntax (after the two names) and its summary. A container's
+/// own entry in [`DOCS`] takes no arguments; `COMMAND DOCS` lists these under it, and
+/// `redis-cli` shows them as `CLIENT LIST` and so on.
+const SUBCOMMANDS: &[(&str, &str, &str, &str)] = &[
+    ("client", "getname", "", "The connection's name, or nil."),
+    ("client", "id", "", "The connection's id."),
+    (
+        "client",
+        "info",
+        "",
+        "This connection, as a line of CLIENT LIST.",
+    ),
+    (
+        "client",
+        "kill",
+        "<ip:port:string | <ID client-id:integer | ADDR ip:port:string>...>",
+        "Closes the connections with the id or address given.",
+    ),
+    (
+        "client",
+        "list",
+        "[TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id:integer...]",
+        "Every connection, or those of one type or with the ids given, one line each.",
+    ),
+    (
+        "client",
+        "no-evict",
+        "<ON | OFF>",
+        "Accepted and ignored: Strata evicts no connection.",
+    ),
+    (
+        "client",
+        "no-touch",
+        "<ON | OFF>",
+        "Accepted and ignored: this connection's reads count as reads.",
+    ),
+    (
+        "client",
+        "setinfo",
+        "<LIB-NAME libname | LIB-VER libver>",
+        "Accepted and ignored: the client library's name and version.",
+    ),
+    (
+        "client",
+        "setname",
+        "connection-name",
+        "Names the connection.",
+    ),
+    (
+        "client",
+        "unblock",
+        "client-id:integer [TIMEOUT | ERROR]",
+        "Ends a blocking command of another connection, as if it timed out or with an error.",
+    ),
+    (
+        "cluster",
+        "countkeysinslot",
+        "slot:integer",
+        "How many keys one hash slot holds here.",
+    ),
+    (
+        "cluster",
+        "getkeysinslot",
+        "slot:integer count:integer",
+        "Up to count keys of one hash slot.",
+    ),
+    ("cluster", "help", "", "The subcommands of CLUSTER."),
+    ("cluster", "info", "", "The cluster's state and sizes."),
+    ("cluster", "keyslot", "key", "The hash slot of a key."),
+    ("cluster", "myid", "", "This node's id."),
+    (
+        "cluster",
+        "nodes",
+        "",
+        "The cluster's nodes and their slots, in Redis's text form.",
+    ),
+    (
+        "cluster",
+        "shards",
+        "",
+        "The cluster's shards: their slots and nodes.",
+    ),
+    (
+        "cluster",
+        "slots",
+        "",
+        "The slot ranges and the nodes serving them.",
+    ),
+    ("command", "count", "", "How many commands there are."),
+    (
+        "command",
+        "docs",
+        "[command-name...]",
+        "What commands do, with their arguments.",
+    ),
+    (
+        "command",
+        "getkeys",
+        "command [arg...]",
+        "The keys of a full command.",
+    ),
+    (
+        "command",
+        "info",
+        "[command-name...]",
+        "Commands' arity, flags and key positions.",
+    ),
+    ("command", "list", "", "Every command's name."),
+    (
+        "config",
+        "get",
+        "parameter...",
+        "The settings matching the patterns given.",
+    ),
+    (
+        "config",
+        "resetstat",
+        "",
+        "Zeroes the statistics INFO reports.",
+    ),
+    (
+        "config",
+        "rewrite",
+        "",
+        "Answers OK: settings changed at run time are not written back to a file.",
+    ),
+    (
+        "config",
+        "set",
+        "<parameter value>...",
+        "Changes settings at run time.",
+    ),
+    (
+        "function",
+        "delete",
+        "library-name",
+        "Deletes a library and its functions.",
+    ),
+    ("function", "dump", "", "Every library, serialized."),
+    (
+        "function",
+        "flush",
+        "[ASYNC | SYNC]",
+        "Deletes every library.",
+    ),
+    ("function", "help", "", "The subcommands of FUNCTION."),
+    (
+        "function",
+        "kill",
+        "",
+        "Ends the running function, if it wrote nothing.",
+    ),
+    (
+        "function",
+        "list",
+        "[LIBRARYNAME library-name-pattern] [WITHCODE]",
+        "The libraries, their functions and, with WITHCODE, their code.",
+    ),
+    (
+        "function",
+        "load",
+        "[REPLACE] function-code",
+        "Loads a library.",
+    ),
+    (
+        "function",
+        "restore",
+        "serialized-value [FLUSH | APPEND | REPLACE]",
+        "Loads the libraries of a dump.",
+    ),
+    (
+        "function",
+        "stats",
+        "",
+        "The running function, and the engines.",
+    ),
+    (
+        "memory",
+        "usage",
+        "key [SAMPLES count:integer]",
+        "The bytes a key and its value take.",
+    ),
+    (
+        "object",
+        "encoding",
+        "key",
+        "How the value is kept, in Strata's own names (strata-string...).",
+    ),
+    (
+        "object",
+        "refcount",
+        "key",
+        "1 for a key that exists: values are not shared.",
+    ),
+    (
+        "script",
+        "exists",
+        "sha1...",
+        "Whether each script is in the cache.",
+    ),
+    (
+        "script",
+        "flush",
+        "[ASYNC | SYNC]",
+        "Empties the script cache.",
+    ),
+    ("script", "help", "", "The subcommands of SCRIPT."),
+    (
+        "script",
+        "kill",
+        "",
+        "Ends the running script, if it wrote nothing.",
+    ),
+    (
+        "script",
+        "load",
+        "script",
+        "Adds a script to the cache and answers its SHA1.",
+    ),
+];
+
 /// The syntax and summary of command `name`.
 fn doc(name: &str) -> Option<(&'static str, &'static str)> {
     DOCS.iter()
         .find(|(n, _, _)| *n == name)
         .map(|(_, syntax, summary)| (*syntax, *summary))
+}
+
+/// The subcommands of command `name`: each one's name, syntax and summary.
+fn subcommands(
+    name: &str,
+) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
+    SUBCOMMANDS
+        .iter()
+        .filter(move |(c, ..)| *c == name)
+        .map(|(_, sub, syntax, summary)| (*sub, *syntax, *summary))
+}
+
+/// The fields of one `COMMAND DOCS` entry: summary, version, group and the arguments of
+/// syntax `line`.
+fn doc_fields(summary: &'static str, group: &'static str, line: &str) -> Vec<(Reply, Reply)> {
+    let mut fields = vec![
+        (Reply::bulk("summary"), Reply::bulk(summary)),
+        (Reply::bulk("since"), Reply::bulk(env!("CARGO_PKG_VERSION"))),
+        (Reply::bulk("group"), Reply::bulk(group)),
+    ];
+    // Every line parses (a test reads them all).
+    let args = syntax::parse(line).unwrap_or_default();
+    if !args.is_empty() {
+        fields.push((
+            Reply::bulk("arguments"),
+            Reply::Array(args.iter().map(syntax::Arg::reply).collect()),
+        ));
+    }
+    fields
 }
 
 /// `COMMAND DOCS [name ...]`: each named command (every command if none is named) with
@@ -243,18 +494,18 @@ pub(crate) fn docs(names: &[Bytes]) -> Reply {
     let entry = |i: usize| {
         let s = &COMMANDS[i];
         let (line, summary) = doc(s.name).unwrap_or(("", ""));
-        let mut fields = vec![
-            (Reply::bulk("summary"), Reply::bulk(summary)),
-            (Reply::bulk("since"), Reply::bulk(env!("CARGO_PKG_VERSION"))),
-            (Reply::bulk("group"), Reply::bulk(s.group)),
-        ];
-        // Every line parses (a test reads them all).
-        let args = syntax::parse(line).unwrap_or_default();
-        if !args.is_empty() {
-            fields.push((
-                Reply::bulk("arguments"),
-                Reply::Array(args.iter().map(syntax::Arg::reply).collect()),
-            ));
+        let mut fields = doc_fields(summary, s.group, line);
+        let subs: Vec<(Reply, Reply)> = subcommands(s.name)
+            .map(|(sub, line, summary)| {
+                let name = format!("{}|{sub}", s.name);
+                (
+                    Reply::bulk(name),
+                    Reply::Map(doc_fields(summary, s.group, line)),
+                )
+            })
+            .collect();
+        if !subs.is_empty() {
+            fields.push((Reply::bulk("subcommands"), Reply::Map(subs)));
         }
         (Reply::bulk(s.name), Reply::Map(fields))
     };
@@ -300,6 +551,11 @@ mod tests {
                 .fold((1, Some(1)), |(lo, hi), (l, h)| {
                     (lo + l, hi.zip(h).map(|(a, b)| a + b))
                 });
+            // A container is documented by its subcommands (below).
+            if subcommands(s.name).next().is_some() {
+                assert!(args.is_empty(), "{} is documented by subcommand", s.name);
+                continue;
+            }
             let fits = if s.arity > 0 {
                 (lo, hi) == (s.arity as usize, Some(s.arity as usize))
             } else {
@@ -314,5 +570,43 @@ mod tests {
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn every_subcommand_belongs_to_a_command_parses_and_is_listed_once() {
+        let mut seen = std::collections::HashSet::new();
+        for (c, sub, line, summary) in SUBCOMMANDS {
+            let s = COMMANDS.iter().find(|s| s.name == *c);
+            let s = s.unwrap_or_else(|| panic!("{c} is not a command"));
+            assert!(s.arity < 0, "{c} takes no subcommand");
+            assert!(!summary.is_empty(), "{c} {sub} has no summary");
+            syntax::parse(line).unwrap_or_else(|e| panic!("{c} {sub}: {e}"));
+            assert!(seen.insert((c, sub)), "{c} {sub} is listed twice");
+        }
+    }
+
+    #[test]
+    fn a_container_lists_its_subcommands_and_takes_no_arguments_itself() {
+        let Reply::Map(entries) = docs(&[Bytes::from_static(b"CLIENT")]) else {
+            panic!("a map")
+        };
+        let Reply::Map(fields) = &entries[0].1 else {
+            panic!("a map")
+        };
+        let names: Vec<String> = fields.iter().map(|(k, _)| format!("{k:?}")).collect();
+        assert!(!names.iter().any(|n| n.contains("arguments")), "{names:?}");
+        let (_, Reply::Map(subs)) = fields
+            .iter()
+            .find(|(k, _)| format!("{k:?}").contains("subcommands"))
+            .expect("subcommands")
+        else {
+            panic!("a map")
+        };
+        let subs: Vec<String> = subs.iter().map(|(k, _)| format!("{k:?}")).collect();
+        assert!(
+            subs.iter().any(|n| n.contains("client|setname")),
+            "{subs:?}"
+        );
+        assert_eq!(subs.len(), subcommands("client").count());
     }
 }

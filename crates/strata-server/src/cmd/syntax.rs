@@ -5,7 +5,8 @@
 //! The notation:
 //! - `name` is an argument, a string unless it says its type: `count:integer`; the types
 //!   are Redis's (`key string integer double pattern unix-time`), and `key`, `newkey`,
-//!   `source` and `destination` are keys without saying so;
+//!   `source` and `destination` are keys without saying so; the type is what follows the
+//!   last colon, so a name with one in it says its type (`ip:port:string`);
 //! - an upper-case word is a literal token (`WITHSCORES`); at the head of a group with more
 //!   after it, it introduces the rest (`[EX seconds:integer]`, `[LIMIT offset count]`);
 //! - `[ ... ]` is optional, `< ... >` required; `|` separates alternatives inside either;
@@ -82,7 +83,7 @@ fn word(w: &str) -> Result<Arg, String> {
             ..plain()
         });
     }
-    let (name, kind) = match w.split_once(':') {
+    let (name, kind) = match w.rsplit_once(':') {
         Some((n, t)) => (
             n,
             *TYPES
@@ -96,7 +97,7 @@ fn word(w: &str) -> Result<Arg, String> {
     if name.is_empty()
         || !name
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == ':')
     {
         return Err(format!("not an argument name: '{w}'"));
     }
