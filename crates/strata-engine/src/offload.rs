@@ -89,8 +89,9 @@ pub(crate) fn lower_priority() {
 /// Once the scheduler picks a lowered thread on a busy core, that thread keeps the core
 /// until it blocks or the next timer tick (4 ms at 250 Hz), while a runtime thread with
 /// requests ready waits: a client woken meanwhile wakes no one, the runtime thread is
-/// awake already. An off-CPU trace of the tails benchmark showed runtime threads waiting
-/// 1 to 4 ms 48 times in 3 s, behind the write-back, demotion and log threads.
+/// awake already. A scheduler trace of the tails benchmark (`perf sched`) showed runtime
+/// threads waiting to run for 1 to 4 ms 48 times in 3 s, behind the write-back,
+/// demotion and log threads.
 pub(crate) fn give_way() -> bool {
     GAVE_WAY.with(|g| {
         let Some(last) = g.get() else {
@@ -270,7 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lowered_thread_gives_way_once_per_period_of_work_and_a_client_thread_never() {
+    fn a_lowered_thread_gives_way_after_a_period_of_work_and_a_client_thread_never() {
         std::thread::spawn(|| {
             // How many calls, each after `work`, until the thread gives way (`None`: not
             // within a few clock readings).
@@ -287,21 +288,14 @@ mod tests {
                 "a client's thread never gives way"
             );
             super::lower_priority();
-            assert_eq!(
-                calls_until_it_gives_way(|| {}),
-                None,
-                "it has not worked a period yet"
-            );
             // It reads the clock every `period` calls, and gives way at the first reading
-            // past a period of work.
+            // past a period of work; then the count starts again. (Nothing here asserts
+            // that it does not give way after too little work: that would depend on how
+            // long the test thread waits for a core.)
             let first = calls_until_it_gives_way(work_a_period).expect("it gives way");
             assert!(first <= period, "{first}");
             assert_eq!(calls_until_it_gives_way(work_a_period), Some(period));
-            assert_eq!(
-                calls_until_it_gives_way(|| {}),
-                None,
-                "the period starts again when it gives way"
-            );
+            assert_eq!(calls_until_it_gives_way(work_a_period), Some(period));
         })
         .join()
         .unwrap();
