@@ -174,7 +174,8 @@ fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 /// `CLIENT LIST [TYPE type | ID client-id...]`: every connection, or those of one type
 /// (all of them are `normal`: Strata has no replica, master or pub/sub connections), or
-/// those with the ids given, a line each in id order. As in Redis 7.0, one filter at most.
+/// those with the ids given (in that order), a line each. As in Redis 7.0, one filter at
+/// most.
 fn client_list(ctx: &Ctx<'_>, filter: &[Bytes]) -> Reply {
     let only: Option<Vec<u64>> = match filter {
         [] => None,
@@ -195,11 +196,15 @@ fn client_list(ctx: &Ctx<'_>, filter: &[Bytes]) -> Reply {
         }
         _ => return syntax_error(),
     };
-    let mut ids: Vec<u64> = ctx.shared.clients.lock().keys().copied().collect();
-    if let Some(only) = only {
-        ids.retain(|id| only.contains(id));
-    }
-    ids.sort_unstable();
+    let ids: Vec<u64> = match only {
+        None => {
+            let mut all: Vec<u64> = ctx.shared.clients.lock().keys().copied().collect();
+            all.sort_unstable();
+            all
+        }
+        // In the order given, an id named twice listed twice, as Redis does.
+        Some(only) => only,
+    };
     let text: String = ids.iter().filter_map(|&id| client_line(ctx, id)).collect();
     Reply::Verbatim(text)
 }
