@@ -148,6 +148,9 @@ where
                 ClientEntry {
                     peer: peer.clone(),
                     name: String::new(),
+                    user: "default".to_string(),
+                    db: 0,
+                    proto: 2,
                     created: Instant::now(),
                     last_cmd: Arc::clone(&last_cmd),
                     killed: Arc::clone(&killed),

@@ -299,7 +299,8 @@ impl Server {
                 accepted = listener.accept() => {
                     let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
                     let _ = sock.set_nodelay(true);
-                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, session::Peer::Tcp(addr)));
+                    let peer = session::Peer::tcp(&sock, addr);
+                    tasks.spawn(conn::handle(Arc::clone(&self.shared), sock, peer));
                 }
                 accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                     let Some((sock, _)) = accepted_or_pause(accepted).await else { continue };
@@ -309,12 +310,13 @@ impl Server {
                 accepted = async { tls_listener.as_ref().expect("guarded").accept().await }, if tls_listener.is_some() => {
                     let Some((sock, addr)) = accepted_or_pause(accepted).await else { continue };
                     let _ = sock.set_nodelay(true);
+                    let peer = session::Peer::tcp(&sock, addr);
                     let acceptor = acceptor.clone().expect("TLS listener has an acceptor");
                     let shared = Arc::clone(&self.shared);
                     tasks.spawn(async move {
                         // The handshake gets ten seconds; a client that stalls it is dropped.
                         match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(sock)).await {
-                            Ok(Ok(tls)) => conn::handle(shared, tls, session::Peer::Tcp(addr)).await,
+                            Ok(Ok(tls)) => conn::handle(shared, tls, peer).await,
                             Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
                             Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
                         }

@@ -18,17 +18,30 @@ const SCAN_CURSORS_MAX: usize = 64;
 /// Where a client is connected from.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Peer {
-    Tcp(SocketAddr),
+    /// A TCP (or TLS) client at `remote`, connected to this server's `local` address.
+    Tcp {
+        remote: SocketAddr,
+        local: SocketAddr,
+    },
     /// A client of the Unix socket at this path (on this machine).
     Unix(Arc<str>),
 }
 
 impl Peer {
+    /// A TCP client at `remote` on `sock` (its local address unknown if the socket
+    /// cannot tell: the unspecified address).
+    pub(crate) fn tcp(sock: &tokio::net::TcpStream, remote: SocketAddr) -> Peer {
+        let local = sock
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        Peer::Tcp { remote, local }
+    }
+
     /// The address failed `AUTH` attempts are counted under; a Unix socket's clients count
     /// as loopback clients.
     pub(crate) fn ip(&self) -> IpAddr {
         match self {
-            Peer::Tcp(a) => a.ip(),
+            Peer::Tcp { remote, .. } => remote.ip(),
             Peer::Unix(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         }
     }
@@ -36,7 +49,7 @@ impl Peer {
     /// Whether the client is on this machine (protected mode admits only those).
     pub(crate) fn is_local(&self) -> bool {
         match self {
-            Peer::Tcp(a) => crate::auth::is_loopback_client(a),
+            Peer::Tcp { remote, .. } => crate::auth::is_loopback_client(remote),
             Peer::Unix(_) => true,
         }
     }
@@ -46,8 +59,19 @@ impl Peer {
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Peer::Tcp(a) => write!(f, "{a}"),
+            Peer::Tcp { remote, .. } => write!(f, "{remote}"),
             Peer::Unix(path) => write!(f, "{path}:0"),
+        }
+    }
+}
+
+impl Peer {
+    /// The server's end of the connection, as `CLIENT LIST` shows it in `laddr` (a Unix
+    /// socket's clients: the socket's path, as their `addr`).
+    pub(crate) fn local(&self) -> String {
+        match self {
+            Peer::Tcp { local, .. } => local.to_string(),
+            Peer::Unix(path) => format!("{path}:0"),
         }
     }
 }

@@ -42,7 +42,12 @@ strata_engine::define_stats! {
 /// What `CLIENT LIST` shows of a connection, and the switch `CLIENT KILL` flips.
 pub(crate) struct ClientEntry {
     pub(crate) peer: Peer,
+    /// The connection's name, user, database and protocol, as its session last published
+    /// them (`Conn::publish`).
     pub(crate) name: String,
+    pub(crate) user: String,
+    pub(crate) db: u8,
+    pub(crate) proto: u8,
     pub(crate) created: Instant,
     /// The last command run: its index in the command table plus one (0: none yet).
     pub(crate) last_cmd: Arc<std::sync::atomic::AtomicUsize>,

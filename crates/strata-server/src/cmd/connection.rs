@@ -7,7 +7,6 @@ use strata_resp::Reply;
 
 use super::{lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
 use crate::auth::{constant_time_eq, Role};
-use crate::session::Peer;
 
 pub(crate) use strata_resp::REDIS_VERSION;
 
@@ -39,6 +38,7 @@ pub(crate) async fn select(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match db {
         Ok(db) => {
             ctx.conn.db = db;
+            publish(ctx);
             Reply::ok()
         }
         Err(r) => r,
@@ -60,6 +60,8 @@ pub(crate) async fn reset(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let cfg = ctx.shared.cfg.read();
     let open = cfg.is_open();
     ctx.conn.user = open.then(|| ("default".to_string(), Role::Admin));
+    drop(cfg);
+    publish(ctx);
     Reply::Simple("RESET".into())
 }
 
@@ -109,6 +111,8 @@ fn check_auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
     match role {
         Some(r) => {
             ctx.conn.user = Some((user, r));
+            drop(cfg);
+            publish(ctx);
             Reply::ok()
         }
         None => {
@@ -160,6 +164,7 @@ fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
     }
     ctx.conn.proto = proto;
+    publish(ctx);
     let s = |k: &str, v: &str| (Reply::bulk(k.to_string()), Reply::bulk(v.to_string()));
     Reply::Map(vec![
         s("server", "redis"),
@@ -213,23 +218,6 @@ fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
     let clients = ctx.shared.clients.lock();
     let c = clients.get(&id)?;
     let age = c.created.elapsed().as_secs();
-    let me = id == ctx.conn.id;
-    let (resp, user) = if me {
-        (
-            ctx.conn.proto,
-            ctx.conn
-                .user
-                .as_ref()
-                .map_or("default".to_string(), |u| u.0.clone()),
-        )
-    } else {
-        (2, "default".to_string())
-    };
-    let name = if me {
-        ctx.conn.name.clone()
-    } else {
-        c.name.clone()
-    };
     let cmd = match c.last_cmd.load(std::sync::atomic::Ordering::Relaxed) {
         0 => "NULL",
         i => super::COMMANDS[i - 1].name,
@@ -240,13 +228,117 @@ fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
         "N"
     };
     Some(format!(
-        "id={id} addr={} laddr={} fd=0 name={name} age={age} idle=0 flags={flags} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={resp}\n",
+        "id={id} addr={} laddr={} fd=0 name={} age={age} idle=0 flags={flags} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}\n",
         c.peer,
-        match &c.peer {
-            Peer::Tcp(_) => "127.0.0.1:0".to_string(),
-            unix => unix.to_string(),
-        }
+        c.peer.local(),
+        c.name,
+        c.db,
+        c.user,
+        c.proto,
     ))
+}
+
+/// `CLIENT KILL ip:port` (`OK`, or an error when no client has that address), or `CLIENT
+/// KILL filter value...` (how many were closed): the connections that match every filter
+/// given (`ID`, `TYPE`, `USER`, `ADDR`, `LADDR`), not this one unless `SKIPME no`. As in
+/// Redis 7.0, a connection that closes itself gets its reply first.
+fn client_kill(ctx: &mut Ctx<'_>, filters: &[Bytes]) -> Reply {
+    // Closing other users' connections is the administrator's, as in Redis.
+    if let Some((user, role)) = &ctx.conn.user {
+        if *role != Role::Admin {
+            return Reply::err(format!(
+                "NOPERM User {user} has no permissions to run the 'client|kill' command"
+            ));
+        }
+    }
+    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+    let mut id = None;
+    let mut only_normal = true;
+    let mut user = None;
+    let mut addr = None;
+    let mut laddr = None;
+    let mut skip_me = true;
+    match filters {
+        [] => return syntax_error(),
+        [old] => {
+            addr = Some(text(old));
+            // The old form may close the caller.
+            skip_me = false;
+        }
+        _ => {
+            for pair in filters.chunks(2) {
+                let [option, value] = pair else {
+                    return syntax_error();
+                };
+                match lower(option).as_str() {
+                    "id" => match parse_int(value) {
+                        Some(n) if n > 0 => id = Some(n as u64),
+                        _ => return Reply::err("ERR client-id should be greater than 0"),
+                    },
+                    "type" => match lower(value).as_str() {
+                        "normal" => only_normal = true,
+                        // Strata has no connections of the other types.
+                        "master" | "replica" | "slave" | "pubsub" => only_normal = false,
+                        _ => {
+                            return Reply::err(format!("ERR Unknown client type '{}'", text(value)))
+                        }
+                    },
+                    "user" => {
+                        let name = text(value);
+                        let known = name == "default"
+                            || ctx.shared.cfg.read().users.iter().any(|u| u.name == name);
+                        if !known {
+                            return Reply::err(format!("ERR No such user '{name}'"));
+                        }
+                        user = Some(name);
+                    }
+                    "addr" => addr = Some(text(value)),
+                    "laddr" => laddr = Some(text(value)),
+                    "skipme" => match lower(value).as_str() {
+                        "yes" => skip_me = true,
+                        "no" => skip_me = false,
+                        _ => return syntax_error(),
+                    },
+                    _ => return syntax_error(),
+                }
+            }
+        }
+    }
+    let mut killed = 0;
+    if only_normal {
+        for (&cid, c) in ctx.shared.clients.lock().iter() {
+            let hit = id.is_none_or(|id| id == cid)
+                && user.as_ref().is_none_or(|u| *u == c.user)
+                && addr.as_ref().is_none_or(|a| *a == c.peer.to_string())
+                && laddr.as_ref().is_none_or(|a| *a == c.peer.local())
+                && !(skip_me && cid == ctx.conn.id);
+            if hit {
+                c.killed.store(true, Ordering::Release);
+                c.kill_wake.notify_one();
+                killed += 1;
+            }
+        }
+    }
+    match filters {
+        [_] if killed == 0 => Reply::err("ERR No such client"),
+        [_] => Reply::ok(),
+        _ => Reply::Integer(killed),
+    }
+}
+
+/// Copies what `CLIENT LIST` shows of this connection (name, user, database, protocol)
+/// to its entry, after a command changed one of them.
+fn publish(ctx: &Ctx<'_>) {
+    if let Some(c) = ctx.shared.clients.lock().get_mut(&ctx.conn.id) {
+        c.name.clone_from(&ctx.conn.name);
+        c.user = ctx
+            .conn
+            .user
+            .as_ref()
+            .map_or_else(|| "default".to_string(), |u| u.0.clone());
+        c.db = ctx.conn.db;
+        c.proto = ctx.conn.proto;
+    }
 }
 
 fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -259,9 +351,7 @@ fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 );
             }
             ctx.conn.name = String::from_utf8_lossy(&a[2]).into_owned();
-            if let Some(c) = ctx.shared.clients.lock().get_mut(&ctx.conn.id) {
-                c.name = ctx.conn.name.clone();
-            }
+            publish(ctx);
             Reply::ok()
         }
         "getname" if a.len() == 2 => {
@@ -276,45 +366,7 @@ fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             Reply::Verbatim(client_line(ctx, ctx.conn.id).unwrap_or_default())
         }
         "list" => client_list(ctx, &a[2..]),
-        "kill" if a.len() >= 3 => {
-            let mut by_id = None;
-            let mut by_addr = None;
-            if a.len() == 3 {
-                by_addr = Some(String::from_utf8_lossy(&a[2]).into_owned());
-            } else {
-                for pair in a[2..].chunks(2) {
-                    if pair.len() != 2 {
-                        return syntax_error();
-                    }
-                    match lower(&pair[0]).as_str() {
-                        "id" => match parse_int(&pair[1]) {
-                            Some(n) => by_id = Some(n as u64),
-                            None => return not_integer(),
-                        },
-                        "addr" => by_addr = Some(String::from_utf8_lossy(&pair[1]).into_owned()),
-                        "skipme" | "type" | "user" | "laddr" | "maxage" => {}
-                        _ => return syntax_error(),
-                    }
-                }
-            }
-            let mut killed = 0;
-            for (id, c) in ctx.shared.clients.lock().iter() {
-                let hit = by_id.is_some_and(|b| b == *id)
-                    || by_addr.as_ref().is_some_and(|b| *b == c.peer.to_string());
-                if hit {
-                    c.killed.store(true, Ordering::Release);
-                    c.kill_wake.notify_one();
-                    killed += 1;
-                }
-            }
-            if a.len() == 3 {
-                if killed == 0 {
-                    return Reply::err("ERR No such client");
-                }
-                return Reply::ok();
-            }
-            Reply::Integer(killed)
-        }
+        "kill" => client_kill(ctx, &a[2..]),
         "unblock" if (3..=4).contains(&a.len()) => {
             let Some(id) = parse_int(&a[2]) else {
                 return not_integer();

@@ -234,11 +234,11 @@ const DOCS: &[(&str, &str, &str)] = &[
 /// own entry in [`DOCS`] takes no arguments; `COMMAND DOCS` lists these under it, and
 /// `redis-cli` shows them as `CLIENT LIST` and so on.
 #[rustfmt::skip]
-const SUBCOMMANDS: &[(&str, &str, &str, &str)] = &[
+pub(crate) const SUBCOMMANDS: &[(&str, &str, &str, &str)] = &[
     ("client", "getname", "", "The connection's name, or nil."),
     ("client", "id", "", "The connection's id."),
     ("client", "info", "", "This connection, as a line of CLIENT LIST."),
-    ("client", "kill", "<ip:port:string | <ID client-id:integer | ADDR ip:port:string>...>", "Closes the connections with the id or address given."),
+    ("client", "kill", "<ip:port:string | <[ID client-id:integer] | [TYPE <NORMAL | MASTER | SLAVE | REPLICA | PUBSUB>] | [USER username] | [ADDR ip:port:string] | [LADDR ip:port:string] | [SKIPME yes/no]>...>", "Closes the connections that match every filter given (not the caller, unless SKIPME no)."),
     ("client", "list", "[TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id:integer...]", "Every connection, or those of one type or with the ids given, one line each."),
     ("client", "no-evict", "<ON | OFF>", "Accepted and ignored: Strata evicts no connection."),
     ("client", "no-touch", "<ON | OFF>", "Accepted and ignored: this connection's reads count as reads."),
@@ -258,7 +258,7 @@ const SUBCOMMANDS: &[(&str, &str, &str, &str)] = &[
     ("command", "docs", "[command-name...]", "What commands do, with their arguments."),
     ("command", "getkeys", "command [arg...]", "The keys of a full command."),
     ("command", "info", "[command-name...]", "Commands' arity, flags and key positions."),
-    ("command", "list", "", "Every command's name."),
+    ("command", "list", "[FILTERBY <MODULE module-name | ACLCAT category | PATTERN pattern:pattern>]", "The names of the commands and their subcommands, or those in an ACL category or matching a pattern."),
     ("config", "get", "parameter...", "The settings matching the patterns given."),
     ("config", "resetstat", "", "Zeroes the statistics INFO reports."),
     ("config", "rewrite", "", "Answers OK: settings changed at run time are not written back to a file."),
@@ -290,7 +290,7 @@ fn doc(name: &str) -> Option<(&'static str, &'static str)> {
 }
 
 /// The subcommands of command `name`: each one's name, syntax and summary.
-fn subcommands(
+pub(crate) fn subcommands(
     name: &str,
 ) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
     SUBCOMMANDS

@@ -158,11 +158,124 @@ fn command_info(i: usize) -> Reply {
         Reply::Integer(s.first_key as i64),
         Reply::Integer(s.last_key as i64),
         Reply::Integer(s.step as i64),
-        Reply::Set(vec![]),
+        Reply::Set(
+            acl_categories(s)
+                .map(|c| Reply::Simple(format!("@{c}")))
+                .collect(),
+        ),
         Reply::Set(vec![]),
         Reply::Array(vec![]),
         Reply::Array(vec![]),
     ])
+}
+
+/// Redis's ACL categories, in the order `COMMAND INFO` lists them.
+const ACL_CATEGORIES: [&str; 21] = [
+    "keyspace",
+    "read",
+    "write",
+    "set",
+    "sortedset",
+    "list",
+    "hash",
+    "string",
+    "bitmap",
+    "hyperloglog",
+    "geo",
+    "stream",
+    "pubsub",
+    "admin",
+    "fast",
+    "slow",
+    "blocking",
+    "dangerous",
+    "connection",
+    "transaction",
+    "scripting",
+];
+
+/// The ACL categories of command `s` (`COMMAND INFO`, `COMMAND LIST FILTERBY ACLCAT`):
+/// Strata has no ACL rules of its own, so they follow from its flags and its group: its
+/// type's category, `read`/`write` (not for scripts, whose calls say), `fast` or else
+/// `slow`, `admin` and `dangerous` for the administrator's commands, `blocking`, and the
+/// group's (`keyspace` for the generic commands and the database-wide ones, `connection`,
+/// `transaction`, `scripting`). A command with subcommands is only `slow`, as in Redis.
+fn acl_categories(s: &super::Spec) -> impl Iterator<Item = &'static str> + '_ {
+    categories(s, super::docs::subcommands(s.name).next().is_some())
+}
+
+/// [`acl_categories`] of `s`, or only `slow` if it is a `container` (its subcommands take
+/// its flags and group, with this false).
+fn categories(s: &super::Spec, container: bool) -> impl Iterator<Item = &'static str> + '_ {
+    let script = s.group == "scripting";
+    let flag = move |f: u32| s.flags & f != 0;
+    // SORT reads lists, sets and sorted sets.
+    let sorts = ["sort", "sort_ro"].contains(&s.name);
+    let keyspace = (s.group == "generic" && s.name != "wait" && !sorts)
+        || ["flushdb", "flushall", "dbsize", "swapdb"].contains(&s.name);
+    let of_group =
+        move |g: &str| s.group == g || sorts && ["set", "sorted-set", "list"].contains(&g);
+    ACL_CATEGORIES.into_iter().filter(move |&c| match c {
+        _ if container => c == "slow",
+        "keyspace" => keyspace,
+        "read" => flag(super::READ) && !script,
+        "write" => flag(super::WRITE) && !script,
+        "set" => of_group("set"),
+        "sortedset" => of_group("sorted-set"),
+        "list" => of_group("list"),
+        "hash" => of_group("hash"),
+        "string" => of_group("string"),
+        "bitmap" => of_group("bitmap"),
+        "admin" | "dangerous" => flag(super::ADMIN),
+        "fast" => flag(super::FAST),
+        "slow" => !flag(super::FAST),
+        "blocking" => flag(super::BLOCKING),
+        "connection" => of_group("connection") || s.name == "wait",
+        "transaction" => of_group("transactions"),
+        "scripting" => of_group("scripting"),
+        _ => false,
+    })
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`: the names of
+/// the commands and their subcommands (`client|kill`), all of them or those the filter
+/// keeps. Strata loads no modules, so `MODULE` keeps none; a subcommand is kept by
+/// its command's flags and group; an unknown category keeps none, as in Redis.
+fn command_list(filter: &[Bytes]) -> Reply {
+    // Each name with its command, and whether it is a container.
+    let names = COMMANDS.iter().flat_map(|s| {
+        let subs = super::docs::subcommands(s.name);
+        let container = super::docs::subcommands(s.name).next().is_some();
+        std::iter::once((s, container, s.name.to_string()))
+            .chain(subs.map(move |(sub, ..)| (s, false, format!("{}|{sub}", s.name))))
+    });
+    enum Keep {
+        All,
+        Category(String),
+        Matching(Vec<u8>),
+        None,
+    }
+    let keep = match filter {
+        [] => Keep::All,
+        [by, kind, value] if by.eq_ignore_ascii_case(b"filterby") => match lower(kind).as_str() {
+            "module" => Keep::None,
+            "aclcat" => Keep::Category(lower(value)),
+            "pattern" => Keep::Matching(lower(value).into_bytes()),
+            _ => return super::syntax_error(),
+        },
+        _ => return super::syntax_error(),
+    };
+    Reply::Array(
+        names
+            .filter(|(s, container, name)| match &keep {
+                Keep::All => true,
+                Keep::Category(cat) => categories(s, *container).any(|c| c == cat),
+                Keep::Matching(pattern) => glob_match(pattern, name.as_bytes()),
+                Keep::None => false,
+            })
+            .map(|(_, _, name)| Reply::bulk(name))
+            .collect(),
+    )
 }
 
 fn command_reply(a: &[Bytes]) -> Reply {
@@ -178,7 +291,7 @@ fn command_reply(a: &[Bytes]) -> Reply {
                 .collect(),
         ),
         "docs" => super::docs::docs(&a[2..]),
-        "list" => Reply::Array(COMMANDS.iter().map(|s| Reply::bulk(s.name)).collect()),
+        "list" => command_list(&a[2..]),
         "getkeys" if a.len() >= 3 => getkeys(&a[2..]),
         sub => Reply::err(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
     }
@@ -391,4 +504,65 @@ fn output_limit(val: &str) -> Option<u64> {
         }
     };
     (hard >= 1 << 20).then_some(hard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> &'static super::super::Spec {
+        COMMANDS.iter().find(|s| s.name == name).expect("a command")
+    }
+
+    fn listed(filter: &[&str]) -> Vec<String> {
+        let args: Vec<Bytes> = filter.iter().map(|w| Bytes::from(w.to_string())).collect();
+        match command_list(&args) {
+            Reply::Array(names) => names
+                .into_iter()
+                .map(|n| match n {
+                    Reply::Bulk(b) => String::from_utf8(b.to_vec()).unwrap(),
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn categories_follow_flags_and_group_and_containers_are_only_slow() {
+        let cats = |n: &str| acl_categories(spec(n)).collect::<Vec<_>>();
+        assert_eq!(cats("get"), ["read", "string", "fast"]);
+        assert_eq!(cats("hset"), ["write", "hash", "fast"]);
+        assert_eq!(cats("blpop"), ["write", "list", "slow", "blocking"]);
+        assert_eq!(cats("del"), ["keyspace", "write", "slow"]);
+        assert_eq!(cats("eval"), ["slow", "scripting"]);
+        assert_eq!(cats("config"), ["slow"]);
+        assert_eq!(cats("multi"), ["fast", "transaction"]);
+    }
+
+    #[test]
+    fn command_list_names_subcommands_and_filters_them() {
+        let all = listed(&[]);
+        assert!(all.contains(&"get".to_string()) && all.contains(&"client|kill".to_string()));
+        assert_eq!(
+            all.len(),
+            COMMANDS.len() + super::super::docs::SUBCOMMANDS.len()
+        );
+        let client = listed(&["FILTERBY", "pattern", "CLIENT|K*"]);
+        assert_eq!(client, ["client|kill"]);
+        let blocking = listed(&["filterby", "ACLCAT", "Blocking"]);
+        assert!(blocking.contains(&"blpop".to_string()) && !blocking.contains(&"lpop".to_string()));
+        // A subcommand has its command's flags and group.
+        assert!(listed(&["FILTERBY", "ACLCAT", "scripting"]).contains(&"script|load".to_string()));
+        assert!(listed(&["FILTERBY", "ACLCAT", "nosuch"]).is_empty());
+        assert!(listed(&["FILTERBY", "MODULE", "search"]).is_empty());
+        for bad in [
+            &["FILTERBY", "nosuch", "x"][..],
+            &["FILTERBY", "PATTERN"],
+            &["x"],
+        ] {
+            let args: Vec<Bytes> = bad.iter().map(|w| Bytes::from(w.to_string())).collect();
+            assert!(matches!(command_list(&args), Reply::Error(e) if e == "ERR syntax error"));
+        }
+    }
 }

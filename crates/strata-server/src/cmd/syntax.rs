@@ -97,7 +97,7 @@ fn word(w: &str) -> Result<Arg, String> {
     if name.is_empty()
         || !name
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == ':')
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-:/".contains(c))
     {
         return Err(format!("not an argument name: '{w}'"));
     }
