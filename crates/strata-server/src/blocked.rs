@@ -6,7 +6,9 @@
 //! Redis serves blocked clients before the command that fed them replies. Here a woken
 //! client tries on its own task, so a connection whose commands woke some waits, before
 //! it replies, until the woken have tried ([`Blocked::settled`]), for at most
-//! [`SETTLE_WAIT_MAX`]: what a client does after its push's reply sees the pops done.
+//! [`SETTLE_WAIT_MAX`]: what a client does after its push's reply sees the pops done. A
+//! client that blocks meanwhile on one of their keys makes its first try after theirs
+//! ([`Blocked::turn`]), as in Redis it would come after them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,6 +43,7 @@ pub(crate) struct Blocked {
     queued: AtomicUsize,
     /// Woken clients that have not finished trying since.
     unsettled: AtomicUsize,
+    /// Notified whenever a woken client's try ends.
     settled: Notify,
 }
 
@@ -58,6 +61,8 @@ struct Waiter {
     wake: Arc<Notify>,
     /// Woken, and counted in `unsettled`, since its last try began.
     woken: bool,
+    /// In a try it was woken for (counted in `unsettled` until it ends).
+    trying_woken: bool,
 }
 
 /// One client's place in the queues of its keys; leaving drops it from them.
@@ -85,6 +90,7 @@ impl Blocked {
             Waiter {
                 wake: Arc::clone(&wake),
                 woken: false,
+                trying_woken: false,
             },
         );
         for k in &keys {
@@ -148,6 +154,24 @@ impl Blocked {
         }
     }
 
+    /// Returns when no client queued before `place` on one of its keys is woken and has
+    /// yet to finish its try (at once when none is woken: one atomic load), or after
+    /// [`SETTLE_WAIT_MAX`]: the first try of a client that blocks comes after theirs.
+    pub(crate) async fn turn(&self, place: &Place<'_>) {
+        self.until_tried(|| !self.woken_before(place)).await;
+    }
+
+    /// Whether a client queued before `place` on one of its keys is woken or trying.
+    fn woken_before(&self, place: &Place<'_>) -> bool {
+        let g = self.inner.lock();
+        place.keys.iter().any(|k| {
+            g.by_key.get(k).is_some_and(|q| {
+                q.range(..place.ticket)
+                    .any(|t| g.waiters.get(t).is_some_and(|w| w.woken || w.trying_woken))
+            })
+        })
+    }
+
     /// Clients queued now (`INFO`'s `blocked_clients`).
     pub(crate) fn waiting(&self) -> usize {
         self.queued.load(Ordering::SeqCst)
@@ -156,6 +180,13 @@ impl Blocked {
     /// Returns once every woken client has tried (at once when none was woken: one atomic
     /// load), or after [`SETTLE_WAIT_MAX`].
     pub(crate) async fn settled(&self) {
+        self.until_tried(|| self.unsettled.load(Ordering::Acquire) == 0)
+            .await;
+    }
+
+    /// Returns when `done` holds, checked at once and after each woken client's try, or
+    /// at once when no client is woken, or after [`SETTLE_WAIT_MAX`].
+    async fn until_tried(&self, done: impl Fn() -> bool) {
         if self.unsettled.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -164,7 +195,7 @@ impl Blocked {
                 let n = self.settled.notified();
                 tokio::pin!(n);
                 n.as_mut().enable();
-                if self.unsettled.load(Ordering::Acquire) == 0 {
+                if done() {
                     return;
                 }
                 n.await;
@@ -174,9 +205,8 @@ impl Blocked {
     }
 
     fn settle(&self) {
-        if self.unsettled.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.settled.notify_waiters();
-        }
+        self.unsettled.fetch_sub(1, Ordering::AcqRel);
+        self.settled.notify_waiters();
     }
 }
 
@@ -187,12 +217,16 @@ impl Place<'_> {
         if let Some(w) = g.waiters.get_mut(&self.ticket) {
             // A wake is counted once, and the previous try settled its own ([`Self::tried`]).
             self.trying_woken = std::mem::take(&mut w.woken);
+            w.trying_woken = self.trying_woken;
         }
     }
 
     /// The try ended without a reply: the client waits on.
     pub(crate) fn tried(&mut self) {
         if std::mem::take(&mut self.trying_woken) {
+            if let Some(w) = self.blocked.inner.lock().waiters.get_mut(&self.ticket) {
+                w.trying_woken = false;
+            }
             self.blocked.settle();
         }
     }
@@ -286,5 +320,47 @@ mod tests {
         assert_eq!(b.unsettled.load(Ordering::Relaxed), 0);
         assert!(b.inner.lock().by_key.is_empty());
         assert!(b.settled().now_or_never().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_client_that_blocks_tries_after_the_woken_before_it() {
+        let b = Blocked::default();
+        let mut first = b.join(vec![key("a")]);
+        // Nobody woken: the turn comes at once.
+        assert!(b.turn(&b.join(vec![key("c")])).now_or_never().is_some());
+        b.wake(&key("a"));
+        let other = b.join(vec![key("b")]);
+        assert!(
+            b.turn(&other).now_or_never().is_some(),
+            "no one woken on its keys"
+        );
+        let late = b.join(vec![key("b"), key("a")]);
+        let mut turn = Box::pin(b.turn(&late));
+        assert!(
+            turn.as_mut().now_or_never().is_none(),
+            "first was woken on a"
+        );
+        first.trying();
+        assert!(
+            turn.as_mut().now_or_never().is_none(),
+            "first is still trying"
+        );
+        first.tried();
+        assert!(turn.as_mut().now_or_never().is_some());
+        drop(turn);
+        drop((late, other));
+        // Woken again, it answers and leaves: the next in line on a is woken, and the
+        // client that queued after it waits for that one's try too.
+        let mut second = b.join(vec![key("a")]);
+        b.wake(&key("a"));
+        first.trying();
+        drop(first);
+        let turn = Box::pin(b.turn(&second)).now_or_never();
+        assert!(turn.is_some(), "second is next and woken itself");
+        let third = b.join(vec![key("a")]);
+        assert!(Box::pin(b.turn(&third)).now_or_never().is_none());
+        second.trying();
+        second.tried();
+        assert!(Box::pin(b.turn(&third)).now_or_never().is_some());
     }
 }

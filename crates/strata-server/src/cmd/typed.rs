@@ -1215,6 +1215,8 @@ where
     // leaves a permit, so it is not missed.
     let stored = |ctx: &Ctx<'_>| keys.iter().map(|k| ctx.key(k)).collect();
     let mut place = shared.blocked.join(stored(ctx));
+    // Clients queued before this one and woken for its keys try first.
+    shared.blocked.turn(&place).await;
     let mut first = true;
     loop {
         if place.stale() {
