@@ -403,6 +403,9 @@ def client_kill_steps(port):
     line = next(x for x in admin.client_list() if x["id"] == str(ids["b"]))
     seen = {k: line[k] for k in ("db", "user", "laddr")}
     seen["c's name"] = next(x for x in admin.client_list() if x["id"] == str(ids["c"]))["name"]
+    # The caller's own line shows the command that asks.
+    seen["own cmd"] = next(x for x in admin.client_list() if x["id"] == str(ids["admin"]))["cmd"]
+    seen["info cmd"] = admin.client_info()["cmd"]
     addr = {n: x["addr"] for x in admin.client_list() for n, i in ids.items() if x["id"] == str(i)}
 
     def open_ids():
@@ -446,11 +449,12 @@ def test_client_kill_applies_every_filter_as_redis_server_does(strata, redis_ser
     """CLIENT KILL with ID, TYPE, USER, ADDR, LADDR and SKIPME (it ignored all but ID and
     ADDR, and closed a connection that matched either), its errors and both reply forms,
     step by step as redis-server 7.0.15 answers; CLIENT LIST shows another connection's
-    database, user and local address (it showed 0, default and port 0)."""
+    database, user and local address (it showed 0, default and port 0), and the caller's
+    line its running command (it showed the one before)."""
     ours, theirs = client_kill_steps(strata.port), client_kill_steps(redis_server)
     assert ours[0] == {"db": "3", "user": "default", "laddr": f"127.0.0.1:{strata.port}",
-                       "c's name": "c"}
-    assert theirs[0]["laddr"] == f"127.0.0.1:{redis_server}"
+                       "c's name": "c", "own cmd": "client|list", "info cmd": "client|info"}
+    assert theirs[0] == {**ours[0], "laddr": f"127.0.0.1:{redis_server}"}
     assert ours[1] == theirs[1]
     assert ours[1][-4:] == [(15, 1, ["admin", "b", "c"]), (16, 1, ["admin", "c"]),
                             (17, "OK", ["admin"]), (18, 1, [])]

@@ -210,15 +210,21 @@ fn client_list(ctx: &Ctx<'_>, filter: &[Bytes]) -> Reply {
         // In the order given, an id named twice listed twice, as Redis does.
         Some(only) => only,
     };
-    let text: String = ids.iter().filter_map(|&id| client_line(ctx, id)).collect();
+    let text: String = ids
+        .iter()
+        .filter_map(|&id| client_line(ctx, id, "client|list"))
+        .collect();
     Reply::Verbatim(text)
 }
 
-fn client_line(ctx: &Ctx<'_>, id: u64) -> Option<String> {
+/// Connection `id`'s line of `CLIENT LIST`; its `cmd` is its last command, or `running`
+/// for the caller's own line (the command that asks, as Redis shows it).
+fn client_line(ctx: &Ctx<'_>, id: u64, running: &str) -> Option<String> {
     let clients = ctx.shared.clients.lock();
     let c = clients.get(&id)?;
     let age = c.created.elapsed().as_secs();
     let cmd = match c.last_cmd.load(std::sync::atomic::Ordering::Relaxed) {
+        _ if id == ctx.conn.id => running,
         0 => "NULL",
         i => super::COMMANDS[i - 1].name,
     };
@@ -363,7 +369,7 @@ fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         }
         "id" if a.len() == 2 => Reply::Integer(ctx.conn.id as i64),
         "info" if a.len() == 2 => {
-            Reply::Verbatim(client_line(ctx, ctx.conn.id).unwrap_or_default())
+            Reply::Verbatim(client_line(ctx, ctx.conn.id, "client|info").unwrap_or_default())
         }
         "list" => client_list(ctx, &a[2..]),
         "kill" => client_kill(ctx, &a[2..]),
