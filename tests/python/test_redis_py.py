@@ -430,7 +430,7 @@ def client_kill_steps(port):
         steps.append((len(steps), got, open_ids() if victims else None))
 
     for bad in [("ID", "0"), ("ID", "x"), ("TYPE", "nosuch"), ("USER", "nosuch"),
-                ("SKIPME", "maybe"), ("ID",), ("MAXAGE", "1"), ("NOSUCH", "1"),
+                ("SKIPME", "maybe"), ("ID",), ("MAXAGE", "1"), ("NOSUCH", "1"), (),
                 ("1.2.3.4:5",), ("TYPE", "pubsub"), ("TYPE", "master", "ID", str(ids["a"])),
                 # Every filter must hold.
                 ("ADDR", addr["b"], "ID", str(ids["a"])),
@@ -456,8 +456,8 @@ def test_client_kill_applies_every_filter_as_redis_server_does(strata, redis_ser
                        "c's name": "c", "own cmd": "client|list", "info cmd": "client|info"}
     assert theirs[0] == {**ours[0], "laddr": f"127.0.0.1:{redis_server}"}
     assert ours[1] == theirs[1]
-    assert ours[1][-4:] == [(15, 1, ["admin", "b", "c"]), (16, 1, ["admin", "c"]),
-                            (17, "OK", ["admin"]), (18, 1, [])]
+    assert ours[1][-4:] == [(16, 1, ["admin", "b", "c"]), (17, 1, ["admin", "c"]),
+                            (18, "OK", ["admin"]), (19, 1, [])]
 
 
 def test_command_list_filters_as_redis_server_does(strata, redis_server):

@@ -265,7 +265,7 @@ fn client_kill(ctx: &mut Ctx<'_>, filters: &[Bytes]) -> Reply {
     let mut laddr = None;
     let mut skip_me = true;
     match filters {
-        [] => return syntax_error(),
+        [] => return wrong_args("client|kill"),
         [old] => {
             addr = Some(text(old));
             // The old form may close the caller.
