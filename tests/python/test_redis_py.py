@@ -406,6 +406,16 @@ def client_kill_steps(port):
     # The caller's own line shows the command that asks.
     seen["own cmd"] = next(x for x in admin.client_list() if x["id"] == str(ids["admin"]))["cmd"]
     seen["info cmd"] = admin.client_info()["cmd"]
+    # A script's SELECT lasts for the script; a name HELLO set before a bad option stays.
+    admin.eval("redis.call('select', '5') return 1", 0)
+    seen["db after a script"] = str(admin.client_info()["db"])
+    for hello in [("SETNAME", "h", "NOSUCH"), ("SETNAME", "a b")]:
+        try:
+            c.execute_command("HELLO", "2", *hello)
+        except redis.ResponseError as e:
+            seen[f"HELLO {' '.join(hello)}"] = str(e)
+    seen["c's name after HELLO"] = next(
+        x for x in admin.client_list() if x["id"] == str(ids["c"]))["name"]
     addr = {n: x["addr"] for x in admin.client_list() for n, i in ids.items() if x["id"] == str(i)}
 
     def open_ids():
@@ -453,7 +463,12 @@ def test_client_kill_applies_every_filter_as_redis_server_does(strata, redis_ser
     line its running command (it showed the one before)."""
     ours, theirs = client_kill_steps(strata.port), client_kill_steps(redis_server)
     assert ours[0] == {"db": "3", "user": "default", "laddr": f"127.0.0.1:{strata.port}",
-                       "c's name": "c", "own cmd": "client|list", "info cmd": "client|info"}
+                       "c's name": "c", "own cmd": "client|list", "info cmd": "client|info",
+                       "db after a script": "0",
+                       "HELLO SETNAME h NOSUCH": "Syntax error in HELLO option 'NOSUCH'",
+                       "HELLO SETNAME a b":
+                           "Client names cannot contain spaces, newlines or special characters.",
+                       "c's name after HELLO": "h"}
     assert theirs[0] == {**ours[0], "laddr": f"127.0.0.1:{redis_server}"}
     assert ours[1] == theirs[1]
     assert ours[1][-4:] == [(16, 1, ["admin", "b", "c"]), (17, 1, ["admin", "c"]),

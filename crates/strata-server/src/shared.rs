@@ -43,7 +43,7 @@ strata_engine::define_stats! {
 pub(crate) struct ClientEntry {
     pub(crate) peer: Peer,
     /// The connection's name, user, database and protocol, as its session last published
-    /// them (`Conn::publish`).
+    /// them (`cmd::connection::publish`).
     pub(crate) name: String,
     pub(crate) user: String,
     pub(crate) db: u8,

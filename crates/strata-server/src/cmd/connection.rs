@@ -128,6 +128,25 @@ fn check_auth(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &Bytes) -> Reply {
 }
 
 fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let reply = hello_options(ctx, a);
+    // A name set before a later option failed stays, as in Redis.
+    publish(ctx);
+    reply
+}
+
+/// Names the connection (`CLIENT SETNAME`, `HELLO ... SETNAME`), if `name` has no space,
+/// newline or other special character.
+fn set_name(ctx: &mut Ctx<'_>, name: &[u8]) -> Result<(), Reply> {
+    if name.iter().any(|&b| b <= b' ' || b > b'~') {
+        return Err(Reply::err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    ctx.conn.name = String::from_utf8_lossy(name).into_owned();
+    Ok(())
+}
+
+fn hello_options(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let mut proto = ctx.conn.proto;
     let mut i = 1;
     if a.len() > 1 {
@@ -149,7 +168,9 @@ fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                 i += 3;
             }
             "setname" if i + 1 < a.len() => {
-                ctx.conn.name = String::from_utf8_lossy(&a[i + 1]).into_owned();
+                if let Err(r) = set_name(ctx, &a[i + 1]) {
+                    return r;
+                }
                 i += 2;
             }
             _ => {
@@ -164,7 +185,6 @@ fn hello_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
     }
     ctx.conn.proto = proto;
-    publish(ctx);
     let s = |k: &str, v: &str| (Reply::bulk(k.to_string()), Reply::bulk(v.to_string()));
     Reply::Map(vec![
         s("server", "redis"),
@@ -334,7 +354,7 @@ fn client_kill(ctx: &mut Ctx<'_>, filters: &[Bytes]) -> Reply {
 
 /// Copies what `CLIENT LIST` shows of this connection (name, user, database, protocol)
 /// to its entry, after a command changed one of them.
-fn publish(ctx: &Ctx<'_>) {
+pub(crate) fn publish(ctx: &Ctx<'_>) {
     if let Some(c) = ctx.shared.clients.lock().get_mut(&ctx.conn.id) {
         c.name.clone_from(&ctx.conn.name);
         c.user = ctx
@@ -350,16 +370,13 @@ fn publish(ctx: &Ctx<'_>) {
 fn client_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let sub = lower(&a[1]);
     match sub.as_str() {
-        "setname" if a.len() == 3 => {
-            if a[2].iter().any(|&b| b <= b' ' || b > b'~') {
-                return Reply::err(
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                );
+        "setname" if a.len() == 3 => match set_name(ctx, &a[2]) {
+            Ok(()) => {
+                publish(ctx);
+                Reply::ok()
             }
-            ctx.conn.name = String::from_utf8_lossy(&a[2]).into_owned();
-            publish(ctx);
-            Reply::ok()
-        }
+            Err(r) => r,
+        },
         "getname" if a.len() == 2 => {
             if ctx.conn.name.is_empty() {
                 Reply::Null

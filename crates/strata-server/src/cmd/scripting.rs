@@ -120,7 +120,10 @@ async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], target: Target, read_only: bool) ->
             functions.call(&name, &keys, &argv, &mut call, busy_after)
         }
     })();
-    ctx.conn.db = db;
+    if ctx.conn.db != db {
+        ctx.conn.db = db;
+        super::connection::publish(ctx);
+    }
     reply
 }
 

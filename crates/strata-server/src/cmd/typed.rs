@@ -1215,8 +1215,34 @@ where
     // leaves a permit, so it is not missed.
     let stored = |ctx: &Ctx<'_>| keys.iter().map(|k| ctx.key(k)).collect();
     let mut place = shared.blocked.join(stored(ctx));
-    // Clients queued before this one and woken for its keys try first.
-    shared.blocked.turn(&place).await;
+    let until_deadline = || async move {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    // How the wait ends when no change woke it.
+    let ended = |unblock: &crate::blocked::Unblock, on_timeout: Reply| {
+        if unblock.as_error.load(Relaxed) {
+            Reply::err("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+        } else {
+            on_timeout
+        }
+    };
+    // Clients queued before this one and woken for its keys try first. Meanwhile the
+    // client is blocked: the wait ends as the one below does, but past the deadline the
+    // first try still comes (it may find what the client waits for).
+    unblock.waiting.store(true, Relaxed);
+    let ended_early = tokio::select! {
+        _ = shared.blocked.turn(&place) => false,
+        _ = until_deadline() => false,
+        _ = shutdown.changed() => true,
+        _ = unblock.notify.notified() => true,
+    };
+    unblock.waiting.store(false, Relaxed);
+    if ended_early {
+        return ended(&unblock, on_timeout);
+    }
     let mut first = true;
     loop {
         if place.stale() {
@@ -1251,16 +1277,10 @@ where
         }
         place.tried();
         first = false;
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
         unblock.waiting.store(true, Relaxed);
         let woken = tokio::select! {
             _ = place.wake.notified() => true,
-            _ = sleep => false,
+            _ = until_deadline() => false,
             _ = shutdown.changed() => false,
             // The client left (it is no longer in line; its reply goes nowhere), or
             // `CLIENT UNBLOCK`.
@@ -1268,10 +1288,7 @@ where
         };
         unblock.waiting.store(false, Relaxed);
         if !woken {
-            if unblock.as_error.load(Relaxed) {
-                return Reply::err("UNBLOCKED client unblocked via CLIENT UNBLOCK");
-            }
-            return on_timeout;
+            return ended(&unblock, on_timeout);
         }
     }
 }
