@@ -204,10 +204,10 @@ fn hello_options(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 fn client_list(ctx: &Ctx<'_>, filter: &[Bytes]) -> Reply {
     let only: Option<Vec<u64>> = match filter {
         [] => None,
-        [t, kind] if t.eq_ignore_ascii_case(b"type") => match lower(kind).as_str() {
-            "normal" => None,
-            "master" | "replica" | "slave" | "pubsub" => Some(Vec::new()),
-            other => return Reply::err(format!("ERR Unknown client type '{other}'")),
+        [t, kind] if t.eq_ignore_ascii_case(b"type") => match is_normal(kind) {
+            Ok(true) => None,
+            Ok(false) => Some(Vec::new()),
+            Err(r) => return r,
         },
         [t, ids @ ..] if t.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
             let mut only = Vec::with_capacity(ids.len());
@@ -235,6 +235,19 @@ fn client_list(ctx: &Ctx<'_>, filter: &[Bytes]) -> Reply {
         .filter_map(|&id| client_line(ctx, id, "client|list"))
         .collect();
     Reply::Verbatim(text)
+}
+
+/// Whether client type `kind` (`CLIENT LIST TYPE`, `CLIENT KILL TYPE`) is `normal`, the
+/// type of every Strata connection (it has no master, replica or pub/sub connections).
+fn is_normal(kind: &[u8]) -> Result<bool, Reply> {
+    match lower(kind).as_str() {
+        "normal" => Ok(true),
+        "master" | "replica" | "slave" | "pubsub" => Ok(false),
+        _ => Err(Reply::err(format!(
+            "ERR Unknown client type '{}'",
+            String::from_utf8_lossy(kind)
+        ))),
+    }
 }
 
 /// Connection `id`'s line of `CLIENT LIST`; its `cmd` is its last command, or `running`
@@ -272,9 +285,7 @@ fn client_kill(ctx: &mut Ctx<'_>, filters: &[Bytes]) -> Reply {
     // Closing other users' connections is the administrator's, as in Redis.
     if let Some((user, role)) = &ctx.conn.user {
         if *role != Role::Admin {
-            return Reply::err(format!(
-                "NOPERM User {user} has no permissions to run the 'client|kill' command"
-            ));
+            return super::no_permission(user, "client|kill");
         }
     }
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
@@ -301,13 +312,9 @@ fn client_kill(ctx: &mut Ctx<'_>, filters: &[Bytes]) -> Reply {
                         Some(n) if n > 0 => id = Some(n as u64),
                         _ => return Reply::err("ERR client-id should be greater than 0"),
                     },
-                    "type" => match lower(value).as_str() {
-                        "normal" => only_normal = true,
-                        // Strata has no connections of the other types.
-                        "master" | "replica" | "slave" | "pubsub" => only_normal = false,
-                        _ => {
-                            return Reply::err(format!("ERR Unknown client type '{}'", text(value)))
-                        }
+                    "type" => match is_normal(value) {
+                        Ok(normal) => only_normal = normal,
+                        Err(r) => return r,
                     },
                     "user" => {
                         let name = text(value);

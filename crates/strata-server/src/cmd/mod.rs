@@ -746,6 +746,14 @@ pub(crate) fn wrong_args(name: &str) -> Reply {
     ))
 }
 
+/// The refusal of `command` (`client|kill` for a subcommand) to `user`, whose role does
+/// not allow it.
+pub(crate) fn no_permission(user: &str, command: &str) -> Reply {
+    Reply::err(format!(
+        "NOPERM User {user} has no permissions to run the '{command}' command"
+    ))
+}
+
 pub(crate) fn syntax_error() -> Reply {
     Reply::err("ERR syntax error")
 }
@@ -883,10 +891,7 @@ fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
             if conn.multi.is_some() {
                 conn.multi_failed = true;
             }
-            Some(Reply::err(format!(
-                "NOPERM User {user} has no permissions to run the '{}' command",
-                spec.name
-            )))
+            Some(no_permission(user, spec.name))
         }
         _ => None,
     }

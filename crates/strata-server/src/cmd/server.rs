@@ -244,8 +244,8 @@ fn categories(s: &super::Spec, container: bool) -> impl Iterator<Item = &'static
 fn command_list(filter: &[Bytes]) -> Reply {
     // Each name with its command, and whether it is a container.
     let names = COMMANDS.iter().flat_map(|s| {
-        let subs = super::docs::subcommands(s.name);
-        let container = super::docs::subcommands(s.name).next().is_some();
+        let mut subs = super::docs::subcommands(s.name).peekable();
+        let container = subs.peek().is_some();
         std::iter::once((s, container, s.name.to_string()))
             .chain(subs.map(move |(sub, ..)| (s, false, format!("{}|{sub}", s.name))))
     });
@@ -514,9 +514,12 @@ mod tests {
         COMMANDS.iter().find(|s| s.name == name).expect("a command")
     }
 
+    fn words(ws: &[&str]) -> Vec<Bytes> {
+        ws.iter().map(|w| Bytes::from(w.to_string())).collect()
+    }
+
     fn listed(filter: &[&str]) -> Vec<String> {
-        let args: Vec<Bytes> = filter.iter().map(|w| Bytes::from(w.to_string())).collect();
-        match command_list(&args) {
+        match command_list(&words(filter)) {
             Reply::Array(names) => names
                 .into_iter()
                 .map(|n| match n {
@@ -561,8 +564,9 @@ mod tests {
             &["FILTERBY", "PATTERN"],
             &["x"],
         ] {
-            let args: Vec<Bytes> = bad.iter().map(|w| Bytes::from(w.to_string())).collect();
-            assert!(matches!(command_list(&args), Reply::Error(e) if e == "ERR syntax error"));
+            assert!(
+                matches!(command_list(&words(bad)), Reply::Error(e) if e == "ERR syntax error")
+            );
         }
     }
 }
