@@ -377,6 +377,14 @@ def test_lists_as_queues_with_blocking_pops_and_timeouts(strata):
         r.blpop(["q"], timeout=-1)
 
 
+def wait_for_blocked(r, n):
+    """Waits until `n` clients of the server `r` talks to are blocked."""
+    deadline = time.time() + 10
+    while (now := r.info("clients")["blocked_clients"]) != n:
+        assert time.time() < deadline, f"blocked_clients stayed {now}, not {n}"
+        time.sleep(0.02)
+
+
 def test_blocked_pops_are_served_in_the_order_they_blocked(strata):
     """As Redis: clients blocked on one key are served first come, first served, each
     push to the longest waiter; a client that hangs up while blocked leaves the line and
@@ -389,10 +397,7 @@ def test_blocked_pops_are_served_in_the_order_they_blocked(strata):
         return r.info("clients")["blocked_clients"]
 
     def wait_blocked(n):
-        deadline = time.time() + 10
-        while blocked_count() != n:
-            assert time.time() < deadline, f"blocked_clients stayed {blocked_count()}, not {n}"
-            time.sleep(0.02)
+        wait_for_blocked(r, n)
 
     # A raw client blocks, then hangs up: it must not take the next element.
     gone = socket.create_connection(("127.0.0.1", strata.port))
@@ -418,6 +423,69 @@ def test_blocked_pops_are_served_in_the_order_they_blocked(strata):
     assert r.lpush("other", "d") == 1
     threads[3].join(10)
     assert got[3] == ("other", "d") and r.exists("line", "other") == 0
+
+
+def blocked_clients_served_before_the_next_command(port):
+    """What clients see when commands on a key follow a push that feeds clients blocked on
+    it (the same steps against Strata and redis-server)."""
+    import threading
+    r = redis.Redis(port=port, decode_responses=True)
+    seen = []
+
+    def block(keys, into):
+        def waiter():
+            # A client not served times out (nil), so the steps after it still run.
+            into.append(redis.Redis(port=port, decode_responses=True).blpop(keys, timeout=5))
+        t = threading.Thread(target=waiter)
+        t.start()
+        return t
+
+    # A pop pipelined right after the push finds nothing: the blocked client was served
+    # first. Ten rounds: before, the pop won most of them.
+    for i in range(10):
+        got = []
+        t = block(["feed"], got)
+        wait_for_blocked(r, 1)
+        p = r.pipeline(transaction=False)
+        p.rpush("feed", f"e{i}").lpop("feed").llen("feed")
+        seen.append(p.execute())
+        t.join(10)
+        seen.append(got)
+    # One push of two feeds two blocked clients, in the order they blocked, before a pop.
+    got = []
+    first = block(["feed"], got)
+    wait_for_blocked(r, 1)
+    second = block(["other", "feed"], got)
+    wait_for_blocked(r, 2)
+    p = r.pipeline(transaction=False)
+    p.rpush("feed", "a", "b").lpop("feed").exists("feed")
+    seen.append(p.execute())
+    first.join(10)
+    second.join(10)
+    seen.append(got)
+    # Inside a transaction the pop comes first: clients are served after EXEC.
+    got = []
+    t = block(["feed"], got)
+    wait_for_blocked(r, 1)
+    p = r.pipeline(transaction=True)
+    p.rpush("feed", "x").lpop("feed")
+    seen.append(p.execute())
+    seen.append(r.info("clients")["blocked_clients"])
+    seen.append(r.rpush("feed", "y"))
+    t.join(10)
+    seen.append(got)
+    return seen
+
+
+def test_a_push_serves_blocked_clients_before_the_next_command_as_redis_server_does(
+    strata, redis_server
+):
+    """Redis serves the clients a push unblocks before it runs another command, so a pop
+    (from the pusher or anyone) cannot take what a blocked client was given."""
+    ours = blocked_clients_served_before_the_next_command(strata.port)
+    theirs = blocked_clients_served_before_the_next_command(redis_server)
+    assert ours[:2] == [[1, None, 0], [("feed", "e0")]]
+    assert ours == theirs
 
 
 def test_swapdb_trades_databases_and_wakes_a_client_blocked_in_one(strata):

@@ -8,7 +8,9 @@
 //! it replies, until the woken have tried ([`Blocked::settled`]), for at most
 //! [`SETTLE_WAIT_MAX`]: what a client does after its push's reply sees the pops done. A
 //! client that blocks meanwhile on one of their keys makes its first try after theirs
-//! ([`Blocked::turn`]), as in Redis it would come after them.
+//! ([`Blocked::turn`]), as in Redis it would come after them, and any other command on
+//! one of their keys, from any client, runs after their tries ([`Blocked::served`]): a
+//! pop cannot take what a push gave a blocked client.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -158,15 +160,29 @@ impl Blocked {
     /// yet to finish its try (at once when none is woken: one atomic load), or after
     /// [`SETTLE_WAIT_MAX`]: the first try of a client that blocks comes after theirs.
     pub(crate) async fn turn(&self, place: &Place<'_>) {
-        self.until_tried(|| !self.woken_before(place)).await;
+        self.until_tried(|| !self.woken_on(&place.keys, place.ticket))
+            .await;
     }
 
-    /// Whether a client queued before `place` on one of its keys is woken or trying.
-    fn woken_before(&self, place: &Place<'_>) -> bool {
+    /// Whether some client is woken and has yet to finish its try (one atomic load).
+    pub(crate) fn any_woken(&self) -> bool {
+        self.unsettled.load(Ordering::Acquire) != 0
+    }
+
+    /// Returns when no client queued on one of `keys` is woken and has yet to finish its
+    /// try, or after [`SETTLE_WAIT_MAX`]: a command on a key that fed a blocked client
+    /// runs after the client took what it was fed, as in Redis, where the blocked are
+    /// served before the next command runs.
+    pub(crate) async fn served(&self, keys: &[Key]) {
+        self.until_tried(|| !self.woken_on(keys, u64::MAX)).await;
+    }
+
+    /// Whether a client queued on one of `keys` before ticket `before` is woken or trying.
+    pub(crate) fn woken_on(&self, keys: &[Key], before: u64) -> bool {
         let g = self.inner.lock();
-        place.keys.iter().any(|k| {
+        keys.iter().any(|k| {
             g.by_key.get(k).is_some_and(|q| {
-                q.range(..place.ticket)
+                q.range(..before)
                     .any(|t| g.waiters.get(t).is_some_and(|w| w.woken || w.trying_woken))
             })
         })
@@ -362,5 +378,30 @@ mod tests {
         second.trying();
         second.tried();
         assert!(Box::pin(b.turn(&third)).now_or_never().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_command_on_a_key_runs_after_the_clients_woken_on_it_tried() {
+        let b = Blocked::default();
+        let mut waiter = b.join(vec![key("a")]);
+        assert!(!b.any_woken());
+        assert!(b.served(&[key("a")]).now_or_never().is_some());
+        b.wake(&key("a"));
+        assert!(b.any_woken() && b.woken_on(&[key("a")], u64::MAX));
+        assert!(
+            b.served(&[key("b")]).now_or_never().is_some(),
+            "no one woken on b"
+        );
+        let keys = [key("b"), key("a")];
+        let mut served = Box::pin(b.served(&keys));
+        assert!(served.as_mut().now_or_never().is_none());
+        waiter.trying();
+        assert!(
+            served.as_mut().now_or_never().is_none(),
+            "the waiter is still trying"
+        );
+        waiter.tried();
+        assert!(served.as_mut().now_or_never().is_some());
+        assert!(!b.any_woken());
     }
 }

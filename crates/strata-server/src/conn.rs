@@ -399,6 +399,27 @@ async fn beside_busy_script(
     busy
 }
 
+/// Waits, without the gate, until the clients blocked on the keys of `requests` that a
+/// change woke have tried ([`crate::blocked::Blocked::served`]); at once when none was
+/// woken on them.
+async fn after_woken<G>(
+    shared: &Shared,
+    conn: &mut Conn,
+    requests: &[&[Bytes]],
+    read_guard: &mut Option<G>,
+) {
+    let keys: Vec<_> = requests
+        .iter()
+        .flat_map(|a| crate::cmd::stored_keys(shared, conn, crate::cmd::lookup_request(a), a))
+        .collect();
+    if shared.blocked.woken_on(&keys, u64::MAX) {
+        // A woken client's try takes the gate: never wait for it holding the gate.
+        *read_guard = None;
+        conn.lap = None;
+        shared.blocked.served(&keys).await;
+    }
+}
+
 /// The connection's halves and buffers, as [`run_batch`] needs them.
 struct Io<'a, S> {
     rd: &'a mut ReadHalf<S>,
@@ -454,6 +475,9 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
                 bytes += bytes_of(a);
                 run.push(a);
             }
+            if shared.blocked.any_woken() {
+                after_woken(shared, conn, &run, &mut read_guard).await;
+            }
             if read_guard.is_none() {
                 match gate_read(shared).await {
                     Ok(g) => read_guard = Some(g),
@@ -476,7 +500,12 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
             }
         } else {
             let idx = crate::cmd::lookup_request(args);
-            if crate::cmd::is_blocking(idx, conn) {
+            let blocking = crate::cmd::is_blocking(idx, conn);
+            // (A blocking command waits for its turn once it is blocked.)
+            if !blocking && shared.blocked.any_woken() {
+                after_woken(shared, conn, &[args], &mut read_guard).await;
+            }
+            if blocking {
                 // A blocking command may wait for another client: the replies before it leave
                 // now, and it runs without the gate (it takes it for each attempt).
                 read_guard = None;

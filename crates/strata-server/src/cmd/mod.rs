@@ -223,6 +223,31 @@ pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> 
         .collect())
 }
 
+/// The stored keys a request names (for `EXEC`, those of the commands it queued): what it
+/// waits on when a change woke clients blocked on them ([`crate::blocked::Blocked::served`]).
+pub(crate) fn stored_keys(
+    shared: &Shared,
+    conn: &Conn,
+    idx: Option<usize>,
+    a: &[Bytes],
+) -> Vec<Key> {
+    let Some(spec) = idx.map(|i| &COMMANDS[i]) else {
+        return Vec::new();
+    };
+    if spec.name == "exec" {
+        let queued = conn.multi.iter().flatten();
+        return queued
+            .flat_map(|q| stored_keys(shared, conn, q.first().and_then(|n| lookup(n)), q))
+            .collect();
+    }
+    let positions = key_positions(spec, a).unwrap_or_default();
+    positions
+        .into_iter()
+        .filter_map(|i| a.get(i))
+        .map(|k| shared.engine.key(conn.db, k))
+        .collect()
+}
+
 /// A table entry: name, arity, flags, first key, last key, step, handler (`module::fn`, an
 /// async fn of `(&mut Ctx, &[Bytes]) -> Reply`; the module adds [`module_flags`]).
 macro_rules! c {
