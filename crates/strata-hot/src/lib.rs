@@ -506,11 +506,10 @@ impl HotCache {
     /// write counts as an access, and its bytes count as dirty if they did not yet.
     fn dirtied(&self, sh: &mut Shard, slot: usize, hash: u64, tag: u8, logged: bool) {
         sh.touch(slot);
-        let e = sh.entry_mut(slot);
-        e.tag = tag;
-        if !std::mem::replace(&mut e.dirty, true) {
+        sh.entry_mut(slot).tag = tag;
+        if !sh.set_dirty(slot, true) {
             self.dirty
-                .fetch_add(data_charge(&e.data), Ordering::Relaxed);
+                .fetch_add(data_charge(&sh.entry(slot).data), Ordering::Relaxed);
         }
         self.note_logged(sh, slot, hash, logged);
     }
@@ -731,15 +730,21 @@ impl HotCache {
     /// evicted. Returns whether it was marked unlogged (the mark goes too).
     pub fn mark_clean(&self, key: &[u8]) -> bool {
         let unlogged = self.with_entry(key, |sh, slot| {
-            let e = sh.entry_mut(slot);
-            if std::mem::take(&mut e.dirty) {
+            if sh.set_dirty(slot, false) {
                 self.dirty
-                    .fetch_sub(data_charge(&e.data), Ordering::Relaxed);
+                    .fetch_sub(data_charge(&sh.entry(slot).data), Ordering::Relaxed);
             }
-            std::mem::take(&mut e.unlogged)
+            let unlogged = std::mem::take(&mut sh.entry_mut(slot).unlogged);
+            // Dirty entries held the cache over its budget: this one, cold enough to be
+            // written back, gives way now (a search for a victim among entries mostly
+            // dirty would look at all of them, once per entry written back).
+            if self.used.load(Ordering::Relaxed) > self.bytes_max() {
+                self.remove_slot(sh, slot);
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+                self.publish(sh);
+            }
+            unlogged
         });
-        // Dirty entries may have held the cache over its budget: it can give way now.
-        self.trim();
         unlogged == Some(true)
     }
 
@@ -1381,6 +1386,48 @@ mod tests {
             true
         });
         assert_eq!((n, c.unlogged.load(Ordering::Relaxed)), (0, 0));
+    }
+
+    #[test]
+    fn dirty_entries_above_a_lowered_budget_give_way_as_they_are_written_back() {
+        for policy in POLICIES {
+            let each = ENTRY_OVERHEAD_BYTES + 5 + 1;
+            let c = HotCache::new(1000 * each, 4, policy);
+            let counted = |c: &HotCache| {
+                c.shards.iter().all(|sh| {
+                    let sh = sh.lock();
+                    sh.dirty_entries() == sh.entries().filter(|e| e.dirty).count()
+                })
+            };
+            for i in 0..900u32 {
+                assert!(c.insert_dirty(format!("d{i:04}").as_bytes(), b"v", 0, 2, true));
+            }
+            for i in 0..50u32 {
+                c.insert(format!("c{i:04}").as_bytes(), Bytes::from_static(b"v"), 0);
+            }
+            // The budget falls below what the dirty entries hold: the clean ones go, the
+            // dirty ones stay, and a search for a victim finds none.
+            c.set_bytes_max(100 * each);
+            assert_eq!(c.stats().entries, 900, "{policy:?}");
+            assert!(c.shards.iter().all(|sh| sh.lock().victim().is_none()));
+            assert!(counted(&c));
+            // Each entry written back gives way at once while the cache is over budget.
+            let evicted = c.stats().evictions;
+            for i in 0..700u32 {
+                c.mark_clean(format!("d{i:04}").as_bytes());
+                assert_eq!(c.stats().entries, 900 - u64::from(i) - 1);
+            }
+            assert_eq!(c.stats().evictions, evicted + 700);
+            assert!(counted(&c));
+            // Under the budget again, the next ones stay as copies.
+            for i in 700..900u32 {
+                c.mark_clean(format!("d{i:04}").as_bytes());
+            }
+            assert!(c.stats().bytes <= c.stats().bytes_max);
+            assert!(c.stats().entries >= 90);
+            assert_eq!(c.dirty_bytes(), 0);
+            assert!(counted(&c));
+        }
     }
 
     #[test]

@@ -13,6 +13,10 @@ use crate::PolicyKind;
 
 /// Entries looked at to choose one victim.
 pub(crate) const SAMPLES: usize = 10;
+/// Victims a look at every entry (when a sample found no clean one) sets aside for the
+/// next evictions, so that clean entries among mostly dirty ones cost one look at the
+/// shard per this many evictions, not one each.
+const SPARE_VICTIMS_MAX: usize = 256;
 /// Priorities are rebased when the shard's clock passes this (so they never wrap).
 const CLOCK_REBASE_AT: u32 = 1 << 31;
 /// Under `Strata`, frequencies above this count the same.
@@ -53,6 +57,13 @@ pub(crate) struct Shard {
     /// Hashes of entries marked unlogged since the last drain (some may since be logged,
     /// clean or gone: a drain checks the mark).
     pub(crate) unlogged: Vec<u64>,
+    /// How many entries are dirty: with all of them, there is nothing to evict, and
+    /// [`Shard::victim`] says so without looking.
+    dirty_entries: usize,
+    /// Slots of clean entries of the lowest priorities the last look at every entry found,
+    /// the lowest last (a slot may since hold another entry, or a dirty one: checked when
+    /// taken).
+    spare_victims: Vec<usize>,
 }
 
 impl Shard {
@@ -65,6 +76,8 @@ impl Shard {
             clock: 0,
             rng: 0x9E37_79B9_7F4A_7C15 ^ index as u64,
             unlogged: Vec::new(),
+            dirty_entries: 0,
+            spare_victims: Vec::new(),
         }
     }
 
@@ -130,12 +143,31 @@ impl Shard {
         dirty: bool,
     ) -> (Data, bool) {
         self.touch(slot);
+        let was_dirty = self.set_dirty(slot, dirty);
         let e = self.entry_mut(slot);
         e.tag = tag;
         e.unlogged &= dirty;
-        let was_dirty = std::mem::replace(&mut e.dirty, dirty);
         let old = std::mem::replace(&mut e.data, data);
         (old, was_dirty)
+    }
+
+    /// How many entries are dirty.
+    #[cfg(test)]
+    pub(crate) fn dirty_entries(&self) -> usize {
+        self.dirty_entries
+    }
+
+    /// Marks `slot` dirty or clean; returns whether it was dirty.
+    pub(crate) fn set_dirty(&mut self, slot: usize, dirty: bool) -> bool {
+        let was = std::mem::replace(&mut self.entry_mut(slot).dirty, dirty);
+        if was != dirty {
+            if dirty {
+                self.dirty_entries += 1;
+            } else {
+                self.dirty_entries -= 1;
+            }
+        }
+        was
     }
 
     /// Adds an entry for a key the shard does not hold, as its first access; returns its
@@ -149,6 +181,7 @@ impl Shard {
         hasher: &ahash::RandomState,
     ) -> usize {
         let (prio, frequency) = self.touched(0);
+        self.dirty_entries += usize::from(dirty);
         let e = Entry {
             data,
             prio,
@@ -173,11 +206,13 @@ impl Shard {
             Ok(e) => e.remove().0,
             Err(_) => panic!("a live slot"),
         };
+        self.dirty_entries -= usize::from(gone.dirty);
         // Give back what a shard that held far more than it does now no longer needs.
         if self.table.capacity() > 64 && self.table.len() < self.table.capacity() / 4 {
             let len = self.table.len();
             self.table
                 .shrink_to(len * 2, |e| hasher.hash_one(e.data.key()));
+            self.spare_victims.clear();
         }
         gone
     }
@@ -198,6 +233,9 @@ impl Shard {
             if !e.dirty && best.is_none_or(|(p, _)| e.prio < p) {
                 *best = Some((e.prio, slot));
             }
+        }
+        if self.dirty_entries == self.table.len() {
+            return None;
         }
         let mut best = None;
         if self.table.len() > 2 * SAMPLES {
@@ -220,13 +258,30 @@ impl Shard {
                 }
             }
         }
+        while best.is_none() {
+            let Some(slot) = self.spare_victims.pop() else {
+                break;
+            };
+            if let Some(e) = self.table.get_bucket(slot) {
+                consider(&mut best, slot, e);
+            }
+        }
         if best.is_none() {
-            // A small shard, or a sample of dirty entries only: look at every entry.
+            // A small shard, or a sample of dirty entries only: look at every entry, and
+            // keep the next victims.
+            let mut lowest = std::collections::BinaryHeap::new();
             for b in 0..self.table.num_buckets() {
-                if let Some(e) = self.table.get_bucket(b) {
-                    consider(&mut best, b, e);
+                if let Some(e) = self.table.get_bucket(b).filter(|e| !e.dirty) {
+                    lowest.push((e.prio, b));
+                    if lowest.len() > SPARE_VICTIMS_MAX + 1 {
+                        lowest.pop();
+                    }
                 }
             }
+            let mut spare = lowest.into_sorted_vec();
+            spare.reverse();
+            best = spare.pop();
+            self.spare_victims = spare.into_iter().map(|(_, slot)| slot).collect();
         }
         let (prio, slot) = best?;
         if self.policy == PolicyKind::Strata {
@@ -257,8 +312,10 @@ impl Shard {
         hasher: &ahash::RandomState,
     ) -> Vec<Entry> {
         let gone: Vec<Entry> = self.table.extract_if(|e| drop(e)).collect();
+        self.dirty_entries -= gone.iter().filter(|e| e.dirty).count();
         let len = self.table.len();
         self.table.shrink_to(len, |e| hasher.hash_one(e.data.key()));
+        self.spare_victims.clear();
         gone
     }
 }
@@ -331,5 +388,35 @@ mod tests {
         assert!(s.clock < CLOCK_REBASE_AT);
         assert_eq!(s.victim(), Some(slot(&s, 0)));
         assert!(s.entry(slot(&s, 2)).prio < s.entry(slot(&s, 1)).prio);
+    }
+
+    #[test]
+    fn clean_entries_among_dirty_ones_are_all_evicted_and_then_none() {
+        let h = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        let mut s = Shard::new(0, PolicyKind::Lru);
+        let key = |i: u32| format!("key{i}").into_bytes();
+        // 5,000 entries, one in a hundred clean: a sample of 20 finds none most times.
+        for i in 0..5000 {
+            let data = Data::new(&key(i), Bytes::new(), 0);
+            s.insert(h.hash_one(key(i)), data, 0, i % 100 != 0, &h);
+        }
+        assert_eq!(s.dirty_entries(), 4950);
+        let mut evicted = Vec::new();
+        while let Some(slot) = s.victim() {
+            assert!(!s.entry(slot).dirty);
+            evicted.push(s.remove(slot, &h).data.key().to_vec());
+        }
+        // Every clean entry (in about the order they came: a sample that finds one takes
+        // the best it saw), and the dirty ones stay.
+        let mut clean: Vec<Vec<u8>> = (0..5000).step_by(100).map(key).collect();
+        clean.sort();
+        evicted.sort();
+        assert_eq!(evicted, clean);
+        assert_eq!((s.len(), s.dirty_entries()), (4950, 4950));
+        // One written back becomes the next victim.
+        let slot = s.find(h.hash_one(key(7)), &key(7)).unwrap();
+        assert!(s.set_dirty(slot, false));
+        assert_eq!(s.victim(), Some(slot));
+        assert_eq!(s.dirty_entries(), 4949);
     }
 }
