@@ -3,6 +3,9 @@
 import threading
 import time
 
+import pytest
+import redis
+
 from conftest import StrataProcess
 
 MIB = 1 << 20
@@ -16,6 +19,41 @@ def rss_anon(pid: int) -> int:
     raise RuntimeError("no RssAnon")
 
 
+class RssSampler:
+    """Reads a process's RssAnon every 50 ms on a thread of its own, from `start` until
+    `stop` (which returns the samples)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.samples, self.done, self.thread = pid, [], threading.Event(), None
+
+    def start(self):
+        def sample():
+            while not self.done.is_set():
+                self.samples.append(rss_anon(self.pid))
+                time.sleep(0.05)
+
+        self.thread = threading.Thread(target=sample)
+        self.thread.start()
+
+    def stop(self):
+        self.done.set()
+        if self.thread:
+            self.thread.join()
+        return self.samples
+
+
+VALUE = bytes(range(256)) * 4
+
+
+def write_values(c, first: int, count: int):
+    """SETs keys m<first>.. of 1 KiB values, 500 to a pipeline."""
+    for b in range(first, first + count, 500):
+        pipe = c.pipeline(transaction=False)
+        for i in range(b, b + 500):
+            pipe.set(f"m{i:07}", VALUE)
+        assert all(pipe.execute())
+
+
 def test_maxmemory_holds_the_process_within_ten_percent_under_a_write_heavy_load(tmp_path):
     """128 MiB for the whole process while 256 MiB of 1 KiB values arrive in pipelines:
     RocksDB's memtables and block cache get fixed shares, DRAM's budget moves to keep the
@@ -27,28 +65,14 @@ def test_maxmemory_holds_the_process_within_ten_percent_under_a_write_heavy_load
         {"maxmemory": "128MiB", "durability": "none", "disk_free_min_bytes": 0},
         data_dir=str(tmp_path),
     )
-    samples = []
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            samples.append(rss_anon(p.proc.pid))
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample)
+    sampler = RssSampler(p.proc.pid)
     sampler.start()
     try:
         c = p.client(socket_timeout=120)
-        value = bytes(range(256)) * 4
         keys = 256 * 1024
-        for b in range(0, keys, 500):
-            pipe = c.pipeline(transaction=False)
-            for i in range(b, b + 500):
-                pipe.set(f"m{i:07}", value)
-            assert all(pipe.execute())
+        write_values(c, 0, keys)
         time.sleep(2)
-        done.set()
-        sampler.join()
+        samples = sampler.stop()
         peak = max(samples)
         print(f"RssAnon peak {peak / MIB:.1f} MiB, last {samples[-1] / MIB:.1f} MiB, limit 128 MiB")
         assert peak <= 1.1 * limit, f"RssAnon reached {peak / MIB:.1f} MiB"
@@ -61,10 +85,9 @@ def test_maxmemory_holds_the_process_within_ten_percent_under_a_write_heavy_load
         # RocksDB's share: memtables 16 MiB, block cache 8 MiB, and its table readers.
         assert st["warm_memory_bytes"] <= 32 * MIB, st
         for i in range(0, keys, 97):
-            assert c.get(f"m{i:07}") == value, i
+            assert c.get(f"m{i:07}") == VALUE, i
     finally:
-        done.set()
-        sampler.join()
+        sampler.stop()
         p.stop()
 
 
@@ -120,5 +143,60 @@ def test_members_fields_and_elements_do_not_keep_the_connections_read_buffers(tm
         assert c.zscore("z", "member:300") == 300
         assert c.lindex("l", 300) == b"element:300"
         assert (c.hlen("h"), c.scard("s"), c.zcard("z"), c.llen("l")) == (540,) * 4
+    finally:
+        p.stop()
+
+
+def test_config_set_maxmemory_moves_the_limit_while_the_server_runs(tmp_path):
+    """`CONFIG SET maxmemory` as a Redis operator uses it: a limit lowered while the server
+    runs holds the process within 10% of it as writes go on (DRAM's budget follows), every
+    key reads back, and lifting the limit (0) gives DRAM its budget back. A server started
+    with no limit takes one. Bad values get Redis's error shape."""
+    p = StrataProcess(
+        {"maxmemory": "384MiB", "durability": "none", "disk_free_min_bytes": 0},
+        data_dir=str(tmp_path),
+    )
+    sampler = RssSampler(p.proc.pid)
+    try:
+        c = p.client(socket_timeout=120)
+        start_budget = c.info("strata")["hot_bytes_max"]
+        write_values(c, 0, 48 * 1024)
+        limit = 256 * MIB
+        assert c.config_set("maxmemory", "256mb")
+        assert c.config_get("maxmemory") == {"maxmemory": str(limit)}
+        assert c.info("memory")["maxmemory"] == limit
+        sampler.start()
+        keys = 320 * 1024
+        write_values(c, 48 * 1024, keys - 48 * 1024)
+        time.sleep(2)
+        peak = max(sampler.stop())
+        print(f"RssAnon peak {peak / MIB:.1f} MiB under a limit of 256 MiB set at run time")
+        assert peak <= 1.1 * limit, f"RssAnon reached {peak / MIB:.1f} MiB"
+        assert c.info("strata")["hot_bytes_max"] < start_budget
+        for i in range(0, keys, 101):
+            assert c.get(f"m{i:07}") == VALUE, i
+        for bad, why in [("1mb", "at least 64 MiB"), ("lots", "must be a memory value")]:
+            with pytest.raises(redis.ResponseError, match=f"CONFIG SET failed.*maxmemory.*{why}"):
+                c.config_set("maxmemory", bad)
+        assert c.config_get("maxmemory") == {"maxmemory": str(limit)}
+        # Lifted: DRAM's budget is what it was at start again.
+        assert c.config_set("maxmemory", 0)
+        deadline = time.time() + 10
+        while c.info("strata")["hot_bytes_max"] != start_budget:
+            assert time.time() < deadline, "DRAM's budget did not come back"
+            time.sleep(0.1)
+    finally:
+        sampler.stop()
+        p.stop()
+    # Started with no limit: the budget is hot_bytes_max (1 GiB) until a limit comes.
+    p = StrataProcess({"durability": "none"})
+    try:
+        c = p.client()
+        assert c.info("strata")["hot_bytes_max"] == 1 << 30
+        assert c.config_set("maxmemory", "128mb")
+        deadline = time.time() + 10
+        while c.info("strata")["hot_bytes_max"] > 128 * MIB:
+            assert time.time() < deadline, "DRAM's budget did not follow the new limit"
+            time.sleep(0.1)
     finally:
         p.stop()

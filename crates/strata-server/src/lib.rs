@@ -113,7 +113,9 @@ pub struct ServerConfig {
     pub busy_reply_threshold_ms: u64,
     /// The most anonymous memory the process may hold (Redis's name; 0 = no limit). RocksDB's
     /// budgets are carved out of it at start, DRAM's budget is what remains and moves at
-    /// run time to keep the process within it (`memory.rs`).
+    /// run time to keep the process within it (`memory.rs`). `CONFIG SET` changes the limit
+    /// while the server runs; RocksDB's budgets stay, and DRAM's stays at most what it had
+    /// at start.
     #[serde(with = "strata_settings::size")]
     pub maxmemory: u64,
 }
@@ -167,14 +169,20 @@ impl ServerConfig {
         if self.databases == 0 || self.databases > DATABASES_MAX {
             return Err(format!("databases must be between 1 and {DATABASES_MAX}"));
         }
-        if self.maxmemory != 0 && self.maxmemory < MAXMEMORY_MIN {
-            return Err(format!(
-                "maxmemory must be 0 (no limit) or at least {} MiB",
-                MAXMEMORY_MIN >> 20
-            ));
-        }
+        check_maxmemory(self.maxmemory)?;
         Ok(())
     }
+}
+
+/// Checks a `maxmemory` (at start, or from `CONFIG SET`).
+pub(crate) fn check_maxmemory(bytes: u64) -> Result<(), String> {
+    if bytes != 0 && bytes < MAXMEMORY_MIN {
+        return Err(format!(
+            "maxmemory must be 0 (no limit) or at least {} MiB",
+            MAXMEMORY_MIN >> 20
+        ));
+    }
+    Ok(())
 }
 
 /// The server: cheap to clone, all clones share one state.
@@ -274,10 +282,7 @@ impl Server {
         if let Some(c) = &self.shared.cluster {
             tokio::spawn(mover::run(Arc::clone(&self.shared), c.clone()));
         }
-        let maxmemory = self.shared.cfg.read().maxmemory;
-        if maxmemory > 0 {
-            tokio::spawn(memory::govern(Arc::clone(&self.shared), maxmemory));
-        }
+        tokio::spawn(memory::govern(Arc::clone(&self.shared)));
         let (tls_listener, acceptor) = match tls {
             Some((l, cfg)) => (Some(l), Some(tokio_rustls::TlsAcceptor::from(cfg))),
             None => (None, None),

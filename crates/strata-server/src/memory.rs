@@ -98,9 +98,11 @@ pub(crate) fn next_budget(budget: u64, rss: u64, limit: u64, cap: u64) -> u64 {
     budget
 }
 
-/// Runs until shutdown, keeping the process within `limit` bytes.
-pub(crate) async fn govern(shared: Arc<Shared>, limit: u64) {
-    let cap = shared.engine.settings().hot.hot_bytes_max;
+/// Runs until shutdown, keeping the process within `maxmemory` as it stands (`CONFIG SET`
+/// changes it at run time): DRAM's budget is at most `hot_bytes_max` as the server
+/// started, and back at it while there is no limit.
+pub(crate) async fn govern(shared: Arc<Shared>) {
+    let start_cap = shared.engine.settings().hot.hot_bytes_max;
     let mut stop = shared.shutdown.subscribe();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,9 +111,12 @@ pub(crate) async fn govern(shared: Arc<Shared>, limit: u64) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        let rss = rss_anon_bytes();
+        let limit = shared.cfg.read().maxmemory;
         let budget = shared.engine.hot_bytes_max();
-        let next = next_budget(budget, rss, limit, cap);
+        let next = match limit {
+            0 => start_cap,
+            _ => next_budget(budget, rss_anon_bytes(), limit, start_cap.min(limit)),
+        };
         if next != budget {
             shared.engine.set_hot_bytes_max(next);
         }

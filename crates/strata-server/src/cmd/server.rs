@@ -455,8 +455,16 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                         }
                     }
                     "save" | "appendonly" => {}
+                    // The memory governor (`memory.rs`) holds the process to the new limit
+                    // from its next look.
                     "maxmemory" => {
-                        return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - Strata's maxmemory is set at start (`--set maxmemory=...`) and does not change while it runs"))
+                        let Some(n) = strata_settings::parse_size(&val) else {
+                            return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - argument must be a memory value"));
+                        };
+                        if let Err(e) = crate::check_maxmemory(n) {
+                            return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - {e}"));
+                        }
+                        cfg.maxmemory = n;
                     }
                     k if ENCODING_PARAMS.iter().any(|(name, _)| *name == k) => {
                         let Ok(n) = val.parse::<i64>() else {
