@@ -734,17 +734,15 @@ impl HotCache {
                 self.dirty
                     .fetch_sub(data_charge(&sh.entry(slot).data), Ordering::Relaxed);
             }
-            let unlogged = std::mem::take(&mut sh.entry_mut(slot).unlogged);
-            // Dirty entries held the cache over its budget: this one, cold enough to be
-            // written back, gives way now (a search for a victim among entries mostly
-            // dirty would look at all of them, once per entry written back).
+            // Dirty entries may have held the cache over its budget: this one can give
+            // way now, unless a sample finds a better victim (a search among entries
+            // mostly dirty would otherwise look at all of them, once per entry).
             if self.used.load(Ordering::Relaxed) > self.bytes_max() {
-                self.remove_slot(sh, slot);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-                self.publish(sh);
+                sh.offer_victim(slot);
             }
-            unlogged
+            std::mem::take(&mut sh.entry_mut(slot).unlogged)
         });
+        self.trim();
         unlogged == Some(true)
     }
 

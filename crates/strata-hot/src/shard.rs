@@ -60,10 +60,11 @@ pub(crate) struct Shard {
     /// How many entries are dirty: with all of them, there is nothing to evict, and
     /// [`Shard::victim`] says so without looking.
     dirty_entries: usize,
-    /// Slots of clean entries of the lowest priorities the last look at every entry found,
-    /// the lowest last (a slot may since hold another entry, or a dirty one: checked when
-    /// taken).
-    spare_victims: Vec<usize>,
+    /// Priorities and slots of clean entries of the lowest priorities the last look at
+    /// every entry found (the lowest last), and of entries written back while the cache was
+    /// over budget. A slot may since hold another entry, or be dirty or touched: taken only
+    /// if it still holds a clean entry of that priority.
+    spare_victims: Vec<(u32, usize)>,
 }
 
 impl Shard {
@@ -149,6 +150,13 @@ impl Shard {
         e.unlogged &= dirty;
         let old = std::mem::replace(&mut e.data, data);
         (old, was_dirty)
+    }
+
+    /// Offers `slot` (a clean entry) as a victim for when a sample finds none.
+    pub(crate) fn offer_victim(&mut self, slot: usize) {
+        if self.spare_victims.len() < SPARE_VICTIMS_MAX {
+            self.spare_victims.push((self.entry(slot).prio, slot));
+        }
     }
 
     /// How many entries are dirty.
@@ -258,11 +266,12 @@ impl Shard {
                 }
             }
         }
-        while best.is_none() {
-            let Some(slot) = self.spare_victims.pop() else {
+        let small = self.table.len() <= 2 * SAMPLES;
+        while best.is_none() && !small {
+            let Some((prio, slot)) = self.spare_victims.pop() else {
                 break;
             };
-            if let Some(e) = self.table.get_bucket(slot) {
+            if let Some(e) = self.table.get_bucket(slot).filter(|e| e.prio == prio) {
                 consider(&mut best, slot, e);
             }
         }
@@ -281,7 +290,7 @@ impl Shard {
             let mut spare = lowest.into_sorted_vec();
             spare.reverse();
             best = spare.pop();
-            self.spare_victims = spare.into_iter().map(|(_, slot)| slot).collect();
+            self.spare_victims = spare;
         }
         let (prio, slot) = best?;
         if self.policy == PolicyKind::Strata {
@@ -418,5 +427,25 @@ mod tests {
         assert!(s.set_dirty(slot, false));
         assert_eq!(s.victim(), Some(slot));
         assert_eq!(s.dirty_entries(), 4949);
+    }
+
+    #[test]
+    fn a_victim_set_aside_and_touched_since_is_not_taken_before_older_ones() {
+        let h = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        let mut s = Shard::new(0, PolicyKind::Lru);
+        let key = |i: u32| format!("key{i}").into_bytes();
+        // Two clean entries among 5,000: the older is the victim, the newer set aside.
+        for i in 0..5000 {
+            let data = Data::new(&key(i), Bytes::new(), 0);
+            s.insert(h.hash_one(key(i)), data, 0, i != 10 && i != 20, &h);
+        }
+        let slot = |s: &Shard, i: u32| s.find(h.hash_one(key(i)), &key(i)).unwrap();
+        assert_eq!(s.victim(), Some(slot(&s, 10)));
+        s.remove(slot(&s, 10), &h);
+        // The one set aside is read (now the most recent), and an older one is written back:
+        // the older one goes first.
+        s.touch(slot(&s, 20));
+        s.set_dirty(slot(&s, 5), false);
+        assert_eq!(s.victim(), Some(slot(&s, 5)));
     }
 }
