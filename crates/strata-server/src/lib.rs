@@ -114,8 +114,8 @@ pub struct ServerConfig {
     /// The most anonymous memory the process may hold (Redis's name; 0 = no limit). RocksDB's
     /// budgets are carved out of it at start, DRAM's budget is what remains and moves at
     /// run time to keep the process within it (`memory.rs`). `CONFIG SET` changes the limit
-    /// while the server runs; RocksDB's budgets stay, and DRAM's stays at most what it had
-    /// at start.
+    /// while the server runs; RocksDB's budgets stay, and DRAM's becomes what the new limit
+    /// leaves beside them (`memory::budget_cap`).
     #[serde(with = "strata_settings::size")]
     pub maxmemory: u64,
 }

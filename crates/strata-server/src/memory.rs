@@ -95,14 +95,23 @@ pub(crate) fn next_budget(budget: u64, rss: u64, limit: u64, cap: u64) -> u64 {
         // Half of the room at a time: what DRAM takes shows up in the next reading.
         return (budget + (target - rss) / 2).min(cap);
     }
-    budget
+    budget.min(cap)
+}
+
+/// DRAM's largest budget under `limit`: what the process's other shares, fixed at start
+/// (`start_limit` less DRAM's budget then, `start_cap`; none known without a limit at
+/// start), leave of it, at most `start_cap` and at least an eighth of the limit.
+pub(crate) fn budget_cap(limit: u64, start_limit: u64, start_cap: u64) -> u64 {
+    let fixed = start_limit.saturating_sub(start_cap);
+    limit.saturating_sub(fixed).max(limit / 8).min(start_cap)
 }
 
 /// Runs until shutdown, keeping the process within `maxmemory` as it stands (`CONFIG SET`
-/// changes it at run time): DRAM's budget is at most `hot_bytes_max` as the server
-/// started, and back at it while there is no limit.
+/// changes it at run time): DRAM's budget is at most [`budget_cap`], and back at
+/// `hot_bytes_max` as the server started while there is no limit.
 pub(crate) async fn govern(shared: Arc<Shared>) {
     let start_cap = shared.engine.settings().hot.hot_bytes_max;
+    let start_limit = shared.cfg.read().maxmemory;
     let mut stop = shared.shutdown.subscribe();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -115,7 +124,10 @@ pub(crate) async fn govern(shared: Arc<Shared>) {
         let budget = shared.engine.hot_bytes_max();
         let next = match limit {
             0 => start_cap,
-            _ => next_budget(budget, rss_anon_bytes(), limit, start_cap.min(limit)),
+            _ => {
+                let cap = budget_cap(limit, start_limit, start_cap);
+                next_budget(budget, rss_anon_bytes(), limit, cap)
+            }
         };
         if next != budget {
             shared.engine.set_hot_bytes_max(next);
@@ -145,5 +157,25 @@ mod tests {
         // Room: half of it, up to the cap.
         assert_eq!(next_budget(600, 750, limit, cap), 680);
         assert_eq!(next_budget(790, 0, limit, cap), 800);
+        // A budget above a lowered cap comes down to it at once.
+        assert_eq!(next_budget(900, 930, limit, cap), 800);
+    }
+
+    #[test]
+    fn a_limit_set_at_run_time_leaves_the_start_shares_and_caps_dram() {
+        // Started at 384 with DRAM at 264: the other shares hold 120.
+        assert_eq!(budget_cap(256, 384, 264), 136);
+        assert_eq!(
+            budget_cap(1024, 384, 264),
+            264,
+            "never past the start budget"
+        );
+        assert_eq!(
+            budget_cap(128, 384, 264),
+            16,
+            "at least an eighth of the limit"
+        );
+        // Started with no limit: none of it is known to be taken.
+        assert_eq!(budget_cap(256, 0, 1024), 256);
     }
 }
