@@ -432,10 +432,10 @@ def blocked_clients_served_before_the_next_command(port):
     r = redis.Redis(port=port, decode_responses=True)
     seen = []
 
-    def block(keys, into):
+    def block(keys, into, name="waiter"):
         def waiter():
             # A client not served times out (nil), so the steps after it still run.
-            into.append(redis.Redis(port=port, decode_responses=True).blpop(keys, timeout=5))
+            into[name] = redis.Redis(port=port, decode_responses=True).blpop(keys, timeout=5)
         t = threading.Thread(target=waiter)
         t.start()
         return t
@@ -443,7 +443,7 @@ def blocked_clients_served_before_the_next_command(port):
     # A pop pipelined right after the push finds nothing: the blocked client was served
     # first. Ten rounds: before, the pop won most of them.
     for i in range(10):
-        got = []
+        got = {}
         t = block(["feed"], got)
         wait_for_blocked(r, 1)
         p = r.pipeline(transaction=False)
@@ -452,10 +452,10 @@ def blocked_clients_served_before_the_next_command(port):
         t.join(10)
         seen.append(got)
     # One push of two feeds two blocked clients, in the order they blocked, before a pop.
-    got = []
-    first = block(["feed"], got)
+    got = {}
+    first = block(["feed"], got, "first")
     wait_for_blocked(r, 1)
-    second = block(["other", "feed"], got)
+    second = block(["other", "feed"], got, "second")
     wait_for_blocked(r, 2)
     p = r.pipeline(transaction=False)
     p.rpush("feed", "a", "b").lpop("feed").exists("feed")
@@ -464,7 +464,7 @@ def blocked_clients_served_before_the_next_command(port):
     second.join(10)
     seen.append(got)
     # Inside a transaction the pop comes first: clients are served after EXEC.
-    got = []
+    got = {}
     t = block(["feed"], got)
     wait_for_blocked(r, 1)
     p = r.pipeline(transaction=True)
@@ -484,7 +484,7 @@ def test_a_push_serves_blocked_clients_before_the_next_command_as_redis_server_d
     (from the pusher or anyone) cannot take what a blocked client was given."""
     ours = blocked_clients_served_before_the_next_command(strata.port)
     theirs = blocked_clients_served_before_the_next_command(redis_server)
-    assert ours[:2] == [[1, None, 0], [("feed", "e0")]]
+    assert ours[:2] == [[1, None, 0], {"waiter": ("feed", "e0")}]
     assert ours == theirs
 
 
