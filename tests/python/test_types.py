@@ -432,10 +432,12 @@ def blocked_clients_served_before_the_next_command(port):
     r = redis.Redis(port=port, decode_responses=True)
     seen = []
 
-    def block(keys, into, name="waiter"):
+    def block(keys, into, name="waiter", to=None):
         def waiter():
             # A client not served times out (nil), so the steps after it still run.
-            into[name] = redis.Redis(port=port, decode_responses=True).blpop(keys, timeout=5)
+            c = redis.Redis(port=port, decode_responses=True)
+            into[name] = c.blpop(keys, timeout=5) if to is None else \
+                c.blmove(keys[0], to, 5, "LEFT", "RIGHT")
         t = threading.Thread(target=waiter)
         t.start()
         return t
@@ -463,6 +465,16 @@ def blocked_clients_served_before_the_next_command(port):
     first.join(10)
     second.join(10)
     seen.append(got)
+    # A client blocked in BLMOVE is served before a command on the list it moves to.
+    for i in range(3):
+        got = {}
+        t = block(["feed"], got, to="moved")
+        wait_for_blocked(r, 1)
+        p = r.pipeline(transaction=False)
+        p.rpush("feed", f"m{i}").lrange("moved", 0, -1).rpop("moved")
+        seen.append(p.execute())
+        t.join(10)
+        seen.append(got)
     # Inside a transaction the pop comes first: clients are served after EXEC.
     got = {}
     t = block(["feed"], got)

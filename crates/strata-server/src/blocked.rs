@@ -10,7 +10,8 @@
 //! client that blocks meanwhile on one of their keys makes its first try after theirs
 //! ([`Blocked::turn`]), as in Redis it would come after them, and any other command on
 //! one of their keys, from any client, runs after their tries ([`Blocked::served`]): a
-//! pop cannot take what a push gave a blocked client.
+//! pop cannot take what a push gave a blocked client. The keys a woken client writes
+//! without waiting on them (the list a `BLMOVE` moves to) are held back the same way.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -55,6 +56,8 @@ struct Inner {
     waiters: HashMap<u64, Waiter>,
     /// For each key, its waiters' tickets: the order they blocked.
     by_key: HashMap<Key, BTreeSet<u64>>,
+    /// For each key a waiter writes without waiting on it, the waiters' tickets.
+    held: HashMap<Key, BTreeSet<u64>>,
     /// Moves on when client keys name other stored keys (`SWAPDB`).
     epoch: u64,
 }
@@ -72,6 +75,8 @@ pub(crate) struct Place<'a> {
     blocked: &'a Blocked,
     ticket: u64,
     keys: Vec<Key>,
+    /// Keys the client writes when served but does not wait on.
+    holds: Vec<Key>,
     epoch: u64,
     /// A try under way that was woken for (counted in `unsettled` until it ends).
     trying_woken: bool,
@@ -80,8 +85,9 @@ pub(crate) struct Place<'a> {
 }
 
 impl Blocked {
-    /// Queues a client on `keys`, behind everyone already waiting on them.
-    pub(crate) fn join(&self, keys: Vec<Key>) -> Place<'_> {
+    /// Queues a client on `keys`, behind everyone already waiting on them; once woken,
+    /// commands on `holds` (keys it will write, not wait on) also wait for its try.
+    pub(crate) fn join(&self, keys: Vec<Key>, holds: Vec<Key>) -> Place<'_> {
         let wake = Arc::new(Notify::new());
         let mut g = self.inner.lock();
         let ticket = g.next;
@@ -98,11 +104,15 @@ impl Blocked {
         for k in &keys {
             g.by_key.entry(k.clone()).or_default().insert(ticket);
         }
+        for k in &holds {
+            g.held.entry(k.clone()).or_default().insert(ticket);
+        }
         let epoch = g.epoch;
         Place {
             blocked: self,
             ticket,
             keys,
+            holds,
             epoch,
             trying_woken: false,
             wake,
@@ -160,8 +170,10 @@ impl Blocked {
     /// yet to finish its try (at once when none is woken: one atomic load), or after
     /// [`SETTLE_WAIT_MAX`]: the first try of a client that blocks comes after theirs.
     pub(crate) async fn turn(&self, place: &Place<'_>) {
-        self.until_tried(|| !self.woken_on(&place.keys, place.ticket))
-            .await;
+        self.until_tried(|| {
+            !self.woken_on(&place.keys, place.ticket) && !self.woken_on(&place.holds, place.ticket)
+        })
+        .await;
     }
 
     /// Whether some client is woken and has yet to finish its try (one atomic load).
@@ -177,15 +189,16 @@ impl Blocked {
         self.until_tried(|| !self.woken_on(keys, u64::MAX)).await;
     }
 
-    /// Whether a client queued on one of `keys` before ticket `before` is woken or trying.
+    /// Whether a client queued on (or holding) one of `keys` before ticket `before` is
+    /// woken or trying.
     pub(crate) fn woken_on(&self, keys: &[Key], before: u64) -> bool {
         let g = self.inner.lock();
-        keys.iter().any(|k| {
-            g.by_key.get(k).is_some_and(|q| {
-                q.range(..before)
-                    .any(|t| g.waiters.get(t).is_some_and(|w| w.woken || w.trying_woken))
-            })
-        })
+        let woken = |q: &BTreeSet<u64>| {
+            q.range(..before)
+                .any(|t| g.waiters.get(t).is_some_and(|w| w.woken || w.trying_woken))
+        };
+        keys.iter()
+            .any(|k| g.by_key.get(k).is_some_and(woken) || g.held.get(k).is_some_and(woken))
     }
 
     /// Clients queued now (`INFO`'s `blocked_clients`).
@@ -253,18 +266,31 @@ impl Place<'_> {
         self.blocked.inner.lock().epoch != self.epoch
     }
 
-    /// Queues under `keys` (the same client keys' new names), keeping its turn.
-    pub(crate) fn rekey(&mut self, keys: Vec<Key>) {
+    /// Queues under `keys` and holds `holds` (the same client keys' new names), keeping
+    /// its turn.
+    pub(crate) fn rekey(&mut self, keys: Vec<Key>, holds: Vec<Key>) {
         let mut g = self.blocked.inner.lock();
         self.leave_queues(&mut g);
         for k in &keys {
             g.by_key.entry(k.clone()).or_default().insert(self.ticket);
         }
+        for k in &holds {
+            g.held.entry(k.clone()).or_default().insert(self.ticket);
+        }
         self.keys = keys;
+        self.holds = holds;
         self.epoch = g.epoch;
     }
 
     fn leave_queues(&self, g: &mut Inner) {
+        for k in &self.holds {
+            if let Some(q) = g.held.get_mut(k) {
+                q.remove(&self.ticket);
+                if q.is_empty() {
+                    g.held.remove(k);
+                }
+            }
+        }
         for k in &self.keys {
             let Some(q) = g.by_key.get_mut(k) else {
                 continue;
@@ -314,8 +340,8 @@ mod tests {
     #[test]
     fn the_longest_waiter_is_woken_and_hands_on_and_all_settle() {
         let b = Blocked::default();
-        let mut first = b.join(vec![key("a"), key("b")]);
-        let mut second = b.join(vec![key("b")]);
+        let mut first = b.join(vec![key("a"), key("b")], vec![]);
+        let mut second = b.join(vec![key("b")], vec![]);
         assert_eq!(b.waiting(), 2);
         b.wake(&key("b"));
         assert!(woken(&first) && !woken(&second));
@@ -341,16 +367,19 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_blocks_tries_after_the_woken_before_it() {
         let b = Blocked::default();
-        let mut first = b.join(vec![key("a")]);
+        let mut first = b.join(vec![key("a")], vec![]);
         // Nobody woken: the turn comes at once.
-        assert!(b.turn(&b.join(vec![key("c")])).now_or_never().is_some());
+        assert!(b
+            .turn(&b.join(vec![key("c")], vec![]))
+            .now_or_never()
+            .is_some());
         b.wake(&key("a"));
-        let other = b.join(vec![key("b")]);
+        let other = b.join(vec![key("b")], vec![]);
         assert!(
             b.turn(&other).now_or_never().is_some(),
             "no one woken on its keys"
         );
-        let late = b.join(vec![key("b"), key("a")]);
+        let late = b.join(vec![key("b"), key("a")], vec![]);
         let mut turn = Box::pin(b.turn(&late));
         assert!(
             turn.as_mut().now_or_never().is_none(),
@@ -367,13 +396,13 @@ mod tests {
         drop((late, other));
         // Woken again, it answers and leaves: the next in line on a is woken, and the
         // client that queued after it waits for that one's try too.
-        let mut second = b.join(vec![key("a")]);
+        let mut second = b.join(vec![key("a")], vec![]);
         b.wake(&key("a"));
         first.trying();
         drop(first);
         let turn = Box::pin(b.turn(&second)).now_or_never();
         assert!(turn.is_some(), "second is next and woken itself");
-        let third = b.join(vec![key("a")]);
+        let third = b.join(vec![key("a")], vec![]);
         assert!(Box::pin(b.turn(&third)).now_or_never().is_none());
         second.trying();
         second.tried();
@@ -383,7 +412,7 @@ mod tests {
     #[tokio::test]
     async fn a_command_on_a_key_runs_after_the_clients_woken_on_it_tried() {
         let b = Blocked::default();
-        let mut waiter = b.join(vec![key("a")]);
+        let mut waiter = b.join(vec![key("a")], vec![]);
         assert!(!b.any_woken());
         assert!(b.served(&[key("a")]).now_or_never().is_some());
         b.wake(&key("a"));
@@ -403,5 +432,31 @@ mod tests {
         waiter.tried();
         assert!(served.as_mut().now_or_never().is_some());
         assert!(!b.any_woken());
+    }
+
+    #[tokio::test]
+    async fn a_woken_client_holds_back_the_keys_it_writes_until_it_tried() {
+        let b = Blocked::default();
+        let mut mover = b.join(vec![key("src")], vec![key("dst")]);
+        assert!(
+            b.served(&[key("dst")]).now_or_never().is_some(),
+            "not woken yet"
+        );
+        // Waking on the key it writes does nothing: it does not wait on it.
+        b.wake(&key("dst"));
+        assert!(!b.any_woken());
+        b.wake(&key("src"));
+        let dst = [key("dst")];
+        let mut served = Box::pin(b.served(&dst));
+        assert!(served.as_mut().now_or_never().is_none());
+        // A client that blocks on the destination tries after the mover.
+        let late = b.join(vec![key("dst")], vec![]);
+        let mut turn = Box::pin(b.turn(&late));
+        assert!(turn.as_mut().now_or_never().is_none());
+        mover.trying();
+        drop(mover);
+        assert!(served.as_mut().now_or_never().is_some());
+        assert!(turn.as_mut().now_or_never().is_some());
+        assert!(b.inner.lock().held.is_empty(), "leaving drops what it held");
     }
 }

@@ -415,7 +415,7 @@ async fn blocking_pop(ctx: &mut Ctx<'_>, a: &[Bytes], left: bool) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    block_on(ctx, &keys, timeout, false, Reply::NullArray, |ctx| {
+    block_on(ctx, &keys, &[], timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move {
             for k in &keys {
@@ -478,7 +478,7 @@ pub(crate) async fn blmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    block_on(ctx, &keys, timeout, false, Reply::NullArray, |ctx| {
+    block_on(ctx, &keys, &[], timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move { mpop_once(ctx, &keys, left, count).await })
     })
@@ -510,6 +510,7 @@ async fn blocking_move(ctx: &mut Ctx<'_>, a: &[Bytes], from: bool, to: bool, t: 
     block_on(
         ctx,
         std::slice::from_ref(&src),
+        std::slice::from_ref(&dst),
         timeout,
         true,
         Reply::NullArray,

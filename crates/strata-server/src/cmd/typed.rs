@@ -1178,13 +1178,15 @@ pub(crate) fn parse_timeout(b: &[u8]) -> Result<Option<Duration>, Reply> {
 }
 
 /// Runs `attempt` until it gives a reply, waiting between attempts for a change to one of
-/// the client's `keys` (served in the order clients blocked: [`crate::blocked`]), until
+/// the client's `keys` (served in the order clients blocked: [`crate::blocked`]; once
+/// woken, commands on `holds`, the keys it writes besides, wait for its try), until
 /// `timeout` or the client leaves; then `on_timeout`. Outside a blocking context (inside
 /// `MULTI`) it tries once. Each attempt holds the server's gate (for writing when
 /// `exclusive`: the moves), so it never runs inside another client's transaction.
 pub(crate) async fn block_on<F>(
     ctx: &mut Ctx<'_>,
     keys: &[Bytes],
+    holds: &[Bytes],
     timeout: Option<Duration>,
     exclusive: bool,
     on_timeout: Reply,
@@ -1213,8 +1215,8 @@ where
     unblock.as_error.store(false, Relaxed);
     // Queued before the first attempt: a change between an attempt and the wait below
     // leaves a permit, so it is not missed.
-    let stored = |ctx: &Ctx<'_>| keys.iter().map(|k| ctx.key(k)).collect();
-    let mut place = shared.blocked.join(stored(ctx));
+    let stored = |ctx: &Ctx<'_>, keys: &[Bytes]| keys.iter().map(|k| ctx.key(k)).collect();
+    let mut place = shared.blocked.join(stored(ctx, keys), stored(ctx, holds));
     let until_deadline = || async move {
         match deadline {
             Some(d) => tokio::time::sleep_until(d).await,
@@ -1246,7 +1248,7 @@ where
     let mut first = true;
     loop {
         if place.stale() {
-            place.rekey(stored(ctx));
+            place.rekey(stored(ctx, keys), stored(ctx, holds));
         }
         place.trying();
         // In a cluster, each attempt checks again that the keys' slot is served here (it

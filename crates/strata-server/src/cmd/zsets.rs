@@ -1218,7 +1218,7 @@ pub(crate) async fn bzmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    block_on(ctx, &keys, timeout, false, Reply::NullArray, |ctx| {
+    block_on(ctx, &keys, &[], timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move {
             let got = zpop_first(ctx, &keys, !min, count).await?;
@@ -1234,7 +1234,7 @@ async fn bzpop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    block_on(ctx, &keys, timeout, false, Reply::NullArray, |ctx| {
+    block_on(ctx, &keys, &[], timeout, false, Reply::NullArray, |ctx| {
         let keys = keys.clone();
         Box::pin(async move {
             let got = zpop_first(ctx, &keys, max, 1).await?;
