@@ -138,9 +138,10 @@ BIG_TESTS = {
     "hrandbig": ["HRANDFIELD", "bigh", "5", "WITHVALUES"],
     "zrandbig": ["ZRANDMEMBER", "bigz", "5"],
     "hscanbig": ["HSCAN", "bigh", "0"],
+    "hgetbig": ["HGET", "bigh", "f__rand_int__"],
     "sscanbig": ["SSCAN", "bigs", "0", "COUNT", "20"],
 }
-BIG_READS = {"srandbig", "hrandbig", "zrandbig", "hscanbig", "sscanbig"}
+BIG_READS = {"srandbig", "hrandbig", "zrandbig", "hscanbig", "sscanbig", "hgetbig"}
 
 
 # The paired rows: two redis-benchmark processes at once, half the clients each, sending
@@ -159,10 +160,16 @@ PAIR_TESTS = {
     "saddsrem": (["SADD", "bigs", "m__rand_int__"], ["SREM", "bigs", "m__rand_int__"]),
     "hsethdel": (["HSET", "bigh", "f__rand_int__", "v"], ["HDEL", "bigh", "f__rand_int__"]),
 }
-# The pairs that write into `fill_big`'s collections, and which of them only its sorted set.
-PAIR_BIG = {"zaddtop": "zset", "zaddrank": "zset", "saddsrem": "all", "hsethdel": "all"}
-PAIR_KEYSPACE = {"hsetexpire": TYPE_KEYSPACE, "increxpire": 100_000,
-                 **{t: BIG_MEMBERS for t in PAIR_BIG}}
+# The pairs that write into `fill_big`'s collections.
+PAIR_BIG = {"zaddtop", "zaddrank", "saddsrem", "hsethdel"}
+PAIR_KEYSPACE = {"hsetexpire": TYPE_KEYSPACE, "increxpire": 100_000}
+
+
+def big_keys(tests):
+    """The large collections (`fill_big`'s keys) the commands of `tests` name."""
+    commands = [BIG_TESTS[t] for t in tests if t in BIG_TESTS]
+    commands += [c for t in tests if t in PAIR_BIG for c in PAIR_TESTS[t]]
+    return {c[1] for c in commands}
 
 
 def fill_entities(port):
@@ -177,17 +184,22 @@ def fill_entities(port):
         pipe.execute()
 
 
-def fill_big(port, zset_only=False):
+def fill_big(port, keys):
+    """The large collections named `keys` (of `bigz bigh bigs bigl`), BIG_MEMBERS each."""
     import redis
     r = redis.Redis(port=port)
     step = 10_000
     for start in range(0, BIG_MEMBERS, step):
         pipe = r.pipeline(transaction=False)
-        pipe.zadd("bigz", {f"m{i:012d}": i for i in range(start, start + step)})
-        if not zset_only:
-            pipe.hset("bigh", mapping={f"f{i:012d}": f"v{i}" for i in range(start, start + step)})
-            pipe.sadd("bigs", *[f"m{i:012d}" for i in range(start, start + step)])
-            pipe.rpush("bigl", *[f"v{i:012d}" for i in range(start, start + step)])
+        span = range(start, start + step)
+        if "bigz" in keys:
+            pipe.zadd("bigz", {f"m{i:012d}": i for i in span})
+        if "bigh" in keys:
+            pipe.hset("bigh", mapping={f"f{i:012d}": f"v{i}" for i in span})
+        if "bigs" in keys:
+            pipe.sadd("bigs", *[f"m{i:012d}" for i in span])
+        if "bigl" in keys:
+            pipe.rpush("bigl", *[f"v{i:012d}" for i in span])
         pipe.execute()
 
 
@@ -250,7 +262,7 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
     keyspace = 10_000_000 if test == "setwide" else 100_000
     if test in TYPE_TESTS:
         keyspace = TYPE_KEYSPACE
-    if test in BIG_TESTS:
+    if test in BIG_TESTS or test in PAIR_BIG:
         keyspace = BIG_MEMBERS
     args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
             "-r", str(keyspace), "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
@@ -288,7 +300,7 @@ def paired_benchmark(port, test, size, clients, pipeline, requests):
     started = time.monotonic()
     for command in PAIR_TESTS[test]:
         args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
-                "--csv", "-r", str(PAIR_KEYSPACE[test]), "-n", str(max(requests // 2, 1)),
+                "--csv", "-r", str(PAIR_KEYSPACE.get(test, BIG_MEMBERS)), "-n", str(max(requests // 2, 1)),
                 "-c", str(max(clients // 2, 1)), "-P", str(pipeline), "-d", str(size)] + command
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
     figures = [benchmark_figures(test, p.communicate(timeout=600)[0]) for p in procs]
@@ -351,12 +363,10 @@ def run_redis(old, new, rounds, requests, results, tests):
                         load_scripts(servers[label][1])
                     if any(x[1] == "hsetexpire" for x in rows):
                         fill_entities(servers[label][1])
-                    big = [x[1] for x in rows if x[0] == durability
-                           and (x[1] in BIG_TESTS or x[1] in PAIR_BIG)]
+                    big = big_keys([x[1] for x in rows if x[0] == durability])
                     if big:
                         log(f"[redis round {r + 1}/{rounds}] {label}: filling the large collections")
-                        zset_only = all(PAIR_BIG.get(t) == "zset" for t in big)
-                        fill_big(servers[label][1], zset_only=zset_only)
+                        fill_big(servers[label][1], big)
                 filled = None
                 for row in [x for x in rows if x[0] == durability]:
                     _, test, size, clients, pipeline = row
@@ -472,9 +482,12 @@ def main():
                    help="which redis-benchmark tests to run (mget reads the keys set writes)")
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--quick", action="store_true", help="small sizes, to check the script")
+    p.add_argument("--big-members", type=int, default=BIG_MEMBERS,
+                   help="members of each large collection the `big` rows write and read")
     p.add_argument("--name", default="ab")
     p.add_argument("--out", type=Path, default=ROOT / "reports")
     a = p.parse_args()
+    globals()["BIG_MEMBERS"] = a.big_members
     only = set(a.only or ["redis", "kvcache", "prefetch"])
     started = time.time()
     results = {}

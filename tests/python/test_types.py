@@ -1393,6 +1393,50 @@ def test_a_large_collection_written_past_the_live_budget_goes_in_place_at_once(t
         p.stop()
 
 
+def test_a_collection_larger_than_the_live_budget_is_changed_in_place_alone(tmp_path):
+    """A hash whose decoded form passes the live values' budget (here 8 MiB: half of
+    write-back's half of DRAM's 32 MiB) is still changed in place, alone, rather than
+    decoded and stored whole by every command (a 2.5-million-field hash: 1.5 s a
+    command); the collection live before it is let go. A kill loses nothing acknowledged."""
+    settings = {"hot_bytes_max": "32MiB", "durability": "group"}
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+
+        def info(field):
+            return int(r.info("strata")[field])
+
+        r.sadd("small", "a", "b")
+        assert info("live_values") == 1
+        model = {}
+        for start in range(0, 120_000, 5000):
+            fields = {f"f{i:06d}": f"v{i}" for i in range(start, start + 5000)}
+            r.hset("big", mapping=fields)
+            model.update(fields)
+        assert info("live_values") == 1, "the big hash alone is live"
+        assert info("live_bytes") > 8 << 20, "past the live values' shared budget"
+        before = info("live_writes")
+        assert r.hset("big", "f000007", "changed") == 0
+        assert r.hdel("big", "f000008") == 1
+        assert r.hincrby("big", "counter", 5) == 5
+        model.update({"f000007": "changed", "counter": "5"})
+        del model["f000008"]
+        assert info("live_writes") == before + 3, "changed in place"
+        # The small set goes the whole-value way meanwhile; both answer right.
+        assert r.sadd("small", "c") == 1 and r.smembers("small") == {"a", "b", "c"}
+        assert info("live_values") == 1
+        assert r.hlen("big") == len(model) and r.hget("big", "f000007") == "changed"
+    finally:
+        p.stop()
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        assert r.hgetall("big") == model
+        assert r.smembers("small") == {"a", "b", "c"}
+    finally:
+        p.stop()
+
+
 def test_smove_and_lpos_use_a_large_collections_live_value(strata):
     """`SMOVE` checks both kinds without reading either set, and `LPOS` searches the live
     list: neither folds a large live value whole (stores it) nor decodes it per command;

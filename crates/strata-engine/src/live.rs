@@ -21,7 +21,10 @@
 //! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
 //! the whole-value way; past the budget the next fold, or a read that would make a value
 //! live, drops the least recently used: [`make_room`]; a write of a large collection
-//! that is not live drops them at once, changed or not: [`Room::Beside`]); one that no command has used for
+//! that is not live drops them at once, changed or not: [`Room::Beside`]). A collection
+//! larger than that budget may be live alone, up to DRAM's budget ([`alone_max`]): the
+//! whole-value way would decode and encode all of it for every command, which holds as
+//! much memory for the command's length. One that no command has used for
 //! [`IDLE_MS`] is dropped at the next fold, a large one after [`LARGE_IDLE_MS`].
 //!
 //! Reads use a live value in place too ([`read_live`]: `SISMEMBER` finds the member
@@ -273,18 +276,40 @@ impl Live {
 }
 
 /// Most bytes the live values may hold: half of write-back's budget, where they are
-/// folded to.
+/// folded to, or, while one value alone is live, its bytes up to [`alone_max`].
 fn bytes_max(core: &Core) -> usize {
+    let max = shared_max(core);
+    let live = &core.live;
+    match live.held() {
+        1 => max.max(live.bytes().min(alone_max(core))),
+        _ => max,
+    }
+}
+
+/// Half of write-back's budget: what the live values may hold together.
+fn shared_max(core: &Core) -> usize {
     (core.writeback.bytes_max() / 2) as usize
 }
 
+/// The most bytes one live value may count when no other is live: DRAM's budget.
+fn alone_max(core: &Core) -> usize {
+    core.hot.bytes_max()
+}
+
 /// Whether a value of `bytes` may be made live: the live values are under their budget and
-/// it fits in it alone. Past the budget, the next fold or read lets the least recently used
-/// go ([`make_room`]), so a large collection newly in use takes the place of ones idle, and
-/// the live values pass their budget by about one value's bytes until then.
+/// it fits in it alone, or no value is live and it fits in [`alone_max`]. Past the budget,
+/// the next fold or read lets the least recently used go ([`make_room`]), so a large
+/// collection newly in use takes the place of ones idle, and the live values pass their
+/// budget by about one value's bytes until then.
 fn admits(core: &Core, bytes: usize) -> bool {
     let max = bytes_max(core);
-    core.live.bytes() < max && bytes <= max
+    (core.live.bytes() < max && bytes <= max) || (core.live.held() == 0 && bytes <= alone_max(core))
+}
+
+/// Whether a value of `bytes` is live only alone: larger than the live values' shared
+/// budget, within [`alone_max`].
+fn alone(core: &Core, bytes: usize) -> bool {
+    bytes > shared_max(core) && bytes <= alone_max(core)
 }
 
 /// What a fold must achieve.
@@ -436,10 +461,10 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
         let how = if forget { Fold::Stored } else { how };
         fold_slot(core, &key, forget, how)?;
     }
-    make_room(core, Room::Idle)
+    make_room(core, Room::Idle, bytes_max(core))
 }
 
-/// Lets live values go, least recently used first, until they are under their budget
+/// Lets live values go, least recently used first, until they hold at most `budget` bytes
 /// (each is stored whole first when its stored form is older).
 ///
 /// - [`Room::Idle`]: the caller holds no stripe lock; only unchanged values go (one whose
@@ -447,16 +472,17 @@ pub(crate) fn fold_all(core: &Core, how: Fold) -> Result<()> {
 /// - [`Room::Beside`]: a value is about to be made live at this key, whose stripe lock the
 ///   caller holds; changed values go too, and a victim whose stripe someone holds (the
 ///   caller's among them) is skipped.
-fn make_room(core: &Core, room: Room<'_>) -> Result<()> {
-    let over = core.live.bytes().saturating_sub(bytes_max(core));
+/// - [`Room::Aside`]: as `Beside`, but only unchanged values go (a read's).
+fn make_room(core: &Core, room: Room<'_>, budget: usize) -> Result<()> {
+    let over = core.live.bytes().saturating_sub(budget);
     let changed_too = matches!(room, Room::Beside(_));
     let candidates = least_recently_used(core, |s| changed_too || !s.changed);
     for stored in freeing(candidates, over) {
         let victim = Key::from_stored(&stored)?;
         let _g = match room {
             Room::Idle => core.locks.lock(&victim),
-            Room::Beside(key) if stored == key.stored() => continue,
-            Room::Beside(_) => match core.locks.try_lock(&victim) {
+            Room::Beside(key) | Room::Aside(key) if stored == key.stored() => continue,
+            Room::Beside(_) | Room::Aside(_) => match core.locks.try_lock(&victim) {
                 Some(g) => g,
                 None => continue,
             },
@@ -471,6 +497,7 @@ fn make_room(core: &Core, room: Room<'_>) -> Result<()> {
 enum Room<'k> {
     Idle,
     Beside(&'k Key),
+    Aside(&'k Key),
 }
 
 /// The live values `pick` chooses, least recently used first: `(used, bytes, stored key)`.
@@ -563,15 +590,15 @@ pub(crate) async fn update_live<R>(
             };
             let mut obj = decode(value.as_ref())?;
             let bytes = obj.bytes();
-            if obj.stays()
-                && bytes >= LARGE_BYTES_MIN
-                && bytes <= bytes_max(core)
-                && !admits(core, bytes)
-            {
+            if obj.stays() && bytes >= LARGE_BYTES_MIN && !admits(core, bytes) {
                 // A large collection newly written past the budget: the whole-value way
                 // would cost it milliseconds a command until the next fold lets one go, so
-                // the least recently used go now.
-                make_room(core, Room::Beside(key))?;
+                // the least recently used go now (all of them for one live only alone).
+                if alone(core, bytes) {
+                    make_room(core, Room::Beside(key), 0)?;
+                } else if bytes <= shared_max(core) {
+                    make_room(core, Room::Beside(key), shared_max(core))?;
+                }
             }
             if obj.stays() && admits(core, bytes) {
                 let (changed, out) = f(obj.as_mut())?;
@@ -711,7 +738,7 @@ fn read_in_place<R>(
     }
     if live.bytes() >= bytes_max(core) {
         // No fold may come soon (reads alone commit nothing): make room now.
-        make_room(core, Room::Idle)?;
+        make_room(core, Room::Idle, bytes_max(core))?;
         if live.bytes() >= bytes_max(core) {
             return Ok(None);
         }
@@ -728,6 +755,10 @@ fn read_in_place<R>(
         Some(None) | None => return Ok(None),
     };
     let obj = decode(Some(&value))?;
+    if obj.stays() && alone(core, obj.bytes()) && !admits(core, obj.bytes()) {
+        // Live only alone: the unchanged others go (a read commits nothing).
+        make_room(core, Room::Aside(key), 0)?;
+    }
     if !obj.stays() || obj.is_empty() || !admits(core, obj.bytes()) {
         return Ok(None);
     }
