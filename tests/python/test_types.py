@@ -1437,6 +1437,27 @@ def test_a_collection_larger_than_the_live_budget_is_changed_in_place_alone(tmp_
         p.stop()
 
 
+def test_a_collection_grown_in_place_counts_its_items_bytes(strata):
+    """A hash, set and list made live empty and grown by their writes count what their
+    items hold once stored (the live values' budget is in bytes): 1 KiB values, not the
+    few dozen bytes a live item of an empty value was first reckoned at."""
+    r = strata.client()
+    value = b"v" * 1024
+    for start in range(0, 8000, 1000):
+        p = r.pipeline(transaction=False)
+        p.hset("h", mapping={f"f{i}": value for i in range(start, start + 1000)})
+        p.sadd("s", *[value[:-8] + b"%08d" % i for i in range(start, start + 1000)])
+        p.rpush("l", *[value] * 1000)
+        p.execute()
+    time.sleep(1.5)  # a group commit folds them; their next writes count them anew
+    p = r.pipeline(transaction=False)
+    p.hset("h", "x", "y").sadd("s", "x").rpush("l", "x")
+    p.execute()
+    info = r.info("strata")
+    assert int(info["live_values"]) == 3
+    assert int(info["live_bytes"]) > 3 * 8000 * 1024, info["live_bytes"]
+
+
 def test_smove_and_lpos_use_a_large_collections_live_value(strata):
     """`SMOVE` checks both kinds without reading either set, and `LPOS` searches the live
     list: neither folds a large live value whole (stores it) nor decodes it per command;

@@ -359,6 +359,10 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
         drop(slots);
         let r = store_locked(core, key, kind, value, expire_ms);
         if let Some(s) = live.slots.lock().get_mut(key.stored()) {
+            // The encode counted the value again (one grown in place is larger than it was
+            // counted).
+            let bytes = s.value.bytes();
+            live.set_bytes(s, bytes);
             match &r {
                 Ok(through_writeback) => {
                     s.based = *through_writeback;

@@ -536,6 +536,12 @@ struct LiveItems<C: Codec, T> {
 }
 
 impl<C: Codec, T: Items<C::Item>> LiveItems<C, T> {
+    /// Bytes per item of `len` items stored in `stored` bytes: as decoded, and the item's
+    /// share of what was stored.
+    fn item_bytes(stored: usize, len: usize) -> usize {
+        std::mem::size_of::<C::Item>() + T::EXTRA_BYTES + stored / len.max(1)
+    }
+
     fn decode(value: Option<&Bytes>, now_ms: u64) -> strata_engine::Result<Self> {
         let items = match value {
             Some(v) => C::decode(v, now_ms).map_err(|e| corrupt(C::KIND, e))?,
@@ -543,9 +549,7 @@ impl<C: Codec, T: Items<C::Item>> LiveItems<C, T> {
         };
         let stored = value.map_or(0, |v| v.len());
         Ok(LiveItems {
-            item_bytes: std::mem::size_of::<C::Item>()
-                + T::EXTRA_BYTES
-                + stored / items.len().max(1),
+            item_bytes: Self::item_bytes(stored, items.len()),
             stays: !items.iter().any(C::expires),
             items: T::from_vec(items),
             codec: std::marker::PhantomData,
@@ -557,6 +561,8 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
     fn encode(&mut self) -> Vec<u8> {
         let value = self.items.encode_with(C::encode);
         self.items.stored();
+        // A value grown in place (from nothing, or by larger items) is counted as it is.
+        self.item_bytes = Self::item_bytes(value.len(), self.items.len());
         value
     }
     fn delta(&mut self) -> Option<Vec<u8>> {
