@@ -194,9 +194,18 @@ pub(crate) struct Touched {
 const TOUCHED_MIN: usize = 16;
 
 /// Whether `noted` changes of a collection of `len` items are too many for a delta (past a
-/// quarter of the items, and [`TOUCHED_MIN`]): the one rule `Touched` and `Deque` follow.
+/// quarter of the items, and [`TOUCHED_MIN`]): `Touched`'s rule (a delta looks each
+/// name up).
 fn past_delta(noted: usize, len: usize) -> bool {
     noted > (len / 4).max(TOUCHED_MIN)
+}
+
+/// Whether `noted` changes of a list of `len` elements are too many for a delta. A list's
+/// changes are encoded in order, element for element as the whole list is, with no
+/// look-ups: a delta costs less until it holds as many as the list (a list growing by
+/// more than a quarter a commit would otherwise be stored whole at every commit).
+fn past_list_delta(noted: usize, len: usize) -> bool {
+    noted > len.max(TOUCHED_MIN)
 }
 
 impl Touched {
@@ -582,7 +591,7 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
 /// A list's elements, pushed and popped at both ends, read through `Deref`; its changes are
 /// noted in order (pushes, pops, sets, inserts, removals:
 /// [`strata_format::delta::ListDelta`]), so a large list's few changes are logged as a
-/// delta. Passing a quarter of the elements in changes makes the next record a whole one.
+/// delta. Passing as many changes as elements makes the next record a whole one.
 pub(crate) struct Deque {
     items: BlockDeque<Bytes>,
     /// `None`: changed whole since the last delta or store.
@@ -602,7 +611,7 @@ impl Deque {
         if let Some(d) = &mut self.ops {
             f(d);
             self.noted += 1;
-            if past_delta(self.noted, self.items.len()) {
+            if past_list_delta(self.noted, self.items.len()) {
                 self.ops = None;
             }
         }
@@ -1774,6 +1783,29 @@ pub(crate) mod tests {
         assert!(
             deltas > 1000 && wholes > 5,
             "{deltas} deltas, {wholes} whole"
+        );
+    }
+
+    #[test]
+    fn a_list_logs_a_delta_until_a_commit_changes_as_many_as_it_holds() {
+        let mut list: Deque =
+            Items::from_vec((0..1000u64).map(|i| Bytes::from(i.to_string())).collect());
+        for i in 0..600 {
+            list.push_back(format!("n{i}").as_bytes());
+        }
+        assert!(
+            Items::delta(&mut list, ListCodec::encode).is_some(),
+            "600 pushes onto 1,000 elements: a delta"
+        );
+        // Popped one at a time from 1,600: past the 800th pop the changes outnumber what
+        // is left.
+        for _ in 0..900 {
+            drop(list.take_front(1));
+        }
+        assert!(Items::delta(&mut list, ListCodec::encode).is_none());
+        assert!(
+            Items::delta(&mut list, ListCodec::encode).is_some(),
+            "a new delta starts"
         );
     }
 
