@@ -161,15 +161,15 @@ fn sched_attr() -> Option<libc::sched_attr> {
     (r == 0).then_some(attr)
 }
 
-/// Starts a thread of its own named `name`, at [`NICE`], that passes every job sent on the
-/// returned channel (at most `queue` waiting) to `serve`, and ends once the sender is
-/// dropped. If the thread cannot start, the failure is logged and every send fails (the
-/// receiver is gone): callers treat that as the thread's absence.
+/// Starts a thread of its own named `name`, at [`NICE`], that passes every job sent through
+/// the returned [`Lowered`] (at most `queue` waiting) to `serve`, and ends when that is
+/// dropped. If the thread cannot start, the failure is logged and every send fails:
+/// callers treat that as the thread's absence.
 pub(crate) fn lowered_thread<J: Send + 'static>(
     name: &str,
     queue: usize,
     mut serve: impl FnMut(J) + Send + 'static,
-) -> SyncSender<J> {
+) -> Lowered<J> {
     let (tx, rx) = sync_channel::<J>(queue);
     let started = std::thread::Builder::new()
         .name(name.into())
@@ -179,10 +179,55 @@ pub(crate) fn lowered_thread<J: Send + 'static>(
                 serve(job);
             }
         });
-    if let Err(e) = started {
-        tracing::warn!("thread {name} not started: {e}");
+    let thread = started
+        .map_err(|e| tracing::warn!("thread {name} not started: {e}"))
+        .ok();
+    Lowered {
+        tx: thread.is_some().then_some(tx),
+        thread,
     }
-    tx
+}
+
+/// A thread of [`lowered_thread`]'s. Dropping it ends the thread and waits for it, so
+/// what `serve` holds (the warm store, a file) is let go before the drop returns: let go
+/// by a thread left running, the last handle on RocksDB closed it while the process's
+/// exit tore down RocksDB's statics (a crash at the end of a test, 1 run in 40).
+pub(crate) struct Lowered<J> {
+    tx: Option<SyncSender<J>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<J> Lowered<J> {
+    /// Sends `job`, waiting for room; `Err` if the thread is gone.
+    pub(crate) fn send(&self, job: J) -> std::result::Result<(), J> {
+        match &self.tx {
+            Some(tx) => tx.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
+    }
+
+    /// Sends `job` if there is room; `Err` if not, or if the thread is gone.
+    pub(crate) fn try_send(&self, job: J) -> std::result::Result<(), J> {
+        match &self.tx {
+            Some(tx) => tx.try_send(job).map_err(|e| match e {
+                std::sync::mpsc::TrySendError::Full(j)
+                | std::sync::mpsc::TrySendError::Disconnected(j) => j,
+            }),
+            None => Err(job),
+        }
+    }
+}
+
+impl<J> Drop for Lowered<J> {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            // Dropped by a job of its own thread: that thread ends after the job.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 /// Runs `f` on a background thread and waits for its result without blocking the runtime.

@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -52,7 +51,7 @@ pub(crate) struct ValueLog {
     file_bytes_max: u64,
     writeback_bytes: u64,
     /// Requests to start writing a range of a file to disk, for [`writeback_thread`].
-    writeback: Option<SyncSender<(Arc<File>, u64, u64)>>,
+    writeback: Option<crate::offload::Lowered<(Arc<File>, u64, u64)>>,
     active: Mutex<Active>,
     /// The active file's id and the bytes appended to it, readable without waiting for an
     /// append in progress.
@@ -83,7 +82,7 @@ const WRITEBACK_QUEUE_MAX: usize = 16;
 /// call does the file system's block allocation for the range, which costs about a tenth of
 /// a large append, so it runs here (at the background work's priority), not on the thread
 /// of the client that appended. The thread ends with the log (its sender dropped).
-fn writeback_thread() -> SyncSender<(Arc<File>, u64, u64)> {
+fn writeback_thread() -> crate::offload::Lowered<(Arc<File>, u64, u64)> {
     // Without the thread every request is dropped: the kernel writes the log's pages in
     // its own time.
     crate::offload::lowered_thread(
