@@ -295,8 +295,8 @@ type HandOffJob = (bool, std::time::Instant, tokio::sync::oneshot::Sender<bool>)
 
 /// Starts the thread that runs the hand-offs at the background work's priority (a thread
 /// of its own: on the shared pool one could wait seconds behind a background round). It
-/// ends with the sender. If it could not start, every send fails and hand-offs run at a
-/// client's priority.
+/// ends, and is waited for, when the returned handle is dropped. If it could not start,
+/// every send fails and hand-offs run at a client's priority.
 fn low_hand_off(warm: Arc<dyn WarmStore>, hot: Arc<HotLog>) -> crate::offload::Lowered<HandOffJob> {
     crate::offload::lowered_thread("strata-log", 1, move |(fold, until, done): HandOffJob| {
         let _ = done.send(hand_off(&*warm, &hot, fold, Some(until)));

@@ -62,6 +62,31 @@ struct Inner {
     epoch: u64,
 }
 
+impl Inner {
+    /// Queues ticket `ticket` under `keys` and as holding `holds`.
+    fn enqueue(&mut self, ticket: u64, keys: &[Key], holds: &[Key]) {
+        for k in keys {
+            self.by_key.entry(k.clone()).or_default().insert(ticket);
+        }
+        for k in holds {
+            self.held.entry(k.clone()).or_default().insert(ticket);
+        }
+    }
+
+    /// [`Blocked::woken_on`], under the lock.
+    fn woken_on(&self, keys: &[Key], before: u64) -> bool {
+        let woken = |q: &BTreeSet<u64>| {
+            q.range(..before).any(|t| {
+                self.waiters
+                    .get(t)
+                    .is_some_and(|w| w.woken || w.trying_woken)
+            })
+        };
+        keys.iter()
+            .any(|k| self.by_key.get(k).is_some_and(woken) || self.held.get(k).is_some_and(woken))
+    }
+}
+
 struct Waiter {
     wake: Arc<Notify>,
     /// Woken, and counted in `unsettled`, since its last try began.
@@ -101,12 +126,7 @@ impl Blocked {
                 trying_woken: false,
             },
         );
-        for k in &keys {
-            g.by_key.entry(k.clone()).or_default().insert(ticket);
-        }
-        for k in &holds {
-            g.held.entry(k.clone()).or_default().insert(ticket);
-        }
+        g.enqueue(ticket, &keys, &holds);
         let epoch = g.epoch;
         Place {
             blocked: self,
@@ -171,7 +191,8 @@ impl Blocked {
     /// [`SETTLE_WAIT_MAX`]: the first try of a client that blocks comes after theirs.
     pub(crate) async fn turn(&self, place: &Place<'_>) {
         self.until_tried(|| {
-            !self.woken_on(&place.keys, place.ticket) && !self.woken_on(&place.holds, place.ticket)
+            let g = self.inner.lock();
+            !g.woken_on(&place.keys, place.ticket) && !g.woken_on(&place.holds, place.ticket)
         })
         .await;
     }
@@ -192,13 +213,7 @@ impl Blocked {
     /// Whether a client queued on (or holding) one of `keys` before ticket `before` is
     /// woken or trying.
     pub(crate) fn woken_on(&self, keys: &[Key], before: u64) -> bool {
-        let g = self.inner.lock();
-        let woken = |q: &BTreeSet<u64>| {
-            q.range(..before)
-                .any(|t| g.waiters.get(t).is_some_and(|w| w.woken || w.trying_woken))
-        };
-        keys.iter()
-            .any(|k| g.by_key.get(k).is_some_and(woken) || g.held.get(k).is_some_and(woken))
+        self.inner.lock().woken_on(keys, before)
     }
 
     /// Clients queued now (`INFO`'s `blocked_clients`).
@@ -271,12 +286,7 @@ impl Place<'_> {
     pub(crate) fn rekey(&mut self, keys: Vec<Key>, holds: Vec<Key>) {
         let mut g = self.blocked.inner.lock();
         self.leave_queues(&mut g);
-        for k in &keys {
-            g.by_key.entry(k.clone()).or_default().insert(self.ticket);
-        }
-        for k in &holds {
-            g.held.entry(k.clone()).or_default().insert(self.ticket);
-        }
+        g.enqueue(self.ticket, &keys, &holds);
         self.keys = keys;
         self.holds = holds;
         self.epoch = g.epoch;
