@@ -150,8 +150,15 @@ def test_members_fields_and_elements_do_not_keep_the_connections_read_buffers(tm
 def test_config_set_maxmemory_moves_the_limit_while_the_server_runs(tmp_path):
     """`CONFIG SET maxmemory` as a Redis operator uses it: a limit lowered while the server
     runs holds the process within 10% of it as writes go on (DRAM's budget follows), every
-    key reads back, and lifting the limit (0) gives DRAM its budget back. A server started
-    with no limit takes one. Bad values get Redis's error shape."""
+    key reads back, and lifting the limit (0) gives DRAM its budget back. RocksDB's
+    memtables and block cache take their shares of each new limit (an eighth and a
+    sixteenth), never more than at start. A server started with no limit takes one. Bad
+    values get Redis's error shape."""
+
+    def rocksdb_shares(c):
+        info = c.info("strata")
+        return info["warm_memtables_bytes_max"], info["warm_block_cache_bytes_max"]
+
     p = StrataProcess(
         {"maxmemory": "384MiB", "durability": "none", "disk_free_min_bytes": 0},
         data_dir=str(tmp_path),
@@ -160,11 +167,16 @@ def test_config_set_maxmemory_moves_the_limit_while_the_server_runs(tmp_path):
     try:
         c = p.client(socket_timeout=120)
         start_budget = c.info("strata")["hot_bytes_max"]
+        assert rocksdb_shares(c) == (48 * MIB, 24 * MIB)
         write_values(c, 0, 48 * 1024)
         limit = 256 * MIB
         assert c.config_set("maxmemory", "256mb")
         assert c.config_get("maxmemory") == {"maxmemory": str(limit)}
         assert c.info("memory")["maxmemory"] == limit
+        deadline = time.time() + 10
+        while rocksdb_shares(c) != (32 * MIB, 16 * MIB):
+            assert time.time() < deadline, f"RocksDB's shares stayed at {rocksdb_shares(c)}"
+            time.sleep(0.1)
         sampler.start()
         keys = 320 * 1024
         write_values(c, 48 * 1024, keys - 48 * 1024)
@@ -185,6 +197,7 @@ def test_config_set_maxmemory_moves_the_limit_while_the_server_runs(tmp_path):
         while c.info("strata")["hot_bytes_max"] != start_budget:
             assert time.time() < deadline, "DRAM's budget did not come back"
             time.sleep(0.1)
+        assert rocksdb_shares(c) == (48 * MIB, 24 * MIB)
     finally:
         sampler.stop()
         p.stop()
@@ -193,10 +206,45 @@ def test_config_set_maxmemory_moves_the_limit_while_the_server_runs(tmp_path):
     try:
         c = p.client()
         assert c.info("strata")["hot_bytes_max"] == 1 << 30
+        assert rocksdb_shares(c) == (0, 64 * MIB)
         assert c.config_set("maxmemory", "128mb")
         deadline = time.time() + 10
-        while c.info("strata")["hot_bytes_max"] > 128 * MIB:
+        # DRAM's budget: 128 MiB less RocksDB's 16 and 8 and a 32 MiB reserve.
+        while c.info("strata")["hot_bytes_max"] > 72 * MIB:
             assert time.time() < deadline, "DRAM's budget did not follow the new limit"
             time.sleep(0.1)
+        assert rocksdb_shares(c) == (16 * MIB, 8 * MIB)
+    finally:
+        p.stop()
+
+
+def test_a_lowered_limit_is_reached_though_evictions_leave_survivors_on_every_page(tmp_path):
+    """Lowering `maxmemory` far below what DRAM held: evictions at random leave a few
+    values on each of the allocator's pages, which pins them all; the server moves DRAM's
+    survivors to fresh pages so the process gets under the new limit. RocksDB's shares
+    follow the new limit too. Every key still reads back."""
+    p = StrataProcess(
+        {"maxmemory": "768MiB", "durability": "none", "disk_free_min_bytes": 0},
+        data_dir=str(tmp_path),
+    )
+    try:
+        c = p.client(socket_timeout=120)
+        keys = 400 * 1024
+        write_values(c, 0, keys)
+        held = rss_anon(p.proc.pid)
+        assert held > 400 * MIB, f"DRAM held only {held / MIB:.0f} MiB"
+        limit = 128 * MIB
+        assert c.config_set("maxmemory", "128mb")
+        deadline, rss = time.time() + 90, held
+        while rss > 1.1 * limit:
+            assert time.time() < deadline, f"RssAnon still {rss / MIB:.1f} MiB"
+            time.sleep(0.5)
+            rss = rss_anon(p.proc.pid)
+        print(f"RssAnon {held / MIB:.0f} -> {rss / MIB:.0f} MiB under a limit lowered to 128 MiB")
+        info = c.info("strata")
+        assert info["hot_bytes"] > 0, "DRAM kept something"
+        assert info["warm_memtables_bytes_max"] == 16 * MIB
+        for i in range(0, keys, 97):
+            assert c.get(f"m{i:07}") == VALUE, i
     finally:
         p.stop()

@@ -10,7 +10,7 @@ use object_store::ObjectStore;
 use parking_lot::Mutex;
 use strata_format::{Key, Kind};
 use strata_hot::{HotCache, PolicyKind};
-use strata_warm::WarmStore;
+use strata_warm::{MemoryShares, WarmStore};
 use tokio::sync::{watch, Notify};
 
 use crate::access::AccessCounts;
@@ -824,6 +824,9 @@ impl Engine {
         s.live_values = core.live.held() as u64;
         s.live_bytes = core.live.bytes() as u64;
         s.warm_memory_bytes = core.warm.store.memory_bytes();
+        let shares = core.warm.store.memory_shares();
+        s.warm_memtables_bytes_max = shares.memtables_bytes_max;
+        s.warm_block_cache_bytes_max = shares.block_cache_bytes;
         s.key_filter_bytes = core.warm.key_filter_bytes();
         s.hot_evictions = hot.evictions;
         s.warm_entries = sizes.warm_entries as u64;
@@ -855,6 +858,29 @@ impl Engine {
     /// memory limit moves under pressure. Write-back's share follows it.
     pub fn set_hot_bytes_max(&self, bytes: u64) {
         self.core.hot.set_bytes_max(bytes as usize);
+    }
+
+    /// Bytes DRAM holds now.
+    pub fn hot_bytes(&self) -> u64 {
+        self.core.hot.bytes() as u64
+    }
+
+    /// Moves DRAM's small entries to fresh allocations, so the allocator can pack them onto
+    /// fewer pages (`HotCache::relocate`); `between_shards` runs after each shard. Returns
+    /// the bytes moved.
+    pub fn relocate_hot(&self, between_shards: &dyn Fn()) -> u64 {
+        self.core.hot.relocate(between_shards) as u64
+    }
+
+    /// What the warm store's memtables and block cache may hold now.
+    pub fn warm_memory_shares(&self) -> MemoryShares {
+        self.core.warm.store.memory_shares()
+    }
+
+    /// Changes what the warm store's memtables and block cache may hold (a process memory
+    /// limit changed at run time).
+    pub fn set_warm_memory_shares(&self, shares: MemoryShares) -> Result<()> {
+        Ok(self.core.warm.store.set_memory_shares(shares)?)
     }
 
     /// Drops every cached value from DRAM (tests use it to force reads from lower tiers).

@@ -76,6 +76,7 @@ pub use scan::{RangeBound, ScanItem, ScanPage};
 pub use settings::{Durability, HotPolicy, Settings};
 pub use stats::Stats;
 pub use strata_format::{Key, Kind};
+pub use strata_warm::MemoryShares;
 pub use tier::Tier;
 pub use write::{parse_i64, Change, Condition, Existing, Expire, PutOptions, PutResult};
 /// Bytes the DRAM tier charges per entry on top of key and value.

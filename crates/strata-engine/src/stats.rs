@@ -167,6 +167,8 @@ define_stats! {
         live_values: "strata_live_values" "" "Collections held decoded in memory, changed in place by their writes.",
         live_bytes: "strata_live_bytes" "" "About how many bytes the live values hold (at most half of write-back's budget).",
         warm_memory_bytes: "strata_warm_memory_bytes" "" "Memory the warm store holds: RocksDB's memtables, block cache and table readers.",
+        warm_memtables_bytes_max: "strata_warm_memtables_bytes_max" "" "What RocksDB's memtables together may hold, about (0: no total, 64 MiB a family).",
+        warm_block_cache_bytes_max: "strata_warm_block_cache_bytes_max" "" "What RocksDB's block cache may hold.",
         key_filter_bytes: "strata_key_filter_bytes" "" "Memory the key filter holds (about two bytes per key).",
         warm_bytes_max: "strata_tier_bytes_max" "tier=\"warm\"" "RocksDB budget; above it keys are demoted.",
         warm_bytes_hard_max: "strata_warm_bytes_hard_max" "" "Warm bytes past which writes wait for demotion (refused after write_stall_ms_max).",

@@ -192,6 +192,24 @@ impl Data {
         }
     }
 
+    /// A packed block copied into a fresh allocation (`None` for a value kept apart): swapped
+    /// in for this one, it lets the allocator pack what survives random evictions into
+    /// fewer pages (`HotCache::relocate`).
+    pub(crate) fn relocated(&self) -> Option<Data> {
+        let View::Packed(head, bytes) = self.view() else {
+            return None;
+        };
+        let layout = head.layout();
+        // SAFETY: the layout's size is at least 3 (a flags byte and two lengths).
+        let p = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        // SAFETY: `p` is a fresh allocation of `bytes.len()` bytes, apart from `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        Some(Data { ptr })
+    }
+
     /// The packed block's head and bytes, to change (`None` for a value kept apart).
     fn packed_mut(&mut self) -> Option<(Head, &mut [u8])> {
         let p = self.ptr.as_ptr();
@@ -309,6 +327,18 @@ impl Drop for Data {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relocated_packed_entry_holds_the_same_key_value_and_expiry() {
+        let d = Data::new(b"key", Bytes::from_static(b"value"), 42);
+        let moved = d.relocated().expect("a packed entry moves");
+        drop(d);
+        assert_eq!(moved.key(), b"key");
+        assert_eq!(moved.value(), b"value");
+        assert_eq!(moved.expire_ms(), 42);
+        let big = Bytes::from(vec![1u8; INLINE_VALUE_BYTES_MAX + 1]);
+        assert!(Data::new(b"k", big, 0).relocated().is_none(), "kept apart");
+    }
 
     #[test]
     fn packed_and_apart_entries_give_back_what_went_in() {

@@ -822,6 +822,11 @@ impl HotCache {
     }
 
     /// The budget now.
+    /// Bytes held, as the shards last published them (no lock taken).
+    pub fn bytes(&self) -> usize {
+        self.loads.iter().map(|l| l.load(Ordering::Relaxed)).sum()
+    }
+
     pub fn bytes_max(&self) -> usize {
         self.bytes_max.load(Ordering::Relaxed)
     }
@@ -881,6 +886,20 @@ impl HotCache {
     /// durable elsewhere).
     pub fn clear_all(&self) {
         self.remove_where(|_| true);
+    }
+
+    /// Moves every small entry to a fresh allocation, a shard at a time, calling
+    /// `between_shards` after each (with no lock held). After random evictions have left a
+    /// few entries on each of many pages, the allocator, which fills its fullest or oldest
+    /// pages first, packs the moved entries onto few pages and the others empty, to go back
+    /// to the system. Returns the bytes moved.
+    pub fn relocate(&self, between_shards: &dyn Fn()) -> usize {
+        let mut bytes = 0;
+        for m in self.shards.iter() {
+            bytes += m.lock().relocate();
+            between_shards();
+        }
+        bytes
     }
 
     fn remove_where(&self, drop: impl Fn(&shard::Entry) -> bool) {
@@ -945,6 +964,46 @@ mod tests {
                 let want = (i < 300).then(|| Bytes::from(format!("v{i}")));
                 assert_eq!(c.peek(format!("k{i}").as_bytes(), 0).map(|v| v.0), want);
             }
+        }
+    }
+
+    #[test]
+    fn relocated_entries_keep_their_values_expiries_and_marks() {
+        let c = HotCache::new(16 << 20, 4, PolicyKind::Strata);
+        let value = |i: u32| match i % 5 {
+            0 => Bytes::from(vec![i as u8; INLINE_VALUE_BYTES_MAX + 1]),
+            _ => Bytes::from(format!("v{i}")),
+        };
+        for i in 0..500u32 {
+            c.insert(
+                format!("k{i}").as_bytes(),
+                value(i),
+                u64::from(i % 3) * 1000,
+            );
+        }
+        c.insert_dirty(b"dirty", b"d", 0, 3, true);
+        let before = c.stats();
+        let shards = std::sync::atomic::AtomicUsize::new(0);
+        let moved = c.relocate(&|| {
+            shards.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(shards.into_inner(), 4, "called after each shard");
+        // The 400 small values and the dirty one move; the large ones stay as they are.
+        let small: usize = (0..500u32)
+            .filter(|i| i % 5 != 0)
+            .map(|i| format!("k{i}").len() + format!("v{i}").len())
+            .sum();
+        assert_eq!(moved, small + "dirty".len() + 1);
+        let after = c.stats();
+        assert_eq!((before.entries, before.bytes), (after.entries, after.bytes));
+        assert_eq!(c.bytes() as u64, after.bytes);
+        assert_eq!(
+            c.dirty(b"dirty").map(|d| d.0),
+            Some(Bytes::from_static(b"d"))
+        );
+        for i in 0..500u32 {
+            let (v, expire, _) = c.get(format!("k{i}").as_bytes(), 0).unwrap();
+            assert_eq!((v, expire), (value(i), u64::from(i % 3) * 1000));
         }
     }
 

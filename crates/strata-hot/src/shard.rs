@@ -314,6 +314,23 @@ impl Shard {
         self.table.iter()
     }
 
+    /// Moves every packed entry to a fresh allocation: all the new blocks are taken before
+    /// any old one is freed, so none lands in a hole the previous move just left. Returns
+    /// the bytes moved.
+    pub(crate) fn relocate(&mut self) -> usize {
+        let moved: Vec<Option<Data>> = self.table.iter().map(|e| e.data.relocated()).collect();
+        let mut old = Vec::with_capacity(moved.len());
+        let mut bytes = 0;
+        for (e, new) in self.table.iter_mut().zip(moved) {
+            if let Some(new) = new {
+                bytes += new.key().len() + new.value().len();
+                old.push(std::mem::replace(&mut e.data, new));
+            }
+        }
+        drop(old);
+        bytes
+    }
+
     /// Takes out every entry for which `drop` says so; returns them.
     pub(crate) fn remove_where(
         &mut self,

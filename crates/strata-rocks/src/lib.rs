@@ -30,7 +30,9 @@ use rocksdb::{
     DBPinnableSlice, MergeOperands, Options, WriteBatch, WriteOptions, DB,
 };
 use serde::{Deserialize, Serialize};
-use strata_warm::{Batch, Bounds, Changes, Cursor, Family, Result, StoreError, View, WarmStore};
+use strata_warm::{
+    Batch, Bounds, Changes, Cursor, Family, MemoryShares, Result, StoreError, View, WarmStore,
+};
 
 /// RocksDB's settings, as the configuration file names them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,14 +105,21 @@ pub struct RocksWarm {
     log_bytes_dropped_at_open: u64,
     /// The block cache every family shares.
     cache: Cache,
+    /// What the memtables and the block cache may hold now.
+    shares: std::sync::Mutex<MemoryShares>,
 }
 
-/// Size of one memtable of the records family: 64 MiB, or a quarter of what all memtables
-/// may hold together.
-fn memtable_bytes(s: &RocksSettings) -> usize {
-    match s.rocksdb_memtables_bytes_max {
+/// Size of one memtable of family `f` when all memtables together may hold `total` bytes
+/// (0: no total): 64 MiB at most; the records family's (two of them at most) a quarter of
+/// the total, each other family's, rarely written to, a sixteenth.
+fn memtable_bytes(f: Family, total: u64) -> usize {
+    let share = match f {
+        Family::Records | Family::Layout1Data => total / 4,
+        _ => total / 16,
+    };
+    match total {
         0 => MEMTABLE_BYTES,
-        total => MEMTABLE_BYTES.min(total as usize / 4).max(1 << 20),
+        _ => MEMTABLE_BYTES.min(share as usize).max(1 << 20),
     }
 }
 
@@ -124,13 +133,13 @@ fn family_options(f: Family, s: &RocksSettings, cache: &Cache) -> Options {
         t
     };
     let mut o = Options::default();
+    o.set_write_buffer_size(memtable_bytes(f, s.rocksdb_memtables_bytes_max));
     match f {
         Family::Records | Family::Layout1Data => {
             o.set_block_based_table_factory(&table(true));
             o.set_enable_blob_files(true);
             o.set_min_blob_size(s.blob_bytes_min);
             o.set_enable_blob_gc(true);
-            o.set_write_buffer_size(memtable_bytes(s));
             // Every read that misses DRAM, and every write (which reads the key's record
             // first), looks the key up here and in the cold index: a bloom filter over each
             // memtable's keys turns look-ups of absent keys into a few bit tests instead of
@@ -236,6 +245,10 @@ impl RocksWarm {
             ids,
             log_bytes_dropped_at_open: wal_bytes_dropped_at_open(dir),
             cache,
+            shares: std::sync::Mutex::new(MemoryShares {
+                memtables_bytes_max: s.rocksdb_memtables_bytes_max,
+                block_cache_bytes: s.rocksdb_block_cache_bytes,
+            }),
         })
     }
 
@@ -548,6 +561,29 @@ impl WarmStore for RocksWarm {
     fn unflushed_bytes(&self) -> u64 {
         self.property_sum("rocksdb.cur-size-all-mem-tables")
     }
+
+    fn memory_shares(&self) -> MemoryShares {
+        *self.shares.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The total set at open (`db_write_buffer_size`) stays as RocksDB's own bound; each
+    /// family's memtable size follows the new total (RocksDB's C API of this version
+    /// cannot change the bound itself).
+    fn set_memory_shares(&self, shares: MemoryShares) -> Result<()> {
+        let mut now = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        self.cache
+            .clone()
+            .set_capacity(shares.block_cache_bytes as usize);
+        for &f in &self.present {
+            let Some(cf) = self.cf(f) else { continue };
+            let size = memtable_bytes(f, shares.memtables_bytes_max).to_string();
+            self.db
+                .set_options_cf(cf, &[("write_buffer_size", size.as_str())])
+                .map_err(err)?;
+        }
+        *now = shares;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -584,6 +620,42 @@ mod tests {
         b.put(Family::Layout1Ttl, b"k", b"");
         assert!(matches!(s.write(b, false), Err(StoreError::Invalid(_))));
         assert_eq!(s.get(Family::Records, b"other").unwrap(), None);
+    }
+
+    #[test]
+    fn memory_shares_changed_while_open_bound_the_block_cache_and_memtables() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open(dir.path());
+        let records = |p: &str| {
+            let cf = s.cf(Family::Records).unwrap();
+            s.db.property_int_value_cf(cf, p).unwrap().unwrap()
+        };
+        assert_eq!(records("rocksdb.block-cache-capacity"), 64 << 20);
+        let small = MemoryShares {
+            memtables_bytes_max: 8 << 20,
+            block_cache_bytes: 1 << 20,
+        };
+        s.set_memory_shares(small).unwrap();
+        assert_eq!(s.memory_shares(), small);
+        assert_eq!(records("rocksdb.block-cache-capacity"), 1 << 20);
+        // 6 MiB of records: the records family's memtables are now 2 MiB each, so no
+        // memtable holds them all (at 64 MiB one would).
+        let value = vec![7u8; 1000];
+        for batch in 0..96 {
+            let mut b = s.batch();
+            for i in 0..64 {
+                b.put(
+                    Family::Records,
+                    format!("k{batch:03}{i:02}").as_bytes(),
+                    &value,
+                );
+            }
+            s.write(b, false).unwrap();
+        }
+        let active = records("rocksdb.cur-size-active-mem-table");
+        assert!(active < 3 << 20, "active memtable {active} bytes");
+        assert_eq!(s.get(Family::Records, b"k00000").unwrap().unwrap(), value);
+        assert_eq!(s.get(Family::Records, b"k09563").unwrap().unwrap(), value);
     }
 
     #[test]

@@ -41,7 +41,7 @@ use strata_engine::Engine;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
-pub use memory::{rss_anon_bytes_of, set_allocator, Allocator};
+pub use memory::{rss_anon_bytes_of, set_allocator, split as split_memory, Allocator};
 pub use shared::{ServerStats, SERVER_STATS};
 
 use shared::Shared;
@@ -112,10 +112,10 @@ pub struct ServerConfig {
     #[serde(rename = "busy_reply_threshold")]
     pub busy_reply_threshold_ms: u64,
     /// The most anonymous memory the process may hold (Redis's name; 0 = no limit). RocksDB's
-    /// budgets are carved out of it at start, DRAM's budget is what remains and moves at
-    /// run time to keep the process within it (`memory.rs`). `CONFIG SET` changes the limit
-    /// while the server runs; RocksDB's budgets stay, and DRAM's becomes what the new limit
-    /// leaves beside them (`memory::budget_cap`).
+    /// budgets are carved out of it (`memory::split`), DRAM's budget is what remains and
+    /// moves at run time to keep the process within it (`memory.rs`). `CONFIG SET` changes
+    /// the limit while the server runs, and RocksDB's budgets with it (never past what they
+    /// were at start, `memory::shares_at`).
     #[serde(with = "strata_settings::size")]
     pub maxmemory: u64,
 }

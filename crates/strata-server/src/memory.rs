@@ -1,14 +1,20 @@
-//! The process's memory limit (`maxmemory`, Redis's name). RocksDB's memtables and block
-//! cache have fixed budgets carved out of it at start-up; DRAM's budget is what remains, and
+//! The process's memory limit (`maxmemory`, Redis's name). [`split`] carves it up: RocksDB's
+//! memtables and block cache get their shares (at start-up, and again when `CONFIG SET`
+//! changes the limit); DRAM's budget is what remains, and
 //! this module's task keeps the whole process within the limit as it runs: it reads the
 //! process's anonymous resident memory (`RssAnon`: heap, buffers, caches; not the file pages
 //! RocksDB maps) and lowers DRAM's budget by what the process holds above the limit, or
 //! raises it back (to at most `hot_bytes_max`) while there is room. What DRAM gives up stays
 //! in the warm tier, so a lower budget costs hit rate, never data; write-back's share
-//! follows DRAM's budget, so writes slow to RocksDB's pace before memory runs out.
+//! follows DRAM's budget, so writes slow to RocksDB's pace before memory runs out. When
+//! emptying DRAM down to its floor did not bring the process under the limit, the values
+//! DRAM kept are moved to fresh allocations ([`should_relocate`]), so the allocator's pages
+//! they each pinned can go back to the system.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use strata_engine::MemoryShares;
 
 use crate::shared::Shared;
 
@@ -25,13 +31,54 @@ const HEADROOM_FRACTION: f64 = 0.09;
 /// DRAM's budget never goes below this share of `hot_bytes_max`: past that, what holds the
 /// memory is not DRAM, and emptying it would not help.
 const FLOOR_FRACTION: u64 = 8;
+/// While the process holds more than the limit with DRAM's budget at its floor and DRAM
+/// within it, DRAM's entries are moved to fresh allocations (at most this often): random
+/// evictions leave a few survivors on each of many allocator pages, which then cannot go
+/// back to the system.
+const RELOCATE_PERIOD: Duration = Duration::from_secs(30);
 
-/// The allocator the binary chose: its name (`INFO`'s `mem_allocator`) and how it hands
-/// freed memory back to the system when DRAM's budget falls. Set once by the binary;
-/// unset, glibc's `malloc` and its `malloc_trim`.
+/// The least memory a limit keeps back for what no budget counts.
+const RESERVE_BYTES_MIN: u64 = 32 << 20;
+
+/// How a memory limit is carved up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// RocksDB's memtables and block cache.
+    pub warm: MemoryShares,
+    /// DRAM's budget: what the warm store's shares and a reserve leave.
+    pub dram: u64,
+}
+
+/// Carves `limit` up: RocksDB's memtables get an eighth and its block cache a sixteenth (or
+/// less, as `asked` sets them; memtables 0 asks for no total), a reserve is kept for the
+/// rest of the process (the runtime, connection buffers, RocksDB's table readers, the
+/// allocator's slack: an eighth, at least [`RESERVE_BYTES_MIN`]), and DRAM's budget is what
+/// remains. At [`crate::MAXMEMORY_MIN`] that is 20 MiB; past it, more than 5/16 of the limit.
+pub fn split(limit: u64, asked: MemoryShares) -> Split {
+    let memtables = match asked.memtables_bytes_max {
+        0 => limit / 8,
+        set => set.min(limit / 8),
+    };
+    let block_cache = asked.block_cache_bytes.min(limit / 16);
+    let reserve = (limit / 8).max(RESERVE_BYTES_MIN);
+    Split {
+        warm: MemoryShares {
+            memtables_bytes_max: memtables,
+            block_cache_bytes: block_cache,
+        },
+        dram: limit.saturating_sub(memtables + block_cache + reserve),
+    }
+}
+
+/// The allocator the binary chose: its name (`INFO`'s `mem_allocator`), how it hands
+/// freed memory back to the system when DRAM's budget falls, and how a thread's cache of
+/// freed blocks goes back to the shared pages (so the next allocations fill those pages,
+/// not the holes the thread just made). Set once by the binary; unset, glibc's `malloc`
+/// and its `malloc_trim`.
 pub struct Allocator {
     pub name: String,
     pub release: fn(),
+    pub flush_thread_cache: fn(),
 }
 
 static ALLOCATOR: std::sync::OnceLock<Allocator> = std::sync::OnceLock::new();
@@ -55,6 +102,13 @@ fn release_freed() {
     // SAFETY: malloc_trim only returns free heap pages; it has no preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// See [`Allocator::flush_thread_cache`].
+fn flush_thread_cache() {
+    if let Some(a) = ALLOCATOR.get() {
+        (a.flush_thread_cache)();
     }
 }
 
@@ -86,7 +140,7 @@ fn rss_anon_in(path: &str) -> u64 {
 /// DRAM's budget at most `cap`.
 pub(crate) fn next_budget(budget: u64, rss: u64, limit: u64, cap: u64) -> u64 {
     let floor = cap / FLOOR_FRACTION;
-    let high = limit - (limit as f64 * AIM_BELOW_FRACTION) as u64;
+    let high = aim(limit);
     if rss > high {
         return budget.saturating_sub(rss - high).max(floor);
     }
@@ -98,20 +152,46 @@ pub(crate) fn next_budget(budget: u64, rss: u64, limit: u64, cap: u64) -> u64 {
     budget.min(cap)
 }
 
-/// DRAM's largest budget under `limit`: what the process's other shares, fixed at start
-/// (`start_limit` less DRAM's budget then, `start_cap`; none known without a limit at
-/// start), leave of it, at most `start_cap` and at least an eighth of the limit.
-pub(crate) fn budget_cap(limit: u64, start_limit: u64, start_cap: u64) -> u64 {
-    let fixed = start_limit.saturating_sub(start_cap);
-    limit.saturating_sub(fixed).max(limit / 8).min(start_cap)
+/// The most the process should hold under `limit`: DRAM's budget falls above it.
+fn aim(limit: u64) -> u64 {
+    limit - (limit as f64 * AIM_BELOW_FRACTION) as u64
+}
+
+/// Whether DRAM's entries should move to fresh allocations: the process holds more than
+/// `limit` allows though DRAM's budget is at its floor under `cap` and DRAM holds no more
+/// than it (`hot_bytes` of `budget`), so what holds the rest is not DRAM's bytes but the
+/// pages its survivors keep.
+pub(crate) fn should_relocate(rss: u64, limit: u64, budget: u64, cap: u64, hot_bytes: u64) -> bool {
+    limit != 0 && rss > aim(limit) && budget <= cap / FLOOR_FRACTION && hot_bytes <= budget
+}
+
+/// The shares of the process's memory under `limit` (0: none) as it changes at run time,
+/// given what they were at start (`start`; `start_cap` DRAM's budget): the warm store's
+/// shares and DRAM's largest budget by [`split`], each at most what it was at start.
+pub(crate) fn shares_at(limit: u64, start: MemoryShares, start_cap: u64) -> Split {
+    if limit == 0 {
+        return Split {
+            warm: start,
+            dram: start_cap,
+        };
+    }
+    let s = split(limit, start);
+    Split {
+        dram: s.dram.min(start_cap),
+        ..s
+    }
 }
 
 /// Runs until shutdown, keeping the process within `maxmemory` as it stands (`CONFIG SET`
-/// changes it at run time): DRAM's budget is at most [`budget_cap`], and back at
-/// `hot_bytes_max` as the server started while there is no limit.
+/// changes it at run time): a new limit gives the warm store its shares by [`shares_at`]
+/// at once; DRAM's budget is at most what they leave, and back at `hot_bytes_max` as the
+/// server started while there is no limit.
 pub(crate) async fn govern(shared: Arc<Shared>) {
     let start_cap = shared.engine.settings().hot.hot_bytes_max;
-    let start_limit = shared.cfg.read().maxmemory;
+    let start = shared.engine.warm_memory_shares();
+    // The limit the warm store's shares were last set for (at start, by the configuration).
+    let mut applied = shared.cfg.read().maxmemory;
+    let mut relocated_at: Option<std::time::Instant> = None;
     let mut stop = shared.shutdown.subscribe();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -121,13 +201,17 @@ pub(crate) async fn govern(shared: Arc<Shared>) {
             _ = tick.tick() => {}
         }
         let limit = shared.cfg.read().maxmemory;
+        let shares = shares_at(limit, start, start_cap);
+        if limit != applied {
+            applied = limit;
+            if let Err(e) = shared.engine.set_warm_memory_shares(shares.warm) {
+                tracing::warn!(error = %e, "the warm store's memory shares could not be changed");
+            }
+        }
         let budget = shared.engine.hot_bytes_max();
         let next = match limit {
             0 => start_cap,
-            _ => {
-                let cap = budget_cap(limit, start_limit, start_cap);
-                next_budget(budget, rss_anon_bytes(), limit, cap)
-            }
+            _ => next_budget(budget, rss_anon_bytes(), limit, shares.dram),
         };
         if next != budget {
             shared.engine.set_hot_bytes_max(next);
@@ -136,6 +220,26 @@ pub(crate) async fn govern(shared: Arc<Shared>) {
             // What DRAM let go goes back to the operating system now: allocators keep
             // freed pages a while otherwise, and the reading would not fall.
             release_freed();
+        }
+        let rss = rss_anon_bytes();
+        let due = relocated_at.is_none_or(|t| t.elapsed() >= RELOCATE_PERIOD);
+        if due && should_relocate(rss, limit, next, shares.dram, shared.engine.hot_bytes()) {
+            relocated_at = Some(std::time::Instant::now());
+            let engine = shared.engine.clone();
+            let moved = tokio::task::spawn_blocking(move || {
+                let moved = engine.relocate_hot(&flush_thread_cache);
+                release_freed();
+                moved
+            })
+            .await
+            .unwrap_or(0);
+            let after = rss_anon_bytes();
+            tracing::info!(
+                moved,
+                rss_before = rss,
+                rss_after = after,
+                "DRAM's entries relocated"
+            );
         }
     }
 }
@@ -161,21 +265,66 @@ mod tests {
         assert_eq!(next_budget(900, 930, limit, cap), 800);
     }
 
+    const M: u64 = 1 << 20;
+
+    fn shares(memtables: u64, cache: u64) -> MemoryShares {
+        MemoryShares {
+            memtables_bytes_max: memtables * M,
+            block_cache_bytes: cache * M,
+        }
+    }
+
     #[test]
-    fn a_limit_set_at_run_time_leaves_the_start_shares_and_caps_dram() {
-        // Started at 384 with DRAM at 264: the other shares hold 120.
-        assert_eq!(budget_cap(256, 384, 264), 136);
+    fn dram_relocates_only_when_it_cannot_shrink_and_the_process_is_over() {
+        let (limit, cap) = (1000, 800);
+        // Over the aim (960), budget at the floor (100), DRAM within it: relocate.
+        assert!(should_relocate(1100, limit, 100, cap, 90));
+        // DRAM still above its budget: it is evicting, and the pages follow.
+        assert!(!should_relocate(1100, limit, 100, cap, 300));
+        // The budget can still fall.
+        assert!(!should_relocate(1100, limit, 400, cap, 90));
+        // Under the aim, or no limit.
+        assert!(!should_relocate(950, limit, 100, cap, 90));
+        assert!(!should_relocate(1100, 0, 100, cap, 90));
+    }
+
+    #[test]
+    fn a_limit_is_split_between_rocksdb_a_reserve_and_dram() {
+        // The defaults asked for: no memtables total, a 64 MiB block cache.
+        let asked = shares(0, 64);
+        let s = split(384 * M, asked);
+        assert_eq!(s.warm, shares(48, 24));
+        assert_eq!(s.dram, 264 * M, "384 less 48, 24 and a 48 MiB reserve");
+        // What the configuration sets lower stays lower.
+        assert_eq!(split(384 * M, shares(16, 8)).warm, shares(16, 8));
+        // The least limit leaves DRAM 20 MiB beside the 32 MiB reserve.
+        let least = split(crate::MAXMEMORY_MIN, asked);
+        assert_eq!((least.warm, least.dram), (shares(8, 4), 20 * M));
+    }
+
+    #[test]
+    fn a_limit_set_at_run_time_moves_rocksdb_s_shares_and_caps_dram() {
+        // Started at 384 MiB: RocksDB 48 + 24, DRAM 264.
+        let (start, cap) = (shares(48, 24), 264 * M);
+        let lower = shares_at(256 * M, start, cap);
+        assert_eq!((lower.warm, lower.dram), (shares(32, 16), 176 * M));
+        let higher = shares_at(1024 * M, start, cap);
         assert_eq!(
-            budget_cap(1024, 384, 264),
-            264,
-            "never past the start budget"
+            (higher.warm, higher.dram),
+            (start, cap),
+            "never past the start shares"
         );
         assert_eq!(
-            budget_cap(128, 384, 264),
-            16,
-            "at least an eighth of the limit"
+            shares_at(0, start, cap),
+            Split {
+                warm: start,
+                dram: cap
+            }
         );
-        // Started with no limit: none of it is known to be taken.
-        assert_eq!(budget_cap(256, 0, 1024), 256);
+        // Started with no limit: a limit set later takes RocksDB's shares out of it too.
+        let unlimited = shares(0, 64);
+        let later = shares_at(256 * M, unlimited, 1024 * M);
+        assert_eq!((later.warm, later.dram), (shares(32, 16), 176 * M));
+        assert_eq!(shares_at(0, unlimited, 1024 * M).warm, unlimited);
     }
 }

@@ -272,6 +272,25 @@ pub trait WarmStore: Send + Sync + 'static {
     fn unflushed_bytes(&self) -> u64 {
         0
     }
+    /// What the store's memtables and its block cache may hold now.
+    fn memory_shares(&self) -> MemoryShares {
+        MemoryShares::default()
+    }
+    /// Changes what the memtables and the block cache may hold while the store is open (a
+    /// memory limit changed at run time). The cache gives up blocks at once; memtables
+    /// already full are written out as they would be, and new ones take the new size.
+    fn set_memory_shares(&self, _shares: MemoryShares) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The memory a warm store's caches and write buffers may hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryShares {
+    /// All memtables together, about (0: no total, each family's own limit).
+    pub memtables_bytes_max: u64,
+    /// The block cache every family shares.
+    pub block_cache_bytes: u64,
 }
 
 /// The add merge rule of [`Family::Meta`]: the existing value and each operand are runs of

@@ -53,9 +53,6 @@ impl Default for NodeSettings {
     }
 }
 
-/// The least memory `maxmemory` keeps back for what no budget counts.
-const MAXMEMORY_RESERVE_BYTES_MIN: u64 = 32 << 20;
-
 /// Every setting, by component.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -104,25 +101,23 @@ impl Config {
         Ok(cfg)
     }
 
-    /// With `maxmemory` set, carves the process's memory up: RocksDB's memtables get an
-    /// eighth and its block cache a sixteenth (or less, if set lower), a reserve is kept for
-    /// the rest of the process (the runtime, connection buffers, RocksDB's table readers,
-    /// the allocator's slack), and DRAM's budget (`hot_bytes_max`) is what remains; the
-    /// server moves DRAM's budget below that at run time to hold the limit.
+    /// With `maxmemory` set, carves the process's memory up (`strata_server::split_memory`):
+    /// RocksDB's memtables and block cache get their shares, and DRAM's budget
+    /// (`hot_bytes_max`) is what remains; the server moves DRAM's budget below that at run
+    /// time to hold the limit.
     fn apply_maxmemory(&mut self) {
         let limit = self.server.maxmemory;
         if limit == 0 {
             return;
         }
-        let memtables = match self.rocks.rocksdb_memtables_bytes_max {
-            0 => limit / 8,
-            set => set.min(limit / 8),
+        let asked = strata_engine::MemoryShares {
+            memtables_bytes_max: self.rocks.rocksdb_memtables_bytes_max,
+            block_cache_bytes: self.rocks.rocksdb_block_cache_bytes,
         };
-        self.rocks.rocksdb_memtables_bytes_max = memtables;
-        let cache = self.rocks.rocksdb_block_cache_bytes.min(limit / 16);
-        self.rocks.rocksdb_block_cache_bytes = cache;
-        let reserve = (limit / 8).max(MAXMEMORY_RESERVE_BYTES_MIN);
-        self.engine.hot.hot_bytes_max = limit - memtables - cache - reserve;
+        let split = strata_server::split_memory(limit, asked);
+        self.rocks.rocksdb_memtables_bytes_max = split.warm.memtables_bytes_max;
+        self.rocks.rocksdb_block_cache_bytes = split.warm.block_cache_bytes;
+        self.engine.hot.hot_bytes_max = split.dram;
     }
 
     /// The address this node announces to clients and other nodes in a cluster.

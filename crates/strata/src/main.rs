@@ -156,12 +156,10 @@ fn load_config(cli: &Cli) -> Result<Config> {
     Config::load(cli.config.as_ref(), &env, &overrides)
 }
 
-/// Hands every jemalloc arena's freed pages back to the system now (the memory governor
-/// calls it when it lowers DRAM's budget; otherwise they go within a second).
-fn purge_freed_pages() {
-    // `MALLCTL_ARENAS_ALL` is 4096.
-    let name = b"arena.4096.purge\0";
-    // SAFETY: a purge takes no input or output buffers; the name is NUL-terminated.
+/// Runs the jemalloc control `name` (NUL-terminated) that takes no input and gives no output.
+fn jemalloc_action(name: &[u8]) {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: such a control reads and writes no buffers; the name is NUL-terminated.
     unsafe {
         tikv_jemalloc_sys::mallctl(
             name.as_ptr().cast(),
@@ -171,6 +169,19 @@ fn purge_freed_pages() {
             0,
         );
     }
+}
+
+/// Hands every jemalloc arena's freed pages back to the system now (the memory governor
+/// calls it when it lowers DRAM's budget; otherwise they go within a second).
+fn purge_freed_pages() {
+    // `MALLCTL_ARENAS_ALL` is 4096.
+    jemalloc_action(b"arena.4096.purge\0");
+}
+
+/// Hands the calling thread's cache of freed jemalloc blocks back to their arena, so the
+/// thread's next allocations come from the arena's pages, not from the holes it just freed.
+fn flush_jemalloc_thread_cache() {
+    jemalloc_action(b"thread.tcache.flush\0");
 }
 
 /// jemalloc's version, as `INFO` reports the allocator (`jemalloc-5.3.0`).
@@ -201,6 +212,7 @@ fn main() {
     strata_server::set_allocator(strata_server::Allocator {
         name: jemalloc_name(),
         release: purge_freed_pages,
+        flush_thread_cache: flush_jemalloc_thread_cache,
     });
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
