@@ -11,6 +11,14 @@ import time
 import pytest
 import redis
 
+
+def refusal(r, *args) -> str:
+    """The error `r` answers the command `args` with (the command must fail)."""
+    with pytest.raises(redis.ResponseError) as e:
+        r.execute_command(*args)
+    return str(e.value)
+
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The client of this tree, whatever copy of it pip installed last.
 sys.path.insert(0, str(ROOT / "clients" / "python"))

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import redis
-from conftest import StrataProcess
+from conftest import StrataProcess, refusal
 
 
 def test_strings_expiry_and_errors(strata):
@@ -496,6 +496,41 @@ def test_command_list_filters_as_redis_server_does(strata, redis_server):
         for r in (ours, theirs):
             with pytest.raises(redis.ResponseError, match="syntax error"):
                 r.execute_command("COMMAND LIST", *bad)
+
+
+def test_command_info_gives_redis_server_s_arity_and_acl_categories(strata, redis_server):
+    """Every command and subcommand both servers have (`get`, `client|kill`, `config|get`,
+    `function|load`...) answers COMMAND INFO with redis-server 7.0.15's ACL categories and
+    arity, and a subcommand with its flags as far as Strata tells them; a container lists
+    its subcommands' entries, COMMAND LIST FILTERBY ACLCAT keeps the same names, and a
+    subcommand given the wrong number of arguments is refused in Redis's words."""
+    ours, theirs = strata.client(decode_responses=True), redis.Redis(port=redis_server,
+                                                                      decode_responses=True)
+    common = set(ours.execute_command("COMMAND LIST")) & set(
+        theirs.execute_command("COMMAND LIST"))
+    subs = {n for n in common if "|" in n}
+    assert {"client|kill", "config|get", "function|load", "object|encoding"} <= subs
+    # ZRANK and ZREVRANK take Redis 7.2's WITHSCORE, which 7.0.15 does not know.
+    newer = {"zrank", "zrevrank"}
+    told = {"write", "readonly", "admin", "fast", "noscript", "no_multi", "movablekeys"}
+    for name in sorted(common):
+        [mine], [real] = (r.execute_command("COMMAND INFO", name) for r in (ours, theirs))
+        assert mine[6] == real[6], (name, "categories", mine[6], real[6])
+        assert mine[1] == real[1] or name in newer, (name, "arity", mine[1], real[1])
+        if name in subs:
+            assert set(mine[2]) == set(real[2]) & told, (name, "flags", mine[2], real[2])
+    [client] = ours.execute_command("COMMAND INFO", "client")
+    assert "client|kill" in [entry[0] for entry in client[9]]
+    for cat in ["admin", "dangerous", "connection", "scripting", "write", "read", "keyspace",
+                "fast", "slow"]:
+        kept = [set(r.execute_command("COMMAND LIST", "FILTERBY", "ACLCAT", cat)) & common
+                for r in (ours, theirs)]
+        assert kept[0] == kept[1], cat
+    for args in [("CLIENT", "SETNAME"), ("CONFIG", "SET", "maxclients"), ("COMMAND", "GETKEYS", "GET"),
+                 ("OBJECT", "ENCODING"), ("CLIENT", "KILL")]:
+        errors = [refusal(r, *args) for r in (ours, theirs)]
+        assert errors[0] == errors[1], args
+        assert errors[0].startswith("wrong number of arguments for '"), errors
 
 
 def test_large_values(strata):

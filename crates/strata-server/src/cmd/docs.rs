@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use strata_resp::Reply;
 
-use super::{lookup, syntax, COMMANDS};
+use super::{lookup, syntax, ADMIN, COMMANDS, NOSCRIPT, READ, WRITE};
 
 /// Each command by name: its arguments' syntax and its summary.
 const DOCS: &[(&str, &str, &str)] = &[
@@ -229,57 +229,59 @@ const DOCS: &[(&str, &str, &str)] = &[
     ("kvc.where", "<namespace [GROUP group:integer] hash... | NAMESPACE canonical [GROUP group:integer] TOKENS token...>", "Which nodes of the cluster hold the leading chunks, and the load cost."),
 ];
 
-/// The subcommands of the commands that have them (Redis's containers): the command, the
-/// subcommand, its arguments' syntax (after the two names) and its summary. A container's
-/// own entry in [`DOCS`] takes no arguments; `COMMAND DOCS` lists these under it, and
-/// `redis-cli` shows them as `CLIENT LIST` and so on.
+/// The subcommands of the commands that have them (Redis's containers): the full name
+/// (`command|subcommand`), its own flags (as Redis gives them: the group and key positions
+/// are the command's; its arity follows from its syntax), its arguments' syntax (after the
+/// two names) and its summary. A container's own entry in [`DOCS`] takes no arguments;
+/// `COMMAND DOCS` and `COMMAND INFO` list these under it, and `redis-cli` shows them as
+/// `CLIENT LIST` and so on.
 #[rustfmt::skip]
-pub(crate) const SUBCOMMANDS: &[(&str, &str, &str, &str)] = &[
-    ("client", "getname", "", "The connection's name, or nil."),
-    ("client", "id", "", "The connection's id."),
-    ("client", "info", "", "This connection, as a line of CLIENT LIST."),
-    ("client", "kill", "<ip:port:string | <[ID client-id:integer] | [TYPE <NORMAL | MASTER | SLAVE | REPLICA | PUBSUB>] | [USER username] | [ADDR ip:port:string] | [LADDR ip:port:string] | [SKIPME yes/no]>...>", "Closes the connections that match every filter given (not the caller, unless SKIPME no)."),
-    ("client", "list", "[TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id:integer...]", "Every connection, or those of one type or with the ids given, one line each."),
-    ("client", "no-evict", "<ON | OFF>", "Accepted and ignored: Strata evicts no connection."),
-    ("client", "no-touch", "<ON | OFF>", "Accepted and ignored: this connection's reads count as reads."),
-    ("client", "setinfo", "<LIB-NAME libname | LIB-VER libver>", "Accepted and ignored: the client library's name and version."),
-    ("client", "setname", "connection-name", "Names the connection."),
-    ("client", "unblock", "client-id:integer [TIMEOUT | ERROR]", "Ends a blocking command of another connection, as if it timed out or with an error."),
-    ("cluster", "countkeysinslot", "slot:integer", "How many keys one hash slot holds here."),
-    ("cluster", "getkeysinslot", "slot:integer count:integer", "Up to count keys of one hash slot."),
-    ("cluster", "help", "", "The subcommands of CLUSTER."),
-    ("cluster", "info", "", "The cluster's state and sizes."),
-    ("cluster", "keyslot", "key", "The hash slot of a key."),
-    ("cluster", "myid", "", "This node's id."),
-    ("cluster", "nodes", "", "The cluster's nodes and their slots, in Redis's text form."),
-    ("cluster", "shards", "", "The cluster's shards: their slots and nodes."),
-    ("cluster", "slots", "", "The slot ranges and the nodes serving them."),
-    ("command", "count", "", "How many commands there are."),
-    ("command", "docs", "[command-name...]", "What commands do, with their arguments."),
-    ("command", "getkeys", "command [arg...]", "The keys of a full command."),
-    ("command", "info", "[command-name...]", "Commands' arity, flags and key positions."),
-    ("command", "list", "[FILTERBY <MODULE module-name | ACLCAT category | PATTERN pattern:pattern>]", "The names of the commands and their subcommands, or those in an ACL category or matching a pattern."),
-    ("config", "get", "parameter...", "The settings matching the patterns given."),
-    ("config", "resetstat", "", "Zeroes the statistics INFO reports."),
-    ("config", "rewrite", "", "Answers OK: settings changed at run time are not written back to a file."),
-    ("config", "set", "<parameter value>...", "Changes settings at run time."),
-    ("function", "delete", "library-name", "Deletes a library and its functions."),
-    ("function", "dump", "", "Every library, serialized."),
-    ("function", "flush", "[ASYNC | SYNC]", "Deletes every library."),
-    ("function", "help", "", "The subcommands of FUNCTION."),
-    ("function", "kill", "", "Ends the running function, if it wrote nothing."),
-    ("function", "list", "[LIBRARYNAME library-name-pattern] [WITHCODE]", "The libraries, their functions and, with WITHCODE, their code."),
-    ("function", "load", "[REPLACE] function-code", "Loads a library."),
-    ("function", "restore", "serialized-value [FLUSH | APPEND | REPLACE]", "Loads the libraries of a dump."),
-    ("function", "stats", "", "The running function, and the engines."),
-    ("memory", "usage", "key [SAMPLES count:integer]", "The bytes a key and its value take."),
-    ("object", "encoding", "key", "How the value is kept, in Strata's own names (strata-string...)."),
-    ("object", "refcount", "key", "1 for a key that exists: values are not shared."),
-    ("script", "exists", "sha1...", "Whether each script is in the cache."),
-    ("script", "flush", "[ASYNC | SYNC]", "Empties the script cache."),
-    ("script", "help", "", "The subcommands of SCRIPT."),
-    ("script", "kill", "", "Ends the running script, if it wrote nothing."),
-    ("script", "load", "script", "Adds a script to the cache and answers its SHA1."),
+pub(crate) const SUBCOMMANDS: &[(&str, u32, &str, &str)] = &[
+    ("client|getname", NOSCRIPT, "", "The connection's name, or nil."),
+    ("client|id", NOSCRIPT, "", "The connection's id."),
+    ("client|info", NOSCRIPT, "", "This connection, as a line of CLIENT LIST."),
+    ("client|kill", ADMIN | NOSCRIPT, "<ip:port:string | <[ID client-id:integer] | [TYPE <NORMAL | MASTER | SLAVE | REPLICA | PUBSUB>] | [USER username] | [ADDR ip:port:string] | [LADDR ip:port:string] | [SKIPME yes/no]>...>", "Closes the connections that match every filter given (not the caller, unless SKIPME no)."),
+    ("client|list", ADMIN | NOSCRIPT, "[TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id:integer...]", "Every connection, or those of one type or with the ids given, one line each."),
+    ("client|no-evict", ADMIN | NOSCRIPT, "<ON | OFF>", "Accepted and ignored: Strata evicts no connection."),
+    ("client|no-touch", NOSCRIPT, "<ON | OFF>", "Accepted and ignored: this connection's reads count as reads."),
+    ("client|setinfo", NOSCRIPT, "<LIB-NAME libname | LIB-VER libver>", "Accepted and ignored: the client library's name and version."),
+    ("client|setname", NOSCRIPT, "connection-name", "Names the connection."),
+    ("client|unblock", ADMIN | NOSCRIPT, "client-id:integer [TIMEOUT | ERROR]", "Ends a blocking command of another connection, as if it timed out or with an error."),
+    ("cluster|countkeysinslot", 0, "slot:integer", "How many keys one hash slot holds here."),
+    ("cluster|getkeysinslot", 0, "slot:integer count:integer", "Up to count keys of one hash slot."),
+    ("cluster|help", 0, "", "The subcommands of CLUSTER."),
+    ("cluster|info", 0, "", "The cluster's state and sizes."),
+    ("cluster|keyslot", 0, "key", "The hash slot of a key."),
+    ("cluster|myid", 0, "", "This node's id."),
+    ("cluster|nodes", 0, "", "The cluster's nodes and their slots, in Redis's text form."),
+    ("cluster|shards", 0, "", "The cluster's shards: their slots and nodes."),
+    ("cluster|slots", 0, "", "The slot ranges and the nodes serving them."),
+    ("command|count", 0, "", "How many commands there are."),
+    ("command|docs", 0, "[command-name...]", "What commands do, with their arguments."),
+    ("command|getkeys", 0, "command arg...", "The keys of a full command."),
+    ("command|info", 0, "[command-name...]", "Commands' arity, flags and key positions."),
+    ("command|list", 0, "[FILTERBY <MODULE module-name | ACLCAT category | PATTERN pattern:pattern>]", "The names of the commands and their subcommands, or those in an ACL category or matching a pattern."),
+    ("config|get", ADMIN | NOSCRIPT, "parameter...", "The settings matching the patterns given."),
+    ("config|resetstat", ADMIN | NOSCRIPT, "", "Zeroes the statistics INFO reports."),
+    ("config|rewrite", ADMIN | NOSCRIPT, "", "Answers OK: settings changed at run time are not written back to a file."),
+    ("config|set", ADMIN | NOSCRIPT, "<parameter value>...", "Changes settings at run time."),
+    ("function|delete", WRITE | NOSCRIPT, "library-name", "Deletes a library and its functions."),
+    ("function|dump", NOSCRIPT, "", "Every library, serialized."),
+    ("function|flush", WRITE | NOSCRIPT, "[ASYNC | SYNC]", "Deletes every library."),
+    ("function|help", 0, "", "The subcommands of FUNCTION."),
+    ("function|kill", NOSCRIPT, "", "Ends the running function, if it wrote nothing."),
+    ("function|list", NOSCRIPT, "[LIBRARYNAME library-name-pattern] [WITHCODE]", "The libraries, their functions and, with WITHCODE, their code."),
+    ("function|load", WRITE | NOSCRIPT, "[REPLACE] function-code", "Loads a library."),
+    ("function|restore", WRITE | NOSCRIPT, "serialized-value [FLUSH | APPEND | REPLACE]", "Loads the libraries of a dump."),
+    ("function|stats", NOSCRIPT, "", "The running function, and the engines."),
+    ("memory|usage", READ, "key [SAMPLES count:integer]", "The bytes a key and its value take."),
+    ("object|encoding", READ, "key", "How the value is kept, in Strata's own names (strata-string...)."),
+    ("object|refcount", READ, "key", "1 for a key that exists: values are not shared."),
+    ("script|exists", NOSCRIPT, "sha1...", "Whether each script is in the cache."),
+    ("script|flush", NOSCRIPT, "[ASYNC | SYNC]", "Empties the script cache."),
+    ("script|help", 0, "", "The subcommands of SCRIPT."),
+    ("script|kill", NOSCRIPT, "", "Ends the running script, if it wrote nothing."),
+    ("script|load", NOSCRIPT, "script", "Adds a script to the cache and answers its SHA1."),
 ];
 
 /// The syntax and summary of command `name`.
@@ -289,14 +291,68 @@ fn doc(name: &str) -> Option<(&'static str, &'static str)> {
         .map(|(_, syntax, summary)| (*syntax, *summary))
 }
 
-/// The subcommands of command `name`: each one's name, syntax and summary.
-pub(crate) fn subcommands(
-    name: &str,
-) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
+/// One subcommand, a row of [`SUBCOMMANDS`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sub {
+    /// `command|subcommand`.
+    pub(crate) name: &'static str,
+    pub(crate) flags: u32,
+    pub(crate) syntax: &'static str,
+    pub(crate) summary: &'static str,
+}
+
+impl Sub {
+    /// Redis's arity of the subcommand (both names counted; negative: at least), from its
+    /// syntax unless [`ARITY_BEYOND_SYNTAX`] gives it.
+    pub(crate) fn arity(&self) -> i32 {
+        if let Some(&(_, arity)) = ARITY_BEYOND_SYNTAX.iter().find(|(n, _)| *n == self.name) {
+            return arity;
+        }
+        let (lo, hi) = words(self.syntax);
+        let n = 2 + lo as i32;
+        if hi == Some(lo) {
+            n
+        } else {
+            -n
+        }
+    }
+}
+
+/// Subcommands whose arity in Redis asks for more words than their documented syntax (as
+/// Redis documents it, so `redis-cli`'s hints match): `CLIENT KILL` needs a filter or an
+/// address.
+const ARITY_BEYOND_SYNTAX: &[(&str, i32)] = &[("client|kill", -3)];
+
+/// The subcommands of command `name` (none for a command that is not a container).
+pub(crate) fn subcommands(name: &str) -> impl Iterator<Item = Sub> + '_ {
     SUBCOMMANDS
         .iter()
-        .filter(move |(c, ..)| *c == name)
-        .map(|(_, sub, syntax, summary)| (*sub, *syntax, *summary))
+        .filter(move |(full, ..)| full.split_once('|').is_some_and(|(c, _)| c == name))
+        .map(|&(name, flags, syntax, summary)| Sub {
+            name,
+            flags,
+            syntax,
+            summary,
+        })
+}
+
+/// The subcommand `full` names (`command|subcommand`, any case), if it is one.
+pub(crate) fn subcommand(full: &[u8]) -> Option<Sub> {
+    let full = std::str::from_utf8(full).ok()?.to_ascii_lowercase();
+    let (command, _) = full.split_once('|')?;
+    let found = subcommands(command).find(|s| s.name == full);
+    found
+}
+
+/// The fewest and most words (`None`: no most) the arguments of syntax `line` take.
+fn words(line: &str) -> (usize, Option<usize>) {
+    syntax::parse(line)
+        .unwrap_or_default()
+        .iter()
+        .map(syntax::Arg::words)
+        .fold((0, Some(0)), |(lo, hi), (l, h)| {
+            (lo + l, hi.zip(h).map(|(a, b)| a + b))
+        })
 }
 
 /// The fields of one `COMMAND DOCS` entry: summary, version, group and the arguments of
@@ -327,11 +383,10 @@ pub(crate) fn docs(names: &[Bytes]) -> Reply {
         let (line, summary) = doc(s.name).unwrap_or(("", ""));
         let mut fields = doc_fields(summary, s.group, line);
         let subs: Vec<(Reply, Reply)> = subcommands(s.name)
-            .map(|(sub, line, summary)| {
-                let name = format!("{}|{sub}", s.name);
+            .map(|sub| {
                 (
-                    Reply::bulk(name),
-                    Reply::Map(doc_fields(summary, s.group, line)),
+                    Reply::bulk(sub.name),
+                    Reply::Map(doc_fields(sub.summary, s.group, sub.syntax)),
                 )
             })
             .collect();
@@ -376,12 +431,8 @@ mod tests {
         for s in COMMANDS {
             let (line, _) = doc(s.name).unwrap();
             let args = syntax::parse(line).unwrap_or_else(|e| panic!("{}: {e}", s.name));
-            let (lo, hi) = args
-                .iter()
-                .map(syntax::Arg::words)
-                .fold((1, Some(1)), |(lo, hi), (l, h)| {
-                    (lo + l, hi.zip(h).map(|(a, b)| a + b))
-                });
+            let (lo, hi) = words(line);
+            let (lo, hi) = (lo + 1, hi.map(|h| h + 1));
             // A container is documented by its subcommands (below).
             if subcommands(s.name).next().is_some() {
                 assert!(args.is_empty(), "{} is documented by subcommand", s.name);
@@ -406,14 +457,36 @@ mod tests {
     #[test]
     fn every_subcommand_belongs_to_a_command_parses_and_is_listed_once() {
         let mut seen = std::collections::HashSet::new();
-        for (c, sub, line, summary) in SUBCOMMANDS {
-            let s = COMMANDS.iter().find(|s| s.name == *c);
+        for (full, _, line, summary) in SUBCOMMANDS {
+            let (c, _) = full.split_once('|').expect("command|subcommand");
+            let s = COMMANDS.iter().find(|s| s.name == c);
             let s = s.unwrap_or_else(|| panic!("{c} is not a command"));
             assert!(s.arity < 0, "{c} takes no subcommand");
-            assert!(!summary.is_empty(), "{c} {sub} has no summary");
-            syntax::parse(line).unwrap_or_else(|e| panic!("{c} {sub}: {e}"));
-            assert!(seen.insert((c, sub)), "{c} {sub} is listed twice");
+            assert!(!summary.is_empty(), "{full} has no summary");
+            syntax::parse(line).unwrap_or_else(|e| panic!("{full}: {e}"));
+            assert!(seen.insert(full), "{full} is listed twice");
+            assert_eq!(
+                subcommand(full.to_uppercase().as_bytes()).unwrap().name,
+                *full
+            );
         }
+    }
+
+    #[test]
+    fn containers_are_flagged_and_subcommand_arities_follow_their_syntax() {
+        for s in COMMANDS {
+            let has = subcommands(s.name).next().is_some();
+            assert_eq!(s.flags & super::super::CONTAINER != 0, has, "{}", s.name);
+        }
+        let arity = |n: &[u8]| subcommand(n).unwrap().arity();
+        // As redis-server 7.0.15's COMMAND INFO gives them.
+        assert_eq!(arity(b"client|id"), 2);
+        assert_eq!(arity(b"CLIENT|SETNAME"), 3);
+        assert_eq!(arity(b"client|kill"), -3);
+        assert_eq!(arity(b"config|set"), -4);
+        assert_eq!(arity(b"command|getkeys"), -4);
+        assert_eq!(arity(b"memory|usage"), -3);
+        assert!(subcommand(b"client|nosuch").is_none() && subcommand(b"client").is_none());
     }
 
     #[test]

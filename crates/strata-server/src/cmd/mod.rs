@@ -66,6 +66,8 @@ pub(crate) const NOMULTI: u32 = 1024;
 /// command names: an `SMOVE` of a member the destination holds leaves its watchers alone,
 /// as in Redis. Given by the handler's module ([`module_flags`]).
 pub(crate) const TOUCHES_WHAT_CHANGES: u32 = 2048;
+/// Has subcommands (`docs::SUBCOMMANDS`): a request naming one is held to its arity.
+pub(crate) const CONTAINER: u32 = 4096;
 
 /// Whether two strings are equal, in a `const fn`.
 const fn same(a: &str, b: &str) -> bool {
@@ -157,12 +159,17 @@ pub(crate) struct Spec {
 impl Spec {
     /// Whether `n` arguments (the name included) fit the command's arity.
     pub(crate) fn accepts(&self, n: usize) -> bool {
-        let n = n as i32;
-        match self.arity.cmp(&0) {
-            std::cmp::Ordering::Greater => n == self.arity,
-            std::cmp::Ordering::Less => n >= -self.arity,
-            std::cmp::Ordering::Equal => true,
-        }
+        arity_fits(self.arity, n)
+    }
+}
+
+/// Whether `n` arguments (the names included) fit Redis's `arity`.
+fn arity_fits(arity: i32, n: usize) -> bool {
+    let n = n as i32;
+    match arity.cmp(&0) {
+        std::cmp::Ordering::Greater => n == arity,
+        std::cmp::Ordering::Less => n >= -arity,
+        std::cmp::Ordering::Equal => true,
     }
 }
 
@@ -315,8 +322,16 @@ pub(crate) static COMMANDS: &[Spec] = &[
         0,
         cn::reset
     ),
-    c!("client", -2, CONN | NOSCRIPT, 0, 0, 0, cn::client),
-    c!("command", -1, CONN, 0, 0, 0, sv::command),
+    c!(
+        "client",
+        -2,
+        CONN | NOSCRIPT | CONTAINER,
+        0,
+        0,
+        0,
+        cn::client
+    ),
+    c!("command", -1, CONN | CONTAINER, 0, 0, 0, sv::command),
     // Strings.
     c!("get", 2, READ | FAST, 1, 1, 1, s::get),
     c!("set", -3, WRITE, 1, 1, 1, s::set),
@@ -330,7 +345,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("mset", -3, WRITE | EXCLUSIVE, 1, -1, 2, s::mset),
     c!("msetnx", -3, WRITE | EXCLUSIVE, 1, -1, 2, s::msetnx),
     c!("strlen", 2, READ | FAST, 1, 1, 1, s::strlen),
-    c!("append", 3, WRITE, 1, 1, 1, s::append),
+    c!("append", 3, WRITE | FAST, 1, 1, 1, s::append),
     c!("getrange", 4, READ, 1, 1, 1, s::getrange),
     c!("lcs", -3, READ, 1, 2, 1, lcs::lcs_cmd),
     c!("substr", 4, READ, 1, 1, 1, s::getrange),
@@ -481,8 +496,24 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("zdiffstore", -4, WRITE | EXCLUSIVE, 1, 1, 1, z::zdiffstore),
     c!("zmpop", -4, WRITE, 0, 0, 0, z::zmpop),
     c!("bzmpop", -5, WRITE | BLOCKING, 0, 0, 0, z::bzmpop),
-    c!("bzpopmin", -3, WRITE | BLOCKING, 1, -2, 1, z::bzpopmin),
-    c!("bzpopmax", -3, WRITE | BLOCKING, 1, -2, 1, z::bzpopmax),
+    c!(
+        "bzpopmin",
+        -3,
+        WRITE | FAST | BLOCKING,
+        1,
+        -2,
+        1,
+        z::bzpopmin
+    ),
+    c!(
+        "bzpopmax",
+        -3,
+        WRITE | FAST | BLOCKING,
+        1,
+        -2,
+        1,
+        z::bzpopmax
+    ),
     c!("zunion", -3, READ, 0, 0, 0, z::zunion),
     c!("zinter", -3, READ, 0, 0, 0, z::zinter),
     c!("zdiff", -3, READ, 0, 0, 0, z::zdiff),
@@ -510,15 +541,31 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("pttl", 2, READ | FAST, 1, 1, 1, keys::pttl),
     c!("persist", 2, WRITE | FAST, 1, 1, 1, keys::persist),
     c!("type", 2, READ | FAST, 1, 1, 1, keys::type_of),
-    c!("object", -2, READ, 2, 2, 1, keys::object),
-    c!("memory", -2, READ, 2, 2, 1, keys::memory),
+    c!("object", -2, READ | CONTAINER, 2, 2, 1, keys::object),
+    c!("memory", -2, READ | CONTAINER, 2, 2, 1, keys::memory),
     c!("rename", 3, WRITE | EXCLUSIVE, 1, 2, 1, keys::rename),
-    c!("renamenx", 3, WRITE | EXCLUSIVE, 1, 2, 1, keys::renamenx),
+    c!(
+        "renamenx",
+        3,
+        WRITE | FAST | EXCLUSIVE,
+        1,
+        2,
+        1,
+        keys::renamenx
+    ),
     c!("scan", -2, READ, 0, 0, 0, keys::scan),
     c!("keys", 2, READ, 0, 0, 0, keys::keys),
     c!("dbsize", 1, READ | FAST, 0, 0, 0, keys::dbsize),
-    c!("move", 3, WRITE | EXCLUSIVE, 1, 1, 1, keys::move_to_db),
-    c!("swapdb", 3, WRITE | EXCLUSIVE, 0, 0, 0, keys::swapdb),
+    c!(
+        "move",
+        3,
+        WRITE | FAST | EXCLUSIVE,
+        1,
+        1,
+        1,
+        keys::move_to_db
+    ),
+    c!("swapdb", 3, WRITE | FAST | EXCLUSIVE, 0, 0, 0, keys::swapdb),
     c!("dump", 2, READ, 1, 1, 1, keys::dump),
     c!("restore", -4, WRITE, 1, 1, 1, keys::restore),
     c!("copy", -3, WRITE | EXCLUSIVE, 1, 2, 1, keys::copy),
@@ -642,11 +689,19 @@ pub(crate) static COMMANDS: &[Spec] = &[
         0,
         scripting::fcall_ro
     ),
-    c!("script", -2, WRITE | NOSCRIPT, 0, 0, 0, scripting::script),
+    c!(
+        "script",
+        -2,
+        WRITE | NOSCRIPT | CONTAINER,
+        0,
+        0,
+        0,
+        scripting::script
+    ),
     c!(
         "function",
         -2,
-        WRITE | NOSCRIPT,
+        WRITE | NOSCRIPT | CONTAINER,
         0,
         0,
         0,
@@ -654,7 +709,15 @@ pub(crate) static COMMANDS: &[Spec] = &[
     ),
     // Server.
     c!("info", -1, READ, 0, 0, 0, info::info),
-    c!("config", -2, ADMIN | NOSCRIPT, 0, 0, 0, sv::config),
+    c!(
+        "config",
+        -2,
+        ADMIN | NOSCRIPT | CONTAINER,
+        0,
+        0,
+        0,
+        sv::config
+    ),
     c!("debug", -2, ADMIN | NOSCRIPT, 0, 0, 0, sv::debug),
     c!(
         "shutdown",
@@ -671,7 +734,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("save", 1, ADMIN | NOSCRIPT | NOMULTI, 0, 0, 0, sv::save),
     c!("bgsave", -1, ADMIN | NOSCRIPT, 0, 0, 0, sv::bgsave),
     // Cluster.
-    c!("cluster", -2, CONN, 0, 0, 0, cluster::cluster),
+    c!("cluster", -2, CONN | CONTAINER, 0, 0, 0, cluster::cluster),
     c!("readonly", 1, CONN | FAST, 0, 0, 0, cluster::accept),
     c!("readwrite", 1, CONN | FAST, 0, 0, 0, cluster::accept),
     c!("asking", 1, CONN | FAST, 0, 0, 0, cluster::asking),
@@ -898,13 +961,29 @@ fn role_allows(role: Role, flags: u32) -> bool {
     }
 }
 
-/// Checks arity and permissions; the refusal, if any.
-fn refusal(conn: &mut Conn, spec: &Spec, n: usize) -> Option<Reply> {
-    if !spec.accepts(n) {
+/// The subcommand a request of container `spec` names, held to its own arity: the name to
+/// refuse it by, if the request does not fit.
+fn subcommand_misfit(spec: &Spec, args: &[Bytes]) -> Option<&'static str> {
+    if spec.flags & CONTAINER == 0 {
+        return None;
+    }
+    let named = [spec.name.as_bytes(), b"|", args.get(1)?].concat();
+    let sub = docs::subcommand(&named)?;
+    (!arity_fits(sub.arity(), args.len())).then_some(sub.name)
+}
+
+/// Checks arity (a subcommand's too) and permissions; the refusal, if any.
+fn refusal(conn: &mut Conn, spec: &Spec, args: &[Bytes]) -> Option<Reply> {
+    let misfit = if spec.accepts(args.len()) {
+        subcommand_misfit(spec, args)
+    } else {
+        Some(spec.name)
+    };
+    if let Some(name) = misfit {
         if conn.multi.is_some() {
             conn.multi_failed = true;
         }
-        return Some(wrong_args(spec.name));
+        return Some(wrong_args(name));
     }
     if conn.multi.is_some() && spec.flags & NOMULTI != 0 {
         conn.multi_failed = true;
@@ -958,7 +1037,7 @@ async fn execute_request(
         return unknown_command(args);
     };
     let spec = &COMMANDS[idx];
-    if let Some(r) = refusal(conn, spec, args.len()) {
+    if let Some(r) = refusal(conn, spec, args) {
         return r;
     }
     if let Some(r) = cluster::redirect(shared.cluster.as_ref(), conn, spec, args) {
@@ -1070,7 +1149,7 @@ pub(crate) async fn execute_run(
         .map(|a| lookup(&a[0]).expect("a run's commands are in the table"))
         .collect();
     // Every command of a run has the same flags and a fixed arity: one check covers all.
-    if let Some(r) = refusal(conn, &COMMANDS[idxs[0]], cmds[0].len()) {
+    if let Some(r) = refusal(conn, &COMMANDS[idxs[0]], cmds[0]) {
         out.extend(cmds.iter().map(|_| r.clone()));
         return;
     }

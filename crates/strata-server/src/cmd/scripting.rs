@@ -198,7 +198,7 @@ async fn call_from_script(
     if !spec.accepts(args.len()) {
         return Reply::err("ERR Wrong number of args calling Redis command from script");
     }
-    if let Some(r) = refusal(ctx.conn, spec, args.len()) {
+    if let Some(r) = refusal(ctx.conn, spec, args) {
         return r;
     }
     let keys_at = |c| super::key_positions(spec, args).ok().map(|at| (c, at));

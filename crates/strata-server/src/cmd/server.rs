@@ -127,8 +127,23 @@ impl Drop for SaveTurn {
     }
 }
 
-fn command_info(i: usize) -> Reply {
-    let s = &COMMANDS[i];
+/// The command a subcommand is, for `COMMAND INFO` and `COMMAND LIST`: its own name, arity
+/// and flags; its container's group, key positions and handler.
+fn sub_spec(container: &super::Spec, sub: &super::docs::Sub) -> super::Spec {
+    super::Spec {
+        name: sub.name,
+        group: container.group,
+        arity: sub.arity(),
+        flags: sub.flags,
+        first_key: container.first_key,
+        last_key: container.last_key,
+        step: container.step,
+        run: container.run,
+    }
+}
+
+/// `COMMAND INFO`'s entry of `s`: Redis's ten fields, the last its subcommands' entries.
+fn command_info(s: &super::Spec) -> Reply {
     let mut flags = Vec::new();
     if s.flags & super::WRITE != 0 {
         flags.push(Reply::Simple("write".into()));
@@ -165,8 +180,27 @@ fn command_info(i: usize) -> Reply {
         ),
         Reply::Set(vec![]),
         Reply::Array(vec![]),
-        Reply::Array(vec![]),
+        Reply::Array(
+            super::docs::subcommands(s.name)
+                .map(|sub| command_info(&sub_spec(s, &sub)))
+                .collect(),
+        ),
     ])
+}
+
+/// `COMMAND INFO`'s entry of the command or subcommand (`client|kill`) `name` names; nil
+/// for neither.
+fn info_of(name: &[u8]) -> Reply {
+    if let Some(i) = super::lookup(name) {
+        return command_info(&COMMANDS[i]);
+    }
+    let sub = super::docs::subcommand(name);
+    sub.and_then(|sub| {
+        let (container, _) = sub.name.split_once('|')?;
+        let s = &COMMANDS[super::lookup(container.as_bytes())?];
+        Some(command_info(&sub_spec(s, &sub)))
+    })
+    .unwrap_or(Reply::Null)
 }
 
 /// Redis's ACL categories, in the order `COMMAND INFO` lists them.
@@ -194,20 +228,22 @@ const ACL_CATEGORIES: [&str; 21] = [
     "scripting",
 ];
 
-/// The ACL categories of command `s` (`COMMAND INFO`, `COMMAND LIST FILTERBY ACLCAT`):
-/// Strata has no ACL rules of its own, so they follow from its flags and its group: its
-/// type's category, `read`/`write` (not for scripts, whose calls say), `fast` or else
-/// `slow`, `admin` and `dangerous` for the administrator's commands, `blocking`, and the
-/// group's (`keyspace` for the generic commands and the database-wide ones, `connection`,
-/// `transaction`, `scripting`). A command with subcommands is only `slow`, as in Redis.
+/// The ACL categories of command or subcommand `s` (`COMMAND INFO`, `COMMAND LIST
+/// FILTERBY ACLCAT`): Strata has no ACL rules of its own, so they follow from its flags and
+/// its group: its type's category, `read`/`write` (not for scripts, whose calls say; a
+/// `FUNCTION` subcommand that changes the libraries is `write`), `fast` or else `slow`,
+/// `admin` and `dangerous` for the administrator's commands, `blocking`, and the group's
+/// (`keyspace` for the generic commands and the database-wide ones, `connection` (also
+/// `COMMAND` and its subcommands), `transaction`, `scripting`). A command with subcommands
+/// is only `slow` (and `COMMAND` `connection`), as in Redis. Where Redis's own differ from
+/// these rules, [`CATEGORY_EXCEPTIONS`] says so.
 fn acl_categories(s: &super::Spec) -> impl Iterator<Item = &'static str> + '_ {
-    categories(s, super::docs::subcommands(s.name).next().is_some())
-}
-
-/// [`acl_categories`] of `s`, or only `slow` if it is a `container` (its subcommands take
-/// its flags and group, with this false).
-fn categories(s: &super::Spec, container: bool) -> impl Iterator<Item = &'static str> + '_ {
-    let script = s.group == "scripting";
+    let (added, removed) = CATEGORY_EXCEPTIONS
+        .iter()
+        .find(|(name, ..)| *name == s.name)
+        .map_or((&[][..], &[][..]), |&(_, added, removed)| (added, removed));
+    let container = super::docs::subcommands(s.name).next().is_some();
+    let script = s.group == "scripting" && !s.name.contains('|');
     let flag = move |f: u32| s.flags & f != 0;
     // SORT reads lists, sets and sorted sets.
     let sorts = ["sort", "sort_ro"].contains(&s.name);
@@ -216,6 +252,9 @@ fn categories(s: &super::Spec, container: bool) -> impl Iterator<Item = &'static
     let of_group =
         move |g: &str| s.group == g || sorts && ["set", "sorted-set", "list"].contains(&g);
     ACL_CATEGORIES.into_iter().filter(move |&c| match c {
+        _ if removed.contains(&c) => false,
+        _ if added.contains(&c) => true,
+        "connection" if s.name.starts_with("command|") => true,
         _ if container => c == "slow",
         "keyspace" => keyspace,
         "read" => flag(super::READ) && !script,
@@ -237,17 +276,36 @@ fn categories(s: &super::Spec, container: bool) -> impl Iterator<Item = &'static
     })
 }
 
+/// The commands whose ACL categories in redis-server 7.0.15 are not what [`acl_categories`]'
+/// rules give: the name, the categories to add and those to leave out. (`FLUSHALL` and
+/// `FLUSHDB` are `admin` in Strata's roles, not in Redis's categories.)
+const CATEGORY_EXCEPTIONS: &[(&str, &[&str], &[&str])] = &[
+    ("command", &["connection"], &[]),
+    ("asking", &["connection"], &[]),
+    ("readonly", &["connection"], &[]),
+    ("readwrite", &["connection"], &[]),
+    ("lastsave", &["admin", "dangerous"], &[]),
+    ("info", &["dangerous"], &["read"]),
+    ("keys", &["dangerous"], &[]),
+    ("restore", &["dangerous"], &[]),
+    ("sort", &["dangerous"], &[]),
+    ("sort_ro", &["dangerous"], &[]),
+    ("swapdb", &["dangerous"], &[]),
+    ("flushall", &[], &["admin"]),
+    ("flushdb", &[], &["admin"]),
+];
+
 /// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`: the names of
 /// the commands and their subcommands (`client|kill`), all of them or those the filter
 /// keeps. Strata loads no modules, so `MODULE` keeps none; a subcommand is kept by
-/// its command's flags and group; an unknown category keeps none, as in Redis.
+/// its own categories; an unknown category keeps none, as in Redis.
 fn command_list(filter: &[Bytes]) -> Reply {
-    // Each name with its command, and whether it is a container.
+    // Each name with its categories.
     let names = COMMANDS.iter().flat_map(|s| {
-        let mut subs = super::docs::subcommands(s.name).peekable();
-        let container = subs.peek().is_some();
-        std::iter::once((s, container, s.name.to_string()))
-            .chain(subs.map(move |(sub, ..)| (s, false, format!("{}|{sub}", s.name))))
+        let cats = |s: &super::Spec| acl_categories(s).collect::<Vec<_>>();
+        std::iter::once((s.name, cats(s))).chain(
+            super::docs::subcommands(s.name).map(move |sub| (sub.name, cats(&sub_spec(s, &sub)))),
+        )
     });
     enum Keep {
         All,
@@ -267,29 +325,24 @@ fn command_list(filter: &[Bytes]) -> Reply {
     };
     Reply::Array(
         names
-            .filter(|(s, container, name)| match &keep {
+            .filter(|(name, cats)| match &keep {
                 Keep::All => true,
-                Keep::Category(cat) => categories(s, *container).any(|c| c == cat),
+                Keep::Category(cat) => cats.contains(&cat.as_str()),
                 Keep::Matching(pattern) => glob_match(pattern, name.as_bytes()),
                 Keep::None => false,
             })
-            .map(|(_, _, name)| Reply::bulk(name))
+            .map(|(name, _)| Reply::bulk(name))
             .collect(),
     )
 }
 
 fn command_reply(a: &[Bytes]) -> Reply {
     if a.len() == 1 {
-        return Reply::Array((0..COMMANDS.len()).map(command_info).collect());
+        return Reply::Array(COMMANDS.iter().map(command_info).collect());
     }
     match lower(&a[1]).as_str() {
         "count" => Reply::Integer(COMMANDS.len() as i64),
-        "info" => Reply::Array(
-            a[2..]
-                .iter()
-                .map(|n| super::lookup(n).map_or(Reply::Null, command_info))
-                .collect(),
-        ),
+        "info" => Reply::Array(a[2..].iter().map(|n| info_of(n)).collect()),
         "docs" => super::docs::docs(&a[2..]),
         "list" => command_list(&a[2..]),
         "getkeys" if a.len() >= 3 => getkeys(&a[2..]),

@@ -266,7 +266,6 @@ impl Arg {
     }
 
     /// The fewest and the most words the argument takes (`None`: no bound).
-    #[cfg(test)]
     pub(crate) fn words(&self) -> (usize, Option<usize>) {
         let token = usize::from(self.token.is_some() && self.kind != "pure-token");
         let (lo, hi) = match self.kind {
