@@ -533,6 +533,24 @@ def test_command_info_gives_redis_server_s_arity_and_acl_categories(strata, redi
         assert errors[0].startswith("wrong number of arguments for '"), errors
 
 
+def test_client_list_inside_exec_shows_the_transaction_as_redis_server_does(strata, redis_server):
+    """CLIENT INFO and CLIENT LIST run by EXEC show the caller in its transaction:
+    `cmd=exec`, `multi=` the number of commands it runs and the flag `x`; outside, the
+    command itself."""
+    seen = []
+    for r in (strata.client(decode_responses=True),
+              redis.Redis(port=redis_server, decode_responses=True)):
+        pick = lambda d: (d["cmd"], str(d["multi"]), d["flags"])
+        p = r.pipeline(transaction=True)
+        p.client_info()
+        p.client_list(client_id=[r.client_id()])
+        p.ping()
+        info, [listed], _ = p.execute()
+        seen.append((pick(info), pick(listed), pick(r.client_info())))
+    assert seen[0] == seen[1]
+    assert seen[0] == (("exec", "3", "x"), ("exec", "3", "x"), ("client|info", "-1", "N"))
+
+
 def test_large_values(strata):
     r = strata.client()
     big = bytes(range(256)) * (32 * 1024)  # 8 MiB

@@ -91,6 +91,9 @@ pub(crate) struct Conn {
     pub(crate) multi_bytes: usize,
     /// A command queued in `MULTI` was refused: `EXEC` must fail with `EXECABORT`.
     pub(crate) multi_failed: bool,
+    /// While `EXEC` runs, how many commands it runs (`CLIENT LIST` shows them as Redis
+    /// does: `multi=n cmd=exec`).
+    pub(crate) exec_commands: Option<usize>,
     /// In cluster mode, the slot the commands queued in `MULTI` name.
     pub(crate) multi_slot: Option<u16>,
     /// The client sent `ASKING`: its next command may use a slot moving here.
@@ -129,6 +132,7 @@ impl Conn {
             name: String::new(),
             db: 0,
             multi: None,
+            exec_commands: None,
             multi_bytes: 0,
             multi_failed: false,
             multi_slot: None,

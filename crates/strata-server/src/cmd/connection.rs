@@ -251,23 +251,29 @@ fn is_normal(kind: &[u8]) -> Result<bool, Reply> {
 }
 
 /// Connection `id`'s line of `CLIENT LIST`; its `cmd` is its last command, or `running`
-/// for the caller's own line (the command that asks, as Redis shows it).
+/// for the caller's own line (the command that asks, as Redis shows it; from a
+/// transaction, `exec`, the count of its commands in `multi` and the flag `x`).
 fn client_line(ctx: &Ctx<'_>, id: u64, running: &str) -> Option<String> {
     let clients = ctx.shared.clients.lock();
     let c = clients.get(&id)?;
     let age = c.created.elapsed().as_secs();
+    let exec = ctx.conn.exec_commands.filter(|_| id == ctx.conn.id);
+    let multi = exec.map_or(-1, |n| n as i64);
     let cmd = match c.last_cmd.load(std::sync::atomic::Ordering::Relaxed) {
+        _ if exec.is_some() => "exec",
         _ if id == ctx.conn.id => running,
         0 => "NULL",
         i => super::COMMANDS[i - 1].name,
     };
     let flags = if c.unblock.waiting.load(Ordering::Relaxed) {
         "b"
+    } else if exec.is_some() {
+        "x"
     } else {
         "N"
     };
     Some(format!(
-        "id={id} addr={} laddr={} fd=0 name={} age={age} idle=0 flags={flags} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}\n",
+        "id={id} addr={} laddr={} fd=0 name={} age={age} idle=0 flags={flags} db={} sub=0 psub=0 ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}\n",
         c.peer,
         c.peer.local(),
         c.name,

@@ -79,6 +79,7 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let bytes_max = ctx.reply_bytes_max();
     let mut bytes = 0u64;
     let mut replies = Vec::with_capacity(queued.len());
+    ctx.conn.exec_commands = Some(queued.len());
     for args in queued {
         let idx = lookup(&args[0]).expect("queued commands were looked up");
         let reply = Box::pin(super::dispatch(ctx, idx, &args)).await;
@@ -93,6 +94,7 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
             )));
         }
     }
+    ctx.conn.exec_commands = None;
     Reply::Array(replies)
 }
 
