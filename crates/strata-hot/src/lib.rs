@@ -96,6 +96,10 @@ impl Got {
     }
 }
 
+/// Entries [`HotCache::relocate`] moves under one hold of a shard's lock: a few
+/// milliseconds of copying at most, and at most this many values' bytes held twice.
+pub const RELOCATE_CHUNK: usize = 4096;
+
 /// The sharded DRAM cache.
 pub struct HotCache {
     shards: Box<[Mutex<Shard>]>,
@@ -888,16 +892,22 @@ impl HotCache {
         self.remove_where(|_| true);
     }
 
-    /// Moves every small entry to a fresh allocation, a shard at a time, calling
-    /// `between_shards` after each (with no lock held). After random evictions have left a
-    /// few entries on each of many pages, the allocator, which fills its fullest or oldest
-    /// pages first, packs the moved entries onto few pages and the others empty, to go back
-    /// to the system. Returns the bytes moved.
-    pub fn relocate(&self, between_shards: &dyn Fn()) -> usize {
+    /// Moves every small entry to a fresh allocation, [`RELOCATE_CHUNK`] entries of a
+    /// shard under one hold of its lock, calling `between` after each chunk (with no lock
+    /// held). After random evictions have left a few entries on each of many pages, the
+    /// allocator, which fills its fullest or oldest pages first, packs the moved entries
+    /// onto few pages and the others empty, to go back to the system. An entry added or
+    /// moved between two chunks may be moved twice or not at all. Returns the bytes moved.
+    pub fn relocate(&self, between: &dyn Fn()) -> usize {
         let mut bytes = 0;
         for m in self.shards.iter() {
-            bytes += m.lock().relocate();
-            between_shards();
+            let mut from = Some(0);
+            while let Some(at) = from {
+                let (moved, next) = m.lock().relocate(at, RELOCATE_CHUNK);
+                bytes += moved;
+                from = next;
+                between();
+            }
         }
         bytes
     }
@@ -968,6 +978,26 @@ mod tests {
     }
 
     #[test]
+    fn relocation_goes_through_a_large_shard_in_chunks() {
+        let c = HotCache::new(64 << 20, 1, PolicyKind::Lru);
+        let n = 2 * RELOCATE_CHUNK as u32 + 10;
+        for i in 0..n {
+            c.insert(format!("k{i}").as_bytes(), Bytes::from(format!("v{i}")), 0);
+        }
+        let chunks = std::sync::atomic::AtomicUsize::new(0);
+        let moved = c.relocate(&|| {
+            chunks.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(chunks.into_inner(), 3);
+        let bytes: usize = (0..n).map(|i| 2 * format!("{i}").len() + 2).sum();
+        assert_eq!(moved, bytes, "every entry once");
+        for i in 0..n {
+            let got = c.get(format!("k{i}").as_bytes(), 0).map(|g| g.0);
+            assert_eq!(got, Some(Bytes::from(format!("v{i}"))));
+        }
+    }
+
+    #[test]
     fn relocated_entries_keep_their_values_expiries_and_marks() {
         let c = HotCache::new(16 << 20, 4, PolicyKind::Strata);
         let value = |i: u32| match i % 5 {
@@ -987,7 +1017,8 @@ mod tests {
         let moved = c.relocate(&|| {
             shards.fetch_add(1, Ordering::Relaxed);
         });
-        assert_eq!(shards.into_inner(), 4, "called after each shard");
+        // After each chunk: one per shard of at most RELOCATE_CHUNK entries.
+        assert_eq!(shards.into_inner(), 4, "called after each chunk");
         // The 400 small values and the dirty one move; the large ones stay as they are.
         let small: usize = (0..500u32)
             .filter(|i| i % 5 != 0)

@@ -314,21 +314,29 @@ impl Shard {
         self.table.iter()
     }
 
-    /// Moves every packed entry to a fresh allocation: all the new blocks are taken before
-    /// any old one is freed, so none lands in a hole the previous move just left. Returns
-    /// the bytes moved.
-    pub(crate) fn relocate(&mut self) -> usize {
-        let moved: Vec<Option<Data>> = self.table.iter().map(|e| e.data.relocated()).collect();
+    /// Moves the packed entries among `count` entries from the `from`th (in the table's
+    /// order) to fresh allocations: all the new blocks are taken before any old one is
+    /// freed, so none lands in a hole the previous move just left. Returns the bytes moved,
+    /// and where the next such call starts (`None`: the table's end).
+    pub(crate) fn relocate(&mut self, from: usize, count: usize) -> (usize, Option<usize>) {
+        let moved: Vec<Option<Data>> = self
+            .table
+            .iter()
+            .skip(from)
+            .take(count)
+            .map(|e| e.data.relocated())
+            .collect();
+        let next = (from + count < self.table.len()).then_some(from + count);
         let mut old = Vec::with_capacity(moved.len());
         let mut bytes = 0;
-        for (e, new) in self.table.iter_mut().zip(moved) {
+        for (e, new) in self.table.iter_mut().skip(from).zip(moved) {
             if let Some(new) = new {
                 bytes += new.key().len() + new.value().len();
                 old.push(std::mem::replace(&mut e.data, new));
             }
         }
         drop(old);
-        bytes
+        (bytes, next)
     }
 
     /// Takes out every entry for which `drop` says so; returns them.
