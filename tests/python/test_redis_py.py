@@ -512,7 +512,8 @@ def test_command_info_gives_redis_server_s_arity_and_acl_categories(strata, redi
     assert {"client|kill", "config|get", "function|load", "object|encoding"} <= subs
     # ZRANK and ZREVRANK take Redis 7.2's WITHSCORE, which 7.0.15 does not know.
     newer = {"zrank", "zrevrank"}
-    told = {"write", "readonly", "admin", "fast", "noscript", "no_multi", "movablekeys"}
+    told = {"write", "readonly", "admin", "fast", "noscript", "no_multi", "movablekeys",
+            "blocking"}
     for name in sorted(common):
         [mine], [real] = (r.execute_command("COMMAND INFO", name) for r in (ours, theirs))
         assert mine[6] == real[6], (name, "categories", mine[6], real[6])

@@ -299,3 +299,31 @@ def test_error_replies_are_counted_by_code_until_resetstat(strata):
     with pytest.raises(redis.ResponseError):
         r.eval("return redis.error_reply('')", 0)
     assert r.info("errorstats") == {"errorstat_ERR": {"count": 1}}
+
+
+def test_scripts_may_call_blmpop_and_bzmpop_once_but_not_the_other_blocking_pops(
+        strata, redis_server):
+    """As redis-server 7.0.15: inside a script BLMPOP and BZMPOP try once (nil when there is
+    nothing to pop) while BLPOP, BRPOP, BLMOVE, BRPOPLPUSH and BZPOPMIN/MAX are refused."""
+    scripts = [
+        "return redis.call('blmpop', 0, 1, 'q', 'left')",
+        "return redis.call('bzmpop', 0, 1, 'z', 'min')",
+        "redis.call('rpush', 'q', 'a', 'b'); return redis.call('blmpop', 0, 1, 'q', 'left', 'count', 5)",
+        "redis.call('zadd', 'z', 1, 'm'); return redis.call('bzmpop', 0, 1, 'z', 'min')",
+        "return redis.call('blpop', 'q', 0)",
+        "return redis.call('brpoplpush', 'q', 'p', 0)",
+        "return redis.call('bzpopmin', 'z', 0)",
+    ]
+    answers = []
+    for r in (strata.client(decode_responses=True),
+              redis.Redis(port=redis_server, decode_responses=True)):
+        seen = []
+        for script in scripts:
+            try:
+                seen.append(r.eval(script, 0))
+            except redis.ResponseError as e:
+                seen.append(str(e).split(" script:")[0])
+        answers.append(seen)
+    assert answers[0] == answers[1]
+    assert answers[0][:4] == [None, None, ["q", ["a", "b"]], ["z", [["m", "1"]]]]
+    assert answers[0][4] == "This Redis command is not allowed from script"

@@ -56,8 +56,9 @@ pub(crate) const CONN: u32 = 128;
 /// May wait for another client's write (`BLPOP`): runs outside the gate, taking it for
 /// each attempt.
 pub(crate) const BLOCKING: u32 = 256;
-/// Refused from a script (`redis.call`): transactions, scripts, and the commands of the
-/// connection and the server Redis refuses there (`CONFIG`, `CLIENT`, `AUTH`, `WAIT`...).
+/// Refused from a script (`redis.call`): transactions, scripts, the blocking pops but
+/// `BLMPOP` and `BZMPOP`, and the commands of the connection and the server Redis refuses
+/// there (`CONFIG`, `CLIENT`, `AUTH`, `WAIT`...).
 pub(crate) const NOSCRIPT: u32 = 512;
 /// Refused inside `MULTI`, failing the transaction (Redis's `no_multi`: `SHUTDOWN`).
 pub(crate) const NOMULTI: u32 = 1024;
@@ -443,10 +444,18 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("lpos", -3, READ, 1, 1, 1, l::lpos),
     c!("lmove", 5, WRITE | EXCLUSIVE, 1, 2, 1, l::lmove),
     c!("rpoplpush", 3, WRITE | EXCLUSIVE, 1, 2, 1, l::rpoplpush),
-    c!("blpop", -3, WRITE | BLOCKING, 1, -2, 1, l::blpop),
-    c!("brpop", -3, WRITE | BLOCKING, 1, -2, 1, l::brpop),
-    c!("blmove", 6, WRITE | BLOCKING, 1, 2, 1, l::blmove),
-    c!("brpoplpush", 4, WRITE | BLOCKING, 1, 2, 1, l::brpoplpush),
+    c!("blpop", -3, WRITE | BLOCKING | NOSCRIPT, 1, -2, 1, l::blpop),
+    c!("brpop", -3, WRITE | BLOCKING | NOSCRIPT, 1, -2, 1, l::brpop),
+    c!("blmove", 6, WRITE | BLOCKING | NOSCRIPT, 1, 2, 1, l::blmove),
+    c!(
+        "brpoplpush",
+        4,
+        WRITE | BLOCKING | NOSCRIPT,
+        1,
+        2,
+        1,
+        l::brpoplpush
+    ),
     c!("lmpop", -4, WRITE, 0, 0, 0, l::lmpop),
     c!("sort", -2, WRITE | EXCLUSIVE, 1, 1, 1, sort::sort),
     c!("sort_ro", -2, READ, 1, 1, 1, sort::sort_ro),
@@ -499,7 +508,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!(
         "bzpopmin",
         -3,
-        WRITE | FAST | BLOCKING,
+        WRITE | FAST | BLOCKING | NOSCRIPT,
         1,
         -2,
         1,
@@ -508,7 +517,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!(
         "bzpopmax",
         -3,
-        WRITE | FAST | BLOCKING,
+        WRITE | FAST | BLOCKING | NOSCRIPT,
         1,
         -2,
         1,

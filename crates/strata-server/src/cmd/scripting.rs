@@ -186,7 +186,8 @@ async fn call_from_script(
         && args
             .get(1)
             .is_some_and(|a| a.eq_ignore_ascii_case(b"reset"));
-    if spec.flags & (super::NOSCRIPT | super::BLOCKING) != 0 || cluster_reset {
+    // The blocking commands Redis allows (`BLMPOP`, `BZMPOP`) try once, as inside `MULTI`.
+    if spec.flags & super::NOSCRIPT != 0 || cluster_reset {
         return Reply::err("ERR This Redis command is not allowed from script");
     }
     if spec.flags & super::WRITE != 0 {

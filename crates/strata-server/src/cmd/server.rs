@@ -163,6 +163,9 @@ fn command_info(s: &super::Spec) -> Reply {
     if s.flags & super::NOMULTI != 0 {
         flags.push(Reply::Simple("no_multi".into()));
     }
+    if s.flags & super::BLOCKING != 0 {
+        flags.push(Reply::Simple("blocking".into()));
+    }
     if super::movable_keys(s) {
         flags.push(Reply::Simple("movablekeys".into()));
     }
