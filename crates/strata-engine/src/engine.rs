@@ -866,10 +866,10 @@ impl Engine {
     }
 
     /// Moves DRAM's small entries to fresh allocations, so the allocator can pack them onto
-    /// fewer pages (`HotCache::relocate`); `between_shards` runs after each shard. Returns
-    /// the bytes moved.
-    pub fn relocate_hot(&self, between_shards: &dyn Fn()) -> u64 {
-        self.core.hot.relocate(between_shards) as u64
+    /// fewer pages (`HotCache::relocate`); `between` runs after each chunk of entries, with
+    /// no lock held. Returns the bytes moved.
+    pub fn relocate_hot(&self, between: &dyn Fn()) -> u64 {
+        self.core.hot.relocate(between) as u64
     }
 
     /// What the warm store's memtables and block cache may hold now.

@@ -154,12 +154,8 @@ impl Data {
     /// A small value packed with its key in one allocation.
     fn packed(key: &[u8], value: &[u8], expire_ms: u64) -> Data {
         let head = Head::of(key.len(), value.len(), expire_ms != 0);
-        let layout = head.layout();
-        // SAFETY: the layout's size is at least 3 (a flags byte and two lengths).
-        let p = unsafe { std::alloc::alloc(layout) };
-        let Some(ptr) = NonNull::new(p) else {
-            std::alloc::handle_alloc_error(layout)
-        };
+        let ptr = alloc_block(head);
+        let p = ptr.as_ptr();
         // SAFETY: `p` is a fresh allocation of `head.total()` bytes, written whole below
         // before anything reads it.
         let b = unsafe { std::slice::from_raw_parts_mut(p, head.total()) };
@@ -199,14 +195,9 @@ impl Data {
         let View::Packed(head, bytes) = self.view() else {
             return None;
         };
-        let layout = head.layout();
-        // SAFETY: the layout's size is at least 3 (a flags byte and two lengths).
-        let p = unsafe { std::alloc::alloc(layout) };
-        let Some(ptr) = NonNull::new(p) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        // SAFETY: `p` is a fresh allocation of `bytes.len()` bytes, apart from `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        let ptr = alloc_block(head);
+        // SAFETY: `ptr` is a fresh allocation of `bytes.len()` bytes, apart from `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), bytes.len()) };
         Some(Data { ptr })
     }
 
@@ -309,6 +300,14 @@ impl Data {
     fn is_packed(&self) -> bool {
         matches!(self.view(), View::Packed(..))
     }
+}
+
+/// A fresh, unwritten allocation for a packed block of `head`'s size.
+fn alloc_block(head: Head) -> NonNull<u8> {
+    let layout = head.layout();
+    // SAFETY: the layout's size is at least 3 (a flags byte and two lengths).
+    let p = unsafe { std::alloc::alloc(layout) };
+    NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
 }
 
 impl Drop for Data {

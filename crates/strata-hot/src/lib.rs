@@ -825,12 +825,12 @@ impl HotCache {
         }
     }
 
-    /// The budget now.
     /// Bytes held, as the shards last published them (no lock taken).
     pub fn bytes(&self) -> usize {
         self.loads.iter().map(|l| l.load(Ordering::Relaxed)).sum()
     }
 
+    /// The budget now.
     pub fn bytes_max(&self) -> usize {
         self.bytes_max.load(Ordering::Relaxed)
     }

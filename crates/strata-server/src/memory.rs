@@ -221,8 +221,9 @@ pub(crate) async fn govern(shared: Arc<Shared>) {
             // freed pages a while otherwise, and the reading would not fall.
             release_freed();
         }
-        let rss = rss_anon_bytes();
-        let due = relocated_at.is_none_or(|t| t.elapsed() >= RELOCATE_PERIOD);
+        // (No limit: nothing to relocate for, and no reading to take.)
+        let due = limit != 0 && relocated_at.is_none_or(|t| t.elapsed() >= RELOCATE_PERIOD);
+        let rss = if due { rss_anon_bytes() } else { 0 };
         if due && should_relocate(rss, limit, next, shares.dram, shared.engine.hot_bytes()) {
             relocated_at = Some(std::time::Instant::now());
             let engine = shared.engine.clone();

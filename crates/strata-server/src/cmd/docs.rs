@@ -4,6 +4,8 @@
 //! table: every command has an entry, no entry names a missing one, and each syntax takes
 //! as many words as the command's arity says.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use strata_resp::Reply;
 
@@ -303,18 +305,22 @@ pub(crate) struct Sub {
 
 impl Sub {
     /// Redis's arity of the subcommand (both names counted; negative: at least), from its
-    /// syntax unless [`ARITY_BEYOND_SYNTAX`] gives it.
+    /// syntax unless [`ARITY_BEYOND_SYNTAX`] gives it; each syntax is read once, the first
+    /// time any arity is asked for.
     pub(crate) fn arity(&self) -> i32 {
-        if let Some(&(_, arity)) = ARITY_BEYOND_SYNTAX.iter().find(|(n, _)| *n == self.name) {
-            return arity;
-        }
-        let (lo, hi) = words(self.syntax);
-        let n = 2 + lo as i32;
-        if hi == Some(lo) {
-            n
-        } else {
-            -n
-        }
+        static ARITIES: std::sync::OnceLock<HashMap<&'static str, i32>> =
+            std::sync::OnceLock::new();
+        let arities = ARITIES.get_or_init(|| {
+            let from_syntax = SUBCOMMANDS.iter().map(|&(name, _, syntax, _)| {
+                let (lo, hi) = words(syntax);
+                let n = 2 + lo as i32;
+                (name, if hi == Some(lo) { n } else { -n })
+            });
+            from_syntax
+                .chain(ARITY_BEYOND_SYNTAX.iter().copied())
+                .collect()
+        });
+        arities[self.name]
     }
 }
 

@@ -145,6 +145,7 @@ pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<
 
 /// One command: Redis's arity convention (negative = at least), flags, key positions and
 /// the handler.
+#[derive(Clone, Copy)]
 pub(crate) struct Spec {
     pub(crate) name: &'static str,
     /// Its group in `COMMAND DOCS` ([`group_of`]).

@@ -245,9 +245,9 @@ fn acl_categories(s: &super::Spec) -> impl Iterator<Item = &'static str> + '_ {
         .iter()
         .find(|(name, ..)| *name == s.name)
         .map_or((&[][..], &[][..]), |&(_, added, removed)| (added, removed));
-    let container = super::docs::subcommands(s.name).next().is_some();
     let script = s.group == "scripting" && !s.name.contains('|');
     let flag = move |f: u32| s.flags & f != 0;
+    let container = flag(super::CONTAINER);
     // SORT reads lists, sets and sorted sets.
     let sorts = ["sort", "sort_ro"].contains(&s.name);
     let keyspace = (s.group == "generic" && s.name != "wait" && !sorts)
@@ -303,12 +303,10 @@ const CATEGORY_EXCEPTIONS: &[(&str, &[&str], &[&str])] = &[
 /// keeps. Strata loads no modules, so `MODULE` keeps none; a subcommand is kept by
 /// its own categories; an unknown category keeps none, as in Redis.
 fn command_list(filter: &[Bytes]) -> Reply {
-    // Each name with its categories.
-    let names = COMMANDS.iter().flat_map(|s| {
-        let cats = |s: &super::Spec| acl_categories(s).collect::<Vec<_>>();
-        std::iter::once((s.name, cats(s))).chain(
-            super::docs::subcommands(s.name).map(move |sub| (sub.name, cats(&sub_spec(s, &sub)))),
-        )
+    // Every command, and each subcommand as the command it is.
+    let specs = COMMANDS.iter().flat_map(|s| {
+        std::iter::once(*s)
+            .chain(super::docs::subcommands(s.name).map(move |sub| sub_spec(s, &sub)))
     });
     enum Keep {
         All,
@@ -327,14 +325,14 @@ fn command_list(filter: &[Bytes]) -> Reply {
         _ => return super::syntax_error(),
     };
     Reply::Array(
-        names
-            .filter(|(name, cats)| match &keep {
+        specs
+            .filter(|s| match &keep {
                 Keep::All => true,
-                Keep::Category(cat) => cats.contains(&cat.as_str()),
-                Keep::Matching(pattern) => glob_match(pattern, name.as_bytes()),
+                Keep::Category(cat) => acl_categories(s).any(|c| c == cat),
+                Keep::Matching(pattern) => glob_match(pattern, s.name.as_bytes()),
                 Keep::None => false,
             })
-            .map(|(name, _)| Reply::bulk(name))
+            .map(|s| Reply::bulk(s.name))
             .collect(),
     )
 }
