@@ -4,6 +4,8 @@ MOVE and FLUSHDB, WRONGTYPE, and hashes larger than DRAM demoted and read back."
 
 import time
 
+import struct
+
 import pytest
 import redis
 
@@ -559,6 +561,70 @@ def test_dump_and_restore_carry_every_type_and_refuse_damaged_payloads(strata):
     assert r.dump("nothing") is None
     with pytest.raises(redis.ResponseError, match="Invalid TTL"):
         r.restore("x", -1, r.dump("h"))
+
+
+def _payload(kind, value):
+    """A `DUMP` payload of Strata's (`docs/formats.md`): kind, value, version 1, CRC-32C."""
+    import google_crc32c
+
+    body = bytes([kind]) + value + struct.pack("<H", 1)
+    return body + struct.pack("<I", google_crc32c.value(body))
+
+
+def test_collections_are_stored_compactly_and_the_first_encoding_is_still_read(strata):
+    """The feature store's hash of short fields: each field costs its name and value and 2
+    bytes (the collection values' version 2: varint lengths, an expiry only where a field
+    has one), where version 1 took 16; a sorted set's whole scores and a list's elements
+    are as short. Values in version 1, as a store written before holds them, are read, and
+    a write stores them in version 2."""
+    r = strata.client()
+    fields = {f"f{j}": f"{j:08d}" for j in range(20)}
+    r.hset("h", mapping=fields)
+    # A payload is kind u8 | the stored value | version u16 | CRC-32C u32.
+    stored = lambda key: r.dump(key)[1:-6]
+    assert len(stored("h")) == 2 + sum(2 + len(n) + len(v) for n, v in fields.items())
+    r.hpexpire("h", 60_000, "f3")
+    assert len(stored("h")) == 2 + sum(2 + len(n) + len(v) for n, v in fields.items()) + 8
+    r.zadd("z", {f"m{j}": j * 10 for j in range(6)})
+    r.zadd("z", {"half": 0.5, "neg": -0.0})
+    assert len(stored("z")) == 2 + 6 * (2 + 2) + (9 + 4) + (9 + 3)
+    assert r.zrange("z", 0, -1, withscores=True)[:3] == [(b"m0", 0.0), (b"neg", -0.0), (b"half", 0.5)]
+    r.rpush("l", *[f"e{j}" for j in range(20)])
+    r.sadd("s", *[f"e{j}" for j in range(20)])
+    for key in ("l", "s"):
+        assert len(stored(key)) == 2 + sum(1 + len(f"e{j}") for j in range(20))
+
+    # Version 1: count u32, a u32 for every length, a hash field's expiry u64 always.
+    v1_hash = bytes([1]) + struct.pack("<I", 2)
+    for name, value, expire_ms in [(b"a", b"1", 0), (b"b", b"22", 4102444800000)]:
+        v1_hash += struct.pack("<IIQ", len(name), len(value), expire_ms) + name + value
+    v1_members = bytes([1]) + struct.pack("<I", 2) + b"".join(
+        struct.pack("<I", len(m)) + m for m in (b"x", b"yy")
+    )
+    v1_zset = bytes([1]) + struct.pack("<I", 2) + b"".join(
+        struct.pack("<dI", score, len(m)) + m for score, m in ((-1.5, b"lo"), (7.0, b"hi"))
+    )
+    assert r.restore("h1", 0, _payload(1, v1_hash))
+    assert r.restore("s1", 0, _payload(2, v1_members))
+    assert r.restore("z1", 0, _payload(3, v1_zset))
+    assert r.restore("l1", 0, _payload(4, v1_members))
+    assert r.hgetall("h1") == {b"a": b"1", b"b": b"22"}
+    assert r.hexpiretime("h1", "a", "b") == [-1, 4102444800]
+    assert r.smembers("s1") == {b"x", b"yy"}
+    assert r.zrange("z1", 0, -1, withscores=True) == [(b"lo", -1.5), (b"hi", 7.0)]
+    assert r.lrange("l1", 0, -1) == [b"x", b"yy"]
+    assert stored("h1") == v1_hash, "kept as it was until written"
+    r.hset("h1", "c", "3")
+    r.sadd("s1", "z")
+    r.zadd("z1", {"mid": 2})
+    r.rpush("l1", "z")
+    assert stored("h1") == bytes([2, 3]) + b"\x02\x01a1" + b"\x03\x02" + struct.pack(
+        "<Q", 4102444800000
+    ) + b"b22" + b"\x02\x01c3"
+    assert stored("s1") == bytes([2, 3, 1]) + b"x" + bytes([2]) + b"yy" + bytes([1]) + b"z"
+    assert stored("l1") == stored("s1")
+    assert r.zrange("z1", 0, -1, withscores=True) == [(b"lo", -1.5), (b"mid", 2.0), (b"hi", 7.0)]
+    assert stored("z1")[:2] == bytes([2, 3]) and len(stored("z1")) == 2 + 11 + 5 + 4
 
 
 def test_a_list_larger_than_dram_is_demoted_and_read_back(tiny_strata):

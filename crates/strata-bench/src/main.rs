@@ -8,7 +8,8 @@
 //!   both on one CPU and the client on the other, in interleaved rounds.
 //! - `kvcache`: multi-turn conversations reading their KV prefix back, on Strata, Redis,
 //!   local files and the object store, beside loopback and memcpy ceilings.
-//! - `memory`: resident memory per key after a million SETs, beside `redis-server`.
+//! - `memory`: resident memory per key after a million SETs (or `--kind hash`, `zset`,
+//!   `list`, `set`: a million small collections), beside `redis-server`.
 //! - `tails`: GET p99.9 idle and while a writer pushes the warm tier past its budget.
 //! - `compare`: the headline table: Strata beside a DRAM cache and a filesystem cache in
 //!   front of the same object store, and the object store read directly.

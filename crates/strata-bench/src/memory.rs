@@ -1,4 +1,5 @@
-//! Memory per key beside Redis: the same keys written to a real `redis-server` (persistence
+//! Memory per key beside Redis: the same keys (strings, or collections of `--items` items
+//! each: the feature store's hash per entity) written to a real `redis-server` (persistence
 //! off) and to `strata serve` (`durability=none`, a DRAM budget that holds every key), each
 //! server's anonymous resident memory (`RssAnon`) read before and after, Strata's once it
 //! has gone quiet (RocksDB has taken no write for a while, and a quiet store's memtables
@@ -21,9 +22,18 @@ pub struct Args {
     /// Distinct keys written to each server.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// Bytes per value.
+    /// Bytes per value: a string's, or each item's (a hash field's value, a member, an
+    /// element).
     #[arg(long, default_value_t = 100)]
     value_bytes: usize,
+    /// What each key holds: a string (`SET`), or a hash (`HSET` of `--items` fields named
+    /// `f<n>`), a set (`SADD`), a sorted set (`ZADD`, whole scores) or a list (`RPUSH`) of
+    /// `--items` items, written by one command per key.
+    #[arg(long, value_enum, default_value_t = Shape::String)]
+    kind: Shape,
+    /// Items per collection (not for strings).
+    #[arg(long, default_value_t = 20)]
+    items: usize,
     /// The strata binary to measure.
     #[arg(long, default_value = "target/release/strata")]
     strata: PathBuf,
@@ -32,7 +42,70 @@ pub struct Args {
     strata_set: Vec<String>,
 }
 
-/// SETs sent per round trip.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Shape {
+    String,
+    Hash,
+    Set,
+    Zset,
+    List,
+}
+
+impl Shape {
+    /// Its name on the command line.
+    fn command_name(self) -> &'static str {
+        match self {
+            Shape::String => "string",
+            Shape::Hash => "hash",
+            Shape::Set => "set",
+            Shape::Zset => "zset",
+            Shape::List => "list",
+        }
+    }
+
+    fn command(self) -> &'static str {
+        match self {
+            Shape::String => "SET",
+            Shape::Hash => "HSET",
+            Shape::Set => "SADD",
+            Shape::Zset => "ZADD",
+            Shape::List => "RPUSH",
+        }
+    }
+
+    /// The arguments after the key of key number `i`'s write: `items` items of `value_bytes`
+    /// bytes each (a string's value alone).
+    fn args(self, i: u64, items: usize, value_bytes: usize) -> Vec<Vec<u8>> {
+        // An item of `value_bytes` bytes that differs by `j` (and, for values, by key).
+        let item = |j: u64| -> Vec<u8> {
+            let digits = format!("{j}");
+            let mut v = vec![b'v'; value_bytes.saturating_sub(digits.len())];
+            v.extend_from_slice(&digits.as_bytes()[..digits.len().min(value_bytes)]);
+            v
+        };
+        match self {
+            Shape::String => vec![vec![b'v'; value_bytes]],
+            Shape::Hash => (0..items as u64)
+                .flat_map(|j| [format!("f{j}").into_bytes(), item(i ^ j)])
+                .collect(),
+            Shape::Set | Shape::List => (0..items as u64).map(item).collect(),
+            Shape::Zset => (0..items as u64)
+                .flat_map(|j| [format!("{}", (i + j) % 1000).into_bytes(), item(j)])
+                .collect(),
+        }
+    }
+
+    /// The bytes a key's items hold (what the DRAM budget must fit, before overhead).
+    fn payload(self, items: usize, value_bytes: usize) -> u64 {
+        match self {
+            Shape::String => value_bytes as u64,
+            _ => (items * (value_bytes + 8)) as u64,
+        }
+    }
+}
+
+/// Writes sent per round trip.
 const PIPELINE: u64 = 1000;
 /// The longest wait for Strata to go quiet.
 const SETTLE_WAIT: Duration = Duration::from_secs(90);
@@ -56,6 +129,9 @@ struct Report {
     command: String,
     keys: u64,
     value_bytes: usize,
+    kind: Shape,
+    /// Items per key (1 for strings).
+    items: usize,
     rows: Vec<Row>,
     /// Strata's RssAnon growth per key over Redis's.
     ratio: f64,
@@ -65,14 +141,16 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
     let mut rows = Vec::new();
+    let items = if a.kind == Shape::String { 1 } else { a.items };
     for (i, server) in ["redis", "strata"].into_iter().enumerate() {
-        report::progress(i + 1, 2, &format!("{server}: {} SETs", a.keys));
+        let what = format!("{} {}s", a.keys, a.kind.command());
+        report::progress(i + 1, 2, &format!("{server}: {what}"));
         let port = free_port()?;
         let proc = match server {
             "redis" => redis_server(port)?,
             _ => {
                 // Every key fits in DRAM: keys, values and the tier's overhead, twice over.
-                let hot = a.keys * (a.value_bytes as u64 + 300) * 2;
+                let hot = a.keys * (a.kind.payload(items, a.value_bytes) + 300) * 2;
                 let settings = [
                     "durability=none".to_string(),
                     format!("hot_bytes_max={hot}"),
@@ -89,8 +167,12 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         rows.push(measure(&a, server, &proc, port)?);
     }
     let ratio = rows[1].bytes_per_key / rows[0].bytes_per_key.max(1.0);
+    let shape = match a.kind {
+        Shape::String => String::new(),
+        k => format!(" --kind {} --items {items}", k.command_name()),
+    };
     let command = format!(
-        "strata-bench memory --keys {} --value-bytes {} --strata {}{}",
+        "strata-bench memory --keys {} --value-bytes {}{shape} --strata {}{}",
         a.keys,
         a.value_bytes,
         a.strata.display(),
@@ -99,15 +181,23 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
             .map(|s| format!(" --strata-set {s}"))
             .collect::<String>()
     );
+    let held = match a.kind {
+        Shape::String => format!("{} B values", a.value_bytes),
+        k => format!(
+            "{} of {items} items of {} B each",
+            k.command_name(),
+            a.value_bytes
+        ),
+    };
     let mut md = format!(
-        "# Memory per key: Strata beside Redis\n\n{} distinct keys of {} B values written \
-         through pipelines of {PIPELINE} SETs to `redis-server` (persistence off) and to \
+        "# Memory per key: Strata beside Redis\n\n{} distinct keys, each a {held}, written \
+         through pipelines of {PIPELINE} `{}`s to `redis-server` (persistence off) and to \
          `strata serve` (`durability=none`, every key in DRAM); anonymous resident memory \
          (`RssAnon`) of each process before and after, Strata's once quiet (no write to \
          RocksDB for {} s).\n\n| server | RssAnon before | RssAnon after | bytes per key | counted by \
          the server, per key | write s |\n|---|---:|---:|---:|---:|---:|\n",
         a.keys,
-        a.value_bytes,
+        a.kind.command(),
         QUIET.as_secs()
     );
     for r in &rows {
@@ -130,10 +220,16 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
         command,
         keys: a.keys,
         value_bytes: a.value_bytes,
+        kind: a.kind,
+        items,
         rows,
         ratio,
     };
-    report::write(out, "memory", &md, &r)
+    let name = match a.kind {
+        Shape::String => "memory".to_string(),
+        k => format!("memory-{}", k.command_name()),
+    };
+    report::write(out, &name, &md, &r)
 }
 
 fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row> {
@@ -145,30 +241,38 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
     std::thread::sleep(Duration::from_secs(1));
     let before = rss_anon_bytes_of(pid);
     let t = Instant::now();
-    let value = vec![b'v'; a.value_bytes];
-    let mut replies = Vec::new();
+    let command = a.kind.command();
+    let items = if a.kind == Shape::String { 1 } else { a.items };
+    let mut reply = Vec::new();
     let mut sent = 0;
     while sent < a.keys {
         let n = PIPELINE.min(a.keys - sent);
         for i in sent..sent + n {
             let key = format!("key:{i:010}");
+            let args = a.kind.args(i, items, a.value_bytes);
             write!(
                 w,
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
+                "*{}\r\n${}\r\n{command}\r\n${}\r\n{key}\r\n",
+                args.len() + 2,
+                command.len(),
                 key.len(),
-                value.len()
             )?;
-            w.write_all(&value)?;
-            w.write_all(b"\r\n")?;
+            for arg in &args {
+                write!(w, "${}\r\n", arg.len())?;
+                w.write_all(arg)?;
+                w.write_all(b"\r\n")?;
+            }
         }
         w.flush()?;
-        replies.resize(n as usize * 5, 0);
-        r.read_exact(&mut replies)?;
-        anyhow::ensure!(
-            replies.chunks(5).all(|c| c == b"+OK\r\n"),
-            "{server} refused a SET: {}",
-            String::from_utf8_lossy(&replies[..replies.len().min(200)])
-        );
+        for _ in 0..n {
+            reply.clear();
+            std::io::BufRead::read_until(&mut r, b'\n', &mut reply)?;
+            anyhow::ensure!(
+                reply.first().is_some_and(|b| matches!(b, b'+' | b':')),
+                "{server} refused a {command}: {}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
         sent += n;
         if sent % (a.keys / 10).max(1) < n {
             eprintln!("  {server}: {sent} keys written");

@@ -2,20 +2,31 @@
 //! (as Redis keeps a small hash), each with its own expiry.
 //!
 //! ```text
-//! hash   = ver u8 (1) | count u32 | field × count
-//! field  = name_len u32 | value_len u32 | expire_ms u64 (0 = none) | name | value
+//! hash   = ver u8 (2) | count varint | field × count
+//! field  = head varint (name_len << 1 | timed) | value_len varint
+//!          | expire_ms u64 (only if timed) | name | value
 //! ```
+//!
+//! A field with short name and value costs 2 bytes beside them, 10 with an expiry. Hashes
+//! written before (version 1: `count u32`, and `name_len u32 | value_len u32 | expire_ms
+//! u64` in front of every field, 0 for no expiry) are still read.
 //!
 //! The whole value is one stored value (its record's checksum covers it), so a change to one
 //! field rewrites the hash: the cost of a write grows with the hash.
 
-use crate::{Reader, Result};
+use crate::{put_varint, varint_len, Reader, Result, COLLECTION_V1};
 
-const HASH_VERSION: u8 = 1;
 /// Bytes of a hash with no fields.
-pub const HASH_HEADER_BYTES: usize = 1 + 4;
-/// Bytes in front of each field's name and value.
-pub const FIELD_HEADER_BYTES: usize = 4 + 4 + 8;
+pub const HASH_HEADER_BYTES: usize = 1 + 1;
+/// Bytes in front of each field's name and value in version 1.
+const V1_FIELD_HEADER_BYTES: usize = 4 + 4 + 8;
+/// The fewest bytes a field takes in each version (what a count is checked against).
+fn field_bytes_min(ver: u8) -> usize {
+    match ver {
+        COLLECTION_V1 => V1_FIELD_HEADER_BYTES,
+        _ => 2,
+    }
+}
 
 /// One field of a hash, borrowed from its encoded value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,21 +43,43 @@ impl Field<'_> {
         crate::is_live(self.expire_ms, now_ms)
     }
 
+    /// The field's head: its name's length and whether it has an expiry.
+    fn head(&self) -> u64 {
+        (self.name.len() as u64) << 1 | u64::from(self.expire_ms != 0)
+    }
+
     /// Bytes the field takes in an encoded hash.
     pub fn encoded_len(&self) -> usize {
-        FIELD_HEADER_BYTES + self.name.len() + self.value.len()
+        let expiry = if self.expire_ms != 0 { 8 } else { 0 };
+        varint_len(self.head())
+            + varint_len(self.value.len() as u64)
+            + expiry
+            + self.name.len()
+            + self.value.len()
     }
+}
+
+/// Reads one field's header (either version): its name's and value's lengths and expiry.
+fn field_header(r: &mut Reader<'_>, ver: u8) -> Result<(usize, usize, u64)> {
+    if ver == COLLECTION_V1 {
+        let name_len = r.u32()? as usize;
+        let value_len = r.u32()? as usize;
+        return Ok((name_len, value_len, r.u64()?));
+    }
+    let head = r.varint()?;
+    let value_len = r.len()?;
+    let expire_ms = if head & 1 == 1 { r.u64()? } else { 0 };
+    let name_len = usize::try_from(head >> 1).unwrap_or(usize::MAX);
+    Ok((name_len, value_len, expire_ms))
 }
 
 /// Decodes a hash value into its fields, in order.
 pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
     let mut r = Reader::new(b, "hash");
-    let count = r.collection_header(HASH_VERSION, FIELD_HEADER_BYTES)?;
+    let (ver, count) = r.collection_header(field_bytes_min)?;
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
-        let name_len = r.u32()? as usize;
-        let value_len = r.u32()? as usize;
-        let expire_ms = r.u64()?;
+        let (name_len, value_len, expire_ms) = field_header(&mut r, ver)?;
         out.push(Field {
             name: r.bytes(name_len)?,
             value: r.bytes(value_len)?,
@@ -61,12 +94,10 @@ pub fn decode_hash(b: &[u8]) -> Result<Vec<Field<'_>>> {
 /// alone: `None` when some field never expires (or there is none).
 pub fn all_fields_expire_ms(b: &[u8]) -> Result<Option<u64>> {
     let mut r = Reader::new(b, "hash");
-    let count = r.collection_header(HASH_VERSION, FIELD_HEADER_BYTES)?;
+    let (ver, count) = r.collection_header(field_bytes_min)?;
     let (mut last, mut untimed) = (0, count == 0);
     for _ in 0..count {
-        let name_len = r.u32()? as usize;
-        let value_len = r.u32()? as usize;
-        let expire_ms = r.u64()?;
+        let (name_len, value_len, expire_ms) = field_header(&mut r, ver)?;
         r.bytes(name_len.saturating_add(value_len))?;
         untimed |= expire_ms == 0;
         last = last.max(expire_ms);
@@ -78,11 +109,13 @@ pub fn all_fields_expire_ms(b: &[u8]) -> Result<Option<u64>> {
 /// Encodes `fields` (names distinct, in the order given) as a hash value.
 pub fn encode_hash(fields: &[Field<'_>]) -> Vec<u8> {
     let len = HASH_HEADER_BYTES + fields.iter().map(Field::encoded_len).sum::<usize>();
-    let mut out = crate::collection_buf(HASH_VERSION, fields.len(), len);
+    let mut out = crate::collection_buf(fields.len(), len);
     for f in fields {
-        out.extend_from_slice(&(f.name.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(f.value.len() as u32).to_le_bytes());
-        out.extend_from_slice(&f.expire_ms.to_le_bytes());
+        put_varint(&mut out, f.head());
+        put_varint(&mut out, f.value.len() as u64);
+        if f.expire_ms != 0 {
+            out.extend_from_slice(&f.expire_ms.to_le_bytes());
+        }
         out.extend_from_slice(f.name);
         out.extend_from_slice(f.value);
     }
@@ -110,6 +143,13 @@ mod tests {
             HASH_HEADER_BYTES + fields.iter().map(Field::encoded_len).sum::<usize>()
         );
         assert_eq!(decode_hash(&enc).unwrap(), fields);
+        // Short untimed fields cost two bytes beside their name and value, timed ones ten.
+        assert_eq!(f("b", "2", 0).encoded_len(), 4);
+        assert_eq!(f("a", "", 7).encoded_len(), 11);
+        let long = "n".repeat(200);
+        let field = f(&long, "v", 0);
+        assert_eq!(field.encoded_len(), 2 + 1 + 201);
+        assert_eq!(decode_hash(&encode_hash(&[field])).unwrap(), [field]);
         assert_eq!(decode_hash(&encode_hash(&[])).unwrap(), vec![]);
         assert!(f("a", "", 7).is_live(6) && !f("a", "", 7).is_live(7) && f("a", "", 0).is_live(9));
     }
@@ -139,10 +179,44 @@ mod tests {
         padded.push(0);
         assert!(decode_hash(&padded).is_err());
         let mut huge = enc.clone();
-        huge[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge.splice(1..2, [0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(decode_hash(&huge).is_err());
+        let mut overlong = enc.clone();
+        overlong.splice(1..2, [0x82, 0x00]);
+        assert!(decode_hash(&overlong).is_err(), "a count written long");
         let mut ver = enc;
         ver[0] = 9;
         assert!(decode_hash(&ver).is_err());
+    }
+
+    /// A hash in the first encoding, as Strata wrote it before the current one.
+    fn encode_v1(fields: &[Field<'_>]) -> Vec<u8> {
+        let mut out = vec![COLLECTION_V1];
+        out.extend_from_slice(&(fields.len() as u32).to_le_bytes());
+        for f in fields {
+            out.extend_from_slice(&(f.name.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(f.value.len() as u32).to_le_bytes());
+            out.extend_from_slice(&f.expire_ms.to_le_bytes());
+            out.extend_from_slice(f.name);
+            out.extend_from_slice(f.value);
+        }
+        out
+    }
+
+    #[test]
+    fn hashes_written_in_the_first_encoding_are_still_read() {
+        let fields = [f("b", "2", 0), f("a", "", 7), f("", "empty name", 0)];
+        let v1 = encode_v1(&fields);
+        assert_eq!(decode_hash(&v1).unwrap(), fields);
+        assert_eq!(all_fields_expire_ms(&v1).unwrap(), None);
+        let timed = encode_v1(&[f("a", "1", 9), f("c", "3", 4)]);
+        assert_eq!(all_fields_expire_ms(&timed).unwrap(), Some(9));
+        assert!(encode_hash(&fields).len() < v1.len());
+        for cut in 0..v1.len() {
+            assert!(decode_hash(&v1[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut huge = v1;
+        huge[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_hash(&huge).is_err());
     }
 }

@@ -82,13 +82,35 @@ pub enum FormatError {
 
 pub type Result<T> = std::result::Result<T, FormatError>;
 
-/// A buffer for a collection value of `count` items and `bytes` bytes in all, its header
-/// (version byte, item count) written.
-pub(crate) fn collection_buf(version: u8, count: usize, bytes: usize) -> Vec<u8> {
+/// The first encoding of a collection value (hash, set, list, sorted set): fixed-width
+/// lengths (`u32`) and, in a hash, an expiry (`u64`) in front of every field. Still read.
+pub(crate) const COLLECTION_V1: u8 = 1;
+/// The encoding written now: the item count and every length a varint, a hash field's
+/// expiry only where it has one (16 bytes in front of a field became 2 for short ones).
+pub(crate) const COLLECTION_V2: u8 = 2;
+
+/// A buffer for a collection value of `count` items and about `bytes` bytes in all, its
+/// header (version byte, item count) written in the current encoding ([`COLLECTION_V2`]).
+pub(crate) fn collection_buf(count: usize, bytes: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes);
-    out.push(version);
-    out.extend_from_slice(&(count as u32).to_le_bytes());
+    out.push(COLLECTION_V2);
+    put_varint(&mut out, count as u64);
     out
+}
+
+/// Appends `v` as a varint (LEB128: seven bits a byte, the low ones first, the high bit set
+/// on every byte but the last).
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Bytes [`put_varint`] writes for `v`.
+pub(crate) fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// A little-endian reader over a byte slice that reports truncation instead of panicking.
@@ -130,29 +152,73 @@ impl<'a> Reader<'a> {
             self.bytes(4)?.try_into().expect("4 bytes"),
         ))
     }
-    /// The header of a collection value: its version byte (which must be `version`) and its
-    /// item count, which must fit the bytes left at `item_bytes_min` bytes per item (so a
-    /// lying count cannot make the caller allocate).
+    /// A varint ([`put_varint`]); one written longer than it needs to be is refused, so a
+    /// value has one encoding.
+    #[inline]
+    pub(crate) fn varint(&mut self) -> Result<u64> {
+        // Most lengths are under 128: one byte, read without the loop.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.long_varint()
+    }
+    /// [`Reader::varint`] of two bytes or more, or of none left.
+    fn long_varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            // The tenth byte holds bit 63 alone.
+            let fits = i < 9 || b <= 1;
+            if !fits || (i > 0 && b == 0) {
+                return Err(FormatError::Bad {
+                    what: self.what,
+                    detail: "a malformed varint".into(),
+                });
+            }
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        unreachable!("the tenth byte ends the varint or is refused")
+    }
+    /// A length written as a varint.
+    #[inline]
+    pub(crate) fn len(&mut self) -> Result<usize> {
+        let v = self.varint()?;
+        usize::try_from(v).map_err(|_| FormatError::Bad {
+            what: self.what,
+            detail: format!("length {v}"),
+        })
+    }
+    /// The header of a collection value: its version byte ([`COLLECTION_V1`] or
+    /// [`COLLECTION_V2`]) and its item count, which must fit the bytes left at `item_bytes_min`
+    /// bytes per item in that version (so a lying count cannot make the caller allocate).
     pub(crate) fn collection_header(
         &mut self,
-        version: u8,
-        item_bytes_min: usize,
-    ) -> Result<usize> {
+        item_bytes_min: impl Fn(u8) -> usize,
+    ) -> Result<(u8, usize)> {
         let ver = self.u8()?;
-        if ver != version {
-            return Err(FormatError::Bad {
-                what: self.what,
-                detail: format!("version {ver}"),
-            });
-        }
-        let count = self.u32()? as usize;
-        if count > self.remaining() / item_bytes_min {
+        let count = match ver {
+            COLLECTION_V1 => self.u32()? as usize,
+            COLLECTION_V2 => self.len()?,
+            _ => {
+                return Err(FormatError::Bad {
+                    what: self.what,
+                    detail: format!("version {ver}"),
+                })
+            }
+        };
+        if count > self.remaining() / item_bytes_min(ver) {
             return Err(FormatError::Bad {
                 what: self.what,
                 detail: format!("{count} items in {} bytes", self.remaining()),
             });
         }
-        Ok(count)
+        Ok((ver, count))
     }
     /// Fails unless every byte was read.
     pub(crate) fn finish(&self) -> Result<()> {
@@ -168,5 +234,45 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(
             self.bytes(8)?.try_into().expect("8 bytes"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip_and_have_one_encoding_each() {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(out.len(), varint_len(v), "{v}");
+            let mut r = Reader::new(&out, "varint");
+            assert_eq!(r.varint().unwrap(), v);
+            r.finish().unwrap();
+            for cut in 0..out.len() {
+                assert!(Reader::new(&out[..cut], "varint").varint().is_err());
+            }
+        }
+        assert_eq!(varint_len(127), 1);
+        assert_eq!(varint_len(128), 2);
+        // 1 written in two bytes; a tenth byte past bit 63; eleven bytes.
+        for bad in [
+            &[0x81u8, 0x00][..],
+            &[0xff; 9].iter().chain(&[0x02]).copied().collect::<Vec<_>>(),
+            &[0x80; 11],
+        ] {
+            assert!(Reader::new(bad, "varint").varint().is_err(), "{bad:?}");
+        }
     }
 }

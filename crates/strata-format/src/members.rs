@@ -2,25 +2,30 @@
 //! in order (a set's in the order they were added, a list's head first).
 //!
 //! ```text
-//! members = ver u8 (1) | count u32 | member × count
-//! member  = len u32 | bytes
+//! members = ver u8 (2) | count varint | member × count
+//! member  = len varint | bytes
 //! ```
+//!
+//! Values written before (version 1: `count u32`, `len u32` in front of each member) are
+//! still read.
 //!
 //! One stored value, like a hash ([`crate::hash`]): a change rewrites it whole.
 
-use crate::{Reader, Result};
+use crate::{put_varint, varint_len, Reader, Result, COLLECTION_V1};
 
-const MEMBERS_VERSION: u8 = 1;
 /// Bytes of a value with no members.
-pub const MEMBERS_HEADER_BYTES: usize = 1 + 4;
+pub const MEMBERS_HEADER_BYTES: usize = 1 + 1;
 
 /// Decodes a set's or a list's members, in order.
 pub fn decode_members(b: &[u8]) -> Result<Vec<&[u8]>> {
     let mut r = Reader::new(b, "members");
-    let count = r.collection_header(MEMBERS_VERSION, 4)?;
+    let (ver, count) = r.collection_header(|ver| if ver == COLLECTION_V1 { 4 } else { 1 })?;
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
-        let len = r.u32()? as usize;
+        let len = match ver {
+            COLLECTION_V1 => r.u32()? as usize,
+            _ => r.len()?,
+        };
         out.push(r.bytes(len)?);
     }
     r.finish()?;
@@ -36,10 +41,14 @@ pub fn encode_members<M: AsRef<[u8]>>(members: &[M]) -> Vec<u8> {
 pub fn encode_members_from<'a>(
     members: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
 ) -> Vec<u8> {
-    let len = MEMBERS_HEADER_BYTES + members.clone().map(|m| 4 + m.len()).sum::<usize>();
-    let mut out = crate::collection_buf(MEMBERS_VERSION, members.len(), len);
+    let len = MEMBERS_HEADER_BYTES
+        + members
+            .clone()
+            .map(|m| varint_len(m.len() as u64) + m.len())
+            .sum::<usize>();
+    let mut out = crate::collection_buf(members.len(), len);
     for m in members {
-        out.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        put_varint(&mut out, m.len() as u64);
         out.extend_from_slice(m);
     }
     out
@@ -63,8 +72,34 @@ mod tests {
         let mut padded = enc.clone();
         padded.push(1);
         assert!(decode_members(&padded).is_err());
-        let mut huge = enc;
-        huge[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut huge = enc.clone();
+        huge.splice(1..2, [0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(decode_members(&huge).is_err());
+        // One byte in front of a short member, two from 128 bytes.
+        assert_eq!(
+            enc.len(),
+            2 + 3 + members.iter().map(|m| m.len()).sum::<usize>()
+        );
+        let long = vec![7u8; 300];
+        let enc = encode_members(&[&long[..]]);
+        assert_eq!(enc.len(), 2 + 2 + 300);
+        assert_eq!(decode_members(&enc).unwrap(), [&long[..]]);
+    }
+
+    #[test]
+    fn members_written_in_the_first_encoding_are_still_read() {
+        let members: [&[u8]; 3] = [b"b", b"", b"a longer member"];
+        let mut v1 = vec![COLLECTION_V1];
+        v1.extend_from_slice(&3u32.to_le_bytes());
+        for m in members {
+            v1.extend_from_slice(&(m.len() as u32).to_le_bytes());
+            v1.extend_from_slice(m);
+        }
+        assert_eq!(decode_members(&v1).unwrap(), members);
+        for cut in 0..v1.len() {
+            assert!(decode_members(&v1[..cut]).is_err(), "cut at {cut}");
+        }
+        v1[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_members(&v1).is_err());
     }
 }

@@ -2,22 +2,25 @@
 //! score and then by member bytes (Redis's order).
 //!
 //! ```text
-//! zset   = ver u8 (1) | count u32 | entry × count
-//! entry  = score f64 (IEEE 754 bits, LE) | len u32 | member
+//! zset   = ver u8 (2) | count varint | entry × count
+//! entry  = head varint (len << 1 | integral) | score | member
+//! score  = zigzag varint of the integer (integral: a whole number within ±2^53, not -0)
+//!        | f64 (IEEE 754 bits, LE) (any other)
 //! ```
+//!
+//! A whole score costs one byte up to ±63 (a rank), six for a millisecond timestamp.
+//! Sets written before (version 1: `count u32`, and `score f64 | len u32` in front of each
+//! member) are still read.
 //!
 //! One stored value, like a hash ([`crate::hash`]): a change rewrites it whole, and a range
 //! read decodes the set.
 
 use std::cmp::Ordering;
 
-use crate::{Reader, Result};
+use crate::{put_varint, varint_len, Reader, Result, COLLECTION_V1};
 
-const ZSET_VERSION: u8 = 1;
 /// Bytes of a sorted set with no members.
-pub const ZSET_HEADER_BYTES: usize = 1 + 4;
-/// Bytes in front of each member.
-pub const ENTRY_HEADER_BYTES: usize = 8 + 4;
+pub const ZSET_HEADER_BYTES: usize = 1 + 1;
 
 /// Redis's order of a sorted set's entries: by score, then by member bytes.
 pub fn order(a: &(f64, impl AsRef<[u8]>), b: &(f64, impl AsRef<[u8]>)) -> Ordering {
@@ -26,14 +29,57 @@ pub fn order(a: &(f64, impl AsRef<[u8]>), b: &(f64, impl AsRef<[u8]>)) -> Orderi
         .then_with(|| a.1.as_ref().cmp(b.1.as_ref()))
 }
 
+/// The largest magnitude of a score written as an integer: every whole number up to it is
+/// an `f64` exactly.
+const INTEGRAL_MAX: f64 = (1u64 << 53) as f64;
+
+/// `score` as the integer it is, when it is written as one.
+fn integral(score: f64) -> Option<i64> {
+    let whole = score.fract() == 0.0 && score.abs() <= INTEGRAL_MAX;
+    (whole && !(score == 0.0 && score.is_sign_negative())).then_some(score as i64)
+}
+
+fn zigzag(i: i64) -> u64 {
+    ((i << 1) ^ (i >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    (z >> 1) as i64 ^ -((z & 1) as i64)
+}
+
+/// Bytes an entry of `member` with `score` takes.
+fn entry_len(score: f64, member: &[u8]) -> usize {
+    let score_len = integral(score).map_or(8, |i| varint_len(zigzag(i)));
+    varint_len((member.len() as u64) << 1) + score_len + member.len()
+}
+
 /// Decodes a sorted set's `(score, member)` entries, in order.
 pub fn decode_zset(b: &[u8]) -> Result<Vec<(f64, &[u8])>> {
     let mut r = Reader::new(b, "sorted set");
-    let count = r.collection_header(ZSET_VERSION, ENTRY_HEADER_BYTES)?;
+    let (ver, count) = r.collection_header(|ver| if ver == COLLECTION_V1 { 12 } else { 2 })?;
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
-        let score = f64::from_bits(r.u64()?);
-        let len = r.u32()? as usize;
+        if ver == COLLECTION_V1 {
+            let score = f64::from_bits(r.u64()?);
+            let len = r.u32()? as usize;
+            out.push((score, r.bytes(len)?));
+            continue;
+        }
+        let head = r.varint()?;
+        let score = match head & 1 {
+            1 => {
+                let i = unzigzag(r.varint()?);
+                if i.unsigned_abs() > 1 << 53 {
+                    return Err(crate::FormatError::Bad {
+                        what: "sorted set",
+                        detail: format!("integral score {i}"),
+                    });
+                }
+                i as f64
+            }
+            _ => f64::from_bits(r.u64()?),
+        };
+        let len = usize::try_from(head >> 1).unwrap_or(usize::MAX);
         out.push((score, r.bytes(len)?));
     }
     r.finish()?;
@@ -45,13 +91,17 @@ pub fn encode_zset<M: AsRef<[u8]>>(entries: &[(f64, M)]) -> Vec<u8> {
     let len = ZSET_HEADER_BYTES
         + entries
             .iter()
-            .map(|(_, m)| ENTRY_HEADER_BYTES + m.as_ref().len())
+            .map(|(score, m)| entry_len(*score, m.as_ref()))
             .sum::<usize>();
-    let mut out = crate::collection_buf(ZSET_VERSION, entries.len(), len);
+    let mut out = crate::collection_buf(entries.len(), len);
     for (score, m) in entries {
         let m = m.as_ref();
-        out.extend_from_slice(&score.to_bits().to_le_bytes());
-        out.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        let whole = integral(*score);
+        put_varint(&mut out, (m.len() as u64) << 1 | u64::from(whole.is_some()));
+        match whole {
+            Some(i) => put_varint(&mut out, zigzag(i)),
+            None => out.extend_from_slice(&score.to_bits().to_le_bytes()),
+        }
         out.extend_from_slice(m);
     }
     out
@@ -74,8 +124,66 @@ mod tests {
         for cut in 0..enc.len() {
             assert!(decode_zset(&enc[..cut]).is_err(), "cut at {cut}");
         }
-        let mut padded = enc;
+        let mut padded = enc.clone();
         padded.push(0);
         assert!(decode_zset(&padded).is_err());
+        // Two bytes in front of a short member with a whole score, nine with another.
+        assert_eq!(enc.len(), 2 + (9 + 1) + 9 + (2 + 1) + (2 + 1));
+    }
+
+    #[test]
+    fn whole_scores_are_written_short_and_read_back_exactly() {
+        let big = (1u64 << 53) as f64;
+        let scores = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            63.0,
+            -64.0,
+            64.0,
+            1.7e12,
+            big,
+            -big,
+            big * 2.0,
+            0.5,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+        ];
+        for score in scores {
+            let enc = encode_zset(&[(score, b"m")]);
+            let back = decode_zset(&enc).unwrap();
+            assert_eq!(back[0].0.to_bits(), score.to_bits(), "{score}");
+            assert_eq!(enc.len(), ZSET_HEADER_BYTES + entry_len(score, b"m"));
+        }
+        assert_eq!(entry_len(5.0, b"m"), 3);
+        assert_eq!(entry_len(-0.0, b"m"), 10, "-0 keeps its sign as an f64");
+        assert_eq!(entry_len(1.7e12, b"m"), 8);
+        assert_eq!(entry_len(big * 2.0, b"m"), 10);
+        // An integer past 2^53 is refused: it has no exact f64.
+        let mut bad = crate::collection_buf(1, 16);
+        put_varint(&mut bad, 1 << 1 | 1);
+        put_varint(&mut bad, zigzag((1 << 53) + 1));
+        bad.push(b'm');
+        assert!(decode_zset(&bad).is_err());
+    }
+
+    #[test]
+    fn sorted_sets_written_in_the_first_encoding_are_still_read() {
+        let entries: Vec<(f64, &[u8])> = vec![(-0.5, b""), (1.0, b"x")];
+        let mut v1 = vec![COLLECTION_V1];
+        v1.extend_from_slice(&2u32.to_le_bytes());
+        for (score, m) in &entries {
+            v1.extend_from_slice(&score.to_bits().to_le_bytes());
+            v1.extend_from_slice(&(m.len() as u32).to_le_bytes());
+            v1.extend_from_slice(m);
+        }
+        assert_eq!(decode_zset(&v1).unwrap(), entries);
+        for cut in 0..v1.len() {
+            assert!(decode_zset(&v1[..cut]).is_err(), "cut at {cut}");
+        }
     }
 }
