@@ -301,6 +301,22 @@ def test_error_replies_are_counted_by_code_until_resetstat(strata):
     assert r.info("errorstats") == {"errorstat_ERR": {"count": 1}}
 
 
+def _answers(strata, redis_server, scripts):
+    """Each script's answer (or its error, without the script's name) from Strata, and
+    from redis-server."""
+    answers = []
+    for r in (strata.client(decode_responses=True),
+              redis.Redis(port=redis_server, decode_responses=True)):
+        seen = []
+        for script in scripts:
+            try:
+                seen.append(r.eval(script, 0))
+            except redis.ResponseError as e:
+                seen.append(str(e).split(" script:")[0])
+        answers.append(seen)
+    return answers
+
+
 def test_scripts_may_call_blmpop_and_bzmpop_once_but_not_the_other_blocking_pops(
         strata, redis_server):
     """As redis-server 7.0.15: inside a script BLMPOP and BZMPOP try once (nil when there is
@@ -314,16 +330,30 @@ def test_scripts_may_call_blmpop_and_bzmpop_once_but_not_the_other_blocking_pops
         "return redis.call('brpoplpush', 'q', 'p', 0)",
         "return redis.call('bzpopmin', 'z', 0)",
     ]
-    answers = []
-    for r in (strata.client(decode_responses=True),
-              redis.Redis(port=redis_server, decode_responses=True)):
-        seen = []
-        for script in scripts:
-            try:
-                seen.append(r.eval(script, 0))
-            except redis.ResponseError as e:
-                seen.append(str(e).split(" script:")[0])
-        answers.append(seen)
+    answers = _answers(strata, redis_server, scripts)
     assert answers[0] == answers[1]
     assert answers[0][:4] == [None, None, ["q", ["a", "b"]], ["z", [["m", "1"]]]]
+    assert answers[0][4] == "This Redis command is not allowed from script"
+
+
+def test_a_script_s_call_is_held_to_the_subcommand_s_arity_before_anything_else(
+        strata, redis_server):
+    """As redis-server 7.0.15: `redis.call` checks the arity first, a subcommand's own
+    (`CONFIG GET` needs a pattern), then whether scripts may call the command, so a
+    short `BLPOP` or `CLIENT SETNAME` is refused for its arguments."""
+    scripts = [
+        "return redis.call('config', 'get')",
+        "return redis.call('object', 'encoding')",
+        "return redis.pcall('memory', 'usage')",
+        "return redis.call('client', 'setname')",
+        "return redis.call('client', 'setname', 'x')",
+        "return redis.call('blpop')",
+        "return redis.call('blpop', 'q', 0)",
+        "return redis.call('object')",
+        "redis.call('set', 'k', 'v'); return redis.call('object', 'refcount', 'k')",
+    ]
+    answers = _answers(strata, redis_server, scripts)
+    assert answers[0] == answers[1]
+    wrong = "Wrong number of args calling Redis command from script"
+    assert answers[0][:4] == [wrong] * 4
     assert answers[0][4] == "This Redis command is not allowed from script"

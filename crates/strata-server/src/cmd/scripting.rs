@@ -186,6 +186,10 @@ async fn call_from_script(
         && args
             .get(1)
             .is_some_and(|a| a.eq_ignore_ascii_case(b"reset"));
+    // Redis's order: the arity (a subcommand's own too), then whether scripts may call it.
+    if !spec.accepts(args.len()) || super::subcommand_misfit(spec, args).is_some() {
+        return Reply::err("ERR Wrong number of args calling Redis command from script");
+    }
     // The blocking commands Redis allows (`BLMPOP`, `BZMPOP`) try once, as inside `MULTI`.
     if spec.flags & super::NOSCRIPT != 0 || cluster_reset {
         return Reply::err("ERR This Redis command is not allowed from script");
@@ -195,9 +199,6 @@ async fn call_from_script(
             return Reply::err("ERR Write commands are not allowed from read-only scripts.");
         }
         shared.script.note_write();
-    }
-    if !spec.accepts(args.len()) {
-        return Reply::err("ERR Wrong number of args calling Redis command from script");
     }
     if let Some(r) = refusal(ctx.conn, spec, args) {
         return r;
