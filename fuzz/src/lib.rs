@@ -185,6 +185,89 @@ pub fn fuzz_segment(iterations: usize, seed: u64) -> usize {
     iterations
 }
 
+/// Valid collection values of every kind, in the current encoding and in version 1 (the
+/// mutations' starting points).
+fn collection_seeds() -> Vec<(strata_format::Kind, Vec<u8>)> {
+    use strata_format::hash::{encode_hash, Field};
+    use strata_format::Kind;
+    let field = |name: &'static [u8], value: &'static [u8], expire_ms| Field {
+        name,
+        value,
+        expire_ms,
+    };
+    let long = &[b'n'; 200][..];
+    let hash = encode_hash(&[
+        field(b"a", b"1", 0),
+        field(long, b"", 7),
+        field(b"", b"v", 0),
+    ]);
+    let members = strata_format::members::encode_members(&[&b"x"[..], b"", long]);
+    let zset = strata_format::zset::encode_zset(&[
+        (f64::NEG_INFINITY, &b"a"[..]),
+        (-0.0, b"b"),
+        (3.0, b"c"),
+        (1.7e12, long),
+        (0.25, b"d"),
+    ]);
+    let mut v1 = vec![1u8];
+    v1.extend_from_slice(&2u32.to_le_bytes());
+    for m in [&b"x"[..], b"yy"] {
+        v1.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        v1.extend_from_slice(m);
+    }
+    vec![
+        (Kind::Hash, hash),
+        (Kind::Set, members.clone()),
+        (Kind::List, members),
+        (Kind::ZSet, zset),
+        (Kind::Set, v1),
+    ]
+}
+
+/// Decodes one (possibly corrupted) value of `kind`; what decodes must encode to a value
+/// that decodes to the same items (version 1 or 2 in, version 2 out).
+pub fn collection_one(kind: strata_format::Kind, value: &[u8]) {
+    use strata_format::{hash, members, zset, Kind};
+    match kind {
+        Kind::Hash => {
+            if let Ok(fields) = hash::decode_hash(value) {
+                let again = hash::encode_hash(&fields);
+                assert_eq!(hash::decode_hash(&again).expect("re-encoded hash"), fields);
+                let _ = hash::all_fields_expire_ms(value);
+            }
+        }
+        Kind::Set | Kind::List => {
+            if let Ok(items) = members::decode_members(value) {
+                let again = members::encode_members(&items);
+                assert_eq!(members::decode_members(&again).expect("re-encoded"), items);
+            }
+        }
+        Kind::ZSet => {
+            if let Ok(entries) = zset::decode_zset(value) {
+                let again = zset::encode_zset(&entries);
+                let back = zset::decode_zset(&again).expect("re-encoded sorted set");
+                let bits = |e: &[(f64, &[u8])]| -> Vec<(u64, Vec<u8>)> {
+                    e.iter().map(|(s, m)| (s.to_bits(), m.to_vec())).collect()
+                };
+                assert_eq!(bits(&back), bits(&entries), "scores come back bit for bit");
+            }
+        }
+        Kind::String => {}
+    }
+    let _ = strata_format::dump::decode_dump(&strata_format::dump::encode_dump(kind, value));
+}
+
+pub fn fuzz_collections(iterations: usize, seed: u64) -> usize {
+    let mut rng = Rng::new(seed);
+    let seeds = collection_seeds();
+    let words: &[&[u8]] = &[&[0x80], &[0xff; 5], &[0x7f], &[1], &[2], &[0; 8]];
+    for _ in 0..iterations {
+        let (kind, base) = &seeds[rng.index(seeds.len())];
+        collection_one(*kind, &mutate(&mut rng, base, words));
+    }
+    iterations
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +279,6 @@ mod tests {
         let seed = strata_testkit::Rng::from_env("fuzz").next_u64();
         assert_eq!(fuzz_resp(20_000, seed), 20_000);
         assert_eq!(fuzz_segment(3_000, seed), 3_000);
+        assert_eq!(fuzz_collections(20_000, seed), 20_000);
     }
 }

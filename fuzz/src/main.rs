@@ -1,4 +1,4 @@
-//! `strata-fuzz <resp|segment> [iterations] [seed]`: a longer fuzzing campaign.
+//! `strata-fuzz <resp|segment|collections> [iterations] [seed]`: a longer fuzzing campaign.
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -22,8 +22,9 @@ fn main() {
         done += match target {
             "resp" => strata_fuzz::fuzz_resp(n, seed.wrapping_add(done as u64)),
             "segment" => strata_fuzz::fuzz_segment(n, seed.wrapping_add(done as u64)),
+            "collections" => strata_fuzz::fuzz_collections(n, seed.wrapping_add(done as u64)),
             _ => {
-                eprintln!("usage: strata-fuzz <resp|segment> [iterations] [seed]");
+                eprintln!("usage: strata-fuzz <resp|segment|collections> [iterations] [seed]");
                 std::process::exit(2);
             }
         };
