@@ -17,7 +17,9 @@
 //!   (`writeback::settle_many_locked`, `put_locked`, `current_locked` call
 //!   [`fold_locked`]).
 //!
-//! Every change happens under the key's stripe lock, and so does every fold. Live values
+//! Every change happens under the key's stripe lock, and so does every fold. A fold
+//! encodes with the live values' map let go (the value away from its slot), so one large
+//! value's encode stalls its own key alone. Live values
 //! are bounded by half of write-back's budget ([`admits`]: a value that does not fit goes
 //! the whole-value way; past the budget the next fold, or a read that would make a value
 //! live, drops the least recently used: [`make_room`]; a write of a large collection
@@ -85,10 +87,29 @@ pub trait LiveValue: Any + Send {
     }
 }
 
+/// What a slot holds while its value is away being encoded ([`fold_slot`]).
+struct Away;
+
+impl LiveValue for Away {
+    fn encode(&mut self) -> Vec<u8> {
+        unreachable!("a value away is encoded by its folder alone")
+    }
+    fn bytes(&self) -> usize {
+        0
+    }
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
 struct Slot {
     kind: Kind,
     expire_ms: u64,
     value: Box<dyn LiveValue>,
+    /// The value is away: its folder, holding the key's stripe lock, encodes it with the
+    /// map let go, and [`Away`] stands in. Only a read may find it so (every other use of
+    /// a slot's value holds the stripe lock); it waits for that lock.
+    away: bool,
     /// Changed since it was last folded or its changes logged.
     changed: bool,
     /// Its changes since it was last folded whole are in the hot log as deltas only: DRAM
@@ -219,6 +240,7 @@ impl Live {
             kind,
             expire_ms,
             value,
+            away: false,
             changed: false,
             logged: false,
             based: false,
@@ -352,12 +374,20 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
     }
     let mut stored = false;
     if slot.changed || (slot.logged && how == Fold::Stored) {
-        let value = Bytes::from(slot.value.encode());
-        // Changes of this key wait for its stripe lock, which the caller holds: the map
-        // may be let go while the value is stored. It stays stale until it is, so a read
-        // meanwhile waits for the lock rather than find DRAM's older value.
+        // Changes of this key wait for its stripe lock, which the caller holds: the map is
+        // let go while the value is encoded (a collection of millions takes a good part of
+        // a second, and every other live value would wait) and stored. A read of this key
+        // meanwhile finds it away or stale and waits for the lock rather than find DRAM's
+        // older value.
+        let mut value = std::mem::replace(&mut slot.value, Box::new(Away));
+        slot.away = true;
         drop(slots);
-        let r = store_locked(core, key, kind, value, expire_ms);
+        let encoded = Bytes::from(value.encode());
+        if let Some(s) = live.slots.lock().get_mut(key.stored()) {
+            s.value = value;
+            s.away = false;
+        }
+        let r = store_locked(core, key, kind, encoded, expire_ms);
         if let Some(s) = live.slots.lock().get_mut(key.stored()) {
             // The encode counted the value again (one grown in place is larger than it was
             // counted).
@@ -733,8 +763,19 @@ fn read_in_place<R>(
     }
     let live = &core.live;
     if live.may_hold(key.stored()) {
-        if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
-            return read_slot(core, slot, kind, f);
+        let mut slots = live.slots.lock();
+        if let Some(slot) = slots.get_mut(key.stored()) {
+            if !slot.away {
+                return read_slot(core, slot, kind, f);
+            }
+            // Being folded: its folder holds the stripe lock.
+            drop(slots);
+            let _g = core.locks.lock(key);
+            return match live.slots.lock().get_mut(key.stored()) {
+                Some(slot) => read_slot(core, slot, kind, f),
+                // Folded and let go: its stored form is its newest state.
+                None => Ok(None),
+            };
         }
     }
     if !live.seen_again(key.stored()) {

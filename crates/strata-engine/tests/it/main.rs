@@ -9,6 +9,7 @@ mod crash;
 mod databases;
 mod kinds;
 mod layout;
+mod live;
 mod model;
 mod prefetch;
 mod pressure;
