@@ -42,6 +42,16 @@ pub struct Args {
     strata_set: Vec<String>,
 }
 
+impl Args {
+    /// Items per key: `--items`, or 1 for strings.
+    fn items(&self) -> usize {
+        match self.kind {
+            Shape::String => 1,
+            _ => self.items,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Shape {
@@ -141,7 +151,7 @@ pub fn run(a: Args, out: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
     let mut rows = Vec::new();
-    let items = if a.kind == Shape::String { 1 } else { a.items };
+    let items = a.items();
     for (i, server) in ["redis", "strata"].into_iter().enumerate() {
         let what = format!("{} {}s", a.keys, a.kind.command());
         report::progress(i + 1, 2, &format!("{server}: {what}"));
@@ -242,7 +252,7 @@ fn measure(a: &Args, server: &str, proc: &Proc, port: u16) -> anyhow::Result<Row
     let before = rss_anon_bytes_of(pid);
     let t = Instant::now();
     let command = a.kind.command();
-    let items = if a.kind == Shape::String { 1 } else { a.items };
+    let items = a.items();
     let mut reply = Vec::new();
     let mut sent = 0;
     while sent < a.keys {

@@ -14,7 +14,7 @@
 //! The whole value is one stored value (its record's checksum covers it), so a change to one
 //! field rewrites the hash: the cost of a write grows with the hash.
 
-use crate::{put_varint, varint_len, Reader, Result, COLLECTION_V1};
+use crate::{flagged, put_varint, varint_len, Reader, Result, COLLECTION_V1};
 
 /// Bytes of a hash with no fields.
 pub const HASH_HEADER_BYTES: usize = 1 + 1;
@@ -45,7 +45,7 @@ impl Field<'_> {
 
     /// The field's head: its name's length and whether it has an expiry.
     fn head(&self) -> u64 {
-        (self.name.len() as u64) << 1 | u64::from(self.expire_ms != 0)
+        flagged(self.name.len(), self.expire_ms != 0)
     }
 
     /// Bytes the field takes in an encoded hash.
@@ -66,10 +66,9 @@ fn field_header(r: &mut Reader<'_>, ver: u8) -> Result<(usize, usize, u64)> {
         let value_len = r.u32()? as usize;
         return Ok((name_len, value_len, r.u64()?));
     }
-    let head = r.varint()?;
+    let (name_len, timed) = r.flagged_len()?;
     let value_len = r.len()?;
-    let expire_ms = if head & 1 == 1 { r.u64()? } else { 0 };
-    let name_len = usize::try_from(head >> 1).unwrap_or(usize::MAX);
+    let expire_ms = if timed { r.u64()? } else { 0 };
     Ok((name_len, value_len, expire_ms))
 }
 

@@ -108,6 +108,12 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// A length with a flag in its low bit, written as one varint: a hash field's name and
+/// whether it has an expiry, a sorted-set member and whether its score is whole.
+pub(crate) fn flagged(len: usize, flag: bool) -> u64 {
+    (len as u64) << 1 | u64::from(flag)
+}
+
 /// Bytes [`put_varint`] writes for `v`.
 pub(crate) fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
@@ -193,6 +199,11 @@ impl<'a> Reader<'a> {
             what: self.what,
             detail: format!("length {v}"),
         })
+    }
+    /// A length and its flag, written as one varint ([`flagged`]).
+    pub(crate) fn flagged_len(&mut self) -> Result<(usize, bool)> {
+        let v = self.varint()?;
+        Ok((usize::try_from(v >> 1).unwrap_or(usize::MAX), v & 1 == 1))
     }
     /// The header of a collection value: its version byte ([`COLLECTION_V1`] or
     /// [`COLLECTION_V2`]) and its item count, which must fit the bytes left at `item_bytes_min`

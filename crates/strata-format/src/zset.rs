@@ -17,7 +17,7 @@
 
 use std::cmp::Ordering;
 
-use crate::{put_varint, varint_len, Reader, Result, COLLECTION_V1};
+use crate::{flagged, put_varint, varint_len, Reader, Result, COLLECTION_V1};
 
 /// Bytes of a sorted set with no members.
 pub const ZSET_HEADER_BYTES: usize = 1 + 1;
@@ -49,8 +49,9 @@ fn unzigzag(z: u64) -> i64 {
 
 /// Bytes an entry of `member` with `score` takes.
 fn entry_len(score: f64, member: &[u8]) -> usize {
-    let score_len = integral(score).map_or(8, |i| varint_len(zigzag(i)));
-    varint_len((member.len() as u64) << 1) + score_len + member.len()
+    let whole = integral(score);
+    let score_len = whole.map_or(8, |i| varint_len(zigzag(i)));
+    varint_len(flagged(member.len(), whole.is_some())) + score_len + member.len()
 }
 
 /// Decodes a sorted set's `(score, member)` entries, in order.
@@ -65,21 +66,19 @@ pub fn decode_zset(b: &[u8]) -> Result<Vec<(f64, &[u8])>> {
             out.push((score, r.bytes(len)?));
             continue;
         }
-        let head = r.varint()?;
-        let score = match head & 1 {
-            1 => {
-                let i = unzigzag(r.varint()?);
-                if i.unsigned_abs() > 1 << 53 {
-                    return Err(crate::FormatError::Bad {
-                        what: "sorted set",
-                        detail: format!("integral score {i}"),
-                    });
-                }
-                i as f64
+        let (len, whole) = r.flagged_len()?;
+        let score = if whole {
+            let i = unzigzag(r.varint()?);
+            if i.unsigned_abs() > 1 << 53 {
+                return Err(crate::FormatError::Bad {
+                    what: "sorted set",
+                    detail: format!("integral score {i}"),
+                });
             }
-            _ => f64::from_bits(r.u64()?),
+            i as f64
+        } else {
+            f64::from_bits(r.u64()?)
         };
-        let len = usize::try_from(head >> 1).unwrap_or(usize::MAX);
         out.push((score, r.bytes(len)?));
     }
     r.finish()?;
@@ -97,7 +96,7 @@ pub fn encode_zset<M: AsRef<[u8]>>(entries: &[(f64, M)]) -> Vec<u8> {
     for (score, m) in entries {
         let m = m.as_ref();
         let whole = integral(*score);
-        put_varint(&mut out, (m.len() as u64) << 1 | u64::from(whole.is_some()));
+        put_varint(&mut out, flagged(m.len(), whole.is_some()));
         match whole {
             Some(i) => put_varint(&mut out, zigzag(i)),
             None => out.extend_from_slice(&score.to_bits().to_le_bytes()),
@@ -165,7 +164,7 @@ mod tests {
         assert_eq!(entry_len(big * 2.0, b"m"), 10);
         // An integer past 2^53 is refused: it has no exact f64.
         let mut bad = crate::collection_buf(1, 16);
-        put_varint(&mut bad, 1 << 1 | 1);
+        put_varint(&mut bad, flagged(1, true));
         put_varint(&mut bad, zigzag((1 << 53) + 1));
         bad.push(b'm');
         assert!(decode_zset(&bad).is_err());
