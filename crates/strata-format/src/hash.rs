@@ -110,15 +110,35 @@ pub fn encode_hash(fields: &[Field<'_>]) -> Vec<u8> {
     let len = HASH_HEADER_BYTES + fields.iter().map(Field::encoded_len).sum::<usize>();
     let mut out = crate::collection_buf(fields.len(), len);
     for f in fields {
-        put_varint(&mut out, f.head());
-        put_varint(&mut out, f.value.len() as u64);
-        if f.expire_ms != 0 {
-            out.extend_from_slice(&f.expire_ms.to_le_bytes());
-        }
-        out.extend_from_slice(f.name);
-        out.extend_from_slice(f.value);
+        put_field(&mut out, f);
     }
     out
+}
+
+/// Appends `f` as a field of a hash value in the current encoding: a hash is its header
+/// ([`crate::collection_buf`]) and its fields so written, in order.
+pub fn put_field(out: &mut Vec<u8>, f: &Field<'_>) {
+    put_varint(out, f.head());
+    put_varint(out, f.value.len() as u64);
+    if f.expire_ms != 0 {
+        out.extend_from_slice(&f.expire_ms.to_le_bytes());
+    }
+    out.extend_from_slice(f.name);
+    out.extend_from_slice(f.value);
+}
+
+/// The field [`put_field`] wrote at the start of `b`, and the bytes it takes.
+pub fn field_at(b: &[u8]) -> Result<(Field<'_>, usize)> {
+    let mut r = Reader::new(b, "hash field");
+    let (name_len, value_len, expire_ms) = field_header(&mut r, crate::COLLECTION_V2)?;
+    let name = r.bytes(name_len)?;
+    let value = r.bytes(value_len)?;
+    let f = Field {
+        name,
+        value,
+        expire_ms,
+    };
+    Ok((f, b.len() - r.remaining()))
 }
 
 #[cfg(test)]
@@ -131,6 +151,27 @@ mod tests {
             value: value.as_bytes(),
             expire_ms,
         }
+    }
+
+    #[test]
+    fn fields_put_one_by_one_read_back_one_by_one_and_make_the_value() {
+        let fields = [f("b", "2", 0), f("a", "", 7), f("", "empty name", 0)];
+        let mut body = Vec::new();
+        for x in &fields {
+            put_field(&mut body, x);
+        }
+        let (mut at, mut got) = (0, Vec::new());
+        while at < body.len() {
+            let (x, len) = field_at(&body[at..]).unwrap();
+            assert_eq!(len, x.encoded_len());
+            got.push(x);
+            at += len;
+        }
+        assert_eq!(got, fields);
+        let mut value = crate::collection_buf(fields.len(), 0);
+        value.extend_from_slice(&body);
+        assert_eq!(value, encode_hash(&fields));
+        assert!(field_at(&body[..body.len() - 1][..3]).is_err());
     }
 
     #[test]

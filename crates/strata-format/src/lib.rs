@@ -91,7 +91,8 @@ pub(crate) const COLLECTION_V2: u8 = 2;
 
 /// A buffer for a collection value of `count` items and about `bytes` bytes in all, its
 /// header (version byte, item count) written in the current encoding ([`COLLECTION_V2`]).
-pub(crate) fn collection_buf(count: usize, bytes: usize) -> Vec<u8> {
+/// The items follow as [`hash::put_field`] or [`members::put_member`] write them.
+pub fn collection_buf(count: usize, bytes: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes);
     out.push(COLLECTION_V2);
     put_varint(&mut out, count as u64);
@@ -115,7 +116,7 @@ pub(crate) fn flagged(len: usize, flag: bool) -> u64 {
 }
 
 /// Bytes [`put_varint`] writes for `v`.
-pub(crate) fn varint_len(v: u64) -> usize {
+pub fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 

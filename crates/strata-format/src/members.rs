@@ -48,15 +48,52 @@ pub fn encode_members_from<'a>(
             .sum::<usize>();
     let mut out = crate::collection_buf(members.len(), len);
     for m in members {
-        put_varint(&mut out, m.len() as u64);
-        out.extend_from_slice(m);
+        put_member(&mut out, m);
     }
     out
+}
+
+/// Appends `m` as a member in the current encoding: a value of members is its header
+/// ([`crate::collection_buf`]) and its members so written, in order.
+pub fn put_member(out: &mut Vec<u8>, m: &[u8]) {
+    put_varint(out, m.len() as u64);
+    out.extend_from_slice(m);
+}
+
+/// The member [`put_member`] wrote at the start of `b`, and the bytes it takes.
+pub fn member_at(b: &[u8]) -> Result<(&[u8], usize)> {
+    let mut r = Reader::new(b, "member");
+    let len = r.len()?;
+    let m = r.bytes(len)?;
+    Ok((m, b.len() - r.remaining()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_put_one_by_one_read_back_one_by_one_and_make_the_value() {
+        let members: [&[u8]; 3] = [b"b", b"", &[7u8; 200]];
+        let mut value = crate::collection_buf(members.len(), 0);
+        let start = value.len();
+        for m in members {
+            put_member(&mut value, m);
+        }
+        assert_eq!(value, encode_members(&members));
+        let (mut at, mut got) = (start, Vec::new());
+        while at < value.len() {
+            let (m, len) = member_at(&value[at..]).unwrap();
+            got.push(m);
+            at += len;
+        }
+        assert_eq!(got, members);
+        let last = value.len() - 202;
+        assert!(
+            member_at(&value[last..value.len() - 1]).is_err(),
+            "cut short"
+        );
+    }
 
     #[test]
     fn members_round_trip_and_damage_is_refused() {

@@ -4,36 +4,24 @@
 
 use bytes::Bytes;
 use strata_engine::{Key, Kind, Source};
-use strata_format::hash::{decode_hash, encode_hash, Field};
+use strata_format::hash::{decode_hash, encode_hash, field_at, put_field, Field};
 use strata_resp::Reply;
 
+use super::packed::{Indexed, Named, Pack};
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    corrupt, own, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
-    scan_reply, write_items, write_items_whole, Codec, Indexed, Named, ScanOptions,
+    bulk, corrupt, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
+    scan_reply, write_items, write_items_whole, Codec, ScanOptions,
 };
 use super::{not_integer, parse_int, wrong_args, Ctx};
 
-/// A field as a write sees it: name and value share the stored value they were decoded from,
-/// or have memory of their own (what a command adds: [`own`]).
+/// A field as the whole-value way holds it: name and value share the stored value they
+/// were decoded from.
 #[derive(Clone)]
 struct Owned {
     name: Bytes,
     value: Bytes,
     expire_ms: u64,
-}
-
-impl Named for Owned {
-    fn name(&self) -> &Bytes {
-        &self.name
-    }
-    fn owned(self) -> Self {
-        Owned {
-            name: own(&self.name),
-            value: own(&self.value),
-            ..self
-        }
-    }
 }
 
 impl Owned {
@@ -46,12 +34,38 @@ impl Owned {
     }
 }
 
+impl<'a> Named<'a> for Field<'a> {
+    fn name(self) -> &'a [u8] {
+        self.name
+    }
+}
+
+/// A live hash's fields packed as its value stores them.
+struct FieldPack;
+
+impl Pack for FieldPack {
+    type Item = Owned;
+    type Ref<'a> = Field<'a>;
+    fn as_ref(item: &Owned) -> Field<'_> {
+        item.field()
+    }
+    fn len(f: Field<'_>) -> usize {
+        f.encoded_len()
+    }
+    fn put(out: &mut Vec<u8>, f: Field<'_>) {
+        put_field(out, &f);
+    }
+    fn at(b: &[u8]) -> (Field<'_>, usize) {
+        field_at(b).expect("an Indexed holds the fields it packed")
+    }
+}
+
 /// A hash's live fields, in the order they were first set.
 struct HashCodec;
 
 impl Codec for HashCodec {
     type Item = Owned;
-    type Items = Indexed<Owned>;
+    type Items = Indexed<FieldPack>;
     const KIND: Kind = Kind::Hash;
     fn decode(value: &Bytes, now_ms: u64) -> strata_format::Result<Vec<Owned>> {
         Ok(decode_hash(value)?
@@ -109,28 +123,35 @@ async fn with_fields_at<R>(
 async fn write_hash<R: Send + 'static>(
     ctx: &mut Ctx<'_>,
     key: &Key,
-    f: impl FnOnce(&mut Indexed<Owned>) -> strata_engine::Result<(bool, R)> + Send,
+    f: impl FnOnce(&mut Indexed<FieldPack>) -> strata_engine::Result<(bool, R)> + Send,
 ) -> Result<R, Reply> {
     write_items::<HashCodec, R>(ctx, key, f).await
 }
 
+/// A field with no expiry.
+fn plain<'a>(name: &'a [u8], value: &'a [u8]) -> Field<'a> {
+    Field {
+        name,
+        value,
+        expire_ms: 0,
+    }
+}
+
 /// Sets `name` to `value` in `fields` (a new field goes last; an existing one keeps its
 /// place, and loses any expiry, as `HSET` does). Says whether the field is new.
-fn set_field(fields: &mut Indexed<Owned>, name: &Bytes, value: &Bytes) -> bool {
+fn set_field(
+    fields: &mut Indexed<FieldPack>,
+    name: &[u8],
+    value: &[u8],
+) -> strata_engine::Result<bool> {
     match fields.position(name) {
         Some(i) => {
-            let f = fields.get_mut(i);
-            f.value = own(value);
-            f.expire_ms = 0;
-            false
+            fields.replace(i, |_, out| put_field(out, &plain(name, value)))?;
+            Ok(false)
         }
         None => {
-            fields.push(Owned {
-                name: name.clone(),
-                value: value.clone(),
-                expire_ms: 0,
-            });
-            true
+            fields.push(plain(name, value))?;
+            Ok(true)
         }
     }
 }
@@ -142,11 +163,17 @@ async fn hset_pairs(ctx: &mut Ctx<'_>, a: &[Bytes], name: &str) -> Result<i64, R
     let pairs = &a[2..];
     let key = ctx.key(&a[1]);
     write_hash(ctx, &key, move |fields| {
-        let added = pairs
+        // Refused before any field is set if all of them could take the hash past its limit.
+        let most: usize = pairs
             .chunks_exact(2)
-            .filter(|p| set_field(fields, &p[0], &p[1]))
-            .count();
-        Ok((true, added as i64))
+            .map(|p| plain(&p[0], &p[1]).encoded_len())
+            .sum();
+        fields.room_for(most)?;
+        let mut added = 0;
+        for p in pairs.chunks_exact(2) {
+            added += set_field(fields, &p[0], &p[1])? as i64;
+        }
+        Ok((true, added))
     })
     .await
 }
@@ -166,7 +193,7 @@ pub(crate) async fn hsetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         if fields.contains(&name) {
             return Ok((false, 0));
         }
-        set_field(fields, &name, &value);
+        set_field(fields, &name, &value)?;
         Ok((true, 1))
     })
     .await;
@@ -179,10 +206,10 @@ fn find<'f, 'v>(fields: &'f [Field<'v>], name: &[u8]) -> Option<&'f Field<'v>> {
 }
 
 /// The value of the field `name` of a live hash.
-fn live_value(fields: &mut Indexed<Owned>, name: &[u8]) -> Reply {
-    fields.position(name).map_or(Reply::Null, |i| {
-        Reply::Bulk(fields.items()[i].value.clone())
-    })
+fn live_value(fields: &mut Indexed<FieldPack>, name: &[u8]) -> Reply {
+    fields
+        .position(name)
+        .map_or(Reply::Null, |i| bulk(fields.get(i).value))
 }
 
 pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -233,8 +260,7 @@ pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let pair = |f: &Owned| (Reply::Bulk(f.name.clone()), Reply::Bulk(f.value.clone()));
-        h.items().iter().map(pair).collect()
+        h.iter().map(|f| (bulk(f.name), bulk(f.value))).collect()
     });
     if let Some(r) = live {
         return reply(r, Reply::Map);
@@ -261,14 +287,8 @@ pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 async fn field_parts(ctx: &mut Ctx<'_>, a: &[Bytes], names: bool) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let part = |f: &Owned| {
-            if names {
-                f.name.clone()
-            } else {
-                f.value.clone()
-            }
-        };
-        h.items().iter().map(|f| Reply::Bulk(part(f))).collect()
+        let part = |f: Field<'_>| if names { bulk(f.name) } else { bulk(f.value) };
+        h.iter().map(part).collect()
     });
     if let Some(r) = live {
         return reply(r, Reply::Array);
@@ -324,7 +344,7 @@ pub(crate) async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
         let old = match fields.position(&name) {
-            Some(i) => parse_int(&fields.get_mut(i).value).ok_or_else(|| {
+            Some(i) => parse_int(fields.get(i).value).ok_or_else(|| {
                 strata_engine::Error::Invalid("hash value is not an integer".into())
             })?,
             None => 0,
@@ -332,7 +352,7 @@ pub(crate) async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let new = old
             .checked_add(delta)
             .ok_or(strata_engine::Error::Overflow)?;
-        replace_value(fields, &name, Bytes::from(new.to_string()));
+        replace_value(fields, &name, new.to_string().as_bytes())?;
         Ok((true, new))
     })
     .await;
@@ -340,14 +360,14 @@ pub(crate) async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 /// Sets field `name` to `value`, keeping its place and its expiry (as the increments do).
-fn replace_value(fields: &mut Indexed<Owned>, name: &Bytes, value: Bytes) {
+fn replace_value(
+    fields: &mut Indexed<FieldPack>,
+    name: &[u8],
+    value: &[u8],
+) -> strata_engine::Result<()> {
     match fields.position(name) {
-        Some(i) => fields.get_mut(i).value = value,
-        None => fields.push(Owned {
-            name: name.clone(),
-            value,
-            expire_ms: 0,
-        }),
+        Some(i) => fields.replace(i, |f, out| put_field(out, &Field { value, ..f })),
+        None => fields.push(plain(name, value)),
     }
 }
 
@@ -360,11 +380,9 @@ pub(crate) async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let name = a[2].clone();
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
-        let old = fields
-            .position(&name)
-            .map(|i| fields.get_mut(i).value.clone());
-        let text = float_plus(old.as_deref(), delta, "hash value is not a float")?;
-        replace_value(fields, &name, text.clone());
+        let old = fields.position(&name).map(|i| fields.get(i).value);
+        let text = float_plus(old, delta, "hash value is not a float")?;
+        replace_value(fields, &name, &text)?;
         Ok((true, text))
     })
     .await;
@@ -402,9 +420,12 @@ pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     };
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let fields = h.items();
-        pick(fields.len(), &|i| {
-            (fields[i].name.clone(), fields[i].value.clone())
+        pick(h.len(), &|i| {
+            let f = h.get(i);
+            (
+                Bytes::copy_from_slice(f.name),
+                Bytes::copy_from_slice(f.value),
+            )
         })
     });
     if let Some(r) = live {
@@ -428,9 +449,11 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let now = ctx.shared.engine.now_ms();
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let (page, next) = o.page(h.items(), |f| &f.name);
-        let fields = page.iter().filter(|f| f.field().is_live(now));
-        hscan_page(&o, next, fields.map(|f| (f.name.clone(), f.value.clone())))
+        let h = &*h;
+        let (page, next) = o.page_of(h.len(), |i| h.get(i).name);
+        let fields = page.map(|i| h.get(i)).filter(|f| f.is_live(now));
+        let copy = Bytes::copy_from_slice;
+        hscan_page(&o, next, fields.map(|f| (copy(f.name), copy(f.value))))
     });
     if let Some(r) = live {
         return reply(r, |r| r);
@@ -622,20 +645,21 @@ pub(crate) async fn hpersist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_hash(ctx, &key, move |fields| {
         let mut changed = false;
-        let out = names
-            .iter()
-            .map(|n| {
-                Reply::Integer(match fields.position(n).map(|i| fields.get_mut(i)) {
-                    None => -2,
-                    Some(f) if f.expire_ms == 0 => -1,
-                    Some(f) => {
-                        f.expire_ms = 0;
-                        changed = true;
-                        1
-                    }
-                })
-            })
-            .collect();
+        let mut out = Vec::with_capacity(names.len());
+        for n in &names {
+            out.push(Reply::Integer(match fields.position(n) {
+                None => -2,
+                Some(i) if fields.get(i).expire_ms == 0 => -1,
+                Some(i) => {
+                    let persist = |f: Field<'_>, out: &mut Vec<u8>| {
+                        put_field(out, &Field { expire_ms: 0, ..f })
+                    };
+                    fields.replace(i, persist)?;
+                    changed = true;
+                    1
+                }
+            }));
+        }
         Ok((changed, out))
     })
     .await;
@@ -649,16 +673,16 @@ mod tests {
 
     #[test]
     fn set_field_keeps_the_place_of_an_existing_field_and_appends_new_ones() {
-        let b = |s: &str| Bytes::from(s.to_string());
-        let mut fields = <Indexed<Owned> as Items<Owned>>::from_vec(Vec::new());
-        assert!(set_field(&mut fields, &b("a"), &b("1")));
-        assert!(set_field(&mut fields, &b("b"), &b("2")));
-        fields.get_mut(0).expire_ms = 5;
-        assert!(!set_field(&mut fields, &b("a"), &b("3")));
+        let mut fields = <Indexed<FieldPack> as Items<Owned>>::from_vec(Vec::new());
+        assert!(set_field(&mut fields, b"a", b"1").unwrap());
+        assert!(set_field(&mut fields, b"b", b"2").unwrap());
+        let timed = |f: Field<'_>, out: &mut Vec<u8>| put_field(out, &Field { expire_ms: 5, ..f });
+        fields.replace(0, timed).unwrap();
+        assert_eq!(fields.get(0).expire_ms, 5);
+        assert!(!set_field(&mut fields, b"a", b"3").unwrap());
         let got: Vec<(&[u8], &[u8], u64)> = fields
-            .items()
             .iter()
-            .map(|f| (&f.name[..], &f.value[..], f.expire_ms))
+            .map(|f| (f.name, f.value, f.expire_ms))
             .collect();
         assert_eq!(
             got,

@@ -13,6 +13,7 @@ mod keys;
 mod kvc;
 mod lcs;
 mod lists;
+mod packed;
 pub(crate) mod scripting;
 mod server;
 mod sets;

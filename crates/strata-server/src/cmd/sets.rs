@@ -9,6 +9,7 @@ use bytes::Bytes;
 use strata_engine::Kind;
 use strata_resp::Reply;
 
+use super::packed::{MemberPack, Pack};
 use super::typed::{
     pop_count, random_args, random_positions, read_items, read_live, read_members, reply,
     scan_options, scan_reply, store_items, write_items, SetCodec,
@@ -24,9 +25,11 @@ pub(crate) async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let r = write_items::<SetCodec, _>(ctx, &key, move |members| {
         let before = members.len();
+        // Refused before any member is added if all of them could take the set past its limit.
+        members.room_for(new.iter().map(|m| MemberPack::len(m)).sum())?;
         for m in new {
             if !members.contains(m) {
-                members.push(m.clone());
+                members.push(m)?;
             }
         }
         let added = members.len() - before;
@@ -47,7 +50,9 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
-    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| set_reply(m.items().to_vec())) {
+    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| {
+        set_reply(m.iter().map(Bytes::copy_from_slice))
+    }) {
         return reply(r, |r| r);
     }
     reply(read_items::<SetCodec>(ctx, &a[1]).await, set_reply)
@@ -104,7 +109,8 @@ pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let mut popped = Vec::with_capacity(n);
         members.index_when_due();
         for i in picked.into_iter().rev() {
-            popped.push(members.remove(i));
+            popped.push(Bytes::copy_from_slice(members.get(i)));
+            members.remove(i);
         }
         Ok((n > 0, popped))
     });
@@ -119,22 +125,26 @@ pub(crate) async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let pick = |members: &[Bytes]| match count {
-        None if members.is_empty() => Reply::Null,
-        None => Reply::Bulk(members[random_positions(members.len(), -1)[0]].clone()),
+    // The reply of a set of `len` members, the one at each position as `at` gives it.
+    let pick = |len: usize, at: &dyn Fn(usize) -> Bytes| match count {
+        None if len == 0 => Reply::Null,
+        None => Reply::Bulk(at(random_positions(len, -1)[0])),
         Some(n) => Reply::Array(
-            random_positions(members.len(), n)
+            random_positions(len, n)
                 .into_iter()
-                .map(|i| Reply::Bulk(members[i].clone()))
+                .map(|i| Reply::Bulk(at(i)))
                 .collect(),
         ),
     };
     let key = ctx.key(&a[1]);
-    if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| pick(m.items())) {
+    let live = read_live::<SetCodec, _>(ctx, &key, |m| {
+        pick(m.len(), &|i| Bytes::copy_from_slice(m.get(i)))
+    });
+    if let Some(r) = live {
         return reply(r, |r| r);
     }
     let r = read_items::<SetCodec>(ctx, &a[1]).await;
-    reply(r, |members| pick(&members))
+    reply(r, |members| pick(members.len(), &|i| members[i].clone()))
 }
 
 /// `SSCAN key cursor [MATCH pattern] [COUNT n]`: a page of members, from the live set when
@@ -150,8 +160,9 @@ pub(crate) async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     };
     let key = ctx.key(&a[1]);
     let live = read_live::<SetCodec, _>(ctx, &key, |m| {
-        let (members, next) = o.page(m.items(), |m| m);
-        page(&mut members.iter().cloned(), next)
+        let m = &*m;
+        let (members, next) = o.page_of(m.len(), |i| m.get(i));
+        page(&mut members.map(|i| Bytes::copy_from_slice(m.get(i))), next)
     });
     if let Some(r) = live {
         return reply(r, |r| r);
@@ -311,7 +322,7 @@ pub(crate) async fn smove(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let r = write_items::<SetCodec, _>(ctx, &dst, move |members| {
         let new = !members.contains(&member);
         if new {
-            members.push(member);
+            members.push(&member)?;
         }
         Ok((new, ()))
     });

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::blocks::BlockDeque;
+use super::packed::{Indexed, MemberPack};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -178,6 +179,11 @@ pub(crate) trait Items<I>: Send + 'static {
     }
     /// The items were stored whole: the changes noted so far are in what was stored.
     fn stored(&mut self) {}
+    /// The memory the items hold, when they count it themselves (in constant time); `None`
+    /// counts each item at its size and its share of the stored value.
+    fn live_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Which items of a live value changed since it was last stored or its changes were taken
@@ -210,17 +216,19 @@ fn past_list_delta(noted: usize, len: usize) -> bool {
 
 impl Touched {
     /// The item named `name` was set or changed; the collection holds `len` items.
-    pub(crate) fn set(&mut self, name: &Bytes, len: usize) {
+    pub(crate) fn set(&mut self, name: &[u8], len: usize) {
         if !self.whole {
-            self.set.insert(name.clone());
+            if !self.set.contains(name) {
+                self.set.insert(Bytes::copy_from_slice(name));
+            }
             self.check(len);
         }
     }
 
     /// The item named `name` was removed.
-    pub(crate) fn removed(&mut self, name: &Bytes, len: usize) {
+    pub(crate) fn removed(&mut self, name: &[u8], len: usize) {
         if !self.whole {
-            self.removed.push(name.clone());
+            self.removed.push(Bytes::copy_from_slice(name));
             self.check(len);
         }
     }
@@ -257,22 +265,6 @@ impl<I: Send + 'static> Items<I> for Vec<I> {
     }
     fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
         encode(self)
-    }
-}
-
-/// What identifies an item in its collection: a hash field's name, a set's member.
-pub(crate) trait Named {
-    fn name(&self) -> &Bytes;
-    /// The item with memory of its own ([`own`]).
-    fn owned(self) -> Self;
-}
-
-impl Named for Bytes {
-    fn name(&self) -> &Bytes {
-        self
-    }
-    fn owned(self) -> Self {
-        own(&self)
     }
 }
 
@@ -343,8 +335,7 @@ impl PartialEq for TableName {
 
 impl Eq for TableName {}
 
-/// A lookup table from an item's name to `V` (a position in [`Indexed`], a score in a
-/// sorted set). A name of up to [`INLINE_NAME_MAX`] bytes (a feature's field, a member
+/// A lookup table from an item's name to `V` (a member's score in a sorted set). A name of up to [`INLINE_NAME_MAX`] bytes (a feature's field, a member
 /// like `user:000012345`) lies in the table's slot, so a look-up reads the table and no
 /// other memory: a cache miss fewer than a pointer to the name, in a value of thousands.
 pub(crate) struct NameTable<V>(HashMap<TableName, V, ahash::RandomState>);
@@ -361,10 +352,6 @@ impl<V> NameTable<V> {
         self.0.get(name)
     }
 
-    pub(crate) fn get_mut(&mut self, name: &[u8]) -> Option<&mut V> {
-        self.0.get_mut(name)
-    }
-
     pub(crate) fn insert(&mut self, name: &Bytes, v: V) {
         self.0.insert(TableName::new(name), v);
     }
@@ -374,24 +361,12 @@ impl<V> NameTable<V> {
     }
 }
 
-/// Items looked up by name: compared one by one, or through a table from name to position
-/// once a value is looked up again (a live value, kept between commands) and holds more
-/// than [`LINEAR_ITEMS_MAX`] items. The table holds through appends, changes in place and
-/// removals ([`Indexed::push`], [`Indexed::get_mut`], [`Indexed::remove`]). Changes
-/// are noted by name ([`Touched`]), so a large value's few changes are logged as a delta.
-pub(crate) struct Indexed<I> {
-    items: Vec<I>,
-    index: Option<NameTable<usize>>,
-    lookups: u32,
-    touched: Touched,
-}
-
 /// Values up to this many items are searched by comparing names; a table costs more.
-const LINEAR_ITEMS_MAX: usize = 32;
+pub(crate) const LINEAR_ITEMS_MAX: usize = 32;
 
 /// Values up to this many items keep their order through removals (Redis keeps hashes of up
 /// to 128 entries in insertion order); larger ones fill a gap with their last item.
-const ORDERED_ITEMS_MAX: usize = 128;
+pub(crate) const ORDERED_ITEMS_MAX: usize = 128;
 
 /// Whether a live value of `len` items with no lookup table yet should build one now: it
 /// is past [`LINEAR_ITEMS_MAX`] and this is its second lookup (`lookups` counts them).
@@ -402,135 +377,6 @@ pub(crate) fn table_due(len: usize, lookups: &mut u32) -> bool {
     }
     *lookups += 1;
     *lookups > 1
-}
-
-impl<I: Named> Indexed<I> {
-    /// Where the item named `name` is.
-    pub(crate) fn position(&mut self, name: &[u8]) -> Option<usize> {
-        self.index_when_due();
-        match &self.index {
-            Some(index) => index.get(name).copied(),
-            None => self.items.iter().position(|i| &i.name()[..] == name),
-        }
-    }
-
-    /// Builds the table from name to position when [`table_due`] says so (each call counts
-    /// as a lookup): before removals by position of a value that may stay live (`SPOP`).
-    pub(crate) fn index_when_due(&mut self) {
-        if self.index.is_none() && table_due(self.items.len(), &mut self.lookups) {
-            let mut index = NameTable::with_capacity(self.items.len());
-            for (i, item) in self.items.iter().enumerate() {
-                index.insert(item.name(), i);
-            }
-            self.index = Some(index);
-        }
-    }
-
-    pub(crate) fn contains(&mut self, name: &[u8]) -> bool {
-        self.position(name).is_some()
-    }
-
-    /// Appends `item`, whose name none of the items has.
-    pub(crate) fn push(&mut self, item: I) {
-        let item = item.owned();
-        if let Some(index) = &mut self.index {
-            index.insert(item.name(), self.items.len());
-        }
-        self.touched.set(item.name(), self.items.len() + 1);
-        self.items.push(item);
-    }
-
-    /// The item at `i`, to change in place; its name must stay.
-    pub(crate) fn get_mut(&mut self, i: usize) -> &mut I {
-        self.touched.set(self.items[i].name(), self.items.len());
-        &mut self.items[i]
-    }
-
-    /// Removes and returns the item at `i`. A value of up to [`ORDERED_ITEMS_MAX`] items
-    /// keeps the others' order (as Redis's compact encodings do); in a larger one the last
-    /// item takes its place, so a removal costs a lookup in the table, not a shift of every
-    /// item after it. Either way no item moves to a later position: what
-    /// [`ScanOptions::page`] relies on.
-    pub(crate) fn remove(&mut self, i: usize) -> I {
-        let item = if self.items.len() <= ORDERED_ITEMS_MAX {
-            let item = self.items.remove(i);
-            if let Some(index) = &mut self.index {
-                index.remove(item.name());
-                for (j, moved) in self.items.iter().enumerate().skip(i) {
-                    if let Some(at) = index.get_mut(moved.name()) {
-                        *at = j;
-                    }
-                }
-            }
-            item
-        } else {
-            let item = self.items.swap_remove(i);
-            // Without a table, the moved item is found by comparing names.
-            if let Some(index) = &mut self.index {
-                index.remove(item.name());
-                if let Some(at) = self.items.get(i).and_then(|m| index.get_mut(m.name())) {
-                    *at = i;
-                }
-            }
-            item
-        };
-        self.touched.removed(item.name(), self.items.len());
-        item
-    }
-
-    /// Removes the items named in `names` (each found through [`Indexed::position`]); how
-    /// many there were.
-    pub(crate) fn remove_named<'n>(&mut self, names: impl IntoIterator<Item = &'n [u8]>) -> usize {
-        let mut gone = 0;
-        for name in names {
-            if let Some(i) = self.position(name) {
-                self.remove(i);
-                gone += 1;
-            }
-        }
-        gone
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// The items, in order.
-    pub(crate) fn items(&self) -> &[I] {
-        &self.items
-    }
-}
-
-impl<I: Named + Clone + Send + 'static> Items<I> for Indexed<I> {
-    const EXTRA_BYTES: usize = 48;
-    fn from_vec(items: Vec<I>) -> Self {
-        Indexed {
-            items,
-            index: None,
-            lookups: 0,
-            touched: Touched::default(),
-        }
-    }
-    fn len(&self) -> usize {
-        self.items.len()
-    }
-    fn encode_with(&self, encode: fn(&[I]) -> Vec<u8>) -> Vec<u8> {
-        encode(&self.items)
-    }
-    fn delta(&mut self, encode: fn(&[I]) -> Vec<u8>) -> Option<Vec<u8>> {
-        let (set, removed) = self.touched.take()?;
-        // The items set, in the order they stand (new ones last, as they were added).
-        let mut at: Vec<usize> = set.iter().filter_map(|n| self.position(n)).collect();
-        at.sort_unstable();
-        let items: Vec<I> = at.iter().map(|&i| self.items[i].clone()).collect();
-        Some(strata_format::delta::encode_delta(
-            &encode(&items),
-            &removed,
-        ))
-    }
-    fn stored(&mut self) {
-        self.touched.take();
-    }
 }
 
 /// A collection's items as the engine keeps them live between commands
@@ -578,7 +424,7 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
         self.items.delta(C::encode)
     }
     fn bytes(&self) -> usize {
-        self.items.len() * self.item_bytes
+        (self.items.live_bytes()).unwrap_or(self.items.len() * self.item_bytes)
     }
     fn is_empty(&self) -> bool {
         self.items.len() == 0
@@ -754,7 +600,7 @@ macro_rules! members_codec {
 members_codec!(
     /// A set's members, in the order they were added.
     SetCodec,
-    Indexed<Bytes>,
+    Indexed<MemberPack>,
     Kind::Set
 );
 members_codec!(
@@ -1139,13 +985,23 @@ impl ScanOptions {
     /// `RENAME`) or that item moved, and the walk starts over from the end, so nothing held
     /// throughout is missed.
     pub(crate) fn page<'i, T>(&self, items: &'i [T], name: impl Fn(&T) -> &[u8]) -> (&'i [T], u64) {
-        let len = items.len();
+        let (range, next) = self.page_of(items.len(), |i| name(&items[i]));
+        (&items[range], next)
+    }
+
+    /// [`ScanOptions::page`] of a collection of `len` items whose name at each position
+    /// `name` gives: the positions of the page.
+    pub(crate) fn page_of<'n>(
+        &self,
+        len: usize,
+        name: impl Fn(usize) -> &'n [u8],
+    ) -> (std::ops::Range<usize>, u64) {
         if len <= SCAN_WHOLE_MAX {
-            return (items, 0);
+            return (0..len, 0);
         }
         let (at, mark) = (self.cursor & WALK_POSITION_MASK, self.cursor >> 32);
         let at = usize::try_from(at).unwrap_or(usize::MAX);
-        let end = if self.cursor == 0 || (at < len && walk_mark(name(&items[at])) != mark) {
+        let end = if self.cursor == 0 || (at < len && walk_mark(name(at)) != mark) {
             len
         } else {
             at.min(len)
@@ -1153,9 +1009,9 @@ impl ScanOptions {
         let start = end.saturating_sub(self.count);
         let next = match start {
             0 => 0,
-            s => walk_mark(name(&items[s])) << 32 | s as u64,
+            s => walk_mark(name(s)) << 32 | s as u64,
         };
-        (&items[start..end], next)
+        (start..end, next)
     }
 
     /// Whether `name` passes the `MATCH` pattern.
@@ -1394,46 +1250,10 @@ pub(crate) mod tests {
             assert_eq!(t.get(n), Some(&i), "{} bytes", n.len());
         }
         t.insert(&names[2], 7);
-        *t.get_mut(&names[3]).unwrap() += 10;
-        assert_eq!((t.get(&names[2]), t.get(&names[3])), (Some(&7), Some(&13)));
+        assert_eq!((t.get(&names[2]), t.get(&names[3])), (Some(&7), Some(&3)));
         assert_eq!(t.remove(&names[4]), Some(4));
         assert_eq!(t.get(&names[4]), None);
         assert_eq!(t.get(b"y"), None);
-    }
-
-    #[test]
-    fn indexed_items_answer_alike_by_comparing_and_by_their_table() {
-        let name = |i: usize| Bytes::from(format!("m{i}"));
-        let mut by_table = Indexed::from_vec((0..100).map(name).collect());
-        // The first lookup compares; the second builds the table (past 32 items).
-        assert_eq!(by_table.position(b"m7"), Some(7));
-        assert!(by_table.index.is_none());
-        assert_eq!(by_table.position(b"m99"), Some(99));
-        assert!(by_table.index.is_some());
-        // Appends keep the table.
-        by_table.push(name(100));
-        assert!(by_table.index.is_some());
-        let mut by_comparing = Indexed::from_vec(by_table.items().to_vec());
-        assert_eq!(by_table.remove_named([&b"gone"[..]]), 0);
-        by_table.push(name(200));
-        assert_eq!(by_table.remove_named([&name(200)[..]]), 1);
-        assert!(by_table.index.is_some(), "a removal keeps the table");
-        assert_eq!(by_table.position(b"m1"), Some(1));
-        assert_eq!(by_table.position(b"m2"), Some(2));
-        for i in 0..110 {
-            let n = format!("m{i}");
-            let want = (i <= 100).then_some(i);
-            assert_eq!(by_table.position(n.as_bytes()), want);
-            by_comparing.lookups = 0;
-            assert_eq!(by_comparing.position(n.as_bytes()), want);
-            assert!(by_comparing.index.is_none());
-        }
-        // A small value never builds one.
-        let mut small = Indexed::from_vec((0..LINEAR_ITEMS_MAX).map(name).collect());
-        for _ in 0..3 {
-            assert!(small.contains(b"m3") && !small.contains(b"x"));
-        }
-        assert!(small.index.is_none());
     }
 
     #[test]
@@ -1459,64 +1279,6 @@ pub(crate) mod tests {
         );
     }
 
-    #[test]
-    fn removals_from_a_large_set_keep_its_table_and_move_no_member_later() {
-        let name = |i: u64| Bytes::from(format!("m{i}"));
-        let mut set: Indexed<Bytes> = Items::from_vec((0..2000).map(name).collect());
-        let mut x = 11u64;
-        let mut model: HashSet<Bytes> = (0..2000).map(name).collect();
-        // The table comes with the second lookup.
-        set.position(b"m0");
-        set.position(b"m1");
-        for _ in 0..3000 {
-            x = next_random(x);
-            let m = name((x >> 33) % 2500);
-            let before: HashMap<Bytes, usize> = set
-                .items()
-                .iter()
-                .enumerate()
-                .map(|(i, m)| (m.clone(), i))
-                .collect();
-            if x.is_multiple_of(3) {
-                let gone = set.remove_named([&m[..]]);
-                assert_eq!(gone == 1, model.remove(&m));
-                assert!(set.index.is_some(), "a removal keeps the table");
-            } else if model.insert(m.clone()) {
-                set.push(m);
-            }
-            for (i, m) in set.items().iter().enumerate() {
-                assert!(
-                    before.get(m).is_none_or(|&was| i <= was),
-                    "{m:?} moved later"
-                );
-            }
-        }
-        assert_eq!(set.len(), model.len());
-        for m in &model {
-            let i = set.position(m).expect("every member is found");
-            assert_eq!(&set.items()[i], m, "the table points at the member");
-        }
-        assert_eq!(set.position(b"absent"), None);
-    }
-
-    #[test]
-    fn removals_from_a_value_of_up_to_128_items_keep_the_others_order() {
-        let name = |i: usize| Bytes::from(format!("m{i}"));
-        let mut set: Indexed<Bytes> = Items::from_vec((0..ORDERED_ITEMS_MAX).map(name).collect());
-        set.position(b"m0");
-        set.position(b"m1");
-        assert!(set.index.is_some());
-        assert_eq!(set.remove_named([&b"m0"[..], &b"m50"[..]]), 2);
-        let want: Vec<Bytes> = (1..ORDERED_ITEMS_MAX)
-            .filter(|&i| i != 50)
-            .map(name)
-            .collect();
-        assert_eq!(set.items(), &want[..], "in the order they were added");
-        for (i, m) in want.iter().enumerate() {
-            assert_eq!(set.position(m), Some(i), "the table follows the shift");
-        }
-    }
-
     /// A scan's options with no pattern.
     fn scan_opts(cursor: u64, count: usize) -> ScanOptions {
         ScanOptions {
@@ -1530,16 +1292,16 @@ pub(crate) mod tests {
     #[test]
     fn a_scan_walk_meets_every_member_held_throughout_while_others_come_and_go() {
         let name = |i: u64| Bytes::from(format!("m{i}"));
-        let mut set: Indexed<Bytes> = Items::from_vec((0..1000).map(name).collect());
+        let mut set: Indexed<MemberPack> = Items::from_vec((0..1000).map(name).collect());
         set.position(b"m1");
         let held: HashSet<Bytes> = (0..1000).filter(|i| i % 3 != 0).map(name).collect();
         let (mut x, mut cursor, mut seen, mut pages) = (5u64, 0u64, HashSet::new(), 0);
         let mut next_name = 1000;
         loop {
             let count = 1 + (x % 40) as usize;
-            let (page, next) = scan_opts(cursor, count).page(set.items(), |m| m);
+            let (page, next) = scan_opts(cursor, count).page_of(set.len(), |i| set.get(i));
             assert!(page.len() <= count, "a page holds at most COUNT");
-            seen.extend(page.iter().cloned());
+            seen.extend(page.map(|i| Bytes::copy_from_slice(set.get(i))));
             pages += 1;
             // Between pages: members not held throughout leave, new ones come.
             for _ in 0..20 {
@@ -1548,7 +1310,7 @@ pub(crate) mod tests {
                 if !held.contains(&m) {
                     set.remove_named([&m[..]]);
                 }
-                set.push(name(next_name));
+                set.push(&name(next_name)).unwrap();
                 next_name += 1;
             }
             if next == 0 {
@@ -1715,7 +1477,7 @@ pub(crate) mod tests {
     #[test]
     fn a_sets_noted_changes_applied_to_its_stored_value_give_its_value_now() {
         let name = |i: u64| Bytes::from(format!("m{i}"));
-        let mut set: Indexed<Bytes> = Items::from_vec((0..400).map(name).collect());
+        let mut set: Indexed<MemberPack> = Items::from_vec((0..400).map(name).collect());
         let mut check = DeltaCheck::new(&mut set, Kind::Set, SetCodec::encode);
         let mut x = 7u64;
         for step in 0..20_000u64 {
@@ -1730,7 +1492,7 @@ pub(crate) mod tests {
                 }
                 _ => {
                     if !set.contains(&m) {
-                        set.push(m);
+                        set.push(&m).unwrap();
                     }
                 }
             }
