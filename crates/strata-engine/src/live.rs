@@ -66,8 +66,9 @@ pub const LARGE_IDLE_MS: u64 = 60_000;
 /// A decoded collection the server changes in place (see the module doc). Its methods run
 /// under the key's stripe lock: keep them short.
 pub trait LiveValue: Any + Send {
-    /// The stored form of the value now; the changes so far are in it.
-    fn encode(&mut self) -> Vec<u8>;
+    /// The stored form of the value now; the changes so far are in it. (The value may keep
+    /// a share of it, to read its items from while nothing changes.)
+    fn encode(&mut self) -> Bytes;
     /// The changes since it was last encoded or asked this, as a [`strata_format::delta`]
     /// of its kind, or `None` when it did not note them one by one (it is encoded whole).
     /// Forgotten either way.
@@ -91,7 +92,7 @@ pub trait LiveValue: Any + Send {
 struct Away;
 
 impl LiveValue for Away {
-    fn encode(&mut self) -> Vec<u8> {
+    fn encode(&mut self) -> Bytes {
         unreachable!("a value away is encoded by its folder alone")
     }
     fn bytes(&self) -> usize {
@@ -382,7 +383,7 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
         let mut value = std::mem::replace(&mut slot.value, Box::new(Away));
         slot.away = true;
         drop(slots);
-        let encoded = Bytes::from(value.encode());
+        let encoded = value.encode();
         if let Some(s) = live.slots.lock().get_mut(key.stored()) {
             s.value = value;
             s.away = false;
@@ -874,7 +875,7 @@ async fn whole<R>(
             (true, true) => cur.is_some().then_some(Change::Delete),
             (true, false) => Some(Change::Put {
                 kind,
-                value: Bytes::from(obj.encode()),
+                value: obj.encode(),
                 expire_ms,
             }),
         };

@@ -128,7 +128,33 @@ pub fn put_field(out: &mut Vec<u8>, f: &Field<'_>) {
 }
 
 /// The field [`put_field`] wrote at the start of `b`, and the bytes it takes.
+#[inline]
 pub fn field_at(b: &[u8]) -> Result<(Field<'_>, usize)> {
+    // Most fields: a name under 64 bytes and a value under 128, each length one byte.
+    if let [head, value_len, ..] = *b {
+        if head < 0x80 && value_len < 0x80 {
+            let at = if head & 1 == 1 { 10 } else { 2 };
+            let name_end = at + usize::from(head >> 1);
+            let end = name_end + usize::from(value_len);
+            if end <= b.len() {
+                let expire_ms = match at {
+                    10 => u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")),
+                    _ => 0,
+                };
+                let f = Field {
+                    name: &b[at..name_end],
+                    value: &b[name_end..end],
+                    expire_ms,
+                };
+                return Ok((f, end));
+            }
+        }
+    }
+    long_field_at(b)
+}
+
+/// [`field_at`] of a field whose lengths take more than a byte (or of too few bytes).
+fn long_field_at(b: &[u8]) -> Result<(Field<'_>, usize)> {
     let mut r = Reader::new(b, "hash field");
     let (name_len, value_len, expire_ms) = field_header(&mut r, crate::COLLECTION_V2)?;
     let name = r.bytes(name_len)?;
@@ -155,7 +181,15 @@ mod tests {
 
     #[test]
     fn fields_put_one_by_one_read_back_one_by_one_and_make_the_value() {
-        let fields = [f("b", "2", 0), f("a", "", 7), f("", "empty name", 0)];
+        // Short lengths (one byte each) and long ones, with and without an expiry.
+        let (long_name, long_value) = ("n".repeat(70), "v".repeat(200));
+        let fields = [
+            f("b", "2", 0),
+            f("a", "", 7),
+            f("", "empty name", 0),
+            f(&long_name, "x", 9),
+            f("y", &long_value, 0),
+        ];
         let mut body = Vec::new();
         for x in &fields {
             put_field(&mut body, x);

@@ -99,6 +99,15 @@ pub fn collection_buf(count: usize, bytes: usize) -> Vec<u8> {
     out
 }
 
+/// Where the items of the collection value `b` start and how many there are, when it is
+/// in the current encoding ([`COLLECTION_V2`]; `None` for the first). The count is checked
+/// against the bytes left (at least one an item); the items are not read.
+pub fn collection_items(b: &[u8]) -> Result<Option<(usize, usize)>> {
+    let mut r = Reader::new(b, "collection");
+    let (ver, count) = r.collection_header(|_| 1)?;
+    Ok((ver == COLLECTION_V2).then(|| (count, b.len() - r.remaining())))
+}
+
 /// Appends `v` as a varint (LEB128: seven bits a byte, the low ones first, the high bit set
 /// on every byte but the last).
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {

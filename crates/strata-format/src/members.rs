@@ -61,7 +61,15 @@ pub fn put_member(out: &mut Vec<u8>, m: &[u8]) {
 }
 
 /// The member [`put_member`] wrote at the start of `b`, and the bytes it takes.
+#[inline]
 pub fn member_at(b: &[u8]) -> Result<(&[u8], usize)> {
+    // Most members are under 128 bytes: their length is one byte.
+    if let Some(&len) = b.first() {
+        let end = 1 + usize::from(len);
+        if len < 0x80 && end <= b.len() {
+            return Ok((&b[1..end], end));
+        }
+    }
     let mut r = Reader::new(b, "member");
     let len = r.len()?;
     let m = r.bytes(len)?;

@@ -19,14 +19,14 @@ struct Slow {
 }
 
 impl LiveValue for Slow {
-    fn encode(&mut self) -> Vec<u8> {
+    fn encode(&mut self) -> bytes::Bytes {
         let _ = self.encoding.send(());
         let _ = self
             .release
             .lock()
             .unwrap()
             .recv_timeout(Duration::from_secs(20));
-        strata_format::members::encode_members(&[&self.items[..]])
+        strata_format::members::encode_members(&[&self.items[..]]).into()
     }
     fn bytes(&self) -> usize {
         64 + self.items.len()
@@ -40,8 +40,8 @@ impl LiveValue for Slow {
 struct Quick(Vec<u8>);
 
 impl LiveValue for Quick {
-    fn encode(&mut self) -> Vec<u8> {
-        strata_format::members::encode_members(&[&self.0[..]])
+    fn encode(&mut self) -> bytes::Bytes {
+        strata_format::members::encode_members(&[&self.0[..]]).into()
     }
     fn bytes(&self) -> usize {
         64 + self.0.len()

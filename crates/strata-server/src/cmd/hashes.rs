@@ -10,7 +10,7 @@ use strata_resp::Reply;
 use super::packed::{Indexed, Named, Pack};
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    bulk, corrupt, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
+    corrupt, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
     scan_reply, write_items, write_items_whole, Codec, ScanOptions,
 };
 use super::{not_integer, parse_int, wrong_args, Ctx};
@@ -55,8 +55,12 @@ impl Pack for FieldPack {
     fn put(out: &mut Vec<u8>, f: Field<'_>) {
         put_field(out, &f);
     }
-    fn at(b: &[u8]) -> (Field<'_>, usize) {
-        field_at(b).expect("an Indexed holds the fields it packed")
+    #[inline]
+    fn try_at(b: &[u8]) -> strata_format::Result<(Field<'_>, usize)> {
+        field_at(b)
+    }
+    fn timed(f: Field<'_>) -> bool {
+        f.expire_ms != 0
     }
 }
 
@@ -207,9 +211,11 @@ fn find<'f, 'v>(fields: &'f [Field<'v>], name: &[u8]) -> Option<&'f Field<'v>> {
 
 /// The value of the field `name` of a live hash.
 fn live_value(fields: &mut Indexed<FieldPack>, name: &[u8]) -> Reply {
+    fields.index_when_due();
+    let fields = &*fields;
     fields
-        .position(name)
-        .map_or(Reply::Null, |i| bulk(fields.get(i).value))
+        .lookup(name)
+        .map_or(Reply::Null, |(_, f)| Reply::Bulk(fields.share(f.value)))
 }
 
 pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -232,7 +238,10 @@ const LINEAR_LOOKUPS_MAX: usize = 4096;
 pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        a[2..].iter().map(|n| live_value(h, n)).collect()
+        h.index_for(a.len() - 2);
+        let h = &*h;
+        let values = a[2..].iter().map(|n| h.lookup(n).map(|(_, f)| f.value));
+        h.replies(values).collect()
     });
     if let Some(r) = live {
         return reply(r, Reply::Array);
@@ -260,7 +269,13 @@ pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        h.iter().map(|f| (bulk(f.name), bulk(f.value))).collect()
+        let parts = h.iter().flat_map(|f| [Some(f.name), Some(f.value)]);
+        let mut replies = h.replies(parts);
+        let mut pairs = Vec::with_capacity(h.len());
+        while let (Some(name), Some(value)) = (replies.next(), replies.next()) {
+            pairs.push((name, value));
+        }
+        pairs
     });
     if let Some(r) = live {
         return reply(r, Reply::Map);
@@ -287,8 +302,8 @@ pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 async fn field_parts(ctx: &mut Ctx<'_>, a: &[Bytes], names: bool) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let part = |f: Field<'_>| if names { bulk(f.name) } else { bulk(f.value) };
-        h.iter().map(part).collect()
+        let parts = h.iter().map(|f| Some(if names { f.name } else { f.value }));
+        h.replies(parts).collect()
     });
     if let Some(r) = live {
         return reply(r, Reply::Array);
@@ -422,10 +437,7 @@ pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
         pick(h.len(), &|i| {
             let f = h.get(i);
-            (
-                Bytes::copy_from_slice(f.name),
-                Bytes::copy_from_slice(f.value),
-            )
+            (h.share(f.name), h.share(f.value))
         })
     });
     if let Some(r) = live {
@@ -452,8 +464,11 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let h = &*h;
         let (page, next) = o.page_of(h.len(), |i| h.get(i).name);
         let fields = page.map(|i| h.get(i)).filter(|f| f.is_live(now));
-        let copy = Bytes::copy_from_slice;
-        hscan_page(&o, next, fields.map(|f| (copy(f.name), copy(f.value))))
+        hscan_page(
+            &o,
+            next,
+            fields.map(|f| (h.share(f.name), h.share(f.value))),
+        )
     });
     if let Some(r) = live {
         return reply(r, |r| r);

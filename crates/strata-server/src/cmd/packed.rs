@@ -5,6 +5,11 @@
 //! expiry with a table of names it cost about 155 (`reports/findings-2026-12-06-large-collections.md`).
 //! Encoding the value is copying the buffer behind a header.
 //!
+//! A value made live from its stored form (version 2, no field with an expiry), or just
+//! encoded, reads its items from that stored value itself, shared with DRAM's copy, until
+//! a change copies them to a buffer of its own: a value read in place costs no copy of its
+//! items, and its replies share the stored buffer ([`Indexed::share`], [`Indexed::bulks`]).
+//!
 //! Positions are what commands see: an item keeps its position until one before it is
 //! removed (in a value of up to [`ORDERED_ITEMS_MAX`] items) or it is the last and fills a
 //! gap (in a larger one), so no item moves to a later position ([`ScanOptions::page`]). An
@@ -15,8 +20,10 @@
 
 use std::marker::PhantomData;
 
+use bytes::Bytes;
 use hashbrown::HashTable;
 use strata_format::VALUE_BYTES_MAX;
+use strata_resp::Reply;
 
 use super::typed::{table_due, Items, Touched, ORDERED_ITEMS_MAX};
 
@@ -33,8 +40,18 @@ pub(crate) trait Pack: Send + 'static {
     fn len(item: Self::Ref<'_>) -> usize;
     /// Appends `item` as the stored value holds it.
     fn put(out: &mut Vec<u8>, item: Self::Ref<'_>);
+    /// The item at the start of `b` (a stored value's, or what `put` wrote), and its length.
+    fn try_at(b: &[u8]) -> strata_format::Result<(Self::Ref<'_>, usize)>;
     /// The item `put` wrote at the start of `b`, and its length.
-    fn at(b: &[u8]) -> (Self::Ref<'_>, usize);
+    #[inline]
+    fn at(b: &[u8]) -> (Self::Ref<'_>, usize) {
+        Self::try_at(b).expect("an Indexed holds the items it packed")
+    }
+    /// Whether `item` expires on its own (a hash field with a TTL): such a value is not
+    /// read in place.
+    fn timed(_item: Self::Ref<'_>) -> bool {
+        false
+    }
 }
 
 /// An item read in place, by the name that identifies it in its collection: a hash
@@ -65,8 +82,9 @@ impl Pack for MemberPack {
     fn put(out: &mut Vec<u8>, item: &[u8]) {
         strata_format::members::put_member(out, item);
     }
-    fn at(b: &[u8]) -> (&[u8], usize) {
-        strata_format::members::member_at(b).expect("an Indexed holds the members it packed")
+    #[inline]
+    fn try_at(b: &[u8]) -> strata_format::Result<(&[u8], usize)> {
+        strata_format::members::member_at(b)
     }
 }
 
@@ -77,22 +95,51 @@ impl Pack for MemberPack {
 /// delta.
 pub(crate) struct Indexed<P: Pack> {
     /// The items as stored, back to back, with the garbage of changed and removed ones.
-    bytes: Vec<u8>,
-    /// Where each item starts in `bytes`, by position.
+    body: Body,
+    /// Where each item starts in the body, by position.
     starts: Vec<u32>,
     /// Positions, hashed by the name of the item at each.
     index: Option<(HashTable<u32>, ahash::RandomState)>,
-    /// Bytes of `bytes` no item holds.
+    /// Bytes of the body no item holds.
     garbage: usize,
-    /// `bytes` holds the items in position order with no garbage: it is the stored value's
-    /// body as it stands.
+    /// The body holds the items in position order with no garbage: it is the stored
+    /// value's body as it stands.
     in_order: bool,
     lookups: u32,
     touched: Touched,
     pack: PhantomData<P>,
 }
 
+/// Where an [`Indexed`]'s items lie.
+enum Body {
+    /// In a buffer of their own.
+    Own(Vec<u8>),
+    /// In a stored value, from this offset on: shared with it until a change.
+    Shared(Bytes, usize),
+}
+
+impl Body {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Body::Own(v) => v,
+            Body::Shared(b, from) => &b[*from..],
+        }
+    }
+
+    /// The buffer to change, copied out of the stored value first if shared.
+    fn own(&mut self) -> &mut Vec<u8> {
+        if let Body::Shared(..) = self {
+            *self = Body::Own(self.as_slice().to_vec());
+        }
+        match self {
+            Body::Own(v) => v,
+            Body::Shared(..) => unreachable!("made its own above"),
+        }
+    }
+}
+
 /// The item at position `i` (free of `self`, for the table's closures).
+#[inline]
 fn item_at<'b, P: Pack>(bytes: &'b [u8], starts: &[u32], i: usize) -> P::Ref<'b> {
     P::at(&bytes[starts[i] as usize..]).0
 }
@@ -105,6 +152,20 @@ fn too_large(bytes: usize, max: usize) -> strata_engine::Error {
 }
 
 impl<P: Pack> Indexed<P> {
+    /// The items in `body` at `starts`, in order, with no table yet.
+    fn new(body: Body, starts: Vec<u32>) -> Self {
+        Indexed {
+            body,
+            starts,
+            index: None,
+            garbage: 0,
+            in_order: true,
+            lookups: 0,
+            touched: Touched::default(),
+            pack: PhantomData,
+        }
+    }
+
     /// How many items it holds.
     pub(crate) fn len(&self) -> usize {
         self.starts.len()
@@ -112,31 +173,50 @@ impl<P: Pack> Indexed<P> {
 
     /// The item at position `i`.
     pub(crate) fn get(&self, i: usize) -> P::Ref<'_> {
-        item_at::<P>(&self.bytes, &self.starts, i)
+        item_at::<P>(self.body.as_slice(), &self.starts, i)
     }
 
     /// The items, in order.
-    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = P::Ref<'_>> + '_ {
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = P::Ref<'_>> + Clone + '_ {
         (0..self.len()).map(|i| self.get(i))
     }
 
     /// The stored bytes of the item at `i`.
     fn packed(&self, i: usize) -> &[u8] {
-        let start = self.starts[i] as usize;
-        let len = P::at(&self.bytes[start..]).1;
-        &self.bytes[start..start + len]
+        let (body, start) = (self.body.as_slice(), self.starts[i] as usize);
+        let len = P::at(&body[start..]).1;
+        &body[start..start + len]
     }
 
     /// Where the item named `name` is.
     pub(crate) fn position(&mut self, name: &[u8]) -> Option<usize> {
+        self.find(name).map(|(i, _)| i)
+    }
+
+    /// The item named `name` and where it is (a lookup: see [`Indexed::index_when_due`]).
+    pub(crate) fn find(&mut self, name: &[u8]) -> Option<(usize, P::Ref<'_>)> {
         self.index_when_due();
+        self.lookup(name)
+    }
+
+    /// [`Indexed::find`] through the table if there is one, else by comparing names; for
+    /// many lookups of one command, after one [`Indexed::index_for`].
+    pub(crate) fn lookup(&self, name: &[u8]) -> Option<(usize, P::Ref<'_>)> {
+        let (bytes, starts) = (self.body.as_slice(), &self.starts);
+        let named = |i: usize| {
+            let item = item_at::<P>(bytes, starts, i);
+            (Named::name(item) == name).then_some((i, item))
+        };
         match &self.index {
-            Some((table, hasher)) => table
-                .find(hasher.hash_one(name), |&p| {
-                    Named::name(item_at::<P>(&self.bytes, &self.starts, p as usize)) == name
-                })
-                .map(|&p| p as usize),
-            None => (0..self.len()).find(|&i| Named::name(self.get(i)) == name),
+            Some((table, hasher)) => {
+                let mut found = None;
+                table.find(hasher.hash_one(name), |&p| {
+                    found = named(p as usize);
+                    found.is_some()
+                })?;
+                found
+            }
+            None => (0..starts.len()).find_map(named),
         }
     }
 
@@ -147,12 +227,26 @@ impl<P: Pack> Indexed<P> {
     /// Builds the table from name to position when [`table_due`] says so (each call counts
     /// as a lookup): before removals by position of a value that may stay live (`SPOP`).
     pub(crate) fn index_when_due(&mut self) {
-        if self.index.is_some() || !table_due(self.len(), &mut self.lookups) {
-            return;
+        self.index_for(1);
+    }
+
+    /// [`Indexed::index_when_due`] for a command about to look up `lookups` names (each
+    /// counts, as if looked up one by one).
+    pub(crate) fn index_for(&mut self, lookups: usize) {
+        for _ in 0..lookups.min(2) {
+            if self.index.is_some() {
+                return;
+            }
+            if table_due(self.len(), &mut self.lookups) {
+                self.build_index();
+            }
         }
+    }
+
+    fn build_index(&mut self) {
         let hasher = ahash::RandomState::new();
         let mut table = HashTable::with_capacity(self.len());
-        let (bytes, starts) = (&self.bytes, &self.starts);
+        let (bytes, starts) = (self.body.as_slice(), &self.starts);
         let hash = |p: &u32| hasher.hash_one(Named::name(item_at::<P>(bytes, starts, *p as usize)));
         for p in 0..self.len() as u32 {
             table.insert_unique(hash(&p), p, hash);
@@ -164,12 +258,13 @@ impl<P: Pack> Indexed<P> {
     /// value would pass [`VALUE_BYTES_MAX`].
     pub(crate) fn push(&mut self, item: P::Ref<'_>) -> strata_engine::Result<()> {
         self.room_for(P::len(item))?;
-        let start = self.bytes.len();
-        P::put(&mut self.bytes, item);
+        let bytes = self.body.own();
+        let start = bytes.len();
+        P::put(bytes, item);
         let p = self.starts.len() as u32;
         self.starts.push(start as u32);
         if let Some((table, hasher)) = &mut self.index {
-            let (bytes, starts) = (&self.bytes, &self.starts);
+            let (bytes, starts) = (self.body.as_slice(), &self.starts);
             let hash =
                 |p: &u32| hasher.hash_one(Named::name(item_at::<P>(bytes, starts, *p as usize)));
             table.insert_unique(hash(&p), p, hash);
@@ -185,7 +280,7 @@ impl<P: Pack> Indexed<P> {
     }
 
     fn room_within(&self, more: usize, max: usize) -> strata_engine::Result<()> {
-        let live = self.bytes.len() - self.garbage + more;
+        let live = self.body.as_slice().len() - self.garbage + more;
         match live > max {
             true => Err(too_large(live, max)),
             false => Ok(()),
@@ -201,7 +296,7 @@ impl<P: Pack> Indexed<P> {
         f: impl FnOnce(P::Ref<'_>, &mut Vec<u8>),
     ) -> strata_engine::Result<()> {
         let start = self.starts[i] as usize;
-        let (old, old_len) = P::at(&self.bytes[start..]);
+        let (old, old_len) = P::at(&self.body.as_slice()[start..]);
         let mut new = Vec::with_capacity(old_len + 8);
         f(old, &mut new);
         debug_assert_eq!(
@@ -211,12 +306,13 @@ impl<P: Pack> Indexed<P> {
         );
         self.touched.set(Named::name(old), self.starts.len());
         if new.len() == old_len {
-            self.bytes[start..start + old_len].copy_from_slice(&new);
+            self.body.own()[start..start + old_len].copy_from_slice(&new);
             return Ok(());
         }
         self.room_for(new.len().saturating_sub(old_len))?;
-        self.starts[i] = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(&new);
+        let bytes = self.body.own();
+        self.starts[i] = bytes.len() as u32;
+        bytes.extend_from_slice(&new);
         self.garbage += old_len;
         self.in_order = false;
         self.collect_when_due();
@@ -230,7 +326,7 @@ impl<P: Pack> Indexed<P> {
     /// [`super::typed::ScanOptions::page`] relies on.
     pub(crate) fn remove(&mut self, i: usize) {
         let start = self.starts[i] as usize;
-        let (item, len) = P::at(&self.bytes[start..]);
+        let (item, len) = P::at(&self.body.as_slice()[start..]);
         let last = self.starts.len() - 1;
         self.touched.removed(Named::name(item), last);
         if let Some((table, hasher)) = &mut self.index {
@@ -250,7 +346,7 @@ impl<P: Pack> Indexed<P> {
             self.starts.swap_remove(i);
             if i < last {
                 // The item that was last is now at `i`.
-                let (bytes, starts) = (&self.bytes, &self.starts);
+                let (bytes, starts) = (self.body.as_slice(), &self.starts);
                 if let Some((table, hasher)) = &mut self.index {
                     let name = Named::name(item_at::<P>(bytes, starts, i));
                     if let Some(p) = table.find_mut(hasher.hash_one(name), |&p| p as usize == last)
@@ -260,8 +356,8 @@ impl<P: Pack> Indexed<P> {
                 }
             }
         }
-        if i == last && start + len == self.bytes.len() {
-            self.bytes.truncate(start);
+        if i == last && start + len == self.body.as_slice().len() {
+            self.body.own().truncate(start);
         } else {
             self.garbage += len;
             self.in_order = false;
@@ -284,18 +380,61 @@ impl<P: Pack> Indexed<P> {
 
     /// Packs the items again, in position order, once garbage passes half the buffer.
     fn collect_when_due(&mut self) {
-        if self.garbage <= self.bytes.len() / 2 {
+        let len = self.body.as_slice().len();
+        if self.garbage <= len / 2 {
             return;
         }
-        let mut bytes = Vec::with_capacity(self.bytes.len() - self.garbage);
+        let mut bytes = Vec::with_capacity(len - self.garbage);
         for i in 0..self.len() {
             let start = bytes.len() as u32;
             bytes.extend_from_slice(self.packed(i));
             self.starts[i] = start;
         }
-        self.bytes = bytes;
+        self.body = Body::Own(bytes);
         self.garbage = 0;
         self.in_order = true;
+    }
+
+    /// `part` (of one of the items) as a reply's bytes: a share of the stored value the
+    /// items lie in, or a copy when they have a buffer of their own.
+    pub(crate) fn share(&self, part: &[u8]) -> Bytes {
+        match &self.body {
+            Body::Shared(value, _) => value.slice_ref(part),
+            Body::Own(_) => Bytes::copy_from_slice(part),
+        }
+    }
+
+    /// Bulk replies of `parts` (of the items; `None`: a null bulk): shares of the stored
+    /// value the items lie in ([`Indexed::share`]), or, when they have a buffer of their
+    /// own, slices of one copy of all the parts (one allocation for a reply of many items,
+    /// where a copy apiece took one each).
+    pub(crate) fn replies<'a>(
+        &'a self,
+        parts: impl Iterator<Item = Option<&'a [u8]>> + Clone + 'a,
+    ) -> impl Iterator<Item = Reply> + 'a {
+        let copy = match &self.body {
+            Body::Shared(..) => None,
+            Body::Own(_) => {
+                let mut buf = Vec::with_capacity(parts.clone().flatten().map(<[u8]>::len).sum());
+                for p in parts.clone().flatten() {
+                    buf.extend_from_slice(p);
+                }
+                Some(Bytes::from(buf))
+            }
+        };
+        let mut at = 0;
+        parts.map(move |p| {
+            let Some(p) = p else {
+                return Reply::Null;
+            };
+            Reply::Bulk(match &copy {
+                Some(buf) => {
+                    at += p.len();
+                    buf.slice(at - p.len()..at)
+                }
+                None => self.share(p),
+            })
+        })
     }
 
     /// The value of the items at `positions`, in that order.
@@ -318,24 +457,16 @@ impl<P: Pack> Items<P::Item> for Indexed<P> {
             starts.push(bytes.len() as u32);
             P::put(&mut bytes, P::as_ref(item));
         }
-        Indexed {
-            bytes,
-            starts,
-            index: None,
-            garbage: 0,
-            in_order: true,
-            lookups: 0,
-            touched: Touched::default(),
-            pack: PhantomData,
-        }
+        Indexed::new(Body::Own(bytes), starts)
     }
     fn len(&self) -> usize {
         self.starts.len()
     }
     fn encode_with(&self, _encode: fn(&[P::Item]) -> Vec<u8>) -> Vec<u8> {
         if self.in_order {
-            let mut out = strata_format::collection_buf(self.len(), 16 + self.bytes.len());
-            out.extend_from_slice(&self.bytes);
+            let body = self.body.as_slice();
+            let mut out = strata_format::collection_buf(self.len(), 16 + body.len());
+            out.extend_from_slice(body);
             return out;
         }
         self.value_of(0..self.len())
@@ -351,12 +482,52 @@ impl<P: Pack> Items<P::Item> for Indexed<P> {
     fn stored(&mut self) {
         self.touched.take();
     }
+    fn encode_stored(&mut self, _encode: fn(&[P::Item]) -> Vec<u8>) -> Bytes {
+        let body = self.body.as_slice().len() - self.garbage;
+        let mut out = strata_format::collection_buf(self.len(), 16 + body);
+        let from = out.len();
+        for i in 0..self.len() {
+            let start = (out.len() - from) as u32;
+            out.extend_from_slice(self.packed(i));
+            self.starts[i] = start;
+        }
+        let value = Bytes::from(out);
+        self.body = Body::Shared(value.clone(), from);
+        self.garbage = 0;
+        self.in_order = true;
+        value
+    }
+    fn from_stored(value: &Bytes) -> strata_format::Result<Option<Self>> {
+        let Some((count, from)) = strata_format::collection_items(value)? else {
+            return Ok(None);
+        };
+        let body = &value[from..];
+        let mut starts = Vec::with_capacity(count);
+        let mut at = 0;
+        for _ in 0..count {
+            let (item, len) = P::try_at(&body[at..])?;
+            if P::timed(item) {
+                return Ok(None);
+            }
+            starts.push(at as u32);
+            at += len;
+        }
+        if at != body.len() {
+            // Bytes after the last item: the whole decode says what is wrong.
+            return Ok(None);
+        }
+        Ok(Some(Indexed::new(
+            Body::Shared(value.clone(), from),
+            starts,
+        )))
+    }
     /// The items' bytes, their places and the table's slots (a `u32` and a control byte
     /// each, at the table's load): what they hold, not the room their buffers grew to, so a
     /// value counts the same grown in place or decoded.
     fn live_bytes(&self) -> Option<usize> {
         let table = self.index.as_ref().map_or(0, |(t, _)| t.capacity() * 6);
-        Some(std::mem::size_of::<Self>() + self.bytes.len() + self.starts.len() * 4 + table)
+        let body = self.body.as_slice().len();
+        Some(std::mem::size_of::<Self>() + body + self.starts.len() * 4 + table)
     }
 }
 
@@ -497,20 +668,20 @@ mod tests {
                     model.push(m);
                 }
                 _ => {
-                    let before = set.bytes.len();
+                    let before = set.body.as_slice().len();
                     set.push(&m).unwrap();
                     model.push(m);
                     let last = set.len() - 1;
                     set.remove(last.min(i));
                     model.swap_remove(last.min(i));
-                    if set.bytes.len() < before {
+                    if set.body.as_slice().len() < before {
                         collected += 1;
                     }
                 }
             }
             garbage_seen = garbage_seen.max(set.garbage);
             assert!(
-                set.garbage <= set.bytes.len() / 2,
+                set.garbage <= set.body.as_slice().len() / 2,
                 "garbage is dropped past half"
             );
         }
@@ -555,9 +726,9 @@ mod tests {
         fn put(out: &mut Vec<u8>, item: Keyed<'_>) {
             MemberPack::put(out, item.0)
         }
-        fn at(b: &[u8]) -> (Keyed<'_>, usize) {
-            let (m, len) = MemberPack::at(b);
-            (Keyed(m), len)
+        fn try_at(b: &[u8]) -> strata_format::Result<(Keyed<'_>, usize)> {
+            let (m, len) = MemberPack::try_at(b)?;
+            Ok((Keyed(m), len))
         }
     }
 
@@ -583,9 +754,89 @@ mod tests {
         let want = strata_format::members::encode_members(&[&b"a1"[..], b"bxyz", b"c3"]);
         assert_eq!(set.encode_with(|_| unreachable!()), want);
         // What would pass the limit is refused before anything changes.
-        let live = set.bytes.len() - set.garbage;
+        let live = set.body.as_slice().len() - set.garbage;
         assert!(set.room_within(10, live + 10).is_ok());
         let e = set.room_within(11, live + 10).unwrap_err();
         assert!(e.to_string().contains("exceeds the limit"), "{e}");
+    }
+
+    #[test]
+    fn replies_of_a_buffer_of_its_own_share_one_copy_and_keep_nulls_and_empty_values() {
+        let items: Vec<Bytes> = ["ab", "", "cde"].iter().map(|m| Bytes::from(*m)).collect();
+        let set = <Indexed<MemberPack> as Items<Bytes>>::from_vec(items);
+        assert!(matches!(set.body, Body::Own(_)));
+        let parts = [
+            Some(set.get(0)),
+            None,
+            Some(set.get(1)),
+            Some(set.get(2)),
+            None,
+        ];
+        let got: Vec<Reply> = set.replies(parts.into_iter()).collect();
+        let want: Vec<Reply> = parts
+            .iter()
+            .map(|p| p.map_or(Reply::Null, |p| Reply::Bulk(Bytes::copy_from_slice(p))))
+            .collect();
+        assert_eq!(got, want);
+        let (Reply::Bulk(a), Reply::Bulk(c)) = (&got[0], &got[3]) else {
+            panic!("bulks")
+        };
+        assert_eq!(
+            a.as_ptr().wrapping_add(2),
+            c.as_ptr(),
+            "one buffer, in order"
+        );
+        assert_eq!(set.replies(std::iter::empty()).count(), 0);
+    }
+
+    #[test]
+    fn a_stored_value_is_read_in_place_until_a_change_copies_it() {
+        let names: Vec<Bytes> = (0..50).map(|i| Bytes::from(format!("m{i}"))).collect();
+        let value = Bytes::from(strata_format::members::encode_members(&names));
+        let mut set = <Indexed<MemberPack> as Items<Bytes>>::from_stored(&value)
+            .unwrap()
+            .expect("version 2: read in place");
+        assert!(matches!(set.body, Body::Shared(..)));
+        assert_eq!(members(&set), names);
+        assert_eq!(set.position(b"m49"), Some(49));
+        // Replies share the stored value's buffer.
+        let shared = set.share(set.get(3));
+        assert_eq!(&shared[..], b"m3");
+        let in_value = value.as_ptr_range();
+        assert!(in_value.contains(&shared.as_ptr()), "a share, not a copy");
+        let Some(Reply::Bulk(b)) = set.replies([Some(set.get(7))].into_iter()).next() else {
+            panic!("a bulk")
+        };
+        assert!(in_value.contains(&b.as_ptr()));
+        // A change copies the items out first; the shares stay as they were.
+        set.push(b"new").unwrap();
+        assert!(matches!(set.body, Body::Own(_)));
+        assert_eq!(&shared[..], b"m3");
+        let copied = set.share(set.get(3));
+        assert!(
+            !in_value.contains(&copied.as_ptr()),
+            "a copy of its own buffer"
+        );
+        // Encoding for the store shares the result again, in position order.
+        set.remove(0);
+        let stored = set.encode_stored(|_| unreachable!());
+        assert!(matches!(set.body, Body::Shared(..)) && set.in_order);
+        let mut want = names[1..].to_vec();
+        want.push(Bytes::from_static(b"new"));
+        let got = strata_format::members::decode_members(&stored).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(members(&set), want);
+        assert_eq!(set.position(b"new"), Some(set.len() - 1));
+        // What cannot be read in place is decoded instead: trailing bytes; damage is an error.
+        let mut trailing = value.to_vec();
+        trailing.push(0);
+        let trailing = Bytes::from(trailing);
+        assert!(
+            <Indexed<MemberPack> as Items<Bytes>>::from_stored(&trailing)
+                .unwrap()
+                .is_none()
+        );
+        let cut = value.slice(..value.len() - 1);
+        assert!(<Indexed<MemberPack> as Items<Bytes>>::from_stored(&cut).is_err());
     }
 }

@@ -51,7 +51,7 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| {
-        set_reply(m.iter().map(Bytes::copy_from_slice))
+        Reply::Set(m.replies(m.iter().map(Some)).collect())
     }) {
         return reply(r, |r| r);
     }
@@ -109,7 +109,7 @@ pub(crate) async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         let mut popped = Vec::with_capacity(n);
         members.index_when_due();
         for i in picked.into_iter().rev() {
-            popped.push(Bytes::copy_from_slice(members.get(i)));
+            popped.push(members.share(members.get(i)));
             members.remove(i);
         }
         Ok((n > 0, popped))
@@ -137,9 +137,7 @@ pub(crate) async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         ),
     };
     let key = ctx.key(&a[1]);
-    let live = read_live::<SetCodec, _>(ctx, &key, |m| {
-        pick(m.len(), &|i| Bytes::copy_from_slice(m.get(i)))
-    });
+    let live = read_live::<SetCodec, _>(ctx, &key, |m| pick(m.len(), &|i| m.share(m.get(i))));
     if let Some(r) = live {
         return reply(r, |r| r);
     }
@@ -162,7 +160,7 @@ pub(crate) async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let live = read_live::<SetCodec, _>(ctx, &key, |m| {
         let m = &*m;
         let (members, next) = o.page_of(m.len(), |i| m.get(i));
-        page(&mut members.map(|i| Bytes::copy_from_slice(m.get(i))), next)
+        page(&mut members.map(|i| m.share(m.get(i))), next)
     });
     if let Some(r) = live {
         return reply(r, |r| r);

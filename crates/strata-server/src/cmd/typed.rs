@@ -184,6 +184,18 @@ pub(crate) trait Items<I>: Send + 'static {
     fn live_bytes(&self) -> Option<usize> {
         None
     }
+    /// [`Items::encode_with`] as the engine stores it (the items may keep a share of it).
+    fn encode_stored(&mut self, encode: fn(&[I]) -> Vec<u8>) -> Bytes {
+        Bytes::from(self.encode_with(encode))
+    }
+    /// The items of the stored value `value`, read where they lie (sharing its buffer),
+    /// when the container can and the value allows it; `None`: decode it instead.
+    fn from_stored(_value: &Bytes) -> strata_format::Result<Option<Self>>
+    where
+        Self: Sized,
+    {
+        Ok(None)
+    }
 }
 
 /// Which items of a live value changed since it was last stored or its changes were taken
@@ -398,6 +410,17 @@ impl<C: Codec, T: Items<C::Item>> LiveItems<C, T> {
     }
 
     fn decode(value: Option<&Bytes>, now_ms: u64) -> strata_engine::Result<Self> {
+        if let Some(v) = value {
+            // Read in place: nothing in it expires on its own.
+            if let Some(items) = T::from_stored(v).map_err(|e| corrupt(C::KIND, e))? {
+                return Ok(LiveItems {
+                    item_bytes: Self::item_bytes(v.len(), items.len()),
+                    stays: true,
+                    items,
+                    codec: std::marker::PhantomData,
+                });
+            }
+        }
         let items = match value {
             Some(v) => C::decode(v, now_ms).map_err(|e| corrupt(C::KIND, e))?,
             None => Vec::new(),
@@ -413,8 +436,8 @@ impl<C: Codec, T: Items<C::Item>> LiveItems<C, T> {
 }
 
 impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
-    fn encode(&mut self) -> Vec<u8> {
-        let value = self.items.encode_with(C::encode);
+    fn encode(&mut self) -> Bytes {
+        let value = self.items.encode_stored(C::encode);
         self.items.stored();
         // A value grown in place (from nothing, or by larger items) is counted as it is.
         self.item_bytes = Self::item_bytes(value.len(), self.items.len());
