@@ -269,13 +269,9 @@ pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let parts = h.iter().flat_map(|f| [Some(f.name), Some(f.value)]);
-        let mut replies = h.replies(parts);
-        let mut pairs = Vec::with_capacity(h.len());
-        while let (Some(name), Some(value)) = (replies.next(), replies.next()) {
-            pairs.push((name, value));
-        }
-        pairs
+        let c = h.cutter();
+        let pair = |f: Field<'_>| (Reply::Bulk(c.cut(f.name)), Reply::Bulk(c.cut(f.value)));
+        h.iter().map(pair).collect()
     });
     if let Some(r) = live {
         return reply(r, Reply::Map);
@@ -302,8 +298,9 @@ pub(crate) async fn hvals(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 async fn field_parts(ctx: &mut Ctx<'_>, a: &[Bytes], names: bool) -> Reply {
     let key = ctx.key(&a[1]);
     let live = read_live::<HashCodec, _>(ctx, &key, |h| {
-        let parts = h.iter().map(|f| Some(if names { f.name } else { f.value }));
-        h.replies(parts).collect()
+        let c = h.cutter();
+        let part = |f: Field<'_>| Reply::Bulk(c.cut(if names { f.name } else { f.value }));
+        h.iter().map(part).collect()
     });
     if let Some(r) = live {
         return reply(r, Reply::Array);

@@ -138,6 +138,22 @@ impl Body {
     }
 }
 
+/// The items' buffer as one `Bytes` ([`Indexed::cutter`]), to cut replies from.
+pub(crate) struct Cutter {
+    bytes: Bytes,
+    /// Where the items' buffer starts in memory: a part's offset in `bytes` is its
+    /// address less this.
+    base: usize,
+}
+
+impl Cutter {
+    /// `part` (of one of the items) as a share of the buffer.
+    pub(crate) fn cut(&self, part: &[u8]) -> Bytes {
+        let at = part.as_ptr() as usize - self.base;
+        self.bytes.slice(at..at + part.len())
+    }
+}
+
 /// The item at position `i` (free of `self`, for the table's closures).
 #[inline]
 fn item_at<'b, P: Pack>(bytes: &'b [u8], starts: &[u32], i: usize) -> P::Ref<'b> {
@@ -401,6 +417,21 @@ impl<P: Pack> Indexed<P> {
         match &self.body {
             Body::Shared(value, _) => value.slice_ref(part),
             Body::Own(_) => Bytes::copy_from_slice(part),
+        }
+    }
+
+    /// What cuts every item's parts out of one buffer, for a reply of all of them
+    /// (`HGETALL`, `SMEMBERS`): the stored value the items lie in, or one copy of their
+    /// buffer (garbage and all) when they have their own.
+    pub(crate) fn cutter(&self) -> Cutter {
+        let body = self.body.as_slice();
+        let bytes = match &self.body {
+            Body::Shared(value, from) => value.slice(*from..),
+            Body::Own(v) => Bytes::copy_from_slice(v),
+        };
+        Cutter {
+            bytes,
+            base: body.as_ptr() as usize,
         }
     }
 
@@ -808,8 +839,15 @@ mod tests {
             panic!("a bulk")
         };
         assert!(in_value.contains(&b.as_ptr()));
+        let c = set.cutter();
+        let cut = c.cut(set.get(9));
+        assert_eq!(&cut[..], b"m9");
+        assert!(in_value.contains(&cut.as_ptr()), "the stored value, cut");
         // A change copies the items out first; the shares stay as they were.
         set.push(b"new").unwrap();
+        let c = set.cutter();
+        let all: Vec<Bytes> = set.iter().map(|m| c.cut(m)).collect();
+        assert_eq!(all, members(&set), "cut from one copy of its own buffer");
         assert!(matches!(set.body, Body::Own(_)));
         assert_eq!(&shared[..], b"m3");
         let copied = set.share(set.get(3));

@@ -51,7 +51,8 @@ pub(crate) async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 pub(crate) async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let key = ctx.key(&a[1]);
     if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| {
-        Reply::Set(m.replies(m.iter().map(Some)).collect())
+        let c = m.cutter();
+        Reply::Set(m.iter().map(|m| Reply::Bulk(c.cut(m))).collect())
     }) {
         return reply(r, |r| r);
     }
