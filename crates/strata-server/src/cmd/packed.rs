@@ -160,6 +160,11 @@ fn item_at<'b, P: Pack>(bytes: &'b [u8], starts: &[u32], i: usize) -> P::Ref<'b>
     P::at(&bytes[starts[i] as usize..]).0
 }
 
+/// The table's hash of the item at position `p` (by its name).
+fn hash_at<P: Pack>(hasher: &ahash::RandomState, bytes: &[u8], starts: &[u32], p: u32) -> u64 {
+    hasher.hash_one(Named::name(item_at::<P>(bytes, starts, p as usize)))
+}
+
 /// The refusal of a collection grown past what one value may hold (`max` bytes).
 fn too_large(bytes: usize, max: usize) -> strata_engine::Error {
     strata_engine::Error::Invalid(format!(
@@ -263,7 +268,7 @@ impl<P: Pack> Indexed<P> {
         let hasher = ahash::RandomState::new();
         let mut table = HashTable::with_capacity(self.len());
         let (bytes, starts) = (self.body.as_slice(), &self.starts);
-        let hash = |p: &u32| hasher.hash_one(Named::name(item_at::<P>(bytes, starts, *p as usize)));
+        let hash = |p: &u32| hash_at::<P>(&hasher, bytes, starts, *p);
         for p in 0..self.len() as u32 {
             table.insert_unique(hash(&p), p, hash);
         }
@@ -281,8 +286,7 @@ impl<P: Pack> Indexed<P> {
         self.starts.push(start as u32);
         if let Some((table, hasher)) = &mut self.index {
             let (bytes, starts) = (self.body.as_slice(), &self.starts);
-            let hash =
-                |p: &u32| hasher.hash_one(Named::name(item_at::<P>(bytes, starts, *p as usize)));
+            let hash = |p: &u32| hash_at::<P>(hasher, bytes, starts, *p);
             table.insert_unique(hash(&p), p, hash);
         }
         self.touched.set(Named::name(item), self.starts.len());
@@ -320,12 +324,14 @@ impl<P: Pack> Indexed<P> {
             Named::name(old),
             "a change keeps the name"
         );
+        if new.len() != old_len {
+            self.room_for(new.len().saturating_sub(old_len))?;
+        }
         self.touched.set(Named::name(old), self.starts.len());
         if new.len() == old_len {
             self.body.own()[start..start + old_len].copy_from_slice(&new);
             return Ok(());
         }
-        self.room_for(new.len().saturating_sub(old_len))?;
         let bytes = self.body.own();
         self.starts[i] = bytes.len() as u32;
         bytes.extend_from_slice(&new);
