@@ -139,6 +139,12 @@ fn set(core: &Core, key: &Key, rec: &[u8]) -> Result<KeyChange> {
                 "the change log points at a value the value log no longer holds ({e}); read a backup instead"
             ))
         })?,
+        // The parts as they are now: a later change to them shows here too.
+        WarmValue::Parted(at) => core.warm.assemble(key, at).map_err(|e| {
+            Error::Invalid(format!(
+                "the change log points at parts the warm store no longer holds ({e}); read a backup instead"
+            ))
+        })?,
     };
     Ok(KeyChange::Set {
         kind: r.kind,

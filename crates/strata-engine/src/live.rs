@@ -81,6 +81,11 @@ pub trait LiveValue: Any + Send {
     /// Whether it holds nothing (then its key is deleted, as Redis deletes an empty
     /// collection).
     fn is_empty(&self) -> bool;
+    /// How many items it holds, if it counts them: a large hash or set is stored as parts
+    /// only then, and its folds write its [`LiveValue::delta`] alone.
+    fn items(&self) -> Option<usize> {
+        None
+    }
     /// Whether it may stay decoded between commands; `false` sends each write of it the
     /// whole-value way.
     fn stays(&self) -> bool {
@@ -103,6 +108,18 @@ impl LiveValue for Away {
     }
 }
 
+/// What a live value was last stored as (or made from).
+#[derive(Clone, Copy, Default)]
+struct StoredAs {
+    /// Parts ([`strata_format::parts`]): a fold writes its delta alone into them
+    /// ([`Change::Parts`]).
+    parted: bool,
+    /// About the stored form's bytes: what its last whole fold stored (or it was made
+    /// from), plus the deltas logged since. Past `parts_bytes_min` a value logged as
+    /// deltas is folded whole, into parts.
+    len: usize,
+}
+
 struct Slot {
     kind: Kind,
     expire_ms: u64,
@@ -119,6 +136,8 @@ struct Slot {
     /// Its last fold went through write-back: the hot log has a record of it whole and DRAM
     /// holds it dirty, so deltas may follow (cleared when that value settles elsewhere).
     based: bool,
+    /// What it was last stored as.
+    stored: StoredAs,
     /// When a command last used it, changing it, reading it or neither (Unix ms).
     used_ms: u64,
     /// What it counted against the budget when it last changed.
@@ -126,6 +145,28 @@ struct Slot {
 }
 
 impl Slot {
+    /// The slot of a value about to be made live, used at `now`.
+    fn new(
+        kind: Kind,
+        expire_ms: u64,
+        value: Box<dyn LiveValue>,
+        stored: StoredAs,
+        now: u64,
+    ) -> Slot {
+        Slot {
+            kind,
+            expire_ms,
+            value,
+            away: false,
+            changed: false,
+            logged: false,
+            based: false,
+            stored,
+            used_ms: now,
+            bytes: 0,
+        }
+    }
+
     /// Newer than its stored form: changes not yet folded, or logged as deltas only.
     fn stale(&self) -> bool {
         self.changed || self.logged
@@ -227,27 +268,8 @@ impl Live {
         }
     }
 
-    /// Keeps `value` live for `key`, which has no live value (its stripe lock held).
-    fn hold(
-        &self,
-        key: &Key,
-        kind: Kind,
-        expire_ms: u64,
-        value: Box<dyn LiveValue>,
-        changed: bool,
-        now: u64,
-    ) {
-        let mut slot = Slot {
-            kind,
-            expire_ms,
-            value,
-            away: false,
-            changed: false,
-            logged: false,
-            based: false,
-            used_ms: now,
-            bytes: 0,
-        };
+    /// Keeps `slot`'s value live for `key`, which has no live value (its stripe lock held).
+    fn hold(&self, key: &Key, mut slot: Slot, changed: bool) {
         self.set_state(&mut slot, changed, false);
         let bytes = slot.value.bytes();
         self.set_bytes(&mut slot, bytes);
@@ -362,15 +384,43 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
         return Ok(false);
     };
     let (kind, expire_ms) = (slot.kind, slot.expire_ms);
+    // Stored as parts: its changes alone are written into them, whatever the fold is for.
+    if slot.changed && slot.stored.parted {
+        let count = slot.value.items();
+        if let Some((count, delta)) = count.and_then(|n| Some((n, slot.value.delta()?))) {
+            let bytes = slot.value.bytes();
+            live.set_state(slot, false, false);
+            drop(slots);
+            let r = store_parts_locked(core, key, delta, count, bytes, expire_ms);
+            if r.is_err() {
+                // Its noted changes are gone with the delta: whole next.
+                if let Some(s) = live.slots.lock().get_mut(key.stored()) {
+                    s.stored.parted = false;
+                    live.set_state(s, true, false);
+                }
+            }
+            r?;
+            add(&core.counters.live_folds);
+            if forget {
+                live.remove(key.stored());
+            }
+            return Ok(true);
+        }
+    }
     // A delta only follows a record of the whole value: the dirty value DRAM holds, logged
     // already (with `none`, the tick logs it after the folds: not before its first tick).
     if how == Fold::Logged && slot.changed && slot.based && core.hot.is_logged_dirty(key.stored()) {
         if let Some(delta) = slot.value.delta() {
-            live.set_state(slot, false, true);
-            drop(slots);
-            writeback::log_delta_locked(core, key, kind, &delta, expire_ms);
-            add(&core.counters.live_deltas);
-            return Ok(false);
+            slot.stored.len += delta.len();
+            // Grown past `parts_bytes_min`, it is stored whole below, as parts (the delta's
+            // changes are in the value).
+            if !core.settings.warm.stores_parts(kind, slot.stored.len) {
+                live.set_state(slot, false, true);
+                drop(slots);
+                writeback::log_delta_locked(core, key, kind, &delta, expire_ms);
+                add(&core.counters.live_deltas);
+                return Ok(false);
+            }
         }
     }
     let mut stored = false;
@@ -384,6 +434,7 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
         slot.away = true;
         drop(slots);
         let encoded = value.encode();
+        let len = encoded.len();
         if let Some(s) = live.slots.lock().get_mut(key.stored()) {
             s.value = value;
             s.away = false;
@@ -395,13 +446,18 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
             let bytes = s.value.bytes();
             live.set_bytes(s, bytes);
             match &r {
-                Ok(through_writeback) => {
-                    s.based = *through_writeback;
+                Ok(how) => {
+                    s.based = *how == Landed::WriteBack;
+                    s.stored = StoredAs {
+                        parted: *how == Landed::Parts,
+                        len,
+                    };
                     live.set_state(s, false, false);
                 }
                 // Its noted changes went into the value that was not stored: whole next.
                 Err(_) => {
                     s.based = false;
+                    s.stored.parted = false;
                     live.set_state(s, true, false);
                 }
             }
@@ -418,14 +474,30 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
     Ok(stored)
 }
 
+/// Where a fold stored its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Landed {
+    WriteBack,
+    Warm,
+    /// The warm store, as parts.
+    Parts,
+}
+
 /// Stores a folded value as any write of it would be stored: through write-back when it
-/// takes it (whatever its size: it is one value of many changes), else into the warm store,
-/// not held to the hard limit (its changes were acknowledged). Returns whether write-back
-/// took it.
-fn store_locked(core: &Core, key: &Key, kind: Kind, value: Bytes, expire_ms: u64) -> Result<bool> {
-    if writeback::takes_any_size(core, key, &value, expire_ms) {
+/// takes it (whatever its size: it is one value of many changes) and it is not large
+/// enough to be stored as parts, else into the warm store, not held to the hard limit (its
+/// changes were acknowledged).
+fn store_locked(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    value: Bytes,
+    expire_ms: u64,
+) -> Result<Landed> {
+    let parts = core.settings.warm.stores_parts(kind, value.len());
+    if !parts && writeback::takes_any_size(core, key, &value, expire_ms) {
         writeback::log_locked(core, key, kind, &value, expire_ms);
-        return Ok(true);
+        return Ok(Landed::WriteBack);
     }
     let change = Change::Put {
         kind,
@@ -440,7 +512,33 @@ fn store_locked(core: &Core, key: &Key, kind: Kind, value: Bytes, expire_ms: u64
         core.hot.remove(key.stored());
     }
     core.locks.bump(key);
-    Ok(false)
+    let live = strata_format::is_live(expire_ms, core.now_ms());
+    Ok(match parts && live {
+        true => Landed::Parts,
+        false => Landed::Warm,
+    })
+}
+
+/// Stores the changes of a live value stored as parts (`delta`, its count and bytes after
+/// it) into its parts. DRAM's copy of the value, now older, goes.
+fn store_parts_locked(
+    core: &Core,
+    key: &Key,
+    delta: Vec<u8>,
+    count: usize,
+    bytes: usize,
+    expire_ms: u64,
+) -> Result<()> {
+    let change = Change::Parts {
+        delta: delta.into(),
+        count: count as u64,
+        bytes: bytes as u64,
+        expire_ms,
+    };
+    writeback::settle_into_locked(core, key, change)?;
+    core.hot.remove(key.stored());
+    core.locks.bump(key);
+    Ok(())
 }
 
 /// Before a read of `keys`: folds those with changes not yet folded, so that the read finds
@@ -617,11 +715,11 @@ pub(crate) async fn update_live<R>(
             drop(slots);
         }
         let now = core.now_ms();
-        if let Some(current) = adoptable(core, key, now)? {
-            let (value, expire_ms) = match current {
-                Some((v, e, k)) if k == kind => (Some(v), e),
+        if let Some(current) = adoptable_parted(core, key, now)? {
+            let (value, expire_ms, stored) = match current {
+                Some((v, e, k, p)) if k == kind => (Some(v), e, p),
                 Some(_) => return Err(Error::WrongType),
-                None => (None, 0),
+                None => (None, 0, StoredAs::default()),
             };
             let mut obj = decode(value.as_ref())?;
             let bytes = obj.bytes();
@@ -645,7 +743,7 @@ pub(crate) async fn update_live<R>(
                 }
                 // Kept even when unchanged: the next write finds it decoded (a stream of
                 // `SADD`s of members already there would decode the value every time).
-                live.hold(key, kind, expire_ms, obj, changed, now);
+                live.hold(key, Slot::new(kind, expire_ms, obj, stored, now), changed);
                 let ticket = match changed {
                     true => changed_locked(core, key),
                     false => Ticket::NONE,
@@ -717,14 +815,49 @@ pub(crate) fn adoptable(
     key: &Key,
     now: u64,
 ) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
+    Ok(adoptable_parted(core, key, now)?.map(|c| c.map(|(v, e, k, _)| (v, e, k))))
+}
+
+/// [`adoptable`], and what the value is stored as: parts only if no newer dirty value
+/// stands in front of them.
+#[allow(clippy::type_complexity)]
+fn adoptable_parted(
+    core: &Core,
+    key: &Key,
+    now: u64,
+) -> Result<Option<Option<(Bytes, u64, Kind, StoredAs)>>> {
     if let Some(known) = writeback::current_locked(core, key, now)? {
-        return Ok(Some(known));
+        let Some((v, e, k)) = known else {
+            return Ok(Some(None));
+        };
+        // DRAM's copy: of parts if it is clean, large and the record says so.
+        let parted = core.settings.warm.stores_parts(k, v.len())
+            && !core.hot.is_dirty(key.stored())
+            && matches!(
+                core.lookup(key, false)?.map(|s| s.loc),
+                Some(Loc::Warm {
+                    parted: Some(_),
+                    ..
+                })
+            );
+        let len = v.len();
+        return Ok(Some(Some((v, e, k, StoredAs { parted, len }))));
     }
     Ok(match core.lookup(key, true)? {
         None => Some(None),
         Some(s) if !s.is_live(now) => Some(None),
         Some(s) => match s.loc {
-            Loc::Warm { value: Some(v), .. } => Some(Some((v, s.expire_ms, s.kind))),
+            Loc::Warm {
+                value: Some(v),
+                parted,
+                ..
+            } => {
+                let stored = StoredAs {
+                    parted: parted.is_some(),
+                    len: v.len(),
+                };
+                Some(Some((v, s.expire_ms, s.kind, stored)))
+            }
             _ => None,
         },
     })
@@ -794,8 +927,8 @@ fn read_in_place<R>(
         return read_slot(core, slot, kind, f);
     }
     let now = core.now_ms();
-    let (value, expire_ms) = match adoptable(core, key, now)? {
-        Some(Some((v, e, k))) if k == kind => (v, e),
+    let (value, expire_ms, stored) = match adoptable_parted(core, key, now)? {
+        Some(Some((v, e, k, p))) if k == kind => (v, e, p),
         Some(Some(_)) => return Err(Error::WrongType),
         // Absent or cold: the stored value answers.
         Some(None) | None => return Ok(None),
@@ -808,7 +941,7 @@ fn read_in_place<R>(
     if !obj.stays() || obj.is_empty() || !admits(core, obj.bytes()) {
         return Ok(None);
     }
-    live.hold(key, kind, expire_ms, obj, false, now);
+    live.hold(key, Slot::new(kind, expire_ms, obj, stored, now), false);
     let mut slots = live.slots.lock();
     let slot = slots
         .get_mut(key.stored())

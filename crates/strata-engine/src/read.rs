@@ -492,9 +492,10 @@ fn read_warm(core: &Core, keys: &[&Key], now: u64) -> Result<Vec<WarmGot>> {
             if !strata_format::is_live(expire_ms, now) {
                 return Ok(WarmGot::Expired);
             }
-            let (value, kind) = record_value(key, &rec, &core.vlog).inspect_err(|_| {
-                add(&core.counters.checksum_errors);
-            })?;
+            let (value, kind) =
+                record_value(key, &rec, &core.vlog, &core.warm).inspect_err(|_| {
+                    add(&core.counters.checksum_errors);
+                })?;
             Ok(WarmGot::Value(value, expire_ms, kind))
         })
         .collect()
@@ -546,6 +547,7 @@ fn live(core: &Core, key: &Key) -> Result<Option<Stored>> {
                 charge: 0,
                 value: None,
                 logged: None,
+                parted: None,
                 checksum: 0,
             },
             kind: d.kind,

@@ -296,7 +296,7 @@ pub(crate) fn range_keys(
                 true => {
                     let rec = Bytes::copy_from_slice(warm.value());
                     let key = Key::new(db, 0, &client);
-                    let (v, _) = crate::warm::record_value(&key, &rec, &core.vlog)
+                    let (v, _) = crate::warm::record_value(&key, &rec, &core.vlog, &core.warm)
                         .inspect_err(|_| crate::stats::add(&core.counters.checksum_errors))?;
                     Some(v)
                 }

@@ -161,6 +161,11 @@ pub struct WarmSettings {
     pub background_interval_ms: u64,
     /// Most expired keys removed per background round.
     pub expire_sweep_count_max: usize,
+    /// A hash or set whose stored form is at least this large is stored as parts, one
+    /// record per field or member: a change writes what changed, not the whole value. Such
+    /// a value stays in the warm tier (demotion passes it over). 0 turns parts off.
+    #[serde(with = "strata_settings::size")]
+    pub parts_bytes_min: u64,
 }
 
 impl Default for WarmSettings {
@@ -177,11 +182,19 @@ impl Default for WarmSettings {
             disk_free_min_bytes: 256 << 20,
             background_interval_ms: 1000,
             expire_sweep_count_max: 10_000,
+            parts_bytes_min: 1 << 20,
         }
     }
 }
 
 impl WarmSettings {
+    /// Whether a value of `kind` and `len` stored bytes is stored as parts.
+    pub fn stores_parts(&self, kind: strata_format::Kind, len: usize) -> bool {
+        self.parts_bytes_min > 0
+            && len as u64 >= self.parts_bytes_min
+            && strata_format::parts::kind_has_parts(kind)
+    }
+
     /// The warm tier's hard limit in bytes (`warm_bytes_hard_max`, or its default).
     pub fn warm_hard_limit(&self) -> u64 {
         if self.warm_bytes_hard_max == 0 {

@@ -2,7 +2,9 @@
 //! production) with the engine's key layout on top. This module is the one place that
 //! knows which family holds what (`docs/formats.md`):
 //!
-//! - `Records`: stored key → [`WarmRecord`] (the value inline, or where the value log has it);
+//! - `Records`: stored key → [`WarmRecord`] (the value inline, or where the value log has it,
+//!   or where a large hash's or set's parts are);
+//! - `Parts`: part key → one field or member of such a value ([`strata_format::parts`]);
 //! - `Cold`: stored key → [`BlockRef`] for keys demoted to the object store;
 //! - `Expiry`: expire_ms (big-endian) || stored key → empty, so due keys are found in order;
 //! - `Meta`: counters (moved by the add merge rule in the same batch as the data they
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_format::keys::{self, Key};
-use strata_format::{BlockRef, Kind, ValuePointer, WarmRecord, WarmValue};
+use strata_format::{BlockRef, Kind, Parted, ValuePointer, WarmRecord, WarmValue};
 use strata_warm::{Bounds, Cursor, Family, View, WarmStore};
 
 use crate::keyfilter::{Added, KeyFilter};
@@ -96,11 +98,13 @@ pub(crate) fn warm_charge(key: &Key, value_len: u64) -> u64 {
 /// Where a stored entry lives, as read under its stripe lock.
 pub(crate) enum Loc {
     /// `charge` is what the entry counts against the warm budget; `logged` is where the
-    /// value log holds the value, if it does; `checksum` is the record's.
+    /// value log holds the value, if it does; `parted`, where its parts are, if it is
+    /// stored as parts; `checksum` is the record's.
     Warm {
         charge: u64,
         value: Option<Bytes>,
         logged: Option<ValuePointer>,
+        parted: Option<Parted>,
         checksum: u32,
     },
     Cold(BlockRef),
@@ -257,6 +261,23 @@ impl Batch {
     }
     pub(crate) fn delete_record(&mut self, key: &Key) {
         self.0.delete(Family::Records, key.stored());
+    }
+    /// Puts `item`, named `name`, as a part of `key`'s value at `version`.
+    pub(crate) fn put_part(&mut self, key: &Key, version: u64, name: &[u8], item: &[u8]) {
+        let k = keys::part_key(key, version, name);
+        self.0.put(
+            Family::Parts,
+            &k,
+            &strata_format::parts::encode_part(&k, item),
+        );
+    }
+    pub(crate) fn delete_part(&mut self, key: &Key, version: u64, name: &[u8]) {
+        self.0
+            .delete(Family::Parts, &keys::part_key(key, version, name));
+    }
+    /// Deletes every part of `key`'s value at `version`.
+    pub(crate) fn clear_parts(&mut self, key: &Key, version: u64) {
+        self.clear_prefix(Family::Parts, &keys::parts_prefix(key, version));
     }
     pub(crate) fn put_cold(&mut self, key: &Key, r: &BlockRef) {
         self.2 = true;
@@ -655,7 +676,7 @@ impl Warm {
         vlog: &ValueLog,
     ) -> Result<Option<Stored>> {
         if let Some(rec) = self.record(key)? {
-            return Ok(Some(stored_warm(key, rec, want_value, vlog)?));
+            return Ok(Some(stored_warm(key, rec, want_value, vlog, self)?));
         }
         Ok(self.cold_ref(key)?.map(Stored::cold))
     }
@@ -671,7 +692,7 @@ impl Warm {
         let mut missing = Vec::new();
         for (i, (key, rec)) in keys.iter().zip(self.records(keys)).enumerate() {
             match rec? {
-                Some(rec) => out.push(Some(stored_warm(key, rec, false, vlog)?)),
+                Some(rec) => out.push(Some(stored_warm(key, rec, false, vlog, self)?)),
                 None => {
                     out.push(None);
                     missing.push(i);
@@ -695,6 +716,30 @@ impl Warm {
         view: Option<&'a dyn View>,
     ) -> Box<dyn Cursor + 'a> {
         self.store.cursor(family, bounds, view)
+    }
+
+    /// The whole value of `key` (of `kind`) stored as parts at `at`: its header and every
+    /// part's item in the order of their keys, each verified; the count must match.
+    pub(crate) fn assemble(&self, key: &Key, at: Parted) -> Result<Bytes> {
+        let prefix = keys::parts_prefix(key, at.version);
+        let mut out = strata_format::collection_buf(at.count as usize, at.bytes as usize);
+        let mut found = 0u64;
+        let mut c = self.cursor(Family::Parts, Bounds::prefix(&prefix), None);
+        c.seek_to_first();
+        while c.valid() {
+            let item = strata_format::parts::decode_part(c.key(), c.value())?;
+            out.extend_from_slice(item);
+            found += 1;
+            c.next();
+        }
+        c.status()?;
+        if found != at.count {
+            return Err(Error::Data(format!(
+                "{key:?}: its record counts {} parts, its version {} has {found}",
+                at.count, at.version
+            )));
+        }
+        Ok(Bytes::from(out))
     }
 
     fn meta(&self, key: &[u8]) -> Result<Option<Bytes>> {
@@ -798,19 +843,21 @@ pub(crate) fn stored_warm(
     record: Bytes,
     want_value: bool,
     vlog: &ValueLog,
+    warm: &Warm,
 ) -> Result<Stored> {
     let rec = WarmRecord::decode_unverified(&record)?;
     let value_len = rec.value_len();
     let expire_ms = rec.expire_ms;
     let kind = rec.kind;
     let checksum = rec.checksum;
-    let logged = match rec.value {
-        WarmValue::Logged(at) => Some(at),
-        WarmValue::Inline(_) => None,
+    let (logged, parted) = match rec.value {
+        WarmValue::Logged(at) => (Some(at), None),
+        WarmValue::Parted(at) => (None, Some(at)),
+        WarmValue::Inline(_) => (None, None),
     };
     let charge = warm_charge(key, value_len);
     let value = match want_value {
-        true => Some(record_value(key, &record, vlog)?.0),
+        true => Some(record_value(key, &record, vlog, warm)?.0),
         false => None,
     };
     Ok(Stored {
@@ -818,6 +865,7 @@ pub(crate) fn stored_warm(
             charge,
             value,
             logged,
+            parted,
             checksum,
         },
         kind,
@@ -827,9 +875,15 @@ pub(crate) fn stored_warm(
 }
 
 /// The verified value of `record` (read for `key`) and its kind: a slice of the record's own
-/// bytes for an inline value, the mapped value-log bytes for a logged one. Checksums cover
-/// the client's key, so a record read under another key fails.
-pub(crate) fn record_value(key: &Key, record: &Bytes, vlog: &ValueLog) -> Result<(Bytes, Kind)> {
+/// bytes for an inline value, the mapped value-log bytes for a logged one, the parts put
+/// together for one stored as parts. Checksums cover the client's key, so a record read
+/// under another key fails.
+pub(crate) fn record_value(
+    key: &Key,
+    record: &Bytes,
+    vlog: &ValueLog,
+    warm: &Warm,
+) -> Result<(Bytes, Kind)> {
     let rec = WarmRecord::decode(key.client(), record)?;
     let value = match rec.value {
         WarmValue::Inline(v) => {
@@ -837,6 +891,7 @@ pub(crate) fn record_value(key: &Key, record: &Bytes, vlog: &ValueLog) -> Result
             record.slice(start..start + v.len())
         }
         WarmValue::Logged(at) => vlog.read_checked(key.client(), &rec, at)?,
+        WarmValue::Parted(at) => warm.assemble(key, at)?,
     };
     Ok((value, rec.kind))
 }

@@ -4,6 +4,7 @@
 //! ([`commit_staged`]: limit checks, value-log appends, one batch, DRAM); it hands back the
 //! [`Ticket`] to wait for before anyone is told it happened.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -79,6 +80,15 @@ pub enum Change {
     Delete,
     /// New absolute expiry (0 removes it); the value stays where it is.
     SetExpire(u64),
+    /// Changes to a value stored as parts ([`strata_format::parts`]; its record must say
+    /// so): a [`strata_format::delta`] of its kind, and how many items and about how many
+    /// bytes the value holds after it. Only the items the delta names are written.
+    Parts {
+        delta: Bytes,
+        count: u64,
+        bytes: u64,
+        expire_ms: u64,
+    },
 }
 
 /// One key's write, staged into a batch by [`stage`] and finished once the batch is
@@ -208,6 +218,20 @@ pub(crate) fn stage<'k>(
         (
             Change::SetExpire(e),
             Some(Loc::Warm {
+                parted: Some(at), ..
+            }),
+        ) => {
+            // The parts stay; the record's checksum covers the expiry.
+            let seq = next_write_seq(core);
+            batch.put_record(
+                key,
+                &WarmRecord::encode_parted(kind, key.client(), *e, seq, *at),
+            );
+            new_expire = *e;
+        }
+        (
+            Change::SetExpire(e),
+            Some(Loc::Warm {
                 value,
                 charge,
                 logged,
@@ -242,6 +266,9 @@ pub(crate) fn stage<'k>(
             new_expire = *e;
         }
         (Change::SetExpire(_), None) => return Ok(None),
+        (Change::Parts { .. }, _) => {
+            new_expire = stage_parts(core, key, old, &change, batch, d)?;
+        }
         (
             Change::Put {
                 kind: new_kind,
@@ -252,7 +279,25 @@ pub(crate) fn stage<'k>(
         ) => {
             let seq = next_write_seq(core);
             kind = *new_kind;
-            if logs_value(core, value) {
+            if core.settings.warm.stores_parts(kind, value.len()) {
+                // A new version: the old one's parts (if any) go below, all at once.
+                let mut count = 0u64;
+                strata_format::parts::for_each_item(kind, value, |name, item| {
+                    batch.put_part(key, seq, name, item);
+                    count += 1;
+                })
+                .map_err(|e| Error::Invalid(format!("a {} to store as parts: {e}", kind.name())))?;
+                core.counters.parts_written.fetch_add(count, Relaxed);
+                let at = strata_format::Parted {
+                    version: seq,
+                    count,
+                    bytes: value.len() as u64,
+                };
+                batch.put_record(
+                    key,
+                    &WarmRecord::encode_parted(kind, key.client(), *expire_ms, seq, at),
+                );
+            } else if logs_value(core, value) {
                 // Appended once the write is known to be allowed (in commit_staged).
                 to_log = Some((value.clone(), *expire_ms, seq));
             } else {
@@ -292,6 +337,78 @@ pub(crate) fn stage<'k>(
         new_expire,
         to_log,
     }))
+}
+
+/// [`stage`] of a [`Change::Parts`]: the delta's removals and puts as parts of the value's
+/// version, and its record with the new count. Returns the new expiry.
+fn stage_parts(
+    core: &Core,
+    key: &Key,
+    old: Option<&Stored>,
+    change: &Change,
+    batch: &mut Batch,
+    d: &mut Counts,
+) -> Result<u64> {
+    let (
+        Change::Parts {
+            delta,
+            count,
+            bytes,
+            expire_ms,
+        },
+        Some(Stored {
+            loc:
+                Loc::Warm {
+                    parted: Some(at),
+                    charge,
+                    ..
+                },
+            kind,
+            ..
+        }),
+    ) = (change, old)
+    else {
+        return Err(Error::Internal(format!(
+            "{key:?}: a change to parts of a value not stored as parts"
+        )));
+    };
+    let bad = |e: strata_format::FormatError| Error::Internal(format!("a delta of parts: {e}"));
+    let (puts, removed) = strata_format::delta::decode_delta(delta).map_err(bad)?;
+    for name in &removed {
+        batch.delete_part(key, at.version, name);
+    }
+    // A field with an expiry of its own: the sweep is told (the stage of a whole hash
+    // tells it of the last; here, of the first, and it moves the entry on).
+    let mut first_expiry = u64::MAX;
+    let puts_n = strata_format::parts::for_each_item(*kind, puts, |name, item| {
+        batch.put_part(key, at.version, name, item);
+        if *kind == Kind::Hash {
+            if let Ok((f, _)) = hash::field_at(item) {
+                if f.expire_ms != 0 {
+                    first_expiry = first_expiry.min(f.expire_ms);
+                }
+            }
+        }
+    })
+    .map_err(bad)?;
+    if first_expiry != u64::MAX {
+        batch.add_expiry(first_expiry, key);
+    }
+    core.counters
+        .parts_written
+        .fetch_add((removed.len() + puts_n) as u64, Relaxed);
+    let now = strata_format::Parted {
+        version: at.version,
+        count: *count,
+        bytes: *bytes,
+    };
+    let seq = next_write_seq(core);
+    batch.put_record(
+        key,
+        &WarmRecord::encode_parted(*kind, key.client(), *expire_ms, seq, now),
+    );
+    d.warm_bytes += warm_charge(key, *bytes) as i64 - *charge as i64;
+    Ok(*expire_ms)
 }
 
 fn next_write_seq(core: &Core) -> u64 {
@@ -481,12 +598,20 @@ fn logs_value(core: &Core, value: &[u8]) -> bool {
 
 fn remove_old(batch: &mut Batch, d: &mut Counts, key: &Key, old: Option<&Loc>, delete_warm: bool) {
     match old {
-        Some(Loc::Warm { charge, logged, .. }) => {
+        Some(Loc::Warm {
+            charge,
+            logged,
+            parted,
+            ..
+        }) => {
             d.warm_bytes -= *charge as i64;
             d.warm_entries -= 1;
             batch.count_key(key.db(), -1);
             if let Some(at) = logged {
                 batch.add_vlog_garbage(key, *at);
+            }
+            if let Some(at) = parted {
+                batch.clear_parts(key, at.version);
             }
             if delete_warm {
                 batch.delete_record(key);

@@ -181,7 +181,7 @@ pub fn encode_delta<M: AsRef<[u8]>>(puts: &[u8], removed: &[M]) -> Vec<u8> {
 }
 
 /// The two parts of a delta: the kind's value of the items set, and the names removed.
-fn decode_delta(b: &[u8]) -> Result<(&[u8], Vec<&[u8]>)> {
+pub fn decode_delta(b: &[u8]) -> Result<(&[u8], Vec<&[u8]>)> {
     let mut r = Reader::new(b, "delta");
     let version = r.u8()?;
     if version != DELTA_VERSION {

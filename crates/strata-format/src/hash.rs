@@ -11,8 +11,9 @@
 //! written before (version 1: `count u32`, and `name_len u32 | value_len u32 | expire_ms
 //! u64` in front of every field, 0 for no expiry) are still read.
 //!
-//! The whole value is one stored value (its record's checksum covers it), so a change to one
-//! field rewrites the hash: the cost of a write grows with the hash.
+//! Below `parts_bytes_min` the whole value is one stored value (its record's checksum covers
+//! it), so a change to one field rewrites the hash; a larger one is stored as parts, one
+//! field each ([`crate::parts`]).
 
 use crate::{flagged, put_varint, varint_len, Reader, Result, COLLECTION_V1};
 

@@ -9,7 +9,7 @@
 //!   ([`SegmentBuilder`], [`decode_block`], [`decode_footer`]);
 //! - value-log entry headers ([`encode_log_header`]);
 //! - the values of the other kinds ([`Kind`]): [`hash`], [`members`] (sets, lists), [`zset`],
-//!   and the hot log's changes to them ([`delta`]).
+//!   and the hot log's changes to them ([`delta`]); large hashes and sets as [`parts`].
 //!
 //! It does no I/O and knows nothing about RocksDB or object stores. Every checksum covers
 //! the key, so a record read back under the wrong key, or a block fetched from the wrong
@@ -33,6 +33,7 @@ pub mod dump;
 pub mod hash;
 pub mod keys;
 pub mod members;
+pub mod parts;
 mod record;
 pub mod zset;
 
@@ -42,7 +43,7 @@ pub use block::{
 };
 pub use keys::Key;
 pub use record::{
-    decode_log_header, encode_log_header, entry_checksum, Kind, LogHeader, ValuePointer,
+    decode_log_header, encode_log_header, entry_checksum, Kind, LogHeader, Parted, ValuePointer,
     WarmRecord, WarmValue, LOG_HEADER_BYTES, WARM_HEADER_BYTES,
 };
 

@@ -9,7 +9,8 @@
 //! Values written before (version 1: `count u32`, `len u32` in front of each member) are
 //! still read.
 //!
-//! One stored value, like a hash ([`crate::hash`]): a change rewrites it whole.
+//! One stored value, like a hash ([`crate::hash`]): a change rewrites it whole, unless a set
+//! is large enough to be stored as parts ([`crate::parts`]).
 
 use crate::{put_varint, varint_len, Reader, Result, COLLECTION_V1};
 

@@ -19,6 +19,7 @@ use crate::{FormatError, Reader, Result};
 
 const INLINE_VERSION: u8 = 1;
 const LOGGED_VERSION: u8 = 2;
+const PARTED_VERSION: u8 = 3;
 /// Bytes in front of the value in a warm record.
 pub const WARM_HEADER_BYTES: usize = 1 + 8 + 8 + 4;
 
@@ -87,6 +88,15 @@ pub fn entry_checksum(kind: Kind, key: &[u8], expire_ms: u64, value: &[u8]) -> u
     }
 }
 
+/// Checksum of a parts record: key, expiry, kind, write sequence and where its parts are.
+fn parted_checksum(kind: Kind, key: &[u8], expire_ms: u64, write_seq: u64, at: &Parted) -> u32 {
+    let mut c = entry_checksum(kind, key, expire_ms, &write_seq.to_le_bytes());
+    for v in [at.version, at.count, at.bytes] {
+        c = crc32c::crc32c_append(c, &v.to_le_bytes());
+    }
+    c
+}
+
 /// Where a logged value lies: value-log file id, byte offset of the value, its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ValuePointer {
@@ -100,6 +110,20 @@ pub struct ValuePointer {
 pub enum WarmValue<'a> {
     Inline(&'a [u8]),
     Logged(ValuePointer),
+    /// A hash or set stored as parts ([`crate::parts`]).
+    Parted(Parted),
+}
+
+/// Where a value stored as parts is, and what they add up to: the record's checksum covers
+/// these (and the write sequence, so each write's record differs), each part has its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Parted {
+    /// The version in every part's key ([`crate::keys::parts_prefix`]).
+    pub version: u64,
+    /// How many parts there are.
+    pub count: u64,
+    /// About how many bytes the whole value takes (what the warm tier counts it at).
+    pub bytes: u64,
 }
 
 /// A decoded warm record, borrowing an inline value from the stored bytes.
@@ -152,12 +176,37 @@ impl<'a> WarmRecord<'a> {
         out
     }
 
+    /// Encodes a record of a value of `kind` stored as parts (`at`).
+    pub fn encode_parted(
+        kind: Kind,
+        key: &[u8],
+        expire_ms: u64,
+        write_seq: u64,
+        at: Parted,
+    ) -> Vec<u8> {
+        let crc = parted_checksum(kind, key, expire_ms, write_seq, &at);
+        let mut out = header(kind.tag(PARTED_VERSION), expire_ms, write_seq, crc, 24);
+        for v in [at.version, at.count, at.bytes] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
     /// Decodes a record stored under `key`, verifying an inline value. A logged value is
     /// not here to verify: check it with [`WarmRecord::verify`] once it is read.
     pub fn decode(key: &[u8], bytes: &'a [u8]) -> Result<Self> {
         let rec = Self::decode_unverified(bytes)?;
-        if let WarmValue::Inline(v) = rec.value {
-            rec.verify(key, v)?;
+        match rec.value {
+            WarmValue::Inline(v) => rec.verify(key, v)?,
+            WarmValue::Parted(at)
+                if rec.checksum
+                    != parted_checksum(rec.kind, key, rec.expire_ms, rec.write_seq, &at) =>
+            {
+                return Err(FormatError::Checksum {
+                    what: "warm record",
+                })
+            }
+            _ => {}
         }
         Ok(rec)
     }
@@ -177,6 +226,7 @@ impl<'a> WarmRecord<'a> {
         match self.value {
             WarmValue::Inline(v) => v.len() as u64,
             WarmValue::Logged(p) => p.len,
+            WarmValue::Parted(p) => p.bytes,
         }
     }
 
@@ -202,6 +252,24 @@ impl<'a> WarmRecord<'a> {
                     });
                 }
                 WarmValue::Logged(at)
+            }
+            PARTED_VERSION => {
+                let at = Parted {
+                    version: r.u64()?,
+                    count: r.u64()?,
+                    bytes: r.u64()?,
+                };
+                if r.remaining() != 0 || !crate::parts::kind_has_parts(kind) {
+                    return Err(FormatError::Bad {
+                        what: "warm record",
+                        detail: format!(
+                            "parts record of a {} ({} bytes after)",
+                            kind.name(),
+                            r.remaining()
+                        ),
+                    });
+                }
+                WarmValue::Parted(at)
             }
             _ => {
                 return Err(FormatError::Bad {

@@ -107,6 +107,8 @@ fn consider(core: &Core, stored: &[u8], bytes: &[u8], now: u64, passes: u32) -> 
         return None;
     }
     let value = match rec.value {
+        // Parts stay warm: a segment holds whole values.
+        WarmValue::Parted(_) => return None,
         WarmValue::Inline(v) => Bytes::copy_from_slice(v),
         WarmValue::Logged(at) => match core.vlog.read_checked(key.client(), &rec, at) {
             Ok(v) => v,

@@ -11,6 +11,7 @@ mod kinds;
 mod layout;
 mod live;
 mod model;
+mod parts;
 mod prefetch;
 mod pressure;
 mod s3;

@@ -452,6 +452,9 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
     fn is_empty(&self) -> bool {
         self.items.len() == 0
     }
+    fn items(&self) -> Option<usize> {
+        Some(self.items.len())
+    }
     fn stays(&self) -> bool {
         self.stays
     }

@@ -1,0 +1,258 @@
+//! Large hashes and sets stored as parts (`parts_bytes_min`): one record of the `parts`
+//! family per member, so a change to a few members writes those, on the real RocksDB.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use strata_engine::{Change, Engine, ErrorKind, Kind, LiveValue};
+use strata_format::delta::encode_delta;
+use strata_format::members::{decode_members, encode_members};
+use strata_warm::{Bounds, Family, WarmStore};
+
+use crate::support::{key, parts, small_options, Opts};
+
+/// A set that notes its changes, as the server's live sets do: the members added and
+/// removed since it was last encoded or its delta taken.
+#[derive(Default)]
+struct NotingSet {
+    members: Vec<Vec<u8>>,
+    added: Vec<Vec<u8>>,
+    removed: Vec<Vec<u8>>,
+}
+
+impl NotingSet {
+    fn decode(v: Option<&Bytes>) -> strata_engine::Result<Box<dyn LiveValue>> {
+        let members = match v {
+            Some(v) => decode_members(v)
+                .unwrap()
+                .into_iter()
+                .map(<[u8]>::to_vec)
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Box::new(NotingSet {
+            members,
+            ..Default::default()
+        }))
+    }
+
+    fn of(v: &mut dyn LiveValue) -> &mut NotingSet {
+        let any: &mut dyn std::any::Any = v;
+        any.downcast_mut::<NotingSet>().unwrap()
+    }
+
+    fn add(&mut self, m: &[u8]) -> bool {
+        if self.members.iter().any(|x| x == m) {
+            return false;
+        }
+        self.members.push(m.to_vec());
+        self.added.push(m.to_vec());
+        true
+    }
+
+    fn remove(&mut self, m: &[u8]) -> bool {
+        let Some(i) = self.members.iter().position(|x| x == m) else {
+            return false;
+        };
+        self.members.remove(i);
+        self.added.retain(|x| x != m);
+        self.removed.push(m.to_vec());
+        true
+    }
+}
+
+impl LiveValue for NotingSet {
+    fn encode(&mut self) -> Bytes {
+        self.added.clear();
+        self.removed.clear();
+        encode_members(&self.members).into()
+    }
+    fn delta(&mut self) -> Option<Vec<u8>> {
+        let puts = encode_members(&std::mem::take(&mut self.added));
+        Some(encode_delta(&puts, &std::mem::take(&mut self.removed)))
+    }
+    fn bytes(&self) -> usize {
+        self.members.iter().map(|m| m.len() + 24).sum()
+    }
+    fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+    fn items(&self) -> Option<usize> {
+        Some(self.members.len())
+    }
+}
+
+fn member(i: usize) -> Vec<u8> {
+    format!("member:{i:05}").into_bytes()
+}
+
+/// Options where a set of a few hundred members is stored as parts and may be live.
+fn options(dir: &std::path::Path) -> Opts {
+    let mut o = small_options(dir);
+    o.s.hot.hot_bytes_max = 64 << 20;
+    o.s.warm.warm_bytes_max = 1 << 30;
+    o.s.warm.parts_bytes_min = 4 << 10;
+    o
+}
+
+/// Opens the store, keeping a handle on its warm store to count parts with.
+async fn open_counting(o: Opts) -> (Engine, Arc<dyn WarmStore>) {
+    let p = parts(o);
+    let warm = p.warm.clone();
+    (Engine::open_with(p).await.unwrap(), warm)
+}
+
+fn parts_held(warm: &Arc<dyn WarmStore>) -> usize {
+    let mut c = warm.cursor(Family::Parts, Bounds::all(), None);
+    c.seek_to_first();
+    let mut n = 0;
+    while c.valid() {
+        n += 1;
+        c.next();
+    }
+    c.status().unwrap();
+    n
+}
+
+async fn members_of(e: &Engine, k: &strata_format::Key) -> Vec<Vec<u8>> {
+    let (kind, v) = e.get_value(k).await.unwrap().expect("the set is there");
+    assert_eq!(kind, Kind::Set);
+    let mut m: Vec<Vec<u8>> = decode_members(&v)
+        .unwrap()
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    m.sort();
+    m
+}
+
+async fn change(e: &Engine, k: &strata_format::Key, f: impl FnOnce(&mut NotingSet) -> bool) {
+    e.update_live(k, Kind::Set, NotingSet::decode, |v| {
+        Ok((f(NotingSet::of(v)), ()))
+    })
+    .await
+    .unwrap()
+    .durable(e)
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_set_is_stored_as_parts_and_its_folds_write_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key("big");
+    let mut want: Vec<Vec<u8>> = (0..2000).map(member).collect();
+    {
+        let (e, warm) = open_counting(options(dir.path())).await;
+        change(&e, &k, |s| {
+            (0..2000).for_each(|i| {
+                s.add(&member(i));
+            });
+            true
+        })
+        .await;
+        // A read folds it: 40 KB of members, past `parts_bytes_min`, stored one by one.
+        assert_eq!(members_of(&e, &k).await, want);
+        assert_eq!(e.stats_now().parts_written, 2000);
+        assert_eq!(parts_held(&warm), 2000);
+
+        // Two members change: the next fold writes those two, not the set again.
+        change(&e, &k, |s| s.add(b"member:99999") && s.remove(&member(1))).await;
+        want.remove(1);
+        want.push(b"member:99999".to_vec());
+        assert_eq!(members_of(&e, &k).await, want);
+        assert_eq!(e.stats_now().parts_written, 2002);
+        assert_eq!(parts_held(&warm), 2000);
+        e.close().await.unwrap();
+    }
+
+    // Read back after a restart (not live: the parts put together), then changed again.
+    let (e, warm) = open_counting(options(dir.path())).await;
+    assert_eq!(members_of(&e, &k).await, want);
+    change(&e, &k, |s| s.remove(&member(2))).await;
+    want.remove(1);
+    assert_eq!(members_of(&e, &k).await, want);
+    assert_eq!(
+        e.stats_now().parts_written,
+        1,
+        "a live value made from parts writes its delta"
+    );
+
+    // A whole write of something else in its place leaves no part behind.
+    e.put(&k, Bytes::from_static(b"a string now"), Default::default())
+        .await
+        .unwrap()
+        .durable(&e)
+        .await
+        .unwrap();
+    // Write-back took it: the parts go once it reaches the warm store.
+    e.clear_hot();
+    assert_eq!(parts_held(&warm), 0);
+    assert_eq!(
+        e.get(&k).await.unwrap().as_deref(),
+        Some(&b"a string now"[..])
+    );
+    e.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_write_of_a_large_set_is_parts_each_checked_and_a_delete_clears_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    // No write-back, so no live values: every write of the set is a whole write.
+    o.s.hot.hot_dirty_fraction = 0.0;
+    let (e, warm) = open_counting(o).await;
+    let (k, small) = (key("big"), key("small"));
+    let members: Vec<Vec<u8>> = (0..1000).map(member).collect();
+    for (key, members) in [(&k, &members[..]), (&small, &members[..3])] {
+        let value = Bytes::from(encode_members(members));
+        e.update(key, false, move |_| {
+            let put = Change::Put {
+                kind: Kind::Set,
+                value,
+                expire_ms: 0,
+            };
+            Ok((Some(put), ()))
+        })
+        .await
+        .unwrap()
+        .durable(&e)
+        .await
+        .unwrap();
+    }
+    // Only the large one is parts.
+    assert_eq!(parts_held(&warm), 1000);
+    assert_eq!(members_of(&e, &k).await, members);
+    assert_eq!(members_of(&e, &small).await, members[..3].to_vec());
+
+    // A part whose bytes changed on disk fails its checksum: the read is refused.
+    let first = {
+        let mut c = warm.cursor(Family::Parts, Bounds::all(), None);
+        c.seek_to_first();
+        (c.key().to_vec(), c.value().to_vec())
+    };
+    let mut bad = first.1.clone();
+    *bad.last_mut().unwrap() ^= 0x20;
+    let mut b = warm.batch();
+    b.put(Family::Parts, &first.0, &bad);
+    warm.write(b, true).unwrap();
+    e.clear_hot();
+    let err = e
+        .get_value(&k)
+        .await
+        .expect_err("a changed part is not returned");
+    assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+    let mut b = warm.batch();
+    b.put(Family::Parts, &first.0, &first.1);
+    warm.write(b, true).unwrap();
+    assert_eq!(members_of(&e, &k).await, members);
+
+    // An expiry keeps the parts; the delete clears them.
+    assert!(e.set_expire(&k, u64::MAX / 2).await.unwrap().value);
+    assert_eq!(members_of(&e, &k).await, members);
+    assert_eq!(parts_held(&warm), 1000);
+    assert!(e.delete(&k).await.unwrap().value);
+    assert_eq!(parts_held(&warm), 0);
+    assert_eq!(e.get_value(&k).await.unwrap(), None);
+    e.close().await.unwrap();
+}
