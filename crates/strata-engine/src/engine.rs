@@ -359,6 +359,18 @@ impl Engine {
         crate::read::get_with(&self.core, key, f).await
     }
 
+    /// [`Engine::get_value_with`] for a read of the items named `names` of a hash or a set
+    /// (`HGET`, `HMGET`, `SISMEMBER`): a value stored as parts is read by those names, and
+    /// `f` sees a value of its kind holding the ones found, not the whole value.
+    pub async fn get_named_with<R, N: AsRef<[u8]>>(
+        &self,
+        key: &Key,
+        names: &[N],
+        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+    ) -> Result<Option<R>> {
+        crate::read::get_named_with(&self.core, key, Some(names), f).await
+    }
+
     /// The kind of value `key` holds, if it holds a live one, without reading the value.
     pub async fn kind_of(&self, key: &Key) -> Result<Option<Kind>> {
         crate::read::kind_of(&self.core, key)

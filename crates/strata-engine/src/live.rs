@@ -63,6 +63,11 @@ pub const LARGE_BYTES_MIN: usize = 1 << 20;
 /// live values pass their budget).
 pub const LARGE_IDLE_MS: u64 = 60_000;
 
+/// A live value stored as parts is folded by the command that leaves this many commands'
+/// changes unfolded: a fold writes its delta's parts holding the key's stripe lock, and a
+/// second's worth of changes (tens of thousands) held it for hundreds of milliseconds.
+pub const PARTS_FOLD_COMMANDS: u32 = 256;
+
 /// A decoded collection the server changes in place (see the module doc). Its methods run
 /// under the key's stripe lock: keep them short.
 pub trait LiveValue: Any + Send {
@@ -138,6 +143,9 @@ struct Slot {
     based: bool,
     /// What it was last stored as.
     stored: StoredAs,
+    /// Commands that changed it since it was last folded (counted while it is stored as
+    /// parts: [`PARTS_FOLD_COMMANDS`]).
+    unfolded: u32,
     /// When a command last used it, changing it, reading it or neither (Unix ms).
     used_ms: u64,
     /// What it counted against the budget when it last changed.
@@ -162,6 +170,7 @@ impl Slot {
             logged: false,
             based: false,
             stored,
+            unfolded: 0,
             used_ms: now,
             bytes: 0,
         }
@@ -390,6 +399,7 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
         if let Some((count, delta)) = count.and_then(|n| Some((n, slot.value.delta()?))) {
             let bytes = slot.value.bytes();
             live.set_state(slot, false, false);
+            slot.unfolded = 0;
             drop(slots);
             let r = store_parts_locked(core, key, delta, count, bytes, expire_ms);
             if r.is_err() {
@@ -705,7 +715,14 @@ pub(crate) async fn update_live<R>(
                 live.set_state(slot, true, logged);
                 let bytes = slot.value.bytes();
                 live.set_bytes(slot, bytes);
+                let fold_now = slot.stored.parted && {
+                    slot.unfolded += 1;
+                    slot.unfolded >= PARTS_FOLD_COMMANDS
+                };
                 drop(slots);
+                if fold_now {
+                    fold_locked(core, key, false)?;
+                }
                 return Ok(Written::new(out, changed_locked(core, key)));
             }
             // Expired: the key is gone. `adoptable` folds it first (its expiry may be newer
@@ -833,13 +850,7 @@ fn adoptable_parted(
         // DRAM's copy: of parts if it is clean, large and the record says so.
         let parted = core.settings.warm.stores_parts(k, v.len())
             && !core.hot.is_dirty(key.stored())
-            && matches!(
-                core.lookup(key, false)?.map(|s| s.loc),
-                Some(Loc::Warm {
-                    parted: Some(_),
-                    ..
-                })
-            );
+            && stored_as_parts(core, key)?;
         let len = v.len();
         return Ok(Some(Some((v, e, k, StoredAs { parted, len }))));
     }
@@ -947,6 +958,17 @@ fn read_in_place<R>(
         .get_mut(key.stored())
         .expect("held under the stripe lock");
     read_slot(core, slot, kind, f)
+}
+
+/// Whether the warm store holds `key`'s value as parts.
+fn stored_as_parts(core: &Core, key: &Key) -> Result<bool> {
+    Ok(matches!(
+        core.lookup(key, false)?.map(|s| s.loc),
+        Some(Loc::Warm {
+            parted: Some(_),
+            ..
+        })
+    ))
 }
 
 /// [`read_live`] of the live value in `slot` (the map's lock held): `Ok(None)` if it

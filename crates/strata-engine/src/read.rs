@@ -106,6 +106,18 @@ pub(crate) async fn get_with<R>(
     key: &Key,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
+    get_named_with::<R, &[u8]>(core, key, None, f).await
+}
+
+/// [`get_with`] of a read that needs the items named `names` alone (of a hash or a set):
+/// when the value is stored as parts and neither DRAM nor a live value holds it, `f` sees
+/// a value of its kind made of those items (the ones found), read by name, not the whole.
+pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
+    core: &Core,
+    key: &Key,
+    names: Option<&[N]>,
+    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+) -> Result<Option<R>> {
     crate::live::fold_keys(core, &[key])?;
     let mut f = Some(f);
     let lent = core.hot.read_with(key.stored(), core.now_ms(), |v, tag| {
@@ -119,10 +131,67 @@ pub(crate) async fn get_with<R>(
         return r.map(Some);
     }
     let f = f.take().expect("not called");
+    let parts = names.filter(|_| core.settings.warm.parts_bytes_min > 0);
+    if let Some(names) = parts.filter(|_| !core.warm.rules_out(key)) {
+        if let Some(got) = named_parts(core, key, names)? {
+            core.access.count_read(key, got.is_some());
+            return match got {
+                Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
+                None => Ok(None),
+            };
+        }
+    }
     match get(core, key).await? {
         Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
         None => Ok(None),
     }
+}
+
+/// The items named `names` of `key`'s value if it is stored as parts, as a value of its
+/// kind holding them alone (`Some(None)`: the key expired); `None` when it is not stored
+/// as parts (or kept changing: the whole value answers). The record and the parts are
+/// read as one state: no commit touched the key's stripe between the first read and the
+/// check after the last (every change of parts commits its record with them).
+#[allow(clippy::type_complexity)]
+fn named_parts<N: AsRef<[u8]>>(
+    core: &Core,
+    key: &Key,
+    names: &[N],
+) -> Result<Option<Option<(Bytes, Kind)>>> {
+    for _attempt in 0..3 {
+        let seen = core.locks.version(key);
+        let Some(stored) = core.lookup(key, false)? else {
+            return Ok(None);
+        };
+        let Loc::Warm {
+            parted: Some(at), ..
+        } = stored.loc
+        else {
+            return Ok(None);
+        };
+        if !stored.is_live(core.now_ms()) {
+            add(&core.counters.misses);
+            return Ok(Some(None));
+        }
+        let (found, items) = core
+            .warm
+            .named_parts(key, at.version, names)
+            .inspect_err(|e| {
+                if matches!(e, Error::Data(_)) {
+                    add(&core.counters.checksum_errors);
+                }
+            })?;
+        if core.locks.unchanged(key, seen) {
+            add(&core.counters.warm_hits);
+            core.counters
+                .parts_read
+                .fetch_add(names.len() as u64, Ordering::Relaxed);
+            let mut v = strata_format::collection_buf(found, items.len() + 10);
+            v.extend_from_slice(&items);
+            return Ok(Some(Some((Bytes::from(v), stored.kind))));
+        }
+    }
+    Ok(None)
 }
 
 /// A value a read sees: shared (parts are cut from it without a copy) or lent from DRAM

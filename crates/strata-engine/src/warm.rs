@@ -742,6 +742,30 @@ impl Warm {
         Ok(Bytes::from(out))
     }
 
+    /// The items named `names` of `key`'s value stored as parts at `version`, those found,
+    /// each verified, in the order of `names`: what they add up to is a value of its kind
+    /// holding them alone.
+    pub(crate) fn named_parts<N: AsRef<[u8]>>(
+        &self,
+        key: &Key,
+        version: u64,
+        names: &[N],
+    ) -> Result<(usize, Vec<u8>)> {
+        let part_keys: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| keys::part_key(key, version, n.as_ref()))
+            .collect();
+        let refs: Vec<&[u8]> = part_keys.iter().map(Vec::as_slice).collect();
+        let (mut found, mut items) = (0, Vec::new());
+        for (k, got) in refs.iter().zip(self.store.multi_get(Family::Parts, &refs)) {
+            if let Some(part) = got? {
+                items.extend_from_slice(strata_format::parts::decode_part(k, &part)?);
+                found += 1;
+            }
+        }
+        Ok((found, items))
+    }
+
     fn meta(&self, key: &[u8]) -> Result<Option<Bytes>> {
         Ok(self.store.get(Family::Meta, key)?)
     }

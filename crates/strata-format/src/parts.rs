@@ -13,8 +13,10 @@
 //! The whole value is the collection's header and its items in the order of their part
 //! keys (by name), so reading it back is one pass over a prefix of the family.
 
-use crate::hash::{decode_hash, put_field};
-use crate::members::{decode_members, put_member};
+use std::borrow::Cow;
+
+use crate::hash::decode_hash;
+use crate::members::decode_members;
 use crate::{collection_items, FormatError, Kind, Result};
 
 /// The kinds stored as parts when large: those whose items have names of their own.
@@ -50,52 +52,45 @@ fn part_checksum(part_key: &[u8], item: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(part_key), item)
 }
 
-/// Calls `f` with each item of the value `b` of `kind` (a hash or a set, either encoding),
-/// as its name and its bytes in the current encoding, in order; returns how many there
-/// were.
-pub fn for_each_item(kind: Kind, b: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<usize> {
-    if let Some((count, start)) = collection_items(b)? {
-        let mut at = start;
-        for _ in 0..count {
-            let rest = &b[at..];
-            let (name, len) = match kind {
-                Kind::Hash => crate::hash::field_at(rest).map(|(f, len)| (f.name, len))?,
-                _ => crate::members::member_at(rest)?,
-            };
-            f(name, &rest[..len]);
-            at += len;
-        }
-        if at != b.len() {
-            return Err(FormatError::Bad {
-                what: "collection",
-                detail: format!("{} bytes after the last item", b.len() - at),
-            });
-        }
-        return Ok(count);
+/// The value `b` of `kind` (a hash or a set) in the current encoding (version 2): as it
+/// is, or written again from the first.
+pub fn in_current_encoding(kind: Kind, b: &[u8]) -> Result<Cow<'_, [u8]>> {
+    if collection_items(b)?.is_some() {
+        return Ok(Cow::Borrowed(b));
     }
-    // The first encoding: each item written again in the current one.
-    let mut item = Vec::new();
-    let n = match kind {
-        Kind::Hash => {
-            let fields = decode_hash(b)?;
-            for field in &fields {
-                item.clear();
-                put_field(&mut item, field);
-                f(field.name, &item);
-            }
-            fields.len()
-        }
-        _ => {
-            let members = decode_members(b)?;
-            for m in &members {
-                item.clear();
-                put_member(&mut item, m);
-                f(m, &item);
-            }
-            members.len()
-        }
+    Ok(Cow::Owned(match kind {
+        Kind::Hash => crate::hash::encode_hash(&decode_hash(b)?),
+        _ => crate::members::encode_members(&decode_members(b)?),
+    }))
+}
+
+/// The items of the value `b` of `kind` in the current encoding ([`in_current_encoding`]):
+/// each as its name and its bytes, in order.
+pub fn items(kind: Kind, b: &[u8]) -> Result<Vec<(&[u8], &[u8])>> {
+    let Some((count, start)) = collection_items(b)? else {
+        return Err(FormatError::Bad {
+            what: "collection",
+            detail: "not in the current encoding".into(),
+        });
     };
-    Ok(n)
+    let mut out = Vec::with_capacity(count);
+    let mut at = start;
+    for _ in 0..count {
+        let rest = &b[at..];
+        let (name, len) = match kind {
+            Kind::Hash => crate::hash::field_at(rest).map(|(f, len)| (f.name, len))?,
+            _ => crate::members::member_at(rest)?,
+        };
+        out.push((name, &rest[..len]));
+        at += len;
+    }
+    if at != b.len() {
+        return Err(FormatError::Bad {
+            what: "collection",
+            detail: format!("{} bytes after the last item", b.len() - at),
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -130,19 +125,19 @@ mod tests {
             },
         ];
         let v = encode_hash(&fields);
-        let mut names = Vec::new();
+        let got = items(Kind::Hash, &v).unwrap();
+        let names: Vec<&[u8]> = got.iter().map(|i| i.0).collect();
+        assert_eq!(names, [&b"a"[..], b"bb"]);
         let mut again = crate::collection_buf(2, v.len());
-        let n = for_each_item(Kind::Hash, &v, |name, item| {
-            names.push(name.to_vec());
-            again.extend_from_slice(item);
-        })
-        .unwrap();
-        assert_eq!((n, names), (2, vec![b"a".to_vec(), b"bb".to_vec()]));
+        got.iter().for_each(|i| again.extend_from_slice(i.1));
         assert_eq!(again, v);
 
         let s = encode_members(&[b"x".as_slice(), b"yy"]);
         let mut again = crate::collection_buf(2, s.len());
-        for_each_item(Kind::Set, &s, |_, item| again.extend_from_slice(item)).unwrap();
+        for (_, item) in items(Kind::Set, &s).unwrap() {
+            again.extend_from_slice(item);
+        }
         assert_eq!(again, s);
+        assert!(items(Kind::Set, &s[..s.len() - 1]).is_err());
     }
 }

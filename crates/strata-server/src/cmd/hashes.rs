@@ -10,7 +10,7 @@ use strata_resp::Reply;
 use super::packed::{Indexed, Named, Pack};
 use super::strings::{float_plus, parse_float};
 use super::typed::{
-    corrupt, random_args, random_positions, read_kind_with, read_live, reply, scan_options,
+    corrupt, random_args, random_positions, read_live, read_named_with, reply, scan_options,
     scan_reply, write_items, write_items_whole, Codec, ScanOptions,
 };
 use super::{not_integer, parse_int, wrong_args, Ctx};
@@ -98,17 +98,19 @@ async fn with_fields<R>(
     f: impl FnOnce(&[Field<'_>], &Source<'_>) -> R + Send,
 ) -> Result<R, Reply> {
     let key = ctx.key(&a[1]);
-    with_fields_at(ctx, &key, f).await
+    with_fields_at(ctx, &key, None, f).await
 }
 
-/// [`with_fields`] of the hash at `key`.
+/// [`with_fields`] of the hash at `key`; given `names`, `f` may see only those of its
+/// fields (a hash stored as parts is read by name).
 async fn with_fields_at<R>(
     ctx: &mut Ctx<'_>,
     key: &Key,
+    names: Option<&[Bytes]>,
     f: impl FnOnce(&[Field<'_>], &Source<'_>) -> R + Send,
 ) -> Result<R, Reply> {
     let now = ctx.shared.engine.now_ms();
-    read_kind_with(ctx, key, Kind::Hash, |v| {
+    read_named_with(ctx, key, Kind::Hash, names, |v| {
         let empty = Source::lent(&[]);
         let v = v.unwrap_or(&empty);
         // An absent key reads as an empty value; a stored hash is never empty (its header).
@@ -223,7 +225,7 @@ pub(crate) async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<HashCodec, _>(ctx, &key, |h| live_value(h, &a[2])) {
         return reply(r, |r| r);
     }
-    let r = with_fields_at(ctx, &key, |fields, v| {
+    let r = with_fields_at(ctx, &key, Some(&a[2..3]), |fields, v| {
         find(fields, &a[2]).map_or(Reply::Null, |f| Reply::Bulk(v.cut(f.value)))
     });
     reply(r.await, |r| r)
@@ -246,7 +248,7 @@ pub(crate) async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, Reply::Array);
     }
-    let r = with_fields_at(ctx, &key, |fields, v| {
+    let r = with_fields_at(ctx, &key, Some(&a[2..]), |fields, v| {
         let names = &a[2..];
         let value_of = |f: &Field<'_>| Reply::Bulk(v.cut(f.value));
         if names.len() * fields.len() <= LINEAR_LOOKUPS_MAX {
@@ -276,7 +278,7 @@ pub(crate) async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, Reply::Map);
     }
-    let r = with_fields_at(ctx, &key, |fields, v| {
+    let r = with_fields_at(ctx, &key, None, |fields, v| {
         fields
             .iter()
             .map(|f| (Reply::Bulk(v.cut(f.name)), Reply::Bulk(v.cut(f.value))))
@@ -317,7 +319,7 @@ pub(crate) async fn hlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<HashCodec, _>(ctx, &key, |h| h.len() as i64) {
         return reply(r, Reply::Integer);
     }
-    let r = with_fields_at(ctx, &key, |fields, _| fields.len() as i64);
+    let r = with_fields_at(ctx, &key, None, |fields, _| fields.len() as i64);
     reply(r.await, Reply::Integer)
 }
 
@@ -326,7 +328,9 @@ pub(crate) async fn hexists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<HashCodec, _>(ctx, &key, |h| h.contains(&a[2]) as i64) {
         return reply(r, Reply::Integer);
     }
-    let r = with_fields_at(ctx, &key, |fields, _| find(fields, &a[2]).is_some() as i64);
+    let r = with_fields_at(ctx, &key, Some(&a[2..3]), |fields, _| {
+        find(fields, &a[2]).is_some() as i64
+    });
     reply(r.await, Reply::Integer)
 }
 
@@ -440,7 +444,7 @@ pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    let r = with_fields_at(ctx, &key, |fields, v| {
+    let r = with_fields_at(ctx, &key, None, |fields, v| {
         pick(fields.len(), &|i| {
             (v.cut(fields[i].name), v.cut(fields[i].value))
         })
@@ -470,7 +474,7 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    let r = with_fields_at(ctx, &key, |fields, v| {
+    let r = with_fields_at(ctx, &key, None, |fields, v| {
         let (page, next) = o.page(fields, |f| f.name);
         hscan_page(
             &o,

@@ -11,8 +11,8 @@ use strata_resp::Reply;
 
 use super::packed::{MemberPack, Pack};
 use super::typed::{
-    pop_count, random_args, random_positions, read_items, read_live, read_members, reply,
-    scan_options, scan_reply, store_items, write_items, SetCodec,
+    pop_count, random_args, random_positions, read_items, read_live, read_members,
+    read_named_members, reply, scan_options, scan_reply, store_items, write_items, SetCodec,
 };
 use super::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -73,7 +73,11 @@ pub(crate) async fn sismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| m.contains(x) as i64) {
         return reply(r, Reply::Integer);
     }
-    read_members::<false>(ctx, &a[1], |m, _| Reply::Integer(m.contains(&x) as i64)).await
+    let names = Some(&a[2..3]);
+    read_named_members::<false>(ctx, &a[1], names, |m, _| {
+        Reply::Integer(m.contains(&x) as i64)
+    })
+    .await
 }
 
 pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -85,7 +89,7 @@ pub(crate) async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    read_members::<false>(ctx, &a[1], |m, _| {
+    read_named_members::<false>(ctx, &a[1], Some(&a[2..]), |m, _| {
         let set: HashSet<&[u8]> = m.iter().copied().collect();
         Reply::Array(
             a[2..]

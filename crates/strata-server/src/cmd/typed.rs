@@ -694,9 +694,20 @@ pub(crate) async fn read_members<const LIST: bool>(
     key: &[u8],
     f: impl FnOnce(&[&[u8]], &Source<'_>) -> Reply + Send,
 ) -> Reply {
+    read_named_members::<LIST>(ctx, key, None, f).await
+}
+
+/// [`read_members`] of a read that needs the members `names` alone: `f` may see those of
+/// them the set holds, not all (a set stored as parts is read by name).
+pub(crate) async fn read_named_members<const LIST: bool>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    names: Option<&[Bytes]>,
+    f: impl FnOnce(&[&[u8]], &Source<'_>) -> Reply + Send,
+) -> Reply {
     let kind = if LIST { Kind::List } else { Kind::Set };
     let key = ctx.key(key);
-    let r = read_kind_with(ctx, &key, kind, |v| match v {
+    let r = read_named_with(ctx, &key, kind, names, |v| match v {
         Some(v) => {
             let members =
                 strata_format::members::decode_members(v.bytes()).map_err(|e| corrupt(kind, e))?;
@@ -716,17 +727,32 @@ pub(crate) async fn read_kind_with<R>(
     kind: Kind,
     f: impl FnOnce(Option<&Source<'_>>) -> strata_engine::Result<R> + Send,
 ) -> Result<R, Reply> {
+    read_named_with(ctx, key, kind, None, f).await
+}
+
+/// [`read_kind_with`] of a read that needs the items `names` alone (given): `f` may see a
+/// value holding just those of them there are ([`strata_engine::Engine::get_named_with`]:
+/// a hash or set stored as parts is read by name).
+pub(crate) async fn read_named_with<R>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    names: Option<&[Bytes]>,
+    f: impl FnOnce(Option<&Source<'_>>) -> strata_engine::Result<R> + Send,
+) -> Result<R, Reply> {
     let engine = &ctx.shared.engine;
     engine.note_access(ctx.conn.id, key);
     let mut f = Some(f);
-    let got = engine
-        .get_value_with(key, |k, v| {
-            if k != kind {
-                return Err(strata_engine::Error::WrongType);
-            }
-            (f.take().expect("called once"))(Some(&v))
-        })
-        .await;
+    let read = |k, v: Source<'_>| {
+        if k != kind {
+            return Err(strata_engine::Error::WrongType);
+        }
+        (f.take().expect("called once"))(Some(&v))
+    };
+    let got = match names {
+        Some(names) => engine.get_named_with(key, names, read).await,
+        None => engine.get_value_with(key, read).await,
+    };
     match got {
         Ok(Some(r)) => Ok(r),
         Ok(None) => (f.take().expect("not called"))(None).map_err(|e| engine_error(&e)),
