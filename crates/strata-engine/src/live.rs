@@ -721,7 +721,11 @@ pub(crate) async fn update_live<R>(
                 };
                 drop(slots);
                 if fold_now {
-                    fold_locked(core, key, false)?;
+                    // The change is made: a failed fold leaves it to the next one (whole),
+                    // which reports the failure to whoever waits for it.
+                    if let Err(e) = fold_locked(core, key, false) {
+                        tracing::warn!(error = %e, "a fold into parts failed; the next is whole");
+                    }
                 }
                 return Ok(Written::new(out, changed_locked(core, key)));
             }

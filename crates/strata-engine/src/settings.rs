@@ -163,7 +163,8 @@ pub struct WarmSettings {
     pub expire_sweep_count_max: usize,
     /// A hash or set whose stored form is at least this large is stored as parts, one
     /// record per field or member: a change writes what changed, not the whole value. Such
-    /// a value stays in the warm tier (demotion passes it over). 0 turns parts off.
+    /// a value stays in the warm tier (demotion passes it over). 0 turns parts off. Below
+    /// the default, whole folds measured faster (`reports/huge-hash-parts.md`).
     #[serde(with = "strata_settings::size")]
     pub parts_bytes_min: u64,
 }
@@ -182,7 +183,7 @@ impl Default for WarmSettings {
             disk_free_min_bytes: 256 << 20,
             background_interval_ms: 1000,
             expire_sweep_count_max: 10_000,
-            parts_bytes_min: 1 << 20,
+            parts_bytes_min: 64 << 20,
         }
     }
 }

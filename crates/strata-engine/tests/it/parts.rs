@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Change, Engine, ErrorKind, Kind, LiveValue};
+use strata_engine::{Change, Engine, ErrorKind, Kind, LiveValue, Tier};
 use strata_format::delta::encode_delta;
 use strata_format::members::{decode_members, encode_members};
 use strata_warm::{Bounds, Family, WarmStore};
@@ -196,11 +196,13 @@ async fn a_large_set_is_stored_as_parts_and_its_folds_write_what_changed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_whole_write_of_a_large_set_is_parts_each_checked_and_a_delete_clears_them() {
+async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and_expiry_clear() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = options(dir.path());
     // No write-back, so no live values: every write of the set is a whole write.
     o.s.hot.hot_dirty_fraction = 0.0;
+    // Demotion wants the warm tier nearly empty.
+    o.s.warm.warm_bytes_max = 1 << 10;
     let (e, warm) = open_counting(o).await;
     let (k, small) = (key("big"), key("small"));
     let members: Vec<Vec<u8>> = (0..1000).map(member).collect();
@@ -247,11 +249,40 @@ async fn a_whole_write_of_a_large_set_is_parts_each_checked_and_a_delete_clears_
     warm.write(b, true).unwrap();
     assert_eq!(members_of(&e, &k).await, members);
 
+    // Demotion passes the parts over: the small set goes cold, the large one stays warm.
+    e.clear_hot();
+    e.run_background_once().await.unwrap();
+    assert_eq!(e.tier_of(&small).await.unwrap(), Some(Tier::Cold));
+    assert_eq!(e.tier_of(&k).await.unwrap(), Some(Tier::Warm));
+    assert_eq!(members_of(&e, &k).await, members);
+
     // An expiry keeps the parts; the delete clears them.
     assert!(e.set_expire(&k, u64::MAX / 2).await.unwrap().value);
     assert_eq!(members_of(&e, &k).await, members);
     assert_eq!(parts_held(&warm), 1000);
     assert!(e.delete(&k).await.unwrap().value);
+    assert_eq!(parts_held(&warm), 0);
+    assert_eq!(e.get_value(&k).await.unwrap(), None);
+
+    // The expiry sweep clears the parts of a set whose time came.
+    let value = Bytes::from(encode_members(&members));
+    let soon = e.now_ms() + 50;
+    e.update(&k, false, move |_| {
+        let put = Change::Put {
+            kind: Kind::Set,
+            value,
+            expire_ms: soon,
+        };
+        Ok((Some(put), ()))
+    })
+    .await
+    .unwrap()
+    .durable(&e)
+    .await
+    .unwrap();
+    assert_eq!(parts_held(&warm), 1000);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    e.run_background_once().await.unwrap();
     assert_eq!(parts_held(&warm), 0);
     assert_eq!(e.get_value(&k).await.unwrap(), None);
     e.close().await.unwrap();
