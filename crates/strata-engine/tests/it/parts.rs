@@ -137,6 +137,23 @@ async fn change(e: &Engine, k: &strata_format::Key, f: impl FnOnce(&mut NotingSe
     .unwrap();
 }
 
+/// Writes the set of `members` at `k` whole (not through a live value), expiring at
+/// `expire_ms`, durably.
+async fn put_whole(e: &Engine, k: &strata_format::Key, members: &[Vec<u8>], expire_ms: u64) {
+    let value = Bytes::from(encode_members(members));
+    let put = Change::Put {
+        kind: Kind::Set,
+        value,
+        expire_ms,
+    };
+    e.update(k, false, move |_| Ok((Some(put), ())))
+        .await
+        .unwrap()
+        .durable(e)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_set_is_stored_as_parts_and_its_folds_write_what_changed() {
     let dir = tempfile::tempdir().unwrap();
@@ -207,20 +224,7 @@ async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and
     let (k, small) = (key("big"), key("small"));
     let members: Vec<Vec<u8>> = (0..1000).map(member).collect();
     for (key, members) in [(&k, &members[..]), (&small, &members[..3])] {
-        let value = Bytes::from(encode_members(members));
-        e.update(key, false, move |_| {
-            let put = Change::Put {
-                kind: Kind::Set,
-                value,
-                expire_ms: 0,
-            };
-            Ok((Some(put), ()))
-        })
-        .await
-        .unwrap()
-        .durable(&e)
-        .await
-        .unwrap();
+        put_whole(&e, key, members, 0).await;
     }
     // Only the large one is parts.
     assert_eq!(parts_held(&warm), 1000);
@@ -265,21 +269,7 @@ async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and
     assert_eq!(e.get_value(&k).await.unwrap(), None);
 
     // The expiry sweep clears the parts of a set whose time came.
-    let value = Bytes::from(encode_members(&members));
-    let soon = e.now_ms() + 50;
-    e.update(&k, false, move |_| {
-        let put = Change::Put {
-            kind: Kind::Set,
-            value,
-            expire_ms: soon,
-        };
-        Ok((Some(put), ()))
-    })
-    .await
-    .unwrap()
-    .durable(&e)
-    .await
-    .unwrap();
+    put_whole(&e, &k, &members, e.now_ms() + 50).await;
     assert_eq!(parts_held(&warm), 1000);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     e.run_background_once().await.unwrap();
