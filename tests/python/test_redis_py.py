@@ -685,7 +685,12 @@ def test_cache_misses_are_answered_by_the_key_filter_and_no_stored_key_is_missed
             assert answered >= 0.95 * 1150, f"{life}: only {answered} answered by the filter"
             # Every stored key, in whichever tier it is, is found.
             keys = [f"item:{i:04d}" for i in range(600)]
-            assert "cold" in {r.execute_command("TIER", k) for k in keys[::29]}, life
+            # Some are cold: after the restart, once demotion has again moved the values the
+            # first life's reads brought back to the warm tier.
+            deadline = time.time() + 30
+            while "cold" not in {r.execute_command("TIER", k) for k in keys[::29]}:
+                assert time.time() < deadline, f"{life}: no sampled key is cold"
+                time.sleep(0.1)
             assert r.mget(keys) == [f"{i:04d}" * 250 for i in range(600)], life
         finally:
             strata.stop()
