@@ -27,7 +27,7 @@ use crate::locks::Stripes;
 use crate::settings::{Durability, Settings};
 use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
-use crate::warm::{Counts, Stored, Warm};
+use crate::warm::{Counts, Stored, Want, Warm};
 use crate::writeback::WriteBack;
 use crate::{Clock, Error, Result};
 
@@ -249,8 +249,8 @@ impl Core {
         hot_got(self.hot.find(key.stored(), now_ms))
     }
 
-    /// The stored entry of `key` (expired or not); with `want_value`, a warm entry's value,
-    /// verified (a failure counts as a checksum error).
+    /// The stored entry of `key` (expired or not), with what `want` asks of a warm entry's
+    /// value, verified (a failure counts as a checksum error).
     ///
     /// The record and the index entry are two reads: a write that moves the key from the
     /// index to a record between them (a cold value's return) would leave neither seen. A
@@ -258,15 +258,13 @@ impl Core {
     /// is found and the version was odd or moved, the lookup is done again; the third time
     /// under the stripe lock (callers that hold it never get there: nothing moves the
     /// version under them).
-    pub(crate) fn lookup(&self, key: &Key, want_value: bool) -> Result<Option<Stored>> {
+    pub(crate) fn lookup(&self, key: &Key, want: Want) -> Result<Option<Stored>> {
         let once = || {
-            self.warm
-                .lookup(key, want_value, &self.vlog)
-                .inspect_err(|e| {
-                    if matches!(e, Error::Data(_)) {
-                        add(&self.counters.checksum_errors);
-                    }
-                })
+            self.warm.lookup(key, want, &self.vlog).inspect_err(|e| {
+                if matches!(e, Error::Data(_)) {
+                    add(&self.counters.checksum_errors);
+                }
+            })
         };
         for _ in 0..2 {
             let seen = self.locks.version(key);

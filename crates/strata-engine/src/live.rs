@@ -44,7 +44,7 @@ use strata_format::{Key, Kind};
 use crate::core::Core;
 use crate::durability::{Ticket, Written};
 use crate::stats::add;
-use crate::warm::Loc;
+use crate::warm::{Loc, Want};
 use crate::write::{check_sizes, update, Change};
 use crate::writeback;
 use crate::{Error, Result};
@@ -858,7 +858,7 @@ fn adoptable_parted(
         let len = v.len();
         return Ok(Some(Some((v, e, k, StoredAs { parted, len }))));
     }
-    Ok(match core.lookup(key, true)? {
+    Ok(match core.lookup(key, Want::Value)? {
         None => Some(None),
         Some(s) if !s.is_live(now) => Some(None),
         Some(s) => match s.loc {
@@ -966,13 +966,9 @@ fn read_in_place<R>(
 
 /// Whether the warm store holds `key`'s value as parts.
 fn stored_as_parts(core: &Core, key: &Key) -> Result<bool> {
-    Ok(matches!(
-        core.lookup(key, false)?.map(|s| s.loc),
-        Some(Loc::Warm {
-            parted: Some(_),
-            ..
-        })
-    ))
+    Ok(core
+        .lookup(key, Want::Entry)?
+        .is_some_and(|s| s.parted().is_some()))
 }
 
 /// [`read_live`] of the live value in `slot` (the map's lock held): `Ok(None)` if it

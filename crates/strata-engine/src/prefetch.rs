@@ -9,7 +9,7 @@ use strata_format::{BlockRef, Key, Kind};
 use crate::core::{key_of_entry, Core};
 use crate::queue::Job;
 use crate::stats::add;
-use crate::warm::Loc;
+use crate::warm::{Loc, Want};
 
 /// Puts `value` into DRAM as a prefetch, unless a write raced with the lookup.
 fn admit(core: &Core, key: &Key, seen: u64, value: Bytes, kind: Kind, expire_ms: u64) -> bool {
@@ -70,7 +70,7 @@ fn neighbours(core: &Core, key: &Key, block_ref: &BlockRef, block: &Bytes, mut b
         let seen = core.locks.version(&k);
         // Only if the index still points at this very block (no newer write elsewhere).
         let here = matches!(
-            core.lookup(&k, false),
+            core.lookup(&k, Want::Entry),
             Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.segment_id == block_ref.segment_id && r.block == block_ref.block)
         );
         let value = Bytes::copy_from_slice(e.value);
@@ -98,7 +98,7 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
         let seen = core.locks.version(&k);
         // With the value: a warm value is read here once (RocksDB would load it even to
         // answer where the key is), a cold one is fetched below.
-        let Ok(Some(s)) = core.lookup(&k, true) else {
+        let Ok(Some(s)) = core.lookup(&k, Want::Value) else {
             continue;
         };
         if !s.is_live(now) || s.value_len > budget {

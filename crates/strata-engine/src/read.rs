@@ -15,7 +15,7 @@ use crate::core::{Core, HotGot};
 use crate::hook::{after_read, Read};
 use crate::stats::add;
 use crate::tier::Tier;
-use crate::warm::{record_value, Loc, Stored};
+use crate::warm::{record_value, Loc, Stored, Want};
 use crate::{Error, Result};
 
 /// Where a value lies in the value log (see [`crate::Engine::locate_local`]): `len` bytes
@@ -94,7 +94,7 @@ pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>>
         add(&core.counters.misses);
         return Ok(None);
     }
-    let got = get_uncached(core, key).await?;
+    let got = get_uncached(core, key, None).await?;
     core.access.count_read(key, got.is_some());
     Ok(got)
 }
@@ -132,46 +132,79 @@ pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
     }
     let f = f.take().expect("not called");
     let parts = names.filter(|_| core.settings.warm.parts_bytes_min > 0);
+    let mut first = None;
     if let Some(names) = parts.filter(|_| !core.warm.rules_out(key)) {
-        if let Some(got) = named_parts(core, key, names)? {
-            core.access.count_read(key, got.is_some());
-            return match got {
-                Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
-                None => Ok(None),
-            };
+        match named_parts(core, key, names)? {
+            Named::Parts(got) => {
+                core.access.count_read(key, got.is_some());
+                return match got {
+                    Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
+                    None => Ok(None),
+                };
+            }
+            Named::Whole(looked) => first = Some(looked),
+            Named::Changing => {}
         }
     }
-    match get(core, key).await? {
+    let got = match first {
+        // What `get` does past DRAM and the key filter, from the lookup already made.
+        Some(first) => {
+            let got = get_uncached(core, key, Some(first)).await?;
+            core.access.count_read(key, got.is_some());
+            got
+        }
+        None => get(core, key).await?,
+    };
+    match got {
         Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
         None => Ok(None),
     }
 }
 
-/// The items named `names` of `key`'s value if it is stored as parts, as a value of its
-/// kind holding them alone (`Some(None)`: the key expired); `None` when it is not stored
-/// as parts (or kept changing: the whole value answers). The record and the parts are
-/// read as one state: no commit touched the key's stripe between the first read and the
-/// check after the last (every change of parts commits its record with them).
-#[allow(clippy::type_complexity)]
-fn named_parts<N: AsRef<[u8]>>(
-    core: &Core,
-    key: &Key,
-    names: &[N],
-) -> Result<Option<Option<(Bytes, Kind)>>> {
-    for _attempt in 0..3 {
+/// A lookup of a key, when it started and the stripe version it saw.
+struct Looked {
+    started: Instant,
+    seen: u64,
+    stored: Option<Stored>,
+}
+
+impl Looked {
+    fn now(core: &Core, key: &Key, want: Want) -> Result<Looked> {
+        let started = Instant::now();
         let seen = core.locks.version(key);
-        let Some(stored) = core.lookup(key, false)? else {
-            return Ok(None);
+        let stored = core.lookup(key, want)?;
+        Ok(Looked {
+            started,
+            seen,
+            stored,
+        })
+    }
+}
+
+/// What [`named_parts`] found.
+enum Named {
+    /// The value is stored as parts: those named that were found, as a value of its kind
+    /// (`None`: the key expired).
+    Parts(Option<(Bytes, Kind)>),
+    /// It is not: the lookup (a warm value read whole).
+    Whole(Looked),
+    /// It kept changing between the record and the parts: the whole value answers.
+    Changing,
+}
+
+/// The items named `names` of `key`'s value if it is stored as parts. The record and the
+/// parts are read as one state: no commit touched the key's stripe between the first read
+/// and the check after the last (every change of parts commits its record with them).
+fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, names: &[N]) -> Result<Named> {
+    for _attempt in 0..3 {
+        let looked = Looked::now(core, key, Want::ValueUnlessParted)?;
+        let Some(at) = looked.stored.as_ref().and_then(Stored::parted) else {
+            return Ok(Named::Whole(looked));
         };
-        let Loc::Warm {
-            parted: Some(at), ..
-        } = stored.loc
-        else {
-            return Ok(None);
-        };
+        let (seen, stored) = (looked.seen, looked.stored.expect("parted"));
         if !stored.is_live(core.now_ms()) {
             add(&core.counters.misses);
-            return Ok(Some(None));
+            return Ok(Named::Parts(None));
         }
         let (found, items) = core
             .warm
@@ -188,10 +221,10 @@ fn named_parts<N: AsRef<[u8]>>(
                 .fetch_add(names.len() as u64, Ordering::Relaxed);
             let mut v = strata_format::collection_buf(found, items.len() + 10);
             v.extend_from_slice(&items);
-            return Ok(Some(Some((Bytes::from(v), stored.kind))));
+            return Ok(Named::Parts(Some((Bytes::from(v), stored.kind))));
         }
     }
-    Ok(None)
+    Ok(Named::Changing)
 }
 
 /// A value a read sees: shared (parts are cut from it without a copy) or lent from DRAM
@@ -250,12 +283,22 @@ impl<'a> Source<'a> {
 }
 
 /// The slow path of a read: the warm store, then the cold index and the object store.
-async fn get_uncached(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
+async fn get_uncached(
+    core: &Core,
+    key: &Key,
+    mut first: Option<Looked>,
+) -> Result<Option<(Bytes, Kind)>> {
     for _attempt in 0..3 {
-        let seen = core.locks.version(key);
+        let Looked {
+            started,
+            seen,
+            stored,
+        } = match first.take() {
+            Some(made) => made,
+            None => Looked::now(core, key, Want::Value)?,
+        };
         let now = core.now_ms();
-        let started = Instant::now();
-        let stored = match core.lookup(key, true)? {
+        let stored = match stored {
             Some(s) if s.is_live(now) => s,
             _ => {
                 add(&core.counters.misses);
@@ -369,7 +412,7 @@ pub(crate) async fn read_many(
     let fetched = futures::future::try_join_all(cold.iter().map(|&(i, r, seen)| async move {
         match fetch_cold(core, keys[i], seen, r, started).await {
             Err(Error::ColdUnavailable(_)) if moved(core, keys[i], &r)? => {
-                get_uncached(core, keys[i]).await
+                get_uncached(core, keys[i], None).await
             }
             other => other.map(|v| Some((v, r.kind))),
         }
@@ -533,7 +576,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
         }
     }
     for i in moved_between {
-        let got = get_uncached(core, keys[i]).await?;
+        let got = get_uncached(core, keys[i], None).await?;
         core.access.count_read(keys[i], got.is_some());
         if let Some((v, kind)) = got {
             found[i] = Found::Value(v, Tier::Warm, kind);
@@ -625,7 +668,7 @@ fn live(core: &Core, key: &Key) -> Result<Option<Stored>> {
         };
         return Ok(Some(stored).filter(|s| s.is_live(now)));
     }
-    Ok(core.lookup(key, false)?.filter(|s| s.is_live(now)))
+    Ok(core.lookup(key, Want::Entry)?.filter(|s| s.is_live(now)))
 }
 
 /// Whether `key` holds a live value, without reading a cold value.

@@ -8,7 +8,7 @@ use strata_format::{BlockRef, Key};
 
 use crate::core::Core;
 use crate::stats::add;
-use crate::warm::{warm_charge, Loc, Stored};
+use crate::warm::{warm_charge, Loc, Stored, Want};
 use crate::write::{apply_locked, Change};
 
 /// Writes `value`, just read from block `r` of the object store, back to the warm tier, if
@@ -28,7 +28,7 @@ pub(crate) fn return_read(
     if core.locks.version(key) != seen_version {
         return false;
     }
-    let stored = match core.lookup(key, false) {
+    let stored = match core.lookup(key, Want::Entry) {
         Ok(Some(s)) if matches!(s.loc, Loc::Cold(now_r) if now_r == *r) => s,
         _ => return false,
     };
@@ -48,7 +48,7 @@ pub(crate) fn return_prefetched(core: &Core, key: &Key) -> bool {
     }
     let _g = core.locks.lock(key);
     let now = core.now_ms();
-    let stored = match core.lookup(key, false) {
+    let stored = match core.lookup(key, Want::Entry) {
         Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(_)) => s,
         _ => return false,
     };

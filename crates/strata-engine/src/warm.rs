@@ -131,6 +131,24 @@ impl Stored {
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         strata_format::is_live(self.expire_ms, now_ms)
     }
+    /// Where its parts are, if it is a warm value stored as parts.
+    pub(crate) fn parted(&self) -> Option<Parted> {
+        match self.loc {
+            Loc::Warm { parted, .. } => parted,
+            Loc::Cold(_) => None,
+        }
+    }
+}
+
+/// What a lookup reads of a warm entry besides its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// The record alone.
+    Entry,
+    /// The value, verified (a value stored as parts is put together).
+    Value,
+    /// The value unless it is stored as parts: for reads that then read parts by name.
+    ValueUnlessParted,
 }
 
 /// What the meta family records of a committed segment.
@@ -668,15 +686,10 @@ impl Warm {
     }
 
     /// Reads the stored entry of `key` (expired or not): its record, else its cold index
-    /// entry. With `want_value`, a warm entry's value is read and verified.
-    pub(crate) fn lookup(
-        &self,
-        key: &Key,
-        want_value: bool,
-        vlog: &ValueLog,
-    ) -> Result<Option<Stored>> {
+    /// entry; of a warm entry, what `want` says.
+    pub(crate) fn lookup(&self, key: &Key, want: Want, vlog: &ValueLog) -> Result<Option<Stored>> {
         if let Some(rec) = self.record(key)? {
-            return Ok(Some(stored_warm(key, rec, want_value, vlog, self)?));
+            return Ok(Some(stored_warm(key, rec, want, vlog, self)?));
         }
         Ok(self.cold_ref(key)?.map(Stored::cold))
     }
@@ -692,7 +705,7 @@ impl Warm {
         let mut missing = Vec::new();
         for (i, (key, rec)) in keys.iter().zip(self.records(keys)).enumerate() {
             match rec? {
-                Some(rec) => out.push(Some(stored_warm(key, rec, false, vlog, self)?)),
+                Some(rec) => out.push(Some(stored_warm(key, rec, Want::Entry, vlog, self)?)),
                 None => {
                     out.push(None);
                     missing.push(i);
@@ -861,11 +874,11 @@ impl Warm {
     }
 }
 
-/// The stored entry of a warm `record` read for `key`; with `want_value`, its verified value.
+/// The stored entry of a warm `record` read for `key`, with what `want` asks of its value.
 pub(crate) fn stored_warm(
     key: &Key,
     record: Bytes,
-    want_value: bool,
+    want: Want,
     vlog: &ValueLog,
     warm: &Warm,
 ) -> Result<Stored> {
@@ -880,9 +893,12 @@ pub(crate) fn stored_warm(
         WarmValue::Inline(_) => (None, None),
     };
     let charge = warm_charge(key, value_len);
-    let value = match want_value {
-        true => Some(record_value(key, &record, vlog, warm)?.0),
-        false => None,
+    let value = match want {
+        Want::Value => Some(record_value(key, &record, vlog, warm)?.0),
+        Want::ValueUnlessParted if parted.is_none() => {
+            Some(record_value(key, &record, vlog, warm)?.0)
+        }
+        Want::Entry | Want::ValueUnlessParted => None,
     };
     Ok(Stored {
         loc: Loc::Warm {

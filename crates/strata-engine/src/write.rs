@@ -14,7 +14,7 @@ use strata_warm::Family;
 use crate::core::Core;
 use crate::durability::{Ticket, Written};
 use crate::stats::add;
-use crate::warm::{warm_charge, Batch, Counts, Loc, Stored};
+use crate::warm::{warm_charge, Batch, Counts, Loc, Stored, Want};
 use crate::writeback;
 use crate::{Error, Result};
 
@@ -242,7 +242,7 @@ pub(crate) fn stage<'k>(
             let value = match value {
                 Some(v) => v,
                 None => {
-                    loaded = core.lookup(key, true)?.and_then(|s| match s.loc {
+                    loaded = core.lookup(key, Want::Value)?.and_then(|s| match s.loc {
                         Loc::Warm { value, .. } => value,
                         Loc::Cold(_) => None,
                     });
@@ -652,7 +652,7 @@ pub(crate) async fn expire_if_due(core: &Core, key: &Key, expire_ms: u64) -> Res
         let _g = core.locks.lock(key);
         writeback::settle_locked(core, key)?;
         let now = core.now_ms();
-        match core.lookup(key, false)? {
+        match core.lookup(key, Want::Entry)? {
             Some(s) if s.expire_ms == expire_ms && !s.is_live(now) => {
                 // Not waited for: an expiry is not acknowledged to anyone.
                 let _ = apply_locked(core, key, Some(&s), Change::Delete, false)?;
@@ -736,7 +736,8 @@ pub(crate) async fn update<R>(
         let _g = core.locks.lock(key);
         writeback::settle_locked(core, key)?;
         let now = core.now_ms();
-        let stored = core.lookup(key, want_value)?;
+        let want = if want_value { Want::Value } else { Want::Entry };
+        let stored = core.lookup(key, want)?;
         let live = stored.as_ref().filter(|s| s.is_live(now));
         let existing = match live {
             None => None,
@@ -867,7 +868,7 @@ async fn apply_when_room(
         let r = {
             let _g = core.locks.lock(key);
             writeback::settle_locked(core, key)?;
-            let now = core.lookup(key, false)?;
+            let now = core.lookup(key, Want::Entry)?;
             if !same_state(stored.as_ref(), now.as_ref()) {
                 // Another write changed the key meanwhile: what this change was computed
                 // from is gone.
@@ -1160,7 +1161,10 @@ fn counter_known(
     }
     // Only the warm store knows: one read of it (no write) tells, unless the value is
     // cold.
-    let known = match core.lookup(key, true)?.filter(|s| s.is_live(now.get())) {
+    let known = match core
+        .lookup(key, Want::Value)?
+        .filter(|s| s.is_live(now.get()))
+    {
         None => None,
         Some(s) => match s.loc {
             Loc::Warm { value: Some(v), .. } => Some((v, s.expire_ms, s.kind)),
@@ -1328,7 +1332,7 @@ fn incr_many_locked(core: &Core, items: &[(&Key, i64)]) -> Result<IncrMany> {
     let now = core.now_ms();
     let counted = count(items, |k| {
         writeback::settle_locked(core, k)?;
-        let stored = core.lookup(k, true)?;
+        let stored = core.lookup(k, Want::Value)?;
         let (cur, expire_ms) = match stored.as_ref().filter(|s| s.is_live(now)) {
             Some(s) => match &s.loc {
                 Loc::Cold(_) => return Ok(None),
@@ -1386,7 +1390,7 @@ pub(crate) async fn flush_db(core: &Core, db: u8) -> Result<Written<()>> {
             let mut staged = Vec::with_capacity(keys.len());
             for key in &keys {
                 writeback::settle_locked(core, key)?;
-                let old = core.lookup(key, false)?;
+                let old = core.lookup(key, Want::Entry)?;
                 if let Some(s) = stage(core, key, old.as_ref(), Change::Delete, &mut batch, &mut d)?
                 {
                     staged.push(s);

@@ -46,7 +46,7 @@ use crate::durability::Ticket;
 use crate::locks::BATCH_KEYS_MAX;
 use crate::offload::give_way;
 use crate::stats::add;
-use crate::warm::Counts;
+use crate::warm::{Counts, Want};
 use crate::write::{commit_acknowledged, stage, Change};
 use crate::{Error, Result};
 
@@ -532,7 +532,7 @@ pub(crate) fn settle_many_locked(core: &Core, keys: &[&Key]) -> Result<()> {
 /// store holds the older value, until the change lands. Acknowledged already: not held to
 /// the hard limit. DRAM is the caller's to update (it still holds the old value, clean).
 pub(crate) fn settle_into_locked(core: &Core, key: &Key, change: Change) -> Result<()> {
-    let old = core.lookup(key, false)?;
+    let old = core.lookup(key, Want::Entry)?;
     let mut batch = core.warm.batch();
     let mut d = Counts::default();
     let staged = stage(core, key, old.as_ref(), change, &mut batch, &mut d)?;

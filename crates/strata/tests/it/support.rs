@@ -7,16 +7,27 @@ use std::time::{Duration, Instant};
 
 pub use strata_testkit::free_port;
 
-fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+/// Waits until `child` listens on `port`; `Err` with its status if it exits first.
+fn wait_for_port(
+    port: u16,
+    child: &mut Child,
+    what: &str,
+) -> Result<(), std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening: {status}");
+            return Err(status);
         }
         assert!(Instant::now() < deadline, "{what} did not listen on {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
 }
+
+/// How many times a server is started on fresh ports before a test gives up: a port
+/// [`free_port`] found free may be taken (by a test beside it, or as a client's source
+/// port) before the server binds it.
+const STARTS: usize = 3;
 
 /// A running `strata serve` with its own data directory; killed when dropped.
 pub struct Strata {
@@ -33,6 +44,28 @@ impl Strata {
     }
 
     pub fn start_in(dir: tempfile::TempDir, settings: &[(&str, &str)]) -> Strata {
+        let mut exited = None;
+        for _ in 0..STARTS {
+            match Self::try_start_in(&dir, settings) {
+                Ok((child, port, metrics_port)) => {
+                    return Strata {
+                        child,
+                        port,
+                        metrics_port,
+                        dir,
+                    }
+                }
+                Err(status) => exited = Some(status),
+            }
+        }
+        panic!("strata exited before listening, {STARTS} times: {exited:?}");
+    }
+
+    /// One start on fresh ports: the child, its port and its metrics port.
+    fn try_start_in(
+        dir: &tempfile::TempDir,
+        settings: &[(&str, &str)],
+    ) -> Result<(Child, u16, u16), std::process::ExitStatus> {
         let port = free_port();
         let metrics_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
@@ -49,13 +82,8 @@ impl Strata {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = cmd.spawn().expect("start strata");
-        wait_for_port(port, &mut child, "strata");
-        Strata {
-            child,
-            port,
-            metrics_port,
-            dir,
-        }
+        wait_for_port(port, &mut child, "strata")?;
+        Ok((child, port, metrics_port))
     }
 
     /// Runs `redis-cli` against this server and returns its stdout.
@@ -102,15 +130,21 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let port = free_port();
-        let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (Debian redis-server); scripts/install-deps does it");
-        wait_for_port(port, &mut child, "redis-server");
-        RedisServer { child, port }
+        let mut exited = None;
+        for _ in 0..STARTS {
+            let port = free_port();
+            let mut child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed (Debian redis-server); scripts/install-deps does it");
+            match wait_for_port(port, &mut child, "redis-server") {
+                Ok(()) => return RedisServer { child, port },
+                Err(status) => exited = Some(status),
+            }
+        }
+        panic!("redis-server exited before listening, {STARTS} times: {exited:?}");
     }
 }
 
