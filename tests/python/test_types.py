@@ -1596,64 +1596,82 @@ def test_smove_and_lpos_use_a_large_collections_live_value(strata):
 
 
 @pytest.mark.parametrize("durability", ["group", "none"])
-def test_large_hashes_and_sets_are_stored_as_parts_a_change_writing_what_changed(
+def test_large_hashes_sets_and_sorted_sets_are_stored_as_parts_a_change_writing_what_changed(
     tmp_path, durability
 ):
-    """A hash or set stored past `parts_bytes_min` is kept as parts in RocksDB, one record
-    per field or member: after it is filled, a change of three items writes three parts,
-    not the value again. Everything reads back after a SIGKILL (with `none`, once a flush
-    tick passed), a field's own expiry holds, and a delete leaves nothing to read."""
+    """A hash, set or sorted set stored past `parts_bytes_min` is kept as parts in RocksDB,
+    one record per field or member: after it is filled, a change of five items writes five
+    parts, not the values again. Everything reads back after a SIGKILL (with `none`, once a
+    flush tick passed), in score order for the sorted set, a field's own expiry holds, and a
+    delete leaves nothing to read."""
     settings = {"durability": durability, "parts_bytes_min": "64KiB", "none_flush_ms": 100}
     p = StrataProcess(settings, data_dir=str(tmp_path))
     try:
         r = p.client(decode_responses=True)
         fields = {f"f{i:05d}": f"value-{i}" for i in range(20000)}
         members = {f"m{i:05d}" for i in range(20000)}
+        # Scores against the members' order (parts are kept by member), some equal.
+        scores = {f"m{i:05d}": float((20000 - i) // 2) for i in range(20000)}
         pipe = r.pipeline(transaction=False)
         items = list(fields.items())
+        ranked = list(scores.items())
         for i in range(0, len(items), 500):
             pipe.hset("h", mapping=dict(items[i:i + 500]))
             pipe.sadd("s", *sorted(members)[i:i + 500])
+            pipe.zadd("z", dict(ranked[i:i + 500]))
         pipe.execute()
         r.hset("h", "f00000", "first change")
         fields["f00000"] = "first change"
         r.save()  # every change folded (with `none`, the tick's work)
         before = r.info("strata")["parts_written"]
-        assert before >= 40000, "filled past parts_bytes_min, each item was written as a part"
+        assert before >= 60000, "filled past parts_bytes_min, each item was written as a part"
         assert r.hset("h", "f00001", "changed") == 0
         assert r.hdel("h", "f00002") == 1
         assert r.srem("s", "m00003") == 1
+        assert r.zadd("z", {"m00004": -1.5}) == 0
+        assert r.zrem("z", "m00005") == 1
         if durability == "none":
             r.save()
         fields["f00001"] = "changed"
         del fields["f00002"]
         members.discard("m00003")
+        scores["m00004"] = -1.5
+        del scores["m00005"]
         written = r.info("strata")["parts_written"] - before
-        assert written == 3, f"three items changed, {written} parts written"
+        assert written == 5, f"five items changed, {written} parts written"
         assert r.hget("h", "f00001") == "changed" and r.hget("h", "f00002") is None
         if durability == "none":
             time.sleep(0.3)
     finally:
         p.stop()  # SIGKILL
 
+    in_order = sorted(scores.items(), key=lambda e: (e[1], e[0]))
     p = StrataProcess(settings, data_dir=str(tmp_path))
     try:
         r = p.client(decode_responses=True)
         # Reads of a few fields or members read those parts alone.
         assert r.hmget("h", "f00001", "f00002", "f19999") == ["changed", None, "value-19999"]
         assert r.sismember("s", "m00003") == 0
-        assert r.info("strata")["parts_read"] == 4
+        assert r.zscore("z", "m00004") == -1.5
+        assert r.zmscore("z", ["m00005", "m00006"]) == [None, scores["m00006"]]
+        assert r.info("strata")["parts_read"] == 7
         assert r.hlen("h") == len(fields) and r.scard("s") == len(members)
+        assert r.zcard("z") == len(scores)
         assert r.hgetall("h") == fields
         assert r.smembers("s") == members
         assert r.sismember("s", "m00004") == 1
+        assert r.zrange("z", 0, 3, withscores=True) == in_order[:4]
+        assert r.zrevrange("z", 0, 1, withscores=True) == in_order[::-1][:2]
+        assert r.zrangebyscore("z", 100, 101) == [m for m, s in in_order if 100 <= s <= 101]
+        assert r.zrank("z", "m00004") == 0
         # A field of the parted hash expires on its own.
         assert r.execute_command("HPEXPIRE", "h", 200, "FIELDS", 1, "f00005") == [1]
         time.sleep(0.4)
         assert r.hget("h", "f00005") is None and r.hexists("h", "f00005") == 0
         assert r.hget("h", "f00006") == "value-6"
-        assert r.delete("h", "s") == 2
+        assert r.delete("h", "s", "z") == 3
         assert r.hgetall("h") == {} and r.smembers("s") == set()
+        assert r.zrange("z", 0, -1) == []
         r.sadd("s", "again")
         assert r.smembers("s") == {"again"}
     finally:

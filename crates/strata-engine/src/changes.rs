@@ -140,7 +140,7 @@ fn set(core: &Core, key: &Key, rec: &[u8]) -> Result<KeyChange> {
             ))
         })?,
         // The parts as they are now: a later change to them shows here too.
-        WarmValue::Parted(at) => core.warm.assemble(key, at).map_err(|e| {
+        WarmValue::Parted(at) => core.warm.assemble(key, r.kind, at).map_err(|e| {
             Error::Invalid(format!(
                 "the change log points at parts the warm store no longer holds ({e}); read a backup instead"
             ))

@@ -86,7 +86,7 @@ pub trait LiveValue: Any + Send {
     /// Whether it holds nothing (then its key is deleted, as Redis deletes an empty
     /// collection).
     fn is_empty(&self) -> bool;
-    /// How many items it holds, if it counts them: a large hash or set is stored as parts
+    /// How many items it holds, if it counts them: a large hash, set or sorted set is stored as parts
     /// only then, and its folds write its [`LiveValue::delta`] alone.
     fn items(&self) -> Option<usize> {
         None
@@ -736,7 +736,7 @@ pub(crate) async fn update_live<R>(
             drop(slots);
         }
         let now = core.now_ms();
-        if let Some(current) = adoptable_parted(core, key, now)? {
+        if let Some(current) = adoptable_parted(core, key, now, true)? {
             let (value, expire_ms, stored) = match current {
                 Some((v, e, k, p)) if k == kind => (Some(v), e, p),
                 Some(_) => return Err(Error::WrongType),
@@ -836,16 +836,18 @@ pub(crate) fn adoptable(
     key: &Key,
     now: u64,
 ) -> Result<Option<Option<(Bytes, u64, Kind)>>> {
-    Ok(adoptable_parted(core, key, now)?.map(|c| c.map(|(v, e, k, _)| (v, e, k))))
+    Ok(adoptable_parted(core, key, now, true)?.map(|c| c.map(|(v, e, k, _)| (v, e, k))))
 }
 
 /// [`adoptable`], and what the value is stored as: parts only if no newer dirty value
-/// stands in front of them.
+/// stands in front of them. Without `whole_parts`, a value stored as parts and not in
+/// DRAM is not put together (`None`: the stored value answers).
 #[allow(clippy::type_complexity)]
 fn adoptable_parted(
     core: &Core,
     key: &Key,
     now: u64,
+    whole_parts: bool,
 ) -> Result<Option<Option<(Bytes, u64, Kind, StoredAs)>>> {
     if let Some(known) = writeback::current_locked(core, key, now)? {
         let Some((v, e, k)) = known else {
@@ -858,7 +860,11 @@ fn adoptable_parted(
         let len = v.len();
         return Ok(Some(Some((v, e, k, StoredAs { parted, len }))));
     }
-    Ok(match core.lookup(key, Want::Value)? {
+    let want = match whole_parts {
+        true => Want::Value,
+        false => Want::ValueUnlessParted,
+    };
+    Ok(match core.lookup(key, want)? {
         None => Some(None),
         Some(s) if !s.is_live(now) => Some(None),
         Some(s) => match s.loc {
@@ -942,10 +948,13 @@ fn read_in_place<R>(
         return read_slot(core, slot, kind, f);
     }
     let now = core.now_ms();
-    let (value, expire_ms, stored) = match adoptable_parted(core, key, now)? {
+    // Not a value stored as parts, put together from them: a read of a few of its items
+    // reads those alone ([`crate::read::get_named_with`]), and one of all of them pays
+    // for itself alone.
+    let (value, expire_ms, stored) = match adoptable_parted(core, key, now, false)? {
         Some(Some((v, e, k, p))) if k == kind => (v, e, p),
         Some(Some(_)) => return Err(Error::WrongType),
-        // Absent or cold: the stored value answers.
+        // Absent, cold or parts: the stored value answers.
         Some(None) | None => return Ok(None),
     };
     let obj = decode(Some(&value))?;

@@ -221,6 +221,8 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, names: &[N]) -> Result<Na
                 .fetch_add(names.len() as u64, Ordering::Relaxed);
             let mut v = strata_format::collection_buf(found, items.len() + 10);
             v.extend_from_slice(&items);
+            let v = strata_format::parts::in_order(stored.kind, v)
+                .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
             return Ok(Named::Parts(Some((Bytes::from(v), stored.kind))));
         }
     }

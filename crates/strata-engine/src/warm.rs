@@ -732,8 +732,9 @@ impl Warm {
     }
 
     /// The whole value of `key` (of `kind`) stored as parts at `at`: its header and every
-    /// part's item in the order of their keys, each verified; the count must match.
-    pub(crate) fn assemble(&self, key: &Key, at: Parted) -> Result<Bytes> {
+    /// part's item in the order of their keys, each verified (the count must match), put
+    /// in the order its kind keeps ([`strata_format::parts::in_order`]).
+    pub(crate) fn assemble(&self, key: &Key, kind: Kind, at: Parted) -> Result<Bytes> {
         let prefix = keys::parts_prefix(key, at.version);
         let mut out = strata_format::collection_buf(at.count as usize, at.bytes as usize);
         let mut found = 0u64;
@@ -752,6 +753,8 @@ impl Warm {
                 at.count, at.version
             )));
         }
+        let out = strata_format::parts::in_order(kind, out)
+            .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
         Ok(Bytes::from(out))
     }
 
@@ -931,7 +934,7 @@ pub(crate) fn record_value(
             record.slice(start..start + v.len())
         }
         WarmValue::Logged(at) => vlog.read_checked(key.client(), &rec, at)?,
-        WarmValue::Parted(at) => warm.assemble(key, at)?,
+        WarmValue::Parted(at) => warm.assemble(key, rec.kind, at)?,
     };
     Ok((value, rec.kind))
 }

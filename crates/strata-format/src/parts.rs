@@ -1,17 +1,18 @@
-//! A large hash or set stored as parts: one record of the warm store's `parts` family per
-//! field or member, under the part key of [`crate::keys::part_key`], and a record in the
-//! `records` family that says where they are ([`crate::WarmValue::Parted`]). A change to one
-//! field writes that field's part and the record, not the whole value.
+//! A large hash, set or sorted set stored as parts: one record of the warm store's `parts`
+//! family per field or member, under the part key of [`crate::keys::part_key`], and a
+//! record in the `records` family that says where they are ([`crate::WarmValue::Parted`]).
+//! A change to one field writes that field's part and the record, not the whole value.
 //!
 //! ```text
 //! part key   = the value's parts prefix (key and version) | name
 //! part value = crc32c u32 (of part key || item) | item
-//! item       = the field or member as the whole value's encoding (version 2) writes it
-//!              (hash::put_field, members::put_member)
+//! item       = the field, member or entry as the whole value's encoding (version 2)
+//!              writes it (hash::put_field, members::put_member, a zset entry)
 //! ```
 //!
 //! The whole value is the collection's header and its items in the order of their part
-//! keys (by name), so reading it back is one pass over a prefix of the family.
+//! keys (by name), so reading it back is one pass over a prefix of the family; a sorted
+//! set's entries are then sorted by score ([`in_order`]).
 
 use std::borrow::Cow;
 
@@ -21,7 +22,19 @@ use crate::{collection_items, FormatError, Kind, Result};
 
 /// The kinds stored as parts when large: those whose items have names of their own.
 pub fn kind_has_parts(kind: Kind) -> bool {
-    matches!(kind, Kind::Hash | Kind::Set)
+    matches!(kind, Kind::Hash | Kind::Set | Kind::ZSet)
+}
+
+/// The value of `kind` made of a header and items in the order of their names (what the
+/// parts add up to) put in the order its encoding keeps: a sorted set's entries by score,
+/// others as they are.
+pub fn in_order(kind: Kind, value: Vec<u8>) -> Result<Vec<u8>> {
+    if kind != Kind::ZSet {
+        return Ok(value);
+    }
+    let mut entries = crate::zset::decode_zset(&value)?;
+    entries.sort_by(crate::zset::order);
+    Ok(crate::zset::encode_zset(&entries))
 }
 
 /// A part's value: its checksum (over `part_key` and `item`), then `item`.
@@ -52,14 +65,15 @@ fn part_checksum(part_key: &[u8], item: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(part_key), item)
 }
 
-/// The value `b` of `kind` (a hash or a set) in the current encoding (version 2): as it
-/// is, or written again from the first.
+/// The value `b` of `kind` (a hash, a set or a sorted set) in the current encoding
+/// (version 2): as it is, or written again from the first.
 pub fn in_current_encoding(kind: Kind, b: &[u8]) -> Result<Cow<'_, [u8]>> {
     if collection_items(b)?.is_some() {
         return Ok(Cow::Borrowed(b));
     }
     Ok(Cow::Owned(match kind {
         Kind::Hash => crate::hash::encode_hash(&decode_hash(b)?),
+        Kind::ZSet => crate::zset::encode_zset(&crate::zset::decode_zset(b)?),
         _ => crate::members::encode_members(&decode_members(b)?),
     }))
 }
@@ -79,6 +93,7 @@ pub fn items(kind: Kind, b: &[u8]) -> Result<Vec<(&[u8], &[u8])>> {
         let rest = &b[at..];
         let (name, len) = match kind {
             Kind::Hash => crate::hash::field_at(rest).map(|(f, len)| (f.name, len))?,
+            Kind::ZSet => crate::zset::entry_at(rest)?,
             _ => crate::members::member_at(rest)?,
         };
         out.push((name, &rest[..len]));
@@ -139,5 +154,23 @@ mod tests {
         }
         assert_eq!(again, s);
         assert!(items(Kind::Set, &s[..s.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_sorted_sets_entries_by_name_are_put_back_in_score_order() {
+        let entries: Vec<(f64, &[u8])> = vec![(-1.5, b"z"), (2.0, b"a"), (2.0, b"b"), (9.0, b"c")];
+        let v = crate::zset::encode_zset(&entries);
+        let mut got = items(Kind::ZSet, &v).unwrap();
+        let names: Vec<&[u8]> = got.iter().map(|i| i.0).collect();
+        assert_eq!(names, [&b"z"[..], b"a", b"b", b"c"]);
+        // As the parts hold them: by name.
+        got.sort_by(|a, b| a.0.cmp(b.0));
+        let mut by_name = crate::collection_buf(got.len(), v.len());
+        got.iter().for_each(|i| by_name.extend_from_slice(i.1));
+        assert_ne!(by_name, v);
+        assert_eq!(in_order(Kind::ZSet, by_name).unwrap(), v);
+        assert!(items(Kind::ZSet, &v[..v.len() - 1]).is_err());
+        // Other kinds keep the order they are given.
+        assert_eq!(in_order(Kind::Set, vec![2, 0]).unwrap(), vec![2, 0]);
     }
 }

@@ -13,7 +13,7 @@
 //! member) are still read.
 //!
 //! One stored value, like a hash ([`crate::hash`]): a change rewrites it whole, and a range
-//! read decodes the set.
+//! read decodes the set; past a size, parts ([`crate::parts`]), one per member.
 
 use std::cmp::Ordering;
 
@@ -66,23 +66,36 @@ pub fn decode_zset(b: &[u8]) -> Result<Vec<(f64, &[u8])>> {
             out.push((score, r.bytes(len)?));
             continue;
         }
-        let (len, whole) = r.flagged_len()?;
-        let score = if whole {
-            let i = unzigzag(r.varint()?);
-            if i.unsigned_abs() > 1 << 53 {
-                return Err(crate::FormatError::Bad {
-                    what: "sorted set",
-                    detail: format!("integral score {i}"),
-                });
-            }
-            i as f64
-        } else {
-            f64::from_bits(r.u64()?)
-        };
-        out.push((score, r.bytes(len)?));
+        out.push(read_entry(&mut r)?);
     }
     r.finish()?;
     Ok(out)
+}
+
+/// One entry of the current encoding.
+fn read_entry<'a>(r: &mut Reader<'a>) -> Result<(f64, &'a [u8])> {
+    let (len, whole) = r.flagged_len()?;
+    let score = if whole {
+        let i = unzigzag(r.varint()?);
+        if i.unsigned_abs() > 1 << 53 {
+            return Err(crate::FormatError::Bad {
+                what: "sorted set",
+                detail: format!("integral score {i}"),
+            });
+        }
+        i as f64
+    } else {
+        f64::from_bits(r.u64()?)
+    };
+    Ok((score, r.bytes(len)?))
+}
+
+/// The entry at the start of `b` (the current encoding's items, as
+/// [`crate::parts`] cuts them): its member and how many bytes it takes.
+pub fn entry_at(b: &[u8]) -> Result<(&[u8], usize)> {
+    let mut r = Reader::new(b, "sorted set entry");
+    let (_, member) = read_entry(&mut r)?;
+    Ok((member, b.len() - r.remaining()))
 }
 
 /// Encodes `entries` (already in order, members distinct).

@@ -1,5 +1,6 @@
-//! Large hashes and sets stored as parts (`parts_bytes_min`): one record of the `parts`
-//! family per member, so a change to a few members writes those, on the real RocksDB.
+//! Large hashes, sets and sorted sets stored as parts (`parts_bytes_min`): one record of
+//! the `parts` family per member, so a change to a few members writes those, on the real
+//! RocksDB.
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use bytes::Bytes;
 use strata_engine::{Change, Engine, ErrorKind, Kind, LiveValue, Tier};
 use strata_format::delta::encode_delta;
 use strata_format::members::{decode_members, encode_members};
+use strata_format::zset::{decode_zset, encode_zset};
 use strata_warm::{Bounds, Family, WarmStore};
 
 use crate::support::{key, parts, small_options, Opts};
@@ -275,5 +277,62 @@ async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and
     e.run_background_once().await.unwrap();
     assert_eq!(parts_held(&warm), 0);
     assert_eq!(e.get_value(&k).await.unwrap(), None);
+    e.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.s.hot.hot_dirty_fraction = 0.0;
+    let (e, warm) = open_counting(o).await;
+    let k = key("ranked");
+    // Scores that run against the members' order: parts, kept by member, are not in
+    // the set's order.
+    let entries: Vec<(f64, Vec<u8>)> = (0..1000)
+        .map(|i| ((1000 - i) as f64 / 4.0, member(i)))
+        .collect();
+    let mut ordered = entries.clone();
+    ordered.sort_by(strata_format::zset::order);
+    let value = Bytes::from(encode_zset(&ordered));
+    let put = Change::Put {
+        kind: Kind::ZSet,
+        value: value.clone(),
+        expire_ms: 0,
+    };
+    e.update(&k, false, move |_| Ok((Some(put), ())))
+        .await
+        .unwrap()
+        .durable(&e)
+        .await
+        .unwrap();
+    assert_eq!(parts_held(&warm), 1000);
+    e.clear_hot();
+    let (kind, back) = e.get_value(&k).await.unwrap().unwrap();
+    assert_eq!(kind, Kind::ZSet);
+    assert_eq!(back, value, "put back together in score order");
+
+    // Read by name: the entries named alone, whatever order they are named in.
+    e.clear_hot();
+    let names = [member(7), member(3), b"absent".to_vec()];
+    let got = e
+        .get_named_with(&k, &names, |kind, v| {
+            assert_eq!(kind, Kind::ZSet);
+            let got: Vec<(f64, Vec<u8>)> = decode_zset(v.bytes())
+                .unwrap()
+                .into_iter()
+                .map(|(s, m)| (s, m.to_vec()))
+                .collect();
+            Ok(got)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![(993.0 / 4.0, member(7)), (997.0 / 4.0, member(3))]
+    );
+    assert!(e.delete(&k).await.unwrap().value);
+    assert_eq!(parts_held(&warm), 0);
     e.close().await.unwrap();
 }

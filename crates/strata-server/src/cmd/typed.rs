@@ -732,7 +732,7 @@ pub(crate) async fn read_kind_with<R>(
 
 /// [`read_kind_with`] of a read that needs the items `names` alone (given): `f` may see a
 /// value holding just those of them there are ([`strata_engine::Engine::get_named_with`]:
-/// a hash or set stored as parts is read by name).
+/// a hash, set or sorted set stored as parts is read by name).
 pub(crate) async fn read_named_with<R>(
     ctx: &mut Ctx<'_>,
     key: &Key,

@@ -14,9 +14,9 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args, own,
-    pop_count, random_args, random_positions, read_items, read_kind_with, read_live, reply,
-    scan_options, scan_reply, store_items, table_due, write_items, Codec, Items, NameTable,
-    ScanOptions, Touched,
+    pop_count, random_args, random_positions, read_items, read_kind_with, read_live,
+    read_named_with, reply, scan_options, scan_reply, store_items, table_due, write_items, Codec,
+    Items, NameTable, ScanOptions, Touched,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -637,7 +637,7 @@ pub(crate) async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    let r = read_entries(ctx, &a[1], |e, _| {
+    let r = read_named_entries(ctx, &key, &a[2..3], |e| {
         e.iter()
             .find(|(_, m)| *m == &a[2][..])
             .map_or(Reply::Null, |(s, _)| score_reply(*s))
@@ -654,7 +654,7 @@ pub(crate) async fn zmscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    let r = read_entries(ctx, &a[1], |e, _| {
+    let r = read_named_entries(ctx, &key, &a[2..], |e| {
         let by: HashMap<&[u8], f64> = e.iter().map(|(s, m)| (*m, *s)).collect();
         Reply::Array(
             a[2..]
@@ -1041,6 +1041,24 @@ async fn range_command(
 /// `Bytes` per member), for the reads that answer with a few of them or a count: `f` sees
 /// them (none if the key is absent) and the value they are cut from, to `cut` what the
 /// reply returns.
+/// [`read_entries`] of a read that needs the members `names` alone (`ZSCORE`, `ZMSCORE`):
+/// of a set stored as parts and not held decoded, `f` sees those entries alone.
+async fn read_named_entries<R>(
+    ctx: &mut Ctx<'_>,
+    key: &strata_engine::Key,
+    names: &[Bytes],
+    f: impl FnOnce(&[(f64, &[u8])]) -> R + Send,
+) -> Result<R, Reply> {
+    read_named_with(ctx, key, Kind::ZSet, Some(names), |v| match v {
+        Some(v) => {
+            let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
+            Ok(f(&e))
+        }
+        None => Ok(f(&[])),
+    })
+    .await
+}
+
 async fn read_entries<R>(
     ctx: &mut Ctx<'_>,
     key: &[u8],

@@ -8,11 +8,7 @@ use std::time::{Duration, Instant};
 pub use strata_testkit::free_port;
 
 /// Waits until `child` listens on `port`; `Err` with its status if it exits first.
-fn wait_for_port(
-    port: u16,
-    child: &mut Child,
-    what: &str,
-) -> Result<(), std::process::ExitStatus> {
+fn wait_for_port(port: u16, child: &mut Child, what: &str) -> Result<(), std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
