@@ -22,7 +22,7 @@ use crate::disk::DiskGuard;
 use crate::durability::{GroupCommit, Ticket, Written};
 use crate::live::LiveValue;
 use crate::locks::Stripes;
-use crate::read::{LocalValue, Source};
+use crate::read::{Counted, LocalValue, Source};
 use crate::scan::ScanPage;
 use crate::settings::{Durability, HotPolicy, Settings};
 use crate::stats::{Counters, Stats};
@@ -368,7 +368,18 @@ impl Engine {
         names: &[N],
         f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
     ) -> Result<Option<R>> {
-        crate::read::get_named_with(&self.core, key, Some(names), f).await
+        crate::read::get_named_with(&self.core, key, names, f).await
+    }
+
+    /// [`Engine::get_value_with`] for a read of how many items a hash, a set or a sorted
+    /// set holds (`SCARD`, `ZCARD`): of a value stored as parts, its record answers
+    /// ([`Counted::Items`]) and `f` is not called.
+    pub async fn get_count_with<R>(
+        &self,
+        key: &Key,
+        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+    ) -> Result<Option<Counted<R>>> {
+        crate::read::get_count_with(&self.core, key, f).await
     }
 
     /// The kind of value `key` holds, if it holds a live one, without reading the value.

@@ -106,18 +106,68 @@ pub(crate) async fn get_with<R>(
     key: &Key,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
-    get_named_with::<R, &[u8]>(core, key, None, f).await
+    let got = get_asked_with::<R, &[u8]>(core, key, Ask::Whole, f).await?;
+    Ok(got.map(Counted::read))
 }
 
-/// [`get_with`] of a read that needs the items named `names` alone (of a hash or a set):
-/// when the value is stored as parts and neither DRAM nor a live value holds it, `f` sees
-/// a value of its kind made of those items (the ones found), read by name, not the whole.
+/// [`get_with`] of a read that needs the items named `names` alone (of a hash, a set or a
+/// sorted set): when the value is stored as parts and neither DRAM nor a live value holds
+/// it, `f` sees a value of its kind made of those items (the ones found), read by name,
+/// not the whole.
 pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
     core: &Core,
     key: &Key,
-    names: Option<&[N]>,
+    names: &[N],
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
+    let got = get_asked_with(core, key, Ask::Named(names), f).await?;
+    Ok(got.map(Counted::read))
+}
+
+/// [`get_with`] of a read that needs how many items a collection holds: when the value is
+/// stored as parts and neither DRAM nor a live value holds it, its record's count answers
+/// ([`Counted::Items`]) and no part is read.
+pub(crate) async fn get_count_with<R>(
+    core: &Core,
+    key: &Key,
+    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+) -> Result<Option<Counted<R>>> {
+    get_asked_with::<R, &[u8]>(core, key, Ask::Count, f).await
+}
+
+/// What a read needs of a value stored as parts.
+#[derive(Clone, Copy)]
+enum Ask<'a, N> {
+    Whole,
+    /// The items of these names.
+    Named(&'a [N]),
+    /// How many items there are.
+    Count,
+}
+
+/// What [`get_count_with`] answers with: the read's own result, or the kind and the count
+/// of items its record holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counted<R> {
+    Read(R),
+    Items(Kind, u64),
+}
+
+impl<R> Counted<R> {
+    fn read(self) -> R {
+        match self {
+            Counted::Read(r) => r,
+            Counted::Items(..) => unreachable!("only a read asking for the count is counted"),
+        }
+    }
+}
+
+async fn get_asked_with<R, N: AsRef<[u8]>>(
+    core: &Core,
+    key: &Key,
+    ask: Ask<'_, N>,
+    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+) -> Result<Option<Counted<R>>> {
     crate::live::fold_keys(core, &[key])?;
     let mut f = Some(f);
     let lent = core.hot.read_with(key.stored(), core.now_ms(), |v, tag| {
@@ -128,19 +178,24 @@ pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
     });
     if let Some(r) = lent {
         hot_hit(core, key);
-        return r.map(Some);
+        return r.map(|r| Some(Counted::Read(r)));
     }
     let f = f.take().expect("not called");
-    let parts = names.filter(|_| core.settings.warm.parts_bytes_min > 0);
+    let read = |got: Option<(Bytes, Kind)>| match got {
+        Some((v, kind)) => f(kind, Source::shared(&v)).map(|r| Some(Counted::Read(r))),
+        None => Ok(None),
+    };
     let mut first = None;
-    if let Some(names) = parts.filter(|_| !core.warm.rules_out(key)) {
-        match named_parts(core, key, names)? {
+    let parts = core.settings.warm.parts_bytes_min > 0 && !matches!(ask, Ask::Whole);
+    if parts && !core.warm.rules_out(key) {
+        match named_parts(core, key, ask)? {
             Named::Parts(got) => {
                 core.access.count_read(key, got.is_some());
-                return match got {
-                    Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
-                    None => Ok(None),
-                };
+                return read(got);
+            }
+            Named::Count(kind, n) => {
+                core.access.count_read(key, true);
+                return Ok(Some(Counted::Items(kind, n)));
             }
             Named::Whole(looked) => first = Some(looked),
             Named::Changing => {}
@@ -155,10 +210,7 @@ pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
         }
         None => get(core, key).await?,
     };
-    match got {
-        Some((v, kind)) => f(kind, Source::shared(&v)).map(Some),
-        None => Ok(None),
-    }
+    read(got)
 }
 
 /// A lookup of a key, when it started and the stripe version it saw.
@@ -186,16 +238,19 @@ enum Named {
     /// The value is stored as parts: those named that were found, as a value of its kind
     /// (`None`: the key expired).
     Parts(Option<(Bytes, Kind)>),
+    /// It is stored as parts of this kind, this many.
+    Count(Kind, u64),
     /// It is not: the lookup (a warm value read whole).
     Whole(Looked),
     /// It kept changing between the record and the parts: the whole value answers.
     Changing,
 }
 
-/// The items named `names` of `key`'s value if it is stored as parts. The record and the
-/// parts are read as one state: no commit touched the key's stripe between the first read
-/// and the check after the last (every change of parts commits its record with them).
-fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, names: &[N]) -> Result<Named> {
+/// What `ask` needs of `key`'s value if it is stored as parts: the items it names, or
+/// their count. The record and the parts are read as one state: no commit touched the
+/// key's stripe between the first read and the check after the last (every change of
+/// parts commits its record with them).
+fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Result<Named> {
     for _attempt in 0..3 {
         let looked = Looked::now(core, key, Want::ValueUnlessParted)?;
         let Some(at) = looked.stored.as_ref().and_then(Stored::parted) else {
@@ -206,6 +261,11 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, names: &[N]) -> Result<Na
             add(&core.counters.misses);
             return Ok(Named::Parts(None));
         }
+        let names = match ask {
+            Ask::Named(names) => names,
+            Ask::Count => return Ok(Named::Count(stored.kind, at.count)),
+            Ask::Whole => return Ok(Named::Changing),
+        };
         let (found, items) = core
             .warm
             .named_parts(key, at.version, names)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Change, Engine, ErrorKind, Kind, LiveValue, Tier};
+use strata_engine::{Change, Counted, Engine, ErrorKind, Kind, LiveValue, Tier};
 use strata_format::delta::encode_delta;
 use strata_format::members::{decode_members, encode_members};
 use strata_format::zset::{decode_zset, encode_zset};
@@ -250,6 +250,12 @@ async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and
         .await
         .expect_err("a changed part is not returned");
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+    // A count is the record's: no part is read (the damaged one is not seen). A value not
+    // stored as parts is read.
+    let count = e.get_count_with(&k, |_, _| Ok(0)).await.unwrap();
+    assert_eq!(count, Some(Counted::Items(Kind::Set, 1000)));
+    let count = e.get_count_with(&small, |_, v| Ok(decode_members(v.bytes()).unwrap().len()));
+    assert_eq!(count.await.unwrap(), Some(Counted::Read(3)));
     let mut b = warm.batch();
     b.put(Family::Parts, &first.0, &first.1);
     warm.write(b, true).unwrap();

@@ -7,11 +7,12 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use strata_engine::Kind;
+use strata_format::members::decode_members;
 use strata_resp::Reply;
 
 use super::packed::{MemberPack, Pack};
 use super::typed::{
-    pop_count, random_args, random_positions, read_items, read_live, read_members,
+    pop_count, random_args, random_positions, read_count, read_items, read_live, read_members,
     read_named_members, reply, scan_options, scan_reply, store_items, write_items, SetCodec,
 };
 use super::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
@@ -64,7 +65,7 @@ pub(crate) async fn scard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<SetCodec, _>(ctx, &key, |m| m.len() as i64) {
         return reply(r, Reply::Integer);
     }
-    read_members::<false>(ctx, &a[1], |m, _| Reply::Integer(m.len() as i64)).await
+    read_count(ctx, &key, Kind::Set, |v| Ok(decode_members(v)?.len())).await
 }
 
 pub(crate) async fn sismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

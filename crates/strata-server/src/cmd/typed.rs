@@ -10,7 +10,7 @@ use super::packed::{Indexed, MemberPack};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_engine::{Change, Key, Kind, Source};
+use strata_engine::{Change, Counted, Key, Kind, Source};
 use strata_resp::Reply;
 
 use super::{engine_error, wrong_type, Ctx};
@@ -716,6 +716,32 @@ pub(crate) async fn read_named_members<const LIST: bool>(
         None => Ok(f(&[], &Source::lent(&[]))),
     });
     r.await.unwrap_or_else(|e| e)
+}
+
+/// How many items the collection of `kind` at `key` holds (`SCARD`, `ZCARD`): its
+/// record's count when it is stored as parts and not in memory (no part is read), else
+/// `count` of its stored value; 0 if the key holds nothing.
+pub(crate) async fn read_count(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    count: impl FnOnce(&[u8]) -> strata_format::Result<usize> + Send,
+) -> Reply {
+    let engine = &ctx.shared.engine;
+    engine.note_access(ctx.conn.id, key);
+    let got = engine.get_count_with(key, |k, v| {
+        if k != kind {
+            return Err(strata_engine::Error::WrongType);
+        }
+        count(v.bytes()).map_err(|e| corrupt(kind, e))
+    });
+    match got.await {
+        Ok(Some(Counted::Read(n))) => Reply::Integer(n as i64),
+        Ok(Some(Counted::Items(k, n))) if k == kind => Reply::Integer(n as i64),
+        Ok(Some(Counted::Items(..))) => wrong_type(),
+        Ok(None) => Reply::Integer(0),
+        Err(e) => engine_error(&e),
+    }
 }
 
 /// [`read_kind`] for a read that answers with parts of the value: `f` sees it lent (no

@@ -14,7 +14,7 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args, own,
-    pop_count, random_args, random_positions, read_items, read_kind_with, read_live,
+    pop_count, random_args, random_positions, read_count, read_items, read_kind_with, read_live,
     read_named_with, reply, scan_options, scan_reply, store_items, table_due, write_items, Codec,
     Items, NameTable, ScanOptions, Touched,
 };
@@ -625,8 +625,7 @@ pub(crate) async fn zcard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<ZSetCodec, _>(ctx, &key, |z| z.len() as i64) {
         return reply(r, Reply::Integer);
     }
-    let r = read_entries(ctx, &a[1], |e, _| Reply::Integer(e.len() as i64));
-    reply(r.await, |r| r)
+    read_count(ctx, &key, Kind::ZSet, |v| Ok(decode_zset(v)?.len())).await
 }
 
 pub(crate) async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
