@@ -22,7 +22,7 @@ use crate::disk::DiskGuard;
 use crate::durability::{GroupCommit, Ticket, Written};
 use crate::live::LiveValue;
 use crate::locks::Stripes;
-use crate::read::{Counted, LocalValue, Source};
+use crate::read::{Answer, LocalValue, Source};
 use crate::scan::ScanPage;
 use crate::settings::{Durability, HotPolicy, Settings};
 use crate::stats::{Counters, Stats};
@@ -373,13 +373,26 @@ impl Engine {
 
     /// [`Engine::get_value_with`] for a read of how many items a hash, a set or a sorted
     /// set holds (`SCARD`, `ZCARD`): of a value stored as parts, its record answers
-    /// ([`Counted::Items`]) and `f` is not called.
+    /// ([`Answer::Items`]) and `f` is not called.
     pub async fn get_count_with<R>(
         &self,
         key: &Key,
         f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-    ) -> Result<Option<Counted<R>>> {
+    ) -> Result<Option<Answer<R>>> {
         crate::read::get_count_with(&self.core, key, f).await
+    }
+
+    /// [`Engine::get_value_with`] for a range read of a sorted set (`ZRANGE`,
+    /// `ZRANGEBYSCORE`...): of a value stored as parts, its score index answers with the
+    /// entries `window` picks ([`Answer::Entries`], walking those alone) and `f` is not
+    /// called.
+    pub async fn get_window_with<R>(
+        &self,
+        key: &Key,
+        window: &strata_format::zset::ScoreWindow,
+        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+    ) -> Result<Option<Answer<R>>> {
+        crate::read::get_window_with(&self.core, key, window, f).await
     }
 
     /// The kind of value `key` holds, if it holds a live one, without reading the value.

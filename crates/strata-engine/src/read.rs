@@ -17,6 +17,7 @@ use crate::stats::add;
 use crate::tier::Tier;
 use crate::warm::{record_value, Loc, Stored, Want};
 use crate::{Error, Result};
+use strata_format::zset::ScoreWindow;
 
 /// Where a value lies in the value log (see [`crate::Engine::locate_local`]): `len` bytes
 /// at `offset` of the file at `path`. `checksum` is the record's CRC-32C of the client's
@@ -107,7 +108,7 @@ pub(crate) async fn get_with<R>(
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
     let got = get_asked_with::<R, &[u8]>(core, key, Ask::Whole, f).await?;
-    Ok(got.map(Counted::read))
+    Ok(got.map(Answer::read))
 }
 
 /// [`get_with`] of a read that needs the items named `names` alone (of a hash, a set or a
@@ -121,18 +122,30 @@ pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
     let got = get_asked_with(core, key, Ask::Named(names), f).await?;
-    Ok(got.map(Counted::read))
+    Ok(got.map(Answer::read))
 }
 
 /// [`get_with`] of a read that needs how many items a collection holds: when the value is
 /// stored as parts and neither DRAM nor a live value holds it, its record's count answers
-/// ([`Counted::Items`]) and no part is read.
+/// ([`Answer::Items`]) and no part is read.
 pub(crate) async fn get_count_with<R>(
     core: &Core,
     key: &Key,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-) -> Result<Option<Counted<R>>> {
+) -> Result<Option<Answer<R>>> {
     get_asked_with::<R, &[u8]>(core, key, Ask::Count, f).await
+}
+
+/// [`get_with`] of a range read of a sorted set: when the value is stored as parts and
+/// neither DRAM nor a live value holds it, its score index answers with the entries
+/// `window` picks ([`Answer::Entries`]), walking those alone.
+pub(crate) async fn get_window_with<R>(
+    core: &Core,
+    key: &Key,
+    window: &ScoreWindow,
+    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+) -> Result<Option<Answer<R>>> {
+    get_asked_with::<R, &[u8]>(core, key, Ask::Window(window), f).await
 }
 
 /// What a read needs of a value stored as parts.
@@ -143,21 +156,27 @@ enum Ask<'a, N> {
     Named(&'a [N]),
     /// How many items there are.
     Count,
+    /// The entries of a sorted set this picks.
+    Window(&'a ScoreWindow),
 }
 
-/// What [`get_count_with`] answers with: the read's own result, or the kind and the count
-/// of items its record holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Counted<R> {
+/// What [`get_count_with`] and [`get_window_with`] answer with: the read's own result, or
+/// what a value stored as parts gave: the kind and the count of items its record holds,
+/// or the entries a window picked from its score index.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer<R> {
     Read(R),
     Items(Kind, u64),
+    Entries(Kind, Vec<(f64, Bytes)>),
 }
 
-impl<R> Counted<R> {
+impl<R> Answer<R> {
     fn read(self) -> R {
         match self {
-            Counted::Read(r) => r,
-            Counted::Items(..) => unreachable!("only a read asking for the count is counted"),
+            Answer::Read(r) => r,
+            Answer::Items(..) | Answer::Entries(..) => {
+                unreachable!("only a read asking for a count or a window gets one")
+            }
         }
     }
 }
@@ -167,7 +186,7 @@ async fn get_asked_with<R, N: AsRef<[u8]>>(
     key: &Key,
     ask: Ask<'_, N>,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-) -> Result<Option<Counted<R>>> {
+) -> Result<Option<Answer<R>>> {
     crate::live::fold_keys(core, &[key])?;
     let mut f = Some(f);
     let lent = core.hot.read_with(key.stored(), core.now_ms(), |v, tag| {
@@ -178,11 +197,11 @@ async fn get_asked_with<R, N: AsRef<[u8]>>(
     });
     if let Some(r) = lent {
         hot_hit(core, key);
-        return r.map(|r| Some(Counted::Read(r)));
+        return r.map(|r| Some(Answer::Read(r)));
     }
     let f = f.take().expect("not called");
     let read = |got: Option<(Bytes, Kind)>| match got {
-        Some((v, kind)) => f(kind, Source::shared(&v)).map(|r| Some(Counted::Read(r))),
+        Some((v, kind)) => f(kind, Source::shared(&v)).map(|r| Some(Answer::Read(r))),
         None => Ok(None),
     };
     let mut first = None;
@@ -195,7 +214,11 @@ async fn get_asked_with<R, N: AsRef<[u8]>>(
             }
             Named::Count(kind, n) => {
                 core.access.count_read(key, true);
-                return Ok(Some(Counted::Items(kind, n)));
+                return Ok(Some(Answer::Items(kind, n)));
+            }
+            Named::Entries(kind, entries) => {
+                core.access.count_read(key, true);
+                return Ok(Some(Answer::Entries(kind, entries)));
             }
             Named::Whole(looked) => first = Some(looked),
             Named::Changing => {}
@@ -240,16 +263,18 @@ enum Named {
     Parts(Option<(Bytes, Kind)>),
     /// It is stored as parts of this kind, this many.
     Count(Kind, u64),
+    /// A sorted set stored as parts: the entries the window picked.
+    Entries(Kind, Vec<(f64, Bytes)>),
     /// It is not: the lookup (a warm value read whole).
     Whole(Looked),
     /// It kept changing between the record and the parts: the whole value answers.
     Changing,
 }
 
-/// What `ask` needs of `key`'s value if it is stored as parts: the items it names, or
-/// their count. The record and the parts are read as one state: no commit touched the
-/// key's stripe between the first read and the check after the last (every change of
-/// parts commits its record with them).
+/// What `ask` needs of `key`'s value if it is stored as parts: the items it names, their
+/// count, or a window of a sorted set's entries. The record and the parts are read as one
+/// state: no commit touched the key's stripe between the first read and the check after
+/// the last (every change of parts commits its record with them).
 fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Result<Named> {
     for _attempt in 0..3 {
         let looked = Looked::now(core, key, Want::ValueUnlessParted)?;
@@ -264,6 +289,25 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
         let names = match ask {
             Ask::Named(names) => names,
             Ask::Count => return Ok(Named::Count(stored.kind, at.count)),
+            // Not a sorted set: the caller answers that it is of the wrong kind.
+            Ask::Window(_) if stored.kind != Kind::ZSet => {
+                return Ok(Named::Entries(stored.kind, Vec::new()))
+            }
+            Ask::Window(window) => {
+                let entries = core.warm.score_window(key, at, window).inspect_err(|e| {
+                    if matches!(e, Error::Data(_)) {
+                        add(&core.counters.checksum_errors);
+                    }
+                })?;
+                if !core.locks.unchanged(key, seen) {
+                    continue;
+                }
+                add(&core.counters.warm_hits);
+                core.counters
+                    .parts_read
+                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
+                return Ok(Named::Entries(stored.kind, entries));
+            }
             Ask::Whole => return Ok(Named::Changing),
         };
         let (found, items) = core

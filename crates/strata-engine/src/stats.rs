@@ -128,7 +128,7 @@ define_stats! {
         live_folds: "strata_live_folds_total" "" "Live values encoded and stored (before the logs are written out, or another command reads or writes the key).",
         live_deltas: "strata_live_deltas_total" "" "Live values whose changes a group commit logged as a delta (the items changed) instead of storing them whole.",
         parts_written: "strata_parts_written_total" "" "Fields and members written or deleted as parts of a large hash, set or sorted set (`parts_bytes_min`): a change to one writes one.",
-        parts_read: "strata_parts_read_total" "" "Fields and members asked for by name (`HGET`, `HMGET`, `SISMEMBER`, `ZSCORE`) of a hash, set or sorted set stored as parts, read alone instead of the whole value.",
+        parts_read: "strata_parts_read_total" "" "Fields and members of a hash, set or sorted set stored as parts read alone instead of the whole value: asked for by name (`HGET`, `HMGET`, `SISMEMBER`, `ZSCORE`), or walked in a sorted set's score index by a range (`ZRANGE`).",
         group_commits: "strata_group_commits_total" "" "Group commits (`durability = group`): rounds of log syncs, each covering every write that was waiting.",
         group_commits_warm: "strata_group_commits_warm_synced_total" "" "Syncs of the warm store's log by group commits and SAVE (skipped while it holds nothing new since the last: write-back's values go to the hot log).",
         checkpoints: "strata_checkpoints_total" "" "Write-back checkpoints: dirty values written to the warm store, older hot-log files deleted.",

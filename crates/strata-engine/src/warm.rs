@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_format::keys::{self, Key};
+use strata_format::zset::{Pick, ScoreWindow};
 use strata_format::{BlockRef, Kind, Parted, ValuePointer, WarmRecord, WarmValue};
 use strata_warm::{Bounds, Cursor, Family, View, WarmStore};
 
@@ -293,9 +294,22 @@ impl Batch {
         self.0
             .delete(Family::Parts, &keys::part_key(key, version, name));
     }
-    /// Deletes every part of `key`'s value at `version`.
+    /// The score-index entry of `member` with `score` of the sorted set `key` stored as
+    /// parts at `version`.
+    pub(crate) fn put_score(&mut self, key: &Key, version: u64, score: f64, member: &[u8]) {
+        let k = keys::score_key(key, version, score, member);
+        let v = strata_format::parts::encode_score_entry(&k);
+        self.0.put(Family::Scores, &k, &v);
+    }
+    pub(crate) fn delete_score(&mut self, key: &Key, version: u64, score: f64, member: &[u8]) {
+        let k = keys::score_key(key, version, score, member);
+        self.0.delete(Family::Scores, &k);
+    }
+    /// Deletes every part (and score-index entry) of `key`'s value at `version`.
     pub(crate) fn clear_parts(&mut self, key: &Key, version: u64) {
-        self.clear_prefix(Family::Parts, &keys::parts_prefix(key, version));
+        let prefix = keys::parts_prefix(key, version);
+        self.clear_prefix(Family::Parts, &prefix);
+        self.clear_prefix(Family::Scores, &prefix);
     }
     pub(crate) fn put_cold(&mut self, key: &Key, r: &BlockRef) {
         self.2 = true;
@@ -782,6 +796,85 @@ impl Warm {
         Ok((found, items))
     }
 
+    /// The entries of the sorted set `key` stored as parts at `version` (of `count`
+    /// members) that `window` picks, in the order it reads them, from its score index: a
+    /// walk over those entries (and the ones a rank or an offset skips), not the set.
+    pub(crate) fn score_window(
+        &self,
+        key: &Key,
+        at: Parted,
+        window: &ScoreWindow,
+    ) -> Result<Vec<(f64, Bytes)>> {
+        let prefix = keys::parts_prefix(key, at.version);
+        let mut c = self.cursor(Family::Scores, Bounds::prefix(&prefix), None);
+        let rev = window.rev;
+        // Where the walk starts, what it skips, how many it takes, and where it stops.
+        let (skip, take, stop) = match window.pick {
+            Pick::Ranks { start, stop } => {
+                let Some((s, e)) = strata_format::zset::rank_window(at.count as usize, start, stop)
+                else {
+                    return Ok(Vec::new());
+                };
+                match rev {
+                    true => c.seek_to_last(),
+                    false => c.seek_to_first(),
+                }
+                (s, Some(e - s + 1), None)
+            }
+            Pick::Scores {
+                min,
+                max,
+                offset,
+                count,
+            } => {
+                let (from, to) = if rev { (max, min) } else { (min, max) };
+                let mut seek = prefix.clone();
+                seek.extend_from_slice(&keys::encode_score(from.value));
+                match (rev, strata_warm::prefix_end(&seek)) {
+                    // The last entry of the starting score or below it.
+                    (true, Some(past)) => seek_before(&mut *c, &past),
+                    (true, None) => c.seek_to_last(),
+                    (false, _) => c.seek(&seek),
+                }
+                // Entries of the starting score an exclusive bound leaves out.
+                while c.valid() {
+                    let (score, _) =
+                        strata_format::parts::decode_score_entry(&prefix, c.key(), c.value())?;
+                    let inside = match rev {
+                        true => from.admits_below(score),
+                        false => from.admits_above(score),
+                    };
+                    if inside {
+                        break;
+                    }
+                    step(&mut *c, rev);
+                }
+                (offset, count, Some(to))
+            }
+        };
+        let mut out = Vec::new();
+        let mut skipped = 0;
+        while c.valid() && take.is_none_or(|t| out.len() < t) {
+            let (score, member) =
+                strata_format::parts::decode_score_entry(&prefix, c.key(), c.value())?;
+            let inside = stop.is_none_or(|to: strata_format::zset::ScoreBound| match rev {
+                true => to.admits_above(score),
+                false => to.admits_below(score),
+            });
+            if !inside {
+                break;
+            }
+            if skipped < skip {
+                skipped += 1;
+            } else {
+                out.push((score, Bytes::copy_from_slice(member)));
+            }
+            step(&mut *c, rev);
+        }
+        c.status()?;
+        Ok(out)
+    }
+
     fn meta(&self, key: &[u8]) -> Result<Option<Bytes>> {
         Ok(self.store.get(Family::Meta, key)?)
     }
@@ -937,4 +1030,21 @@ pub(crate) fn record_value(
         WarmValue::Parted(at) => warm.assemble(key, rec.kind, at)?,
     };
     Ok((value, rec.kind))
+}
+
+/// A cursor one entry on, forwards or (`rev`) backwards.
+fn step(c: &mut dyn Cursor, rev: bool) {
+    match rev {
+        true => c.prev(),
+        false => c.next(),
+    }
+}
+
+/// Puts `c` at the last key before `target` within its bounds (not valid if none).
+fn seek_before(c: &mut dyn Cursor, target: &[u8]) {
+    c.seek(target);
+    match c.valid() {
+        true => c.prev(),
+        false => c.seek_to_last(),
+    }
 }

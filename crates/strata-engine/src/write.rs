@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_format::{entry_checksum, hash, Key, Kind, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use strata_format::{
+    entry_checksum, hash, zset, Key, Kind, WarmRecord, KEY_BYTES_MAX, VALUE_BYTES_MAX,
+};
 use strata_warm::Family;
 
 use crate::core::Core;
@@ -290,6 +292,12 @@ pub(crate) fn stage<'k>(
                 for (name, item) in &items {
                     batch.put_part(key, seq, name, item);
                 }
+                if kind == Kind::ZSet {
+                    for (_, item) in &items {
+                        let (score, member) = zset::decode_entry(item).map_err(bad)?;
+                        batch.put_score(key, seq, score, member);
+                    }
+                }
                 let count = items.len() as u64;
                 core.counters.parts_written.fetch_add(count, Relaxed);
                 let at = strata_format::Parted {
@@ -343,6 +351,35 @@ pub(crate) fn stage<'k>(
     }))
 }
 
+/// The score-index changes of a sorted set's parts `ops` (removals `None`, puts): the old
+/// entry of every member named goes (its score read from its part as stored), the new one
+/// of every member put comes.
+fn stage_scores(
+    core: &Core,
+    key: &Key,
+    version: u64,
+    ops: &[(&[u8], Option<&[u8]>)],
+    batch: &mut Batch,
+) -> Result<()> {
+    let bad = |e: strata_format::FormatError| Error::Data(format!("{key:?}: a part: {e}"));
+    let names: Vec<&[u8]> = ops.iter().map(|(n, _)| *n).collect();
+    let (found, old) = core.warm.named_parts(key, version, &names)?;
+    let mut at = 0;
+    for _ in 0..found {
+        let (member, len) = zset::entry_at(&old[at..]).map_err(bad)?;
+        let (score, _) = zset::decode_entry(&old[at..at + len]).map_err(bad)?;
+        batch.delete_score(key, version, score, member);
+        at += len;
+    }
+    for (_, item) in ops {
+        if let Some(item) = item {
+            let (score, member) = zset::decode_entry(item).map_err(bad)?;
+            batch.put_score(key, version, score, member);
+        }
+    }
+    Ok(())
+}
+
 /// [`stage`] of a [`Change::Parts`]: the delta's removals and puts as parts of the value's
 /// version, and its record with the new count. Returns the new expiry.
 fn stage_parts(
@@ -384,6 +421,9 @@ fn stage_parts(
     let puts = strata_format::parts::items(*kind, puts).map_err(bad)?;
     ops.extend(puts.iter().map(|(n, item)| (*n, Some(*item))));
     ops.sort_by(|a, b| a.0.cmp(b.0));
+    if *kind == Kind::ZSet {
+        stage_scores(core, key, at.version, &ops, batch)?;
+    }
     // A field with an expiry of its own: the sweep is told (the stage of a whole hash
     // tells it of the last; here, of the first, and it moves the entry on).
     let mut first_expiry = u64::MAX;

@@ -13,6 +13,14 @@
 //! The whole value is the collection's header and its items in the order of their part
 //! keys (by name), so reading it back is one pass over a prefix of the family; a sorted
 //! set's entries are then sorted by score ([`in_order`]).
+//!
+//! A sorted set stored as parts also keeps a score index (family `scores`), one entry per
+//! member under the same prefix, so a range read walks the entries it answers with:
+//!
+//! ```text
+//! score key   = the value's parts prefix | score (keys::encode_score, 8 bytes) | member
+//! score value = crc32c u32 (of the score key)
+//! ```
 
 use std::borrow::Cow;
 
@@ -59,6 +67,37 @@ pub fn decode_part<'a>(part_key: &[u8], b: &'a [u8]) -> Result<&'a [u8]> {
         return Err(FormatError::Checksum { what: "part" });
     }
     Ok(item)
+}
+
+/// The value of a score-index entry (family `scores`, key [`crate::keys::score_key`]):
+/// the checksum of its key, which holds the score and the member.
+pub fn encode_score_entry(score_key: &[u8]) -> [u8; 4] {
+    crc32c::crc32c(score_key).to_le_bytes()
+}
+
+/// The score and member of the score-index entry `score_key` of a value whose parts start
+/// with `prefix`, its checksum (`value`) verified.
+pub fn decode_score_entry<'a>(
+    prefix: &[u8],
+    score_key: &'a [u8],
+    value: &[u8],
+) -> Result<(f64, &'a [u8])> {
+    if value != encode_score_entry(score_key) {
+        return Err(FormatError::Checksum {
+            what: "score entry",
+        });
+    }
+    let rest = score_key.strip_prefix(prefix).filter(|r| r.len() >= 8);
+    let Some(rest) = rest else {
+        return Err(FormatError::Truncated {
+            what: "score entry",
+            need: prefix.len() + 8,
+            have: score_key.len(),
+        });
+    };
+    let (score, member) = rest.split_at(8);
+    let score = crate::keys::decode_score(score.try_into().expect("8 bytes"));
+    Ok((score, member))
 }
 
 fn part_checksum(part_key: &[u8], item: &[u8]) -> u32 {

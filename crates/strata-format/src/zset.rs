@@ -98,6 +98,75 @@ pub fn entry_at(b: &[u8]) -> Result<(&[u8], usize)> {
     Ok((member, b.len() - r.remaining()))
 }
 
+/// The score and member of one entry `item` (a part's item), all of it.
+pub fn decode_entry(item: &[u8]) -> Result<(f64, &[u8])> {
+    let mut r = Reader::new(item, "sorted set entry");
+    let entry = read_entry(&mut r)?;
+    r.finish()?;
+    Ok(entry)
+}
+
+/// A score bound of a range read (`ZRANGEBYSCORE` and friends): `(` makes it exclusive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreBound {
+    pub value: f64,
+    pub exclusive: bool,
+}
+
+impl ScoreBound {
+    /// Whether `score` is at or above this bound as a minimum.
+    pub fn admits_above(&self, score: f64) -> bool {
+        if self.exclusive {
+            score > self.value
+        } else {
+            score >= self.value
+        }
+    }
+
+    /// Whether `score` is at or below this bound as a maximum.
+    pub fn admits_below(&self, score: f64) -> bool {
+        if self.exclusive {
+            score < self.value
+        } else {
+            score <= self.value
+        }
+    }
+}
+
+/// Which entries of a sorted set a range read answers with, in the order it answers
+/// (`rev`: from the highest score down).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreWindow {
+    pub pick: Pick,
+    pub rev: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pick {
+    /// Ranks as [`rank_window`] reads them (counted from the end the walk starts at).
+    Ranks { start: i64, stop: i64 },
+    /// Scores from `min` to `max`; of those, `count` (all if `None`) after `offset`.
+    Scores {
+        min: ScoreBound,
+        max: ScoreBound,
+        offset: usize,
+        count: Option<usize>,
+    },
+}
+
+/// The ranks `start..=stop` of a set of `len` entries as Redis reads them (negative ranks
+/// count from the end; only the start is clamped to 0), in ascending order: `None` if they
+/// hold nothing.
+pub fn rank_window(len: usize, start: i64, stop: i64) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let norm = |i: i64| if i < 0 { len + i } else { i };
+    let (s, e) = (norm(start).max(0), norm(stop));
+    if s > e || s >= len {
+        return None;
+    }
+    Some((s as usize, e.min(len - 1) as usize))
+}
+
 /// Encodes `entries` (already in order, members distinct).
 pub fn encode_zset<M: AsRef<[u8]>>(entries: &[(f64, M)]) -> Vec<u8> {
     let len = ZSET_HEADER_BYTES

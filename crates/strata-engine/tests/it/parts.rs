@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Change, Counted, Engine, ErrorKind, Kind, LiveValue, Tier};
+use strata_engine::{Answer, Change, Engine, ErrorKind, Kind, LiveValue, Tier};
 use strata_format::delta::encode_delta;
 use strata_format::members::{decode_members, encode_members};
-use strata_format::zset::{decode_zset, encode_zset};
+use strata_format::zset::{decode_zset, encode_zset, Pick, ScoreBound, ScoreWindow};
 use strata_warm::{Bounds, Family, WarmStore};
 
 use crate::support::{key, parts, small_options, Opts};
@@ -253,9 +253,9 @@ async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and
     // A count is the record's: no part is read (the damaged one is not seen). A value not
     // stored as parts is read.
     let count = e.get_count_with(&k, |_, _| Ok(0)).await.unwrap();
-    assert_eq!(count, Some(Counted::Items(Kind::Set, 1000)));
+    assert_eq!(count, Some(Answer::Items(Kind::Set, 1000)));
     let count = e.get_count_with(&small, |_, v| Ok(decode_members(v.bytes()).unwrap().len()));
-    assert_eq!(count.await.unwrap(), Some(Counted::Read(3)));
+    assert_eq!(count.await.unwrap(), Some(Answer::Read(3)));
     let mut b = warm.batch();
     b.put(Family::Parts, &first.0, &first.1);
     warm.write(b, true).unwrap();
@@ -298,6 +298,11 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
     let entries: Vec<(f64, Vec<u8>)> = (0..1000)
         .map(|i| ((1000 - i) as f64 / 4.0, member(i)))
         .collect();
+    // And a few of one score, ordered by member.
+    let entries: Vec<(f64, Vec<u8>)> = entries
+        .into_iter()
+        .chain((0..4).map(|i| (100.0, format!("tie:{i}").into_bytes())))
+        .collect();
     let mut ordered = entries.clone();
     ordered.sort_by(strata_format::zset::order);
     let value = Bytes::from(encode_zset(&ordered));
@@ -312,7 +317,7 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
         .durable(&e)
         .await
         .unwrap();
-    assert_eq!(parts_held(&warm), 1000);
+    assert_eq!(parts_held(&warm), 1004);
     e.clear_hot();
     let (kind, back) = e.get_value(&k).await.unwrap().unwrap();
     assert_eq!(kind, Kind::ZSet);
@@ -338,7 +343,92 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
         got,
         vec![(993.0 / 4.0, member(7)), (997.0 / 4.0, member(3))]
     );
+
+    // Range reads walk the score index: each window's entries, as the set in order picks them.
+    let windows = [
+        (Pick::Ranks { start: 0, stop: 4 }, false),
+        (Pick::Ranks { start: 0, stop: 4 }, true),
+        (
+            Pick::Ranks {
+                start: -3,
+                stop: -1,
+            },
+            false,
+        ),
+        (
+            Pick::Ranks {
+                start: 995,
+                stop: 2000,
+            },
+            true,
+        ),
+        (Pick::Ranks { start: 5, stop: 2 }, false),
+        (scores(100.0, false, 101.0, false, 0, None), false),
+        (scores(100.0, true, 101.0, true, 0, None), false),
+        (scores(100.0, false, 110.0, true, 3, Some(5)), false),
+        (scores(100.0, false, 110.0, true, 3, Some(5)), true),
+        (scores(f64::NEG_INFINITY, false, 0.5, false, 0, None), true),
+        (scores(249.0, true, f64::INFINITY, false, 0, None), false),
+        (scores(300.0, false, 200.0, false, 0, None), false),
+    ];
+    for (pick, rev) in windows {
+        let window = ScoreWindow { pick, rev };
+        e.clear_hot();
+        let got = e.get_window_with(&k, &window, |_, _| Ok(())).await.unwrap();
+        let Some(Answer::Entries(Kind::ZSet, got)) = got else {
+            panic!("{window:?}: not read from the index: {got:?}");
+        };
+        let got: Vec<(f64, Vec<u8>)> = got.into_iter().map(|(s, m)| (s, m.to_vec())).collect();
+        assert_eq!(got, picked(&ordered, &window), "{window:?}");
+    }
     assert!(e.delete(&k).await.unwrap().value);
     assert_eq!(parts_held(&warm), 0);
     e.close().await.unwrap();
+}
+
+fn scores(
+    min: f64,
+    min_ex: bool,
+    max: f64,
+    max_ex: bool,
+    offset: usize,
+    count: Option<usize>,
+) -> Pick {
+    let bound = |value, exclusive| ScoreBound { value, exclusive };
+    Pick::Scores {
+        min: bound(min, min_ex),
+        max: bound(max, max_ex),
+        offset,
+        count,
+    }
+}
+
+/// What `window` picks from `ordered` (the whole set in order), written plainly.
+fn picked(ordered: &[(f64, Vec<u8>)], window: &ScoreWindow) -> Vec<(f64, Vec<u8>)> {
+    let mut walk: Vec<(f64, Vec<u8>)> = ordered.to_vec();
+    if window.rev {
+        walk.reverse();
+    }
+    match window.pick {
+        Pick::Ranks { start, stop } => {
+            let len = walk.len() as i64;
+            let at = |i: i64| if i < 0 { len + i } else { i };
+            let (s, e) = (at(start).max(0), at(stop).min(len - 1));
+            if s > e {
+                return Vec::new();
+            }
+            walk[s as usize..=e as usize].to_vec()
+        }
+        Pick::Scores {
+            min,
+            max,
+            offset,
+            count,
+        } => walk
+            .into_iter()
+            .filter(|(s, _)| min.admits_above(*s) && max.admits_below(*s))
+            .skip(offset)
+            .take(count.unwrap_or(usize::MAX))
+            .collect(),
+    }
 }

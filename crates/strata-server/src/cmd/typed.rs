@@ -10,7 +10,7 @@ use super::packed::{Indexed, MemberPack};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_engine::{Change, Counted, Key, Kind, Source};
+use strata_engine::{Answer, Change, Key, Kind, Source};
 use strata_resp::Reply;
 
 use super::{engine_error, wrong_type, Ctx};
@@ -736,9 +736,9 @@ pub(crate) async fn read_count(
         count(v.bytes()).map_err(|e| corrupt(kind, e))
     });
     match got.await {
-        Ok(Some(Counted::Read(n))) => Reply::Integer(n as i64),
-        Ok(Some(Counted::Items(k, n))) if k == kind => Reply::Integer(n as i64),
-        Ok(Some(Counted::Items(..))) => wrong_type(),
+        Ok(Some(Answer::Read(n))) => Reply::Integer(n as i64),
+        Ok(Some(Answer::Items(k, n))) if k == kind => Reply::Integer(n as i64),
+        Ok(Some(Answer::Items(..) | Answer::Entries(..))) => wrong_type(),
         Ok(None) => Reply::Integer(0),
         Err(e) => engine_error(&e),
     }

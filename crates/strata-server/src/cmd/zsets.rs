@@ -7,9 +7,12 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use strata_engine::Answer;
 use strata_engine::{Kind, Source};
 use strata_format::members::decode_members;
-use strata_format::zset::{decode_zset, encode_zset, order};
+use strata_format::zset::{
+    decode_zset, encode_zset, order, rank_window, Pick, ScoreBound, ScoreWindow,
+};
 use strata_resp::Reply;
 
 use super::typed::{
@@ -709,13 +712,6 @@ pub(crate) async fn zrevrank(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     rank(ctx, a, true).await
 }
 
-/// A score bound of `ZRANGEBYSCORE` and friends: `(` for exclusive, `-inf`, `+inf`.
-#[derive(Clone, Copy)]
-struct ScoreBound {
-    value: f64,
-    exclusive: bool,
-}
-
 fn parse_score_bound(b: &[u8]) -> Option<ScoreBound> {
     let (exclusive, rest) = match b.first() {
         Some(b'(') => (true, &b[1..]),
@@ -753,22 +749,6 @@ enum Range {
     Lex(LexBound, LexBound),
 }
 
-fn above_min(score: f64, b: ScoreBound) -> bool {
-    if b.exclusive {
-        score > b.value
-    } else {
-        score >= b.value
-    }
-}
-
-fn below_max(score: f64, b: ScoreBound) -> bool {
-    if b.exclusive {
-        score < b.value
-    } else {
-        score <= b.value
-    }
-}
-
 fn lex_above(m: &[u8], b: &LexBound) -> bool {
     match b {
         LexBound::Min => true,
@@ -793,13 +773,10 @@ fn select<E: Ordered + ?Sized>(entries: &E, range: &Range, rev: bool) -> std::op
     let len = entries.len() as i64;
     match range {
         Range::Rank(start, stop) => {
-            // As Redis: negative ranks count from the end; only the start is clamped to 0.
-            let norm = |i: i64| if i < 0 { len + i } else { i };
-            let (s, e) = (norm(*start).max(0), norm(*stop));
-            if s > e || s >= len {
+            let Some((s, e)) = rank_window(len as usize, *start, *stop) else {
                 return 0..0;
-            }
-            let e = e.min(len - 1);
+            };
+            let (s, e) = (s as i64, e as i64);
             if rev {
                 (len - 1 - e) as usize..(len - s) as usize
             } else {
@@ -808,8 +785,10 @@ fn select<E: Ordered + ?Sized>(entries: &E, range: &Range, rev: bool) -> std::op
         }
         Range::Score(a, b) => {
             let (min, max) = if rev { (*b, *a) } else { (*a, *b) };
-            let lo = entries.partition_point(|(s, _)| !above_min(*s, min));
-            let hi = entries.partition_point(|(s, _)| below_max(*s, max)).max(lo);
+            let lo = entries.partition_point(|(s, _)| !min.admits_above(*s));
+            let hi = entries
+                .partition_point(|(s, _)| max.admits_below(*s))
+                .max(lo);
             lo..hi
         }
         Range::Lex(a, b) => {
@@ -1026,14 +1005,53 @@ async fn range_command(
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    let r = read_entries(ctx, &a[1], |e, v| {
+    let pick_entries = |e: &[(f64, &[u8])], v: &Source<'_>| {
         let picked: Vec<Entry> = ranged(e, &range, o.rev, o.limit)
             .into_iter()
             .map(|(s, m)| (s, v.cut(m)))
             .collect();
         entries_reply(picked.iter(), o.with_scores, resp3)
+    };
+    let Some(window) = score_window(&range, o.rev, o.limit) else {
+        return reply(read_entries(ctx, &a[1], pick_entries).await, |r| r);
+    };
+    // A set stored as parts answers from its score index: the entries picked alone.
+    let engine = &ctx.shared.engine;
+    engine.note_access(ctx.conn.id, &key);
+    let got = engine.get_window_with(&key, &window, |k, v| {
+        if k != Kind::ZSet {
+            return Err(strata_engine::Error::WrongType);
+        }
+        let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
+        Ok(pick_entries(&e, &v))
     });
-    reply(r.await, |r| r)
+    match got.await {
+        Ok(Some(Answer::Read(r))) => r,
+        Ok(Some(Answer::Entries(Kind::ZSet, picked))) => {
+            entries_reply(picked.iter(), o.with_scores, resp3)
+        }
+        Ok(Some(Answer::Entries(..) | Answer::Items(..))) => wrong_type(),
+        Ok(None) => entries_reply([].iter(), o.with_scores, resp3),
+        Err(e) => engine_error(&e),
+    }
+}
+
+/// The window of a rank or score range (with its `LIMIT`) a score index can answer; `None`
+/// for a lex range, which it cannot, and for a negative offset (which picks nothing).
+fn score_window(range: &Range, rev: bool, limit: Option<(i64, i64)>) -> Option<ScoreWindow> {
+    let (offset, count) = limit.unwrap_or((0, -1));
+    let pick = match *range {
+        Range::Rank(start, stop) => Pick::Ranks { start, stop },
+        Range::Score(min, max) => Pick::Scores {
+            // As `select` reads them: the first bound is the maximum in reverse.
+            min: if rev { max } else { min },
+            max: if rev { min } else { max },
+            offset: usize::try_from(offset).ok()?,
+            count: usize::try_from(count).ok(),
+        },
+        Range::Lex(..) => return None,
+    };
+    Some(ScoreWindow { pick, rev })
 }
 
 /// The entries of the sorted set at the client key `key` as slices of its value (no
