@@ -18,6 +18,7 @@ use crate::tier::Tier;
 use crate::warm::{record_value, Loc, Stored, Want};
 use crate::{Error, Result};
 use strata_format::zset::ScoreWindow;
+use strata_hot::Got;
 
 /// Where a value lies in the value log (see [`crate::Engine::locate_local`]): `len` bytes
 /// at `offset` of the file at `path`. `checksum` is the record's CRC-32C of the client's
@@ -189,15 +190,25 @@ async fn get_asked_with<R, N: AsRef<[u8]>>(
 ) -> Result<Option<Answer<R>>> {
     crate::live::fold_keys(core, &[key])?;
     let mut f = Some(f);
-    let lent = core.hot.read_with(key.stored(), core.now_ms(), |v, tag| {
-        let f = f.take().expect("called once");
-        Kind::from_u8(tag)
-            .map_err(Error::from)
-            .and_then(|k| f(k, Source::lent(v)))
-    });
-    if let Some(r) = lent {
-        hot_hit(core, key);
-        return r.map(|r| Some(Answer::Read(r)));
+    let lent = core
+        .hot
+        .read_with_or_why(key.stored(), core.now_ms(), |v, tag| {
+            let f = f.take().expect("called once");
+            Kind::from_u8(tag)
+                .map_err(Error::from)
+                .and_then(|k| f(k, Source::lent(v)))
+        });
+    match lent {
+        Ok(r) => {
+            hot_hit(core, key);
+            return r.map(|r| Some(Answer::Read(r)));
+        }
+        // DRAM's newer state says the key is gone: what is stored below is older.
+        Err(Got::Expired) => {
+            add(&core.counters.misses);
+            return Ok(None);
+        }
+        Err(_) => {}
     }
     let f = f.take().expect("not called");
     let read = |got: Option<(Bytes, Kind)>| match got {

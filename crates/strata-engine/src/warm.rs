@@ -807,19 +807,25 @@ impl Warm {
     ) -> Result<Vec<(f64, Bytes)>> {
         let prefix = keys::parts_prefix(key, at.version);
         let mut c = self.cursor(Family::Scores, Bounds::prefix(&prefix), None);
-        let rev = window.rev;
+        let mut rev = window.rev;
+        // A rank window nearer the far end is walked from there, and turned round after.
+        let mut turned = false;
         // Where the walk starts, what it skips, how many it takes, and where it stops.
         let (skip, take, stop) = match window.pick {
             Pick::Ranks { start, stop } => {
-                let Some((s, e)) = strata_format::zset::rank_window(at.count as usize, start, stop)
-                else {
+                let len = at.count as usize;
+                let Some((s, e)) = strata_format::zset::rank_window(len, start, stop) else {
                     return Ok(Vec::new());
                 };
+                let mut skip = s;
+                if len - 1 - e < s {
+                    (turned, rev, skip) = (true, !rev, len - 1 - e);
+                }
                 match rev {
                     true => c.seek_to_last(),
                     false => c.seek_to_first(),
                 }
-                (s, Some(e - s + 1), None)
+                (skip, Some(e - s + 1), None)
             }
             Pick::Scores {
                 min,
@@ -872,6 +878,9 @@ impl Warm {
             step(&mut *c, rev);
         }
         c.status()?;
+        if turned {
+            out.reverse();
+        }
         Ok(out)
     }
 

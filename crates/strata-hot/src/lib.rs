@@ -253,7 +253,19 @@ impl HotCache {
         now_ms: u64,
         f: impl FnOnce(&[u8], u8) -> T,
     ) -> Option<T> {
-        self.with_live(key, now_ms, |sh, slot| {
+        self.read_with_or_why(key, now_ms, f).ok()
+    }
+
+    /// [`HotCache::read_with`] that says why `f` did not run: no entry ([`Got::Missing`])
+    /// or a dirty one past its expiry ([`Got::Expired`]: the key is gone, whatever the
+    /// tiers below hold).
+    pub fn read_with_or_why<T>(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&[u8], u8) -> T,
+    ) -> Result<T, Got> {
+        self.with_live_or_why(key, now_ms, |sh, slot| {
             sh.touch(slot);
             let e = sh.entry(slot);
             f(e.data.value(), e.tag)

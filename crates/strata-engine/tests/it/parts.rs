@@ -363,6 +363,17 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
             true,
         ),
         (Pick::Ranks { start: 5, stop: 2 }, false),
+        // Nearer the far end: walked from there.
+        (
+            Pick::Ranks {
+                start: -1,
+                stop: -1,
+            },
+            false,
+        ),
+        (ranks(990, -3), true),
+        (ranks(600, 700), false),
+        (ranks(300, 1003), true),
         (scores(100.0, false, 101.0, false, 0, None), false),
         (scores(100.0, true, 101.0, true, 0, None), false),
         (scores(100.0, false, 110.0, true, 3, Some(5)), false),
@@ -431,4 +442,56 @@ fn picked(ordered: &[(f64, Vec<u8>)], window: &ScoreWindow) -> Vec<(f64, Vec<u8>
             .take(count.unwrap_or(usize::MAX))
             .collect(),
     }
+}
+
+/// An expiry set through write-back leaves the key's newer state in DRAM (dirty, with the
+/// expiry) and its older one in the warm store. Once the expiry passes, reads by name,
+/// counts and ranges say the key is gone, as a whole read does, and do not answer from
+/// the warm store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_a_few_items_see_an_expiry_waiting_in_dram() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open_with(parts(options(dir.path()))).await.unwrap();
+    let (set, ranked) = (key("set"), key("ranked"));
+    put_whole(&e, &set, &[member(1), member(2)], 0).await;
+    let value = Bytes::from(encode_zset(&[(1.0, member(1))]));
+    let put = Change::Put {
+        kind: Kind::ZSet,
+        value,
+        expire_ms: 0,
+    };
+    e.update(&ranked, false, move |_| Ok((Some(put), ())))
+        .await
+        .unwrap()
+        .durable(&e)
+        .await
+        .unwrap();
+    // Only the warm store holds them; then the expiries wait in DRAM.
+    e.clear_hot();
+    for k in [&set, &ranked] {
+        assert!(e.set_expire(k, e.now_ms() + 50).await.unwrap().value);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let none = |_: Kind, _: strata_engine::Source<'_>| -> strata_engine::Result<()> {
+        panic!("an expired key's value was read")
+    };
+    assert_eq!(
+        e.get_named_with(&set, &[member(1)], none).await.unwrap(),
+        None
+    );
+    assert_eq!(e.get_count_with(&set, none).await.unwrap(), None);
+    let window = ScoreWindow {
+        pick: Pick::Ranks { start: 0, stop: -1 },
+        rev: false,
+    };
+    assert_eq!(
+        e.get_window_with(&ranked, &window, none).await.unwrap(),
+        None
+    );
+    assert_eq!(e.get_value(&set).await.unwrap(), None);
+    e.close().await.unwrap();
+}
+
+fn ranks(start: i64, stop: i64) -> Pick {
+    Pick::Ranks { start, stop }
 }
