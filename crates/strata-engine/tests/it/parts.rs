@@ -143,8 +143,13 @@ async fn change(e: &Engine, k: &strata_format::Key, f: impl FnOnce(&mut NotingSe
 /// `expire_ms`, durably.
 async fn put_whole(e: &Engine, k: &strata_format::Key, members: &[Vec<u8>], expire_ms: u64) {
     let value = Bytes::from(encode_members(members));
+    put_kind(e, k, Kind::Set, value, expire_ms).await;
+}
+
+/// Writes `value` of `kind` at `k` whole, expiring at `expire_ms`, durably.
+async fn put_kind(e: &Engine, k: &strata_format::Key, kind: Kind, value: Bytes, expire_ms: u64) {
     let put = Change::Put {
-        kind: Kind::Set,
+        kind,
         value,
         expire_ms,
     };
@@ -306,17 +311,7 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
     let mut ordered = entries.clone();
     ordered.sort_by(strata_format::zset::order);
     let value = Bytes::from(encode_zset(&ordered));
-    let put = Change::Put {
-        kind: Kind::ZSet,
-        value: value.clone(),
-        expire_ms: 0,
-    };
-    e.update(&k, false, move |_| Ok((Some(put), ())))
-        .await
-        .unwrap()
-        .durable(&e)
-        .await
-        .unwrap();
+    put_kind(&e, &k, Kind::ZSet, value.clone(), 0).await;
     assert_eq!(parts_held(&warm), 1004);
     e.clear_hot();
     let (kind, back) = e.get_value(&k).await.unwrap().unwrap();
@@ -455,17 +450,7 @@ async fn reads_of_a_few_items_see_an_expiry_waiting_in_dram() {
     let (set, ranked) = (key("set"), key("ranked"));
     put_whole(&e, &set, &[member(1), member(2)], 0).await;
     let value = Bytes::from(encode_zset(&[(1.0, member(1))]));
-    let put = Change::Put {
-        kind: Kind::ZSet,
-        value,
-        expire_ms: 0,
-    };
-    e.update(&ranked, false, move |_| Ok((Some(put), ())))
-        .await
-        .unwrap()
-        .durable(&e)
-        .await
-        .unwrap();
+    put_kind(&e, &ranked, Kind::ZSet, value, 0).await;
     // Only the warm store holds them; then the expiries wait in DRAM.
     e.clear_hot();
     for k in [&set, &ranked] {
