@@ -1015,23 +1015,37 @@ async fn range_command(
     let Some(window) = score_window(&range, o.rev, o.limit) else {
         return reply(read_entries(ctx, &a[1], pick_entries).await, |r| r);
     };
-    // A set stored as parts answers from its score index: the entries picked alone.
+    let picked = |p: Vec<Entry>| entries_reply(p.iter(), o.with_scores, resp3);
+    read_window(ctx, &key, &window, pick_entries, picked).await
+}
+
+/// A range read of the sorted set at `key` past its live value: of a set stored as parts
+/// (and not in memory), `parted` answers from the entries its score index picks for
+/// `window`, having walked those alone; of any other, `whole` answers from its entries
+/// and the value they are cut from.
+async fn read_window(
+    ctx: &mut Ctx<'_>,
+    key: &strata_engine::Key,
+    window: &ScoreWindow,
+    whole: impl FnOnce(&[(f64, &[u8])], &Source<'_>) -> Reply + Send,
+    parted: impl FnOnce(Vec<Entry>) -> Reply,
+) -> Reply {
     let engine = &ctx.shared.engine;
-    engine.note_access(ctx.conn.id, &key);
-    let got = engine.get_window_with(&key, &window, |k, v| {
+    engine.note_access(ctx.conn.id, key);
+    let mut whole = Some(whole);
+    let got = engine.get_window_with(key, window, |k, v| {
         if k != Kind::ZSet {
             return Err(strata_engine::Error::WrongType);
         }
         let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
-        Ok(pick_entries(&e, &v))
+        Ok((whole.take().expect("called once"))(&e, &v))
     });
     match got.await {
         Ok(Some(Answer::Read(r))) => r,
-        Ok(Some(Answer::Entries(Kind::ZSet, picked))) => {
-            entries_reply(picked.iter(), o.with_scores, resp3)
-        }
+        Ok(Some(Answer::Entries(Kind::ZSet, picked))) => parted(picked),
         Ok(Some(Answer::Entries(..) | Answer::Items(..))) => wrong_type(),
-        Ok(None) => entries_reply([].iter(), o.with_scores, resp3),
+        // Absent: what an empty set answers.
+        Ok(None) => (whole.take().expect("not called"))(&[], &Source::lent(&[])),
         Err(e) => engine_error(&e),
     }
 }
@@ -1126,10 +1140,16 @@ async fn count_in(ctx: &mut Ctx<'_>, a: &[Bytes], by: &'static str) -> Reply {
     if let Some(r) = live {
         return reply(r, |n| Reply::Integer(n as i64));
     }
-    let r = read_entries(ctx, &a[1], |e, _| {
-        Reply::Integer(select(e, &range, false).len() as i64)
-    });
-    reply(r.await, |r| r)
+    let count =
+        |e: &[(f64, &[u8])], _: &Source<'_>| Reply::Integer(select(e, &range, false).len() as i64);
+    // A score range of a set stored as parts counts what its score index holds in it.
+    match score_window(&range, false, None) {
+        Some(window) => {
+            let counted = |p: Vec<Entry>| Reply::Integer(p.len() as i64);
+            read_window(ctx, &key, &window, count, counted).await
+        }
+        None => reply(read_entries(ctx, &a[1], count).await, |r| r),
+    }
 }
 
 pub(crate) async fn zcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

@@ -606,7 +606,6 @@ fn random_command_streams_get_the_same_replies_as_redis_with_every_collection_in
             .find_map(|l| l.strip_prefix(&format!("{counter}:")))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{counter} in INFO: {info}"));
-        eprintln!("{counter}: {n}");
         assert!(n > 0, "{counter} is {n}: the parts were not used");
     }
 }
