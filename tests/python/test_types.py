@@ -1595,6 +1595,50 @@ def test_smove_and_lpos_use_a_large_collections_live_value(strata):
     assert int(after["live_folds"]) <= folds + 6, after["live_folds"]
 
 
+def test_a_large_sorted_set_read_often_from_its_parts_is_put_together_and_read_from_memory(
+    tmp_path,
+):
+    """A sorted set stored as parts and not in memory is read from its score index at
+    first: the top ten costs ten entries, not the set. Once its parts have answered 32
+    reads it is put together into DRAM in the background, and later reads read no part."""
+    settings = {"parts_bytes_min": "64KiB"}
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        pipe = r.pipeline(transaction=False)
+        for at in range(0, 20000, 1000):
+            pipe.zadd("z", {f"m{i:05d}": i for i in range(at, at + 1000)})
+        pipe.execute()
+        r.save()
+    finally:
+        p.stop()
+
+    top = [(f"m{i:05d}", float(i)) for i in range(19999, 19989, -1)]
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+
+        def parts_read():
+            return r.info("strata")["parts_read"]
+
+        assert r.zrevrange("z", 0, 9, withscores=True) == top
+        assert parts_read() == 10
+        for _ in range(40):
+            assert r.zrevrange("z", 0, 9, withscores=True) == top
+        deadline = time.time() + 30
+        while True:
+            before = parts_read()
+            assert r.zrevrange("z", 0, 9, withscores=True) == top
+            if parts_read() == before:
+                break
+            assert time.time() < deadline, f"still read from its parts: {before}"
+            time.sleep(0.1)
+        assert r.zscore("z", "m00005") == 5.0 and r.zcard("z") == 20000
+        assert r.zrange("z", 0, 1) == ["m00000", "m00001"]
+    finally:
+        p.stop()
+
+
 @pytest.mark.parametrize("durability", ["group", "none"])
 def test_large_hashes_sets_and_sorted_sets_are_stored_as_parts_a_change_writing_what_changed(
     tmp_path, durability

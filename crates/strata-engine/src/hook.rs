@@ -1,7 +1,8 @@
 //! What a read leaves behind, in one place: the copy into DRAM at once (so the next read
 //! hits it), and, off the read's path, what a value read from the object store also brings
-//! about, its return to the warm tier and the prefetch it triggers: queued (`queue`) for
-//! one worker started here.
+//! about, its return to the warm tier and the prefetch it triggers, and the putting
+//! together of a value read often from its parts: queued (`queue`) for one worker started
+//! here.
 
 use std::sync::{Arc, Weak};
 
@@ -76,6 +77,7 @@ pub(crate) fn after_read(core: &Core, key: &Key, read: Read) {
                 block: Some((r, block)),
                 back: back.then(|| (seen, value.clone())),
                 prefetch: core.prefetch.wants_job(),
+                whole: false,
             };
             promote(core, key, seen, value, r.kind, r.expire_ms);
             submit(core, job);
@@ -94,15 +96,29 @@ pub(crate) fn on_hot_hit(core: &Core, key: &Key) {
             block: None,
             back: None,
             prefetch: core.prefetch.wants_job(),
+            whole: false,
         };
         submit(core, job);
     }
 }
 
-/// Queues `job` if it has anything to do (a return, or a prefetch the prefetcher wants);
-/// counts it when the queue is full.
+/// Puts `key`'s value, stored as parts, together into DRAM after the reply (a whole read
+/// in the worker), so that a later read makes it live from there.
+pub(crate) fn put_together(core: &Core, key: &Key) {
+    let job = Job {
+        key: key.clone(),
+        block: None,
+        back: None,
+        prefetch: false,
+        whole: true,
+    };
+    submit(core, job);
+}
+
+/// Queues `job` if it has anything to do (a return, a prefetch the prefetcher wants, a
+/// value to put together); counts it when the queue is full.
 fn submit(core: &Core, job: Job) {
-    if (job.back.is_some() || job.prefetch) && !core.after_read.submit(job) {
+    if (job.back.is_some() || job.prefetch || job.whole) && !core.after_read.submit(job) {
         add(&core.counters.prefetch_dropped);
     }
 }

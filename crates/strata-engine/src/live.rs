@@ -207,11 +207,21 @@ pub(crate) struct Live {
     /// bucket. A read that finds its own key's hash there makes the value live; a key read
     /// once, or among many others, is not decoded for nothing.
     seen: Box<[AtomicU64]>,
+    /// Reads answered from the parts of a value stored as parts, per key, for
+    /// [`read_from_parts`] (at most [`PARTED_READ_KEYS`] keys: cleared when full).
+    parted_reads: Mutex<HashMap<Vec<u8>, u32, ahash::RandomState>>,
     hasher: ahash::RandomState,
 }
 
 /// Buckets of [`Live::seen`].
 const SEEN_BUCKETS: usize = 4096;
+
+/// A value stored as parts whose parts answered this many reads is put together into
+/// DRAM in the background ([`read_from_parts`]); fewer reads cost less from the parts.
+pub(crate) const PUT_TOGETHER_READS: u32 = 32;
+
+/// Keys [`Live::parted_reads`] counts at most.
+const PARTED_READ_KEYS: usize = 4096;
 
 impl Default for Live {
     fn default() -> Self {
@@ -222,6 +232,7 @@ impl Default for Live {
             bytes: Default::default(),
             held_in: (0..SEEN_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
             seen: (0..SEEN_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            parted_reads: Default::default(),
             hasher: Default::default(),
         }
     }
@@ -971,6 +982,32 @@ fn read_in_place<R>(
         .get_mut(key.stored())
         .expect("held under the stripe lock");
     read_slot(core, slot, kind, f)
+}
+
+/// Counts a read of `key`'s value, stored as parts at `at`, answered from its parts (a
+/// read does not make such a value live: [`read_in_place`]). The
+/// [`PUT_TOGETHER_READS`]th puts it together into DRAM after the reply, if DRAM can hold
+/// it, so that a later read makes it live from there and reads no more parts.
+pub(crate) fn read_from_parts(core: &Core, key: &Key, at: strata_format::Parted) {
+    if !core.hot.fits(key.stored().len(), at.bytes as usize) {
+        return;
+    }
+    let due = {
+        let mut reads = core.live.parted_reads.lock();
+        if reads.len() >= PARTED_READ_KEYS && !reads.contains_key(key.stored()) {
+            reads.clear();
+        }
+        let n = reads.entry(key.stored().to_vec()).or_insert(0);
+        *n += 1;
+        let due = *n >= PUT_TOGETHER_READS;
+        if due {
+            reads.remove(key.stored());
+        }
+        due
+    };
+    if due {
+        crate::hook::put_together(core, key);
+    }
 }
 
 /// Whether the warm store holds `key`'s value as parts.

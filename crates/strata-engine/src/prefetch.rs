@@ -24,6 +24,13 @@ fn admit(core: &Core, key: &Key, seen: u64, value: Bytes, kind: Kind, expire_ms:
 /// Runs one job: the return of a prefetched value that was read, then block neighbours and
 /// predicted keys into DRAM, within the job's budget.
 pub(crate) async fn run_job(core: &Core, job: Job) {
+    if job.whole {
+        // A whole read puts the value together and into DRAM (if it fits).
+        if let Err(e) = crate::read::get(core, &job.key).await {
+            tracing::debug!(error = %e, "putting a value stored as parts together failed");
+        }
+        return;
+    }
     // A job may not fill more than an eighth of DRAM: prefetches would evict each other
     // (and the data being read) before they are used.
     let budget = core.prefetch.budget(

@@ -22,6 +22,9 @@ pub(crate) struct Job {
     pub(crate) back: Option<(u64, Bytes)>,
     /// Whether the prefetcher wants this job run too (or only the return).
     pub(crate) prefetch: bool,
+    /// Whether to put the key's value, stored as parts, together into DRAM (a value read
+    /// often from its parts: [`crate::live::read_from_parts`]).
+    pub(crate) whole: bool,
 }
 
 /// The queue of prefetch jobs, and how many are not done yet.

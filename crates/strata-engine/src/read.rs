@@ -317,6 +317,7 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
                 core.counters
                     .parts_read
                     .fetch_add(entries.len() as u64, Ordering::Relaxed);
+                crate::live::read_from_parts(core, key, at);
                 return Ok(Named::Entries(stored.kind, entries));
             }
             Ask::Whole => return Ok(Named::Changing),
@@ -338,6 +339,7 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
             v.extend_from_slice(&items);
             let v = strata_format::parts::in_order(stored.kind, v)
                 .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
+            crate::live::read_from_parts(core, key, at);
             return Ok(Named::Parts(Some((Bytes::from(v), stored.kind))));
         }
     }
