@@ -260,11 +260,9 @@ impl Core {
     /// version under them).
     pub(crate) fn lookup(&self, key: &Key, want: Want) -> Result<Option<Stored>> {
         let once = || {
-            self.warm.lookup(key, want, &self.vlog).inspect_err(|e| {
-                if matches!(e, Error::Data(_)) {
-                    add(&self.counters.checksum_errors);
-                }
-            })
+            self.warm
+                .lookup(key, want, &self.vlog)
+                .inspect_err(|e| self.count_data_error(e))
         };
         for _ in 0..2 {
             let seen = self.locks.version(key);
@@ -277,22 +275,27 @@ impl Core {
         once()
     }
 
+    /// Counts `e` as a checksum error if it is one: stored bytes that failed verification.
+    pub(crate) fn count_data_error(&self, e: &Error) {
+        if matches!(e, Error::Data(_)) {
+            add(&self.counters.checksum_errors);
+        }
+    }
+
     /// The stored entries of many keys, without values (see [`Core::lookup`]).
     pub(crate) fn lookup_many(&self, keys: &[&Key]) -> Result<Vec<Option<Stored>>> {
-        self.warm.lookup_many(keys, &self.vlog).inspect_err(|e| {
-            if matches!(e, Error::Data(_)) {
-                add(&self.counters.checksum_errors);
-            }
-        })
+        self.warm
+            .lookup_many(keys, &self.vlog)
+            .inspect_err(|e| self.count_data_error(e))
     }
 
     /// Fetches a cold key's value through its block; with it, the whole decompressed block.
     pub(crate) async fn fetch_cold(&self, key: &Key, r: &BlockRef) -> Result<(Bytes, Bytes)> {
-        let block = self.cold.get_block(r).await.inspect_err(|e| {
-            if matches!(e, Error::Data(_)) {
-                add(&self.counters.checksum_errors);
-            }
-        })?;
+        let block = self
+            .cold
+            .get_block(r)
+            .await
+            .inspect_err(|e| self.count_data_error(e))?;
         match strata_format::find_in_block(&block, entry_key(r, key)) {
             Ok(Some(e)) if e.kind == r.kind => Ok((Bytes::copy_from_slice(e.value), block.clone())),
             Ok(Some(e)) => {

@@ -86,8 +86,8 @@ pub trait LiveValue: Any + Send {
     /// Whether it holds nothing (then its key is deleted, as Redis deletes an empty
     /// collection).
     fn is_empty(&self) -> bool;
-    /// How many items it holds, if it counts them: a large hash, set or sorted set is stored as parts
-    /// only then, and its folds write its [`LiveValue::delta`] alone.
+    /// How many items it holds, if it counts them: a large hash, set or sorted set is
+    /// stored as parts only then, and its folds write its [`LiveValue::delta`] alone.
     fn items(&self) -> Option<usize> {
         None
     }

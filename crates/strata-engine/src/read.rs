@@ -297,51 +297,45 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
             add(&core.counters.misses);
             return Ok(Named::Parts(None));
         }
-        let names = match ask {
-            Ask::Named(names) => names,
+        // What the parts say, and how many of them it asked for.
+        let (asked, got) = match ask {
             Ask::Count => return Ok(Named::Count(stored.kind, at.count)),
             // Not a sorted set: the caller answers that it is of the wrong kind.
             Ask::Window(_) if stored.kind != Kind::ZSet => {
                 return Ok(Named::Entries(stored.kind, Vec::new()))
             }
-            Ask::Window(window) => {
-                let entries = core.warm.score_window(key, at, window).inspect_err(|e| {
-                    if matches!(e, Error::Data(_)) {
-                        add(&core.counters.checksum_errors);
-                    }
-                })?;
-                if !core.locks.unchanged(key, seen) {
-                    continue;
-                }
-                add(&core.counters.warm_hits);
-                core.counters
-                    .parts_read
-                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
-                crate::live::read_from_parts(core, key, at);
-                return Ok(Named::Entries(stored.kind, entries));
-            }
             Ask::Whole => return Ok(Named::Changing),
+            Ask::Window(window) => {
+                let entries = core
+                    .warm
+                    .score_window(key, at, window)
+                    .inspect_err(|e| core.count_data_error(e))?;
+                (entries.len(), Named::Entries(stored.kind, entries))
+            }
+            Ask::Named(names) => {
+                let (found, items) = core
+                    .warm
+                    .named_parts(key, at.version, names)
+                    .inspect_err(|e| core.count_data_error(e))?;
+                let mut v = strata_format::collection_buf(found, items.len() + 10);
+                v.extend_from_slice(&items);
+                let v = strata_format::parts::in_order(stored.kind, v)
+                    .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
+                (
+                    names.len(),
+                    Named::Parts(Some((Bytes::from(v), stored.kind))),
+                )
+            }
         };
-        let (found, items) = core
-            .warm
-            .named_parts(key, at.version, names)
-            .inspect_err(|e| {
-                if matches!(e, Error::Data(_)) {
-                    add(&core.counters.checksum_errors);
-                }
-            })?;
-        if core.locks.unchanged(key, seen) {
-            add(&core.counters.warm_hits);
-            core.counters
-                .parts_read
-                .fetch_add(names.len() as u64, Ordering::Relaxed);
-            let mut v = strata_format::collection_buf(found, items.len() + 10);
-            v.extend_from_slice(&items);
-            let v = strata_format::parts::in_order(stored.kind, v)
-                .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
-            crate::live::read_from_parts(core, key, at);
-            return Ok(Named::Parts(Some((Bytes::from(v), stored.kind))));
+        if !core.locks.unchanged(key, seen) {
+            continue;
         }
+        add(&core.counters.warm_hits);
+        core.counters
+            .parts_read
+            .fetch_add(asked as u64, Ordering::Relaxed);
+        crate::live::read_from_parts(core, key, at);
+        return Ok(got);
     }
     Ok(Named::Changing)
 }

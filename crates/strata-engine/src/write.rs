@@ -366,8 +366,7 @@ fn stage_scores(
     let (found, old) = core.warm.named_parts(key, version, &names)?;
     let mut at = 0;
     for _ in 0..found {
-        let (member, len) = zset::entry_at(&old[at..]).map_err(bad)?;
-        let (score, _) = zset::decode_entry(&old[at..at + len]).map_err(bad)?;
+        let ((score, member), len) = zset::entry_at(&old[at..]).map_err(bad)?;
         batch.delete_score(key, version, score, member);
         at += len;
     }

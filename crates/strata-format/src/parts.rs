@@ -132,7 +132,7 @@ pub fn items(kind: Kind, b: &[u8]) -> Result<Vec<(&[u8], &[u8])>> {
         let rest = &b[at..];
         let (name, len) = match kind {
             Kind::Hash => crate::hash::field_at(rest).map(|(f, len)| (f.name, len))?,
-            Kind::ZSet => crate::zset::entry_at(rest)?,
+            Kind::ZSet => crate::zset::entry_at(rest).map(|((_, m), len)| (m, len))?,
             _ => crate::members::member_at(rest)?,
         };
         out.push((name, &rest[..len]));

@@ -91,11 +91,11 @@ fn read_entry<'a>(r: &mut Reader<'a>) -> Result<(f64, &'a [u8])> {
 }
 
 /// The entry at the start of `b` (the current encoding's items, as
-/// [`crate::parts`] cuts them): its member and how many bytes it takes.
-pub fn entry_at(b: &[u8]) -> Result<(&[u8], usize)> {
+/// [`crate::parts`] cuts them): its score and member, and how many bytes it takes.
+pub fn entry_at(b: &[u8]) -> Result<((f64, &[u8]), usize)> {
     let mut r = Reader::new(b, "sorted set entry");
-    let (_, member) = read_entry(&mut r)?;
-    Ok((member, b.len() - r.remaining()))
+    let entry = read_entry(&mut r)?;
+    Ok((entry, b.len() - r.remaining()))
 }
 
 /// The score and member of one entry `item` (a part's item), all of it.
