@@ -395,6 +395,19 @@ impl Engine {
         crate::read::get_window_with(&self.core, key, window, f).await
     }
 
+    /// [`Engine::get_value_with`] for a read of a list's elements `start..=stop` (`LRANGE`,
+    /// `LINDEX`; Redis's indexes, negative from the end): of a value stored as parts, those
+    /// elements answer ([`Answer::Elements`], read alone) and `f` is not called.
+    pub async fn get_span_with<R>(
+        &self,
+        key: &Key,
+        start: i64,
+        stop: i64,
+        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+    ) -> Result<Option<Answer<R>>> {
+        crate::read::get_span_with(&self.core, key, start, stop, f).await
+    }
+
     /// The kind of value `key` holds, if it holds a live one, without reading the value.
     pub async fn kind_of(&self, key: &Key) -> Result<Option<Kind>> {
         crate::read::kind_of(&self.core, key)

@@ -86,10 +86,16 @@ pub trait LiveValue: Any + Send {
     /// Whether it holds nothing (then its key is deleted, as Redis deletes an empty
     /// collection).
     fn is_empty(&self) -> bool;
-    /// How many items it holds, if it counts them: a large hash, set or sorted set is
-    /// stored as parts only then, and its folds write its [`LiveValue::delta`] alone.
+    /// How many items it holds, if it counts them: a large collection is stored as parts
+    /// only then, and its folds write its [`LiveValue::delta`] alone.
     fn items(&self) -> Option<usize> {
         None
+    }
+    /// How many items its noted changes move besides those they name (a list's inserts
+    /// and removals in the middle move the elements on their shorter side): one stored as
+    /// parts is folded whole instead of by its delta once they pass [`LiveValue::items`].
+    fn moves(&self) -> usize {
+        0
     }
     /// Whether it may stay decoded between commands; `false` sends each write of it the
     /// whole-value way.
@@ -407,6 +413,7 @@ fn fold_slot(core: &Core, key: &Key, forget: bool, how: Fold) -> Result<bool> {
     // Stored as parts: its changes alone are written into them, whatever the fold is for.
     if slot.changed && slot.stored.parted {
         let count = slot.value.items();
+        let count = count.filter(|&n| slot.value.moves() <= n);
         if let Some((count, delta)) = count.and_then(|n| Some((n, slot.value.delta()?))) {
             let bytes = slot.value.bytes();
             live.set_state(slot, false, false);

@@ -149,6 +149,19 @@ pub(crate) async fn get_window_with<R>(
     get_asked_with::<R, &[u8]>(core, key, Ask::Window(window), f).await
 }
 
+/// [`get_with`] of a read of a list's elements `start..=stop` (Redis's indexes, negative
+/// from the end): when the value is stored as parts and neither DRAM nor a live value
+/// holds it, those elements answer ([`Answer::Elements`]), read alone.
+pub(crate) async fn get_span_with<R>(
+    core: &Core,
+    key: &Key,
+    start: i64,
+    stop: i64,
+    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
+) -> Result<Option<Answer<R>>> {
+    get_asked_with::<R, &[u8]>(core, key, Ask::Span(start, stop), f).await
+}
+
 /// What a read needs of a value stored as parts.
 #[derive(Clone, Copy)]
 enum Ask<'a, N> {
@@ -159,23 +172,27 @@ enum Ask<'a, N> {
     Count,
     /// The entries of a sorted set this picks.
     Window(&'a ScoreWindow),
+    /// A list's elements from the first index to the second.
+    Span(i64, i64),
 }
 
-/// What [`get_count_with`] and [`get_window_with`] answer with: the read's own result, or
-/// what a value stored as parts gave: the kind and the count of items its record holds,
-/// or the entries a window picked from its score index.
+/// What [`get_count_with`], [`get_window_with`] and [`get_span_with`] answer with: the
+/// read's own result, or what a value stored as parts gave: the kind and the count of
+/// items its record holds, the entries a window picked from its score index, or a list's
+/// elements.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer<R> {
     Read(R),
     Items(Kind, u64),
     Entries(Kind, Vec<(f64, Bytes)>),
+    Elements(Kind, Vec<Bytes>),
 }
 
 impl<R> Answer<R> {
     fn read(self) -> R {
         match self {
             Answer::Read(r) => r,
-            Answer::Items(..) | Answer::Entries(..) => {
+            Answer::Items(..) | Answer::Entries(..) | Answer::Elements(..) => {
                 unreachable!("only a read asking for a count or a window gets one")
             }
         }
@@ -231,6 +248,10 @@ async fn get_asked_with<R, N: AsRef<[u8]>>(
                 core.access.count_read(key, true);
                 return Ok(Some(Answer::Entries(kind, entries)));
             }
+            Named::Elements(kind, elements) => {
+                core.access.count_read(key, true);
+                return Ok(Some(Answer::Elements(kind, elements)));
+            }
             Named::Whole(looked) => first = Some(looked),
             Named::Changing => {}
         }
@@ -276,6 +297,8 @@ enum Named {
     Count(Kind, u64),
     /// A sorted set stored as parts: the entries the window picked.
     Entries(Kind, Vec<(f64, Bytes)>),
+    /// A list stored as parts: the elements of the span.
+    Elements(Kind, Vec<Bytes>),
     /// It is not: the lookup (a warm value read whole).
     Whole(Looked),
     /// It kept changing between the record and the parts: the whole value answers.
@@ -283,7 +306,7 @@ enum Named {
 }
 
 /// What `ask` needs of `key`'s value if it is stored as parts: the items it names, their
-/// count, or a window of a sorted set's entries. The record and the parts are read as one
+/// count, a window of a sorted set's entries or a span of a list's elements. The record and the parts are read as one
 /// state: no commit touched the key's stripe between the first read and the check after
 /// the last (every change of parts commits its record with them).
 fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Result<Named> {
@@ -304,7 +327,17 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
             Ask::Window(_) if stored.kind != Kind::ZSet => {
                 return Ok(Named::Entries(stored.kind, Vec::new()))
             }
+            Ask::Span(..) if stored.kind != Kind::List => {
+                return Ok(Named::Elements(stored.kind, Vec::new()))
+            }
             Ask::Whole => return Ok(Named::Changing),
+            Ask::Span(start, stop) => {
+                let elements = core
+                    .warm
+                    .list_span(key, at, start, stop)
+                    .inspect_err(|e| core.count_data_error(e))?;
+                (elements.len(), Named::Elements(stored.kind, elements))
+            }
             Ask::Window(window) => {
                 let entries = core
                     .warm

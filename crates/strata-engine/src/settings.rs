@@ -161,10 +161,9 @@ pub struct WarmSettings {
     pub background_interval_ms: u64,
     /// Most expired keys removed per background round.
     pub expire_sweep_count_max: usize,
-    /// A hash, set or sorted set whose stored form is at least this large is stored as
-    /// parts, one record per field or member: a change writes what changed, not the whole
-    /// value. Such
-    /// a value stays in the warm tier (demotion passes it over). 0 turns parts off. Below
+    /// A hash, set, sorted set or list whose stored form is at least this large is stored as
+    /// parts, one record per field, member or element: a change writes what changed, not
+    /// the whole value. Such a value stays in the warm tier (demotion passes it over). 0 turns parts off. Below
     /// the default, whole folds measured faster (`reports/huge-hash-parts.md`).
     #[serde(with = "strata_settings::size")]
     pub parts_bytes_min: u64,

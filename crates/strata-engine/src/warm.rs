@@ -298,7 +298,7 @@ impl Batch {
     /// parts at `version`.
     pub(crate) fn put_score(&mut self, key: &Key, version: u64, score: f64, member: &[u8]) {
         let k = keys::score_key(key, version, score, member);
-        let v = strata_format::parts::encode_score_entry(&k);
+        let v = strata_format::parts::encode_score_entry(&k, score);
         self.0.put(Family::Scores, &k, &v);
     }
     pub(crate) fn delete_score(&mut self, key: &Key, version: u64, score: f64, member: &[u8]) {
@@ -796,6 +796,71 @@ impl Warm {
         Ok((found, items))
     }
 
+    /// The position of the first element of the list `key` stored as parts at `at`
+    /// ([`strata_format::parts::LIST_HEAD`] if it has none).
+    pub(crate) fn list_head(&self, key: &Key, at: Parted) -> Result<u64> {
+        let prefix = keys::parts_prefix(key, at.version);
+        let mut c = self.cursor(Family::Parts, Bounds::prefix(&prefix), None);
+        c.seek_to_first();
+        if !c.valid() {
+            c.status()?;
+            return Ok(strata_format::parts::LIST_HEAD);
+        }
+        list_position(&prefix, c.key())
+    }
+
+    /// The elements `start..=stop` (Redis's indexes: negative from the end) of the list
+    /// `key` stored as parts at `at`, each verified: a seek to the first and a walk over
+    /// those alone.
+    pub(crate) fn list_span(
+        &self,
+        key: &Key,
+        at: Parted,
+        start: i64,
+        stop: i64,
+    ) -> Result<Vec<Bytes>> {
+        let Some((s, e)) = strata_format::zset::rank_window(at.count as usize, start, stop) else {
+            return Ok(Vec::new());
+        };
+        let prefix = keys::parts_prefix(key, at.version);
+        let mut c = self.cursor(Family::Parts, Bounds::prefix(&prefix), None);
+        c.seek_to_first();
+        if !c.valid() {
+            c.status()?;
+            return Err(Error::Data(format!(
+                "{key:?}: its record counts {} elements, its version {} has none",
+                at.count, at.version
+            )));
+        }
+        let first = list_position(&prefix, c.key())? + s as u64;
+        c.seek(&keys::part_key(
+            key,
+            at.version,
+            &strata_format::parts::list_position(first),
+        ));
+        let mut out = Vec::with_capacity(e - s + 1);
+        while c.valid() && out.len() < e - s + 1 {
+            let want = first + out.len() as u64;
+            if list_position(&prefix, c.key())? != want {
+                return Err(Error::Data(format!(
+                    "{key:?}: no element at list position {want}"
+                )));
+            }
+            let item = strata_format::parts::decode_part(c.key(), c.value())?;
+            let (element, _) = strata_format::members::member_at(item)?;
+            out.push(Bytes::copy_from_slice(element));
+            c.next();
+        }
+        c.status()?;
+        if out.len() != e - s + 1 {
+            return Err(Error::Data(format!(
+                "{key:?}: its record counts {} elements, fewer are stored",
+                at.count
+            )));
+        }
+        Ok(out)
+    }
+
     /// The entries of the sorted set `key` stored as parts at `version` (of `count`
     /// members) that `window` picks, in the order it reads them, from its score index: a
     /// walk over those entries (and the ones a rank or an offset skips), not the set.
@@ -1039,6 +1104,12 @@ pub(crate) fn record_value(
         WarmValue::Parted(at) => warm.assemble(key, rec.kind, at)?,
     };
     Ok((value, rec.kind))
+}
+
+/// The list position of the part key `part_key` of a value whose parts start with `prefix`.
+fn list_position(prefix: &[u8], part_key: &[u8]) -> Result<u64> {
+    let name = part_key.strip_prefix(prefix).unwrap_or_default();
+    Ok(strata_format::parts::decode_list_position(name)?)
 }
 
 /// A cursor one entry on, forwards or (`rev`) backwards.

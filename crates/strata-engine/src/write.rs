@@ -286,12 +286,7 @@ pub(crate) fn stage<'k>(
                 let bad = |e| Error::Invalid(format!("a {} to store as parts: {e}", kind.name()));
                 let current =
                     strata_format::parts::in_current_encoding(kind, value).map_err(bad)?;
-                let mut items = strata_format::parts::items(kind, &current).map_err(bad)?;
-                // In key order: RocksDB's memtable inserts one after another cheaply.
-                items.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                for (name, item) in &items {
-                    batch.put_part(key, seq, name, item);
-                }
+                let items = strata_format::parts::items(kind, &current).map_err(bad)?;
                 if kind == Kind::ZSet {
                     for (_, item) in &items {
                         let (score, member) = zset::decode_entry(item).map_err(bad)?;
@@ -299,6 +294,7 @@ pub(crate) fn stage<'k>(
                     }
                 }
                 let count = items.len() as u64;
+                put_parts(batch, key, seq, kind, items);
                 core.counters.parts_written.fetch_add(count, Relaxed);
                 let at = strata_format::Parted {
                     version: seq,
@@ -349,6 +345,79 @@ pub(crate) fn stage<'k>(
         new_expire,
         to_log,
     }))
+}
+
+/// Puts the parts of a value of `kind` at `version` whose items are `items` (in the
+/// value's order, each with its name): a list's element by its position from
+/// [`strata_format::parts::LIST_HEAD`] on, any other's item by its name; in key order,
+/// which RocksDB's memtable inserts one after another cheaply.
+fn put_parts(
+    batch: &mut Batch,
+    key: &Key,
+    version: u64,
+    kind: Kind,
+    mut items: Vec<(&[u8], &[u8])>,
+) {
+    if kind == Kind::List {
+        for (p, (_, item)) in (strata_format::parts::LIST_HEAD..).zip(&items) {
+            batch.put_part(key, version, &strata_format::parts::list_position(p), item);
+        }
+        return;
+    }
+    items.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (name, item) in &items {
+        batch.put_part(key, version, name, item);
+    }
+}
+
+/// [`stage_parts`] of a list: its delta's operations as the positions they change
+/// ([`strata_format::parts::list_changes`], reading the elements an insert or a removal
+/// moves). Returns how many parts it wrote.
+fn stage_list_parts(
+    core: &Core,
+    key: &Key,
+    at: strata_format::Parted,
+    delta: &[u8],
+    count: u64,
+    batch: &mut Batch,
+) -> Result<usize> {
+    let bad = |e: strata_format::FormatError| Error::Data(format!("{key:?}: its list parts: {e}"));
+    let ops = strata_format::delta::list_ops(delta)
+        .map_err(|e| Error::Internal(format!("a delta of parts: {e}")))?;
+    let head = core.warm.list_head(key, at)?;
+    let changes = strata_format::parts::list_changes(head, at.count, &ops, |p| {
+        let name = strata_format::parts::list_position(p);
+        match core.warm.named_parts(key, at.version, &[name]) {
+            Ok((1, item)) => Ok(item),
+            Ok(_) => Err(strata_format::FormatError::Bad {
+                what: "list parts",
+                detail: format!("no element at position {p}"),
+            }),
+            Err(e) => Err(strata_format::FormatError::Bad {
+                what: "list parts",
+                detail: e.to_string(),
+            }),
+        }
+    })
+    .map_err(bad)?;
+    if changes.len != count {
+        return Err(Error::Internal(format!(
+            "{key:?}: a list delta leaves {} elements, its value {count}",
+            changes.len
+        )));
+    }
+    core.counters
+        .parts_read
+        .fetch_add(changes.read as u64, Relaxed);
+    let written = changes.parts.len();
+    for (p, item) in changes.parts {
+        let name = strata_format::parts::list_position(p);
+        match item {
+            Some(item) => batch.put_part(key, at.version, &name, &item),
+            None => batch.delete_part(key, at.version, &name),
+        }
+    }
+    Ok(written)
 }
 
 /// The score-index changes of a sorted set's parts `ops` (removals `None`, puts): the old
@@ -412,40 +481,13 @@ fn stage_parts(
             "{key:?}: a change to parts of a value not stored as parts"
         )));
     };
-    let bad = |e: strata_format::FormatError| Error::Internal(format!("a delta of parts: {e}"));
-    let (puts, removed) = strata_format::delta::decode_delta(delta).map_err(bad)?;
-    // Removals (`None`) before puts of the same name, all in key order: RocksDB's
-    // memtable inserts one after another cheaply.
-    let mut ops: Vec<(&[u8], Option<&[u8]>)> = removed.iter().map(|n| (*n, None)).collect();
-    let puts = strata_format::parts::items(*kind, puts).map_err(bad)?;
-    ops.extend(puts.iter().map(|(n, item)| (*n, Some(*item))));
-    ops.sort_by(|a, b| a.0.cmp(b.0));
-    if *kind == Kind::ZSet {
-        stage_scores(core, key, at.version, &ops, batch)?;
-    }
-    // A field with an expiry of its own: the sweep is told (the stage of a whole hash
-    // tells it of the last; here, of the first, and it moves the entry on).
-    let mut first_expiry = u64::MAX;
-    for (name, item) in &ops {
-        let Some(item) = item else {
-            batch.delete_part(key, at.version, name);
-            continue;
-        };
-        batch.put_part(key, at.version, name, item);
-        if *kind == Kind::Hash {
-            if let Ok((f, _)) = hash::field_at(item) {
-                if f.expire_ms != 0 {
-                    first_expiry = first_expiry.min(f.expire_ms);
-                }
-            }
-        }
-    }
-    if first_expiry != u64::MAX {
-        batch.add_expiry(first_expiry, key);
-    }
+    let written = match kind {
+        Kind::List => stage_list_parts(core, key, *at, delta, *count, batch)?,
+        _ => stage_named_parts(core, key, *at, *kind, delta, batch)?,
+    };
     core.counters
         .parts_written
-        .fetch_add(ops.len() as u64, Relaxed);
+        .fetch_add(written as u64, Relaxed);
     let now = strata_format::Parted {
         version: at.version,
         count: *count,
@@ -458,6 +500,50 @@ fn stage_parts(
     );
     d.warm_bytes += warm_charge(key, *bytes) as i64 - *charge as i64;
     Ok(*expire_ms)
+}
+
+/// [`stage_parts`] of a hash, a set or a sorted set: the delta's removals and puts by
+/// name. Returns how many parts it wrote.
+fn stage_named_parts(
+    core: &Core,
+    key: &Key,
+    at: strata_format::Parted,
+    kind: Kind,
+    delta: &[u8],
+    batch: &mut Batch,
+) -> Result<usize> {
+    let bad = |e: strata_format::FormatError| Error::Internal(format!("a delta of parts: {e}"));
+    let (puts, removed) = strata_format::delta::decode_delta(delta).map_err(bad)?;
+    // Removals (`None`) before puts of the same name, all in key order: RocksDB's
+    // memtable inserts one after another cheaply.
+    let mut ops: Vec<(&[u8], Option<&[u8]>)> = removed.iter().map(|n| (*n, None)).collect();
+    let puts = strata_format::parts::items(kind, puts).map_err(bad)?;
+    ops.extend(puts.iter().map(|(n, item)| (*n, Some(*item))));
+    ops.sort_by(|a, b| a.0.cmp(b.0));
+    if kind == Kind::ZSet {
+        stage_scores(core, key, at.version, &ops, batch)?;
+    }
+    // A field with an expiry of its own: the sweep is told (the stage of a whole hash
+    // tells it of the last; here, of the first, and it moves the entry on).
+    let mut first_expiry = u64::MAX;
+    for (name, item) in &ops {
+        let Some(item) = item else {
+            batch.delete_part(key, at.version, name);
+            continue;
+        };
+        batch.put_part(key, at.version, name, item);
+        if kind == Kind::Hash {
+            if let Ok((f, _)) = hash::field_at(item) {
+                if f.expire_ms != 0 {
+                    first_expiry = first_expiry.min(f.expire_ms);
+                }
+            }
+        }
+    }
+    if first_expiry != u64::MAX {
+        batch.add_expiry(first_expiry, key);
+    }
+    Ok(ops.len())
 }
 
 fn next_write_seq(core: &Core) -> u64 {

@@ -109,6 +109,63 @@ impl ListDelta {
     }
 }
 
+/// One operation of a [`ListDelta`], as read back by [`list_ops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListOp<'a> {
+    PushFront(&'a [u8]),
+    PushBack(&'a [u8]),
+    PopFront(usize),
+    PopBack(usize),
+    /// The element at this index set to this one.
+    Set(usize, &'a [u8]),
+    /// This element inserted before this index (at the end if it is the length).
+    Insert(usize, &'a [u8]),
+    /// The element at this index removed.
+    Remove(usize),
+}
+
+/// The operations of the list delta `d`, in order. Whether they fit the list is for
+/// whoever applies them to say.
+pub fn list_ops(d: &[u8]) -> Result<Vec<ListOp<'_>>> {
+    let mut r = Reader::new(d, "list delta");
+    if r.u8()? != LIST_DELTA_VERSION {
+        return Err(FormatError::Bad {
+            what: "list delta",
+            detail: "not a list delta".into(),
+        });
+    }
+    let mut ops = Vec::new();
+    while r.remaining() > 0 {
+        let op = r.u8()?;
+        let index = match op {
+            SET_AT | INSERT_AT | REMOVE_AT => r.u32()? as usize,
+            _ => 0,
+        };
+        ops.push(match op {
+            PUSH_FRONT | PUSH_BACK | SET_AT | INSERT_AT => {
+                let len = r.u32()? as usize;
+                let e = r.bytes(len)?;
+                match op {
+                    PUSH_FRONT => ListOp::PushFront(e),
+                    PUSH_BACK => ListOp::PushBack(e),
+                    SET_AT => ListOp::Set(index, e),
+                    _ => ListOp::Insert(index, e),
+                }
+            }
+            POP_FRONT => ListOp::PopFront(r.u32()? as usize),
+            POP_BACK => ListOp::PopBack(r.u32()? as usize),
+            REMOVE_AT => ListOp::Remove(index),
+            op => {
+                return Err(FormatError::Bad {
+                    what: "list delta",
+                    detail: format!("unknown op {op}"),
+                })
+            }
+        });
+    }
+    Ok(ops)
+}
+
 /// `base`, a list's value, with the list deltas `deltas` applied in order.
 fn apply_list(base: &[u8], deltas: &[&[u8]]) -> Result<Vec<u8>> {
     let bad = |detail: &str| FormatError::Bad {
@@ -117,50 +174,23 @@ fn apply_list(base: &[u8], deltas: &[&[u8]]) -> Result<Vec<u8>> {
     };
     let mut list: VecDeque<&[u8]> = decode_members(base)?.into();
     for d in deltas {
-        let mut r = Reader::new(d, "list delta");
-        if r.u8()? != LIST_DELTA_VERSION {
-            return Err(bad("not a list delta"));
-        }
-        while r.remaining() > 0 {
-            match r.u8()? {
-                PUSH_FRONT => {
-                    let len = r.u32()? as usize;
-                    list.push_front(r.bytes(len)?);
+        for op in list_ops(d)? {
+            match op {
+                ListOp::PushFront(e) => list.push_front(e),
+                ListOp::PushBack(e) => list.push_back(e),
+                ListOp::PopFront(n) | ListOp::PopBack(n) if n > list.len() => {
+                    return Err(bad("pops more elements than the list holds"))
                 }
-                PUSH_BACK => {
-                    let len = r.u32()? as usize;
-                    list.push_back(r.bytes(len)?);
+                ListOp::PopFront(n) => drop(list.drain(..n)),
+                ListOp::PopBack(n) => list.truncate(list.len() - n),
+                ListOp::Set(i, e) => {
+                    *list.get_mut(i).ok_or_else(|| bad("sets past the end"))? = e;
                 }
-                op @ (POP_FRONT | POP_BACK) => {
-                    let n = r.u32()? as usize;
-                    if n > list.len() {
-                        return Err(bad("pops more elements than the list holds"));
-                    }
-                    match op {
-                        POP_FRONT => drop(list.drain(..n)),
-                        _ => list.truncate(list.len() - n),
-                    }
-                }
-                SET_AT => {
-                    let i = r.u32()? as usize;
-                    let len = r.u32()? as usize;
-                    let element = r.bytes(len)?;
-                    *list.get_mut(i).ok_or_else(|| bad("sets past the end"))? = element;
-                }
-                INSERT_AT => {
-                    let i = r.u32()? as usize;
-                    let len = r.u32()? as usize;
-                    let element = r.bytes(len)?;
-                    if i > list.len() {
-                        return Err(bad("inserts past the end"));
-                    }
-                    list.insert(i, element);
-                }
-                REMOVE_AT => {
-                    let i = r.u32()? as usize;
+                ListOp::Insert(i, _) if i > list.len() => return Err(bad("inserts past the end")),
+                ListOp::Insert(i, e) => list.insert(i, e),
+                ListOp::Remove(i) => {
                     list.remove(i).ok_or_else(|| bad("removes past the end"))?;
                 }
-                op => return Err(bad(&format!("unknown op {op}"))),
             }
         }
     }

@@ -1,36 +1,225 @@
-//! A large hash, set or sorted set stored as parts: one record of the warm store's `parts`
-//! family per field or member, under the part key of [`crate::keys::part_key`], and a
-//! record in the `records` family that says where they are ([`crate::WarmValue::Parted`]).
-//! A change to one field writes that field's part and the record, not the whole value.
+//! A large hash, set, sorted set or list stored as parts: one record of the warm store's
+//! `parts` family per field, member or element, under the part key of
+//! [`crate::keys::part_key`], and a record in the `records` family that says where they are
+//! ([`crate::WarmValue::Parted`]). A change to one field writes that field's part and the
+//! record, not the whole value.
 //!
 //! ```text
 //! part key   = the value's parts prefix (key and version) | name
+//! name       = the field or member; a list element's position (u64 big-endian)
 //! part value = crc32c u32 (of part key || item) | item
-//! item       = the field, member or entry as the whole value's encoding (version 2)
-//!              writes it (hash::put_field, members::put_member, a zset entry)
+//! item       = the field, member, entry or element as the whole value's encoding
+//!              (version 2) writes it (hash::put_field, members::put_member, a zset entry)
 //! ```
 //!
 //! The whole value is the collection's header and its items in the order of their part
 //! keys (by name), so reading it back is one pass over a prefix of the family; a sorted
 //! set's entries are then sorted by score ([`in_order`]).
 //!
+//! A list's elements stand at consecutive positions, the first written whole at
+//! [`LIST_HEAD`]: a push at the head takes the position below the first, one at the tail
+//! the one past the last, so pushes and pops write the elements they move alone. An
+//! insert or a removal in the middle moves the elements on its shorter side by one
+//! ([`list_changes`]).
+//!
 //! A sorted set stored as parts also keeps a score index (family `scores`), one entry per
 //! member under the same prefix, so a range read walks the entries it answers with:
 //!
 //! ```text
 //! score key   = the value's parts prefix | score (keys::encode_score, 8 bytes) | member
-//! score value = crc32c u32 (of the score key)
+//! score value = crc32c u32 (of the score key and the sign) | sign u8 (1), for -0 alone
 //! ```
+//!
+//! The key orders `-0` as `0` (Redis compares them equal, so their members sort by name);
+//! the sign byte gives the score back as it was written.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
+use crate::delta::ListOp;
 use crate::hash::decode_hash;
 use crate::members::decode_members;
 use crate::{collection_items, FormatError, Kind, Result};
 
-/// The kinds stored as parts when large: those whose items have names of their own.
+/// The kinds stored as parts when large: every collection.
 pub fn kind_has_parts(kind: Kind) -> bool {
-    matches!(kind, Kind::Hash | Kind::Set | Kind::ZSet)
+    matches!(kind, Kind::Hash | Kind::Set | Kind::ZSet | Kind::List)
+}
+
+/// The position of the first element of a list stored whole as parts: the middle of the
+/// range, so either end has room to grow.
+pub const LIST_HEAD: u64 = 1 << 63;
+
+/// The part name of list position `p`: big-endian, so the parts sort in the list's order.
+pub fn list_position(p: u64) -> [u8; 8] {
+    p.to_be_bytes()
+}
+
+/// The list position a part name holds.
+pub fn decode_list_position(name: &[u8]) -> Result<u64> {
+    let b: [u8; 8] = name.try_into().map_err(|_| FormatError::Bad {
+        what: "list part",
+        detail: format!("a position of {} bytes", name.len()),
+    })?;
+    Ok(u64::from_be_bytes(b))
+}
+
+/// What a list delta's operations do to a list stored as parts at the positions
+/// `head..head + len`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ListChanges {
+    /// The first element's position after them.
+    pub head: u64,
+    /// How many elements there are after them.
+    pub len: u64,
+    /// Each position they change: its new item (an element as
+    /// [`crate::members::put_member`] writes it), or `None` where none stands any more.
+    pub parts: BTreeMap<u64, Option<Vec<u8>>>,
+    /// How many stored items were read to move them.
+    pub read: usize,
+}
+
+/// The changes `ops` make to a list stored as parts at `head..head + len`; `stored` reads
+/// the item stored at a position (for the elements an insert or a removal moves: those on
+/// its shorter side). An operation that does not fit the list is an error.
+pub fn list_changes(
+    head: u64,
+    len: u64,
+    ops: &[ListOp<'_>],
+    mut stored: impl FnMut(u64) -> Result<Vec<u8>>,
+) -> Result<ListChanges> {
+    let mut c = ListChanges {
+        head,
+        len,
+        ..Default::default()
+    };
+    for op in ops {
+        c.apply(*op, &mut stored)?;
+    }
+    Ok(c)
+}
+
+impl ListChanges {
+    fn apply(
+        &mut self,
+        op: ListOp<'_>,
+        stored: &mut dyn FnMut(u64) -> Result<Vec<u8>>,
+    ) -> Result<()> {
+        let bad = |detail: &str| FormatError::Bad {
+            what: "list delta",
+            detail: detail.to_string(),
+        };
+        let item = |e: &[u8]| {
+            let mut v = Vec::with_capacity(e.len() + 5);
+            crate::members::put_member(&mut v, e);
+            v
+        };
+        let len = self.len;
+        match op {
+            ListOp::PushFront(e) => {
+                self.head = self
+                    .head
+                    .checked_sub(1)
+                    .ok_or_else(|| bad("no room at the head"))?;
+                self.parts.insert(self.head, Some(item(e)));
+                self.len += 1;
+            }
+            ListOp::PushBack(e) => {
+                let p = self.at(len)?;
+                self.parts.insert(p, Some(item(e)));
+                self.len += 1;
+            }
+            ListOp::PopFront(n) | ListOp::PopBack(n) if n as u64 > len => {
+                return Err(bad("pops more elements than the list holds"))
+            }
+            ListOp::PopFront(n) => {
+                for i in 0..n as u64 {
+                    self.parts.insert(self.at(i)?, None);
+                }
+                self.head = self.at(n as u64)?;
+                self.len -= n as u64;
+            }
+            ListOp::PopBack(n) => {
+                for i in len - n as u64..len {
+                    self.parts.insert(self.at(i)?, None);
+                }
+                self.len -= n as u64;
+            }
+            ListOp::Set(i, _) | ListOp::Remove(i) if i as u64 >= len => {
+                return Err(bad("an index past the end"))
+            }
+            ListOp::Set(i, e) => {
+                self.parts.insert(self.at(i as u64)?, Some(item(e)));
+            }
+            ListOp::Insert(i, _) if i as u64 > len => return Err(bad("inserts past the end")),
+            ListOp::Insert(i, e) => {
+                let i = i as u64;
+                if i < len - i {
+                    // The elements before it move one towards the head.
+                    let head = self
+                        .head
+                        .checked_sub(1)
+                        .ok_or_else(|| bad("no room at the head"))?;
+                    for j in 0..i {
+                        let v = self.get(self.at(j)?, stored)?;
+                        self.parts.insert(head + j, Some(v));
+                    }
+                    self.head = head;
+                } else {
+                    // Those from it on move one towards the tail.
+                    for j in (i..len).rev() {
+                        let v = self.get(self.at(j)?, stored)?;
+                        self.parts.insert(self.at(j + 1)?, Some(v));
+                    }
+                }
+                self.parts.insert(self.at(i)?, Some(item(e)));
+                self.len += 1;
+            }
+            ListOp::Remove(i) => {
+                let i = i as u64;
+                if i < len - 1 - i {
+                    // The elements before it move one towards the tail.
+                    for j in (0..i).rev() {
+                        let v = self.get(self.at(j)?, stored)?;
+                        self.parts.insert(self.at(j + 1)?, Some(v));
+                    }
+                    self.parts.insert(self.head, None);
+                    self.head = self.at(1)?;
+                } else {
+                    for j in i + 1..len {
+                        let v = self.get(self.at(j)?, stored)?;
+                        self.parts.insert(self.at(j - 1)?, Some(v));
+                    }
+                    self.parts.insert(self.at(len - 1)?, None);
+                }
+                self.len -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The position of index `i`.
+    fn at(&self, i: u64) -> Result<u64> {
+        self.head.checked_add(i).ok_or_else(|| FormatError::Bad {
+            what: "list delta",
+            detail: "no room at the tail".into(),
+        })
+    }
+
+    /// The item at position `p`: as changed, or as stored.
+    fn get(&mut self, p: u64, stored: &mut dyn FnMut(u64) -> Result<Vec<u8>>) -> Result<Vec<u8>> {
+        match self.parts.get(&p) {
+            Some(Some(v)) => Ok(v.clone()),
+            Some(None) => Err(FormatError::Bad {
+                what: "list delta",
+                detail: format!("reads position {p}, which it emptied"),
+            }),
+            None => {
+                self.read += 1;
+                stored(p)
+            }
+        }
+    }
 }
 
 /// The value of `kind` made of a header and items in the order of their names (what the
@@ -69,10 +258,17 @@ pub fn decode_part<'a>(part_key: &[u8], b: &'a [u8]) -> Result<&'a [u8]> {
     Ok(item)
 }
 
-/// The value of a score-index entry (family `scores`, key [`crate::keys::score_key`]):
-/// the checksum of its key, which holds the score and the member.
-pub fn encode_score_entry(score_key: &[u8]) -> [u8; 4] {
-    crc32c::crc32c(score_key).to_le_bytes()
+/// The value of a score-index entry (family `scores`, key [`crate::keys::score_key`]) of
+/// `score`: the checksum of its key, which holds the score and the member, and of
+/// `score`'s sign when it is `-0` (which the key holds as `0`).
+pub fn encode_score_entry(score_key: &[u8], score: f64) -> Vec<u8> {
+    let negative_zero = score == 0.0 && score.is_sign_negative();
+    let sign: &[u8] = if negative_zero { &[1] } else { &[] };
+    let mut out = crc32c::crc32c_append(crc32c::crc32c(score_key), sign)
+        .to_le_bytes()
+        .to_vec();
+    out.extend_from_slice(sign);
+    out
 }
 
 /// The score and member of the score-index entry `score_key` of a value whose parts start
@@ -82,7 +278,9 @@ pub fn decode_score_entry<'a>(
     score_key: &'a [u8],
     value: &[u8],
 ) -> Result<(f64, &'a [u8])> {
-    if value != encode_score_entry(score_key) {
+    let negative_zero = value.get(4) == Some(&1);
+    let sign = if negative_zero { -0.0 } else { 0.0 };
+    if value != encode_score_entry(score_key, sign) {
         return Err(FormatError::Checksum {
             what: "score entry",
         });
@@ -97,7 +295,7 @@ pub fn decode_score_entry<'a>(
     };
     let (score, member) = rest.split_at(8);
     let score = crate::keys::decode_score(score.try_into().expect("8 bytes"));
-    Ok((score, member))
+    Ok((if negative_zero { -0.0 } else { score }, member))
 }
 
 fn part_checksum(part_key: &[u8], item: &[u8]) -> u32 {
@@ -118,7 +316,8 @@ pub fn in_current_encoding(kind: Kind, b: &[u8]) -> Result<Cow<'_, [u8]>> {
 }
 
 /// The items of the value `b` of `kind` in the current encoding ([`in_current_encoding`]):
-/// each as its name and its bytes, in order.
+/// each as its name and its bytes, in order. (A list element's name is itself: its part's
+/// is its position, [`list_position`].)
 pub fn items(kind: Kind, b: &[u8]) -> Result<Vec<(&[u8], &[u8])>> {
     let Some((count, start)) = collection_items(b)? else {
         return Err(FormatError::Bad {
@@ -211,5 +410,121 @@ mod tests {
         assert!(items(Kind::ZSet, &v[..v.len() - 1]).is_err());
         // Other kinds keep the order they are given.
         assert_eq!(in_order(Kind::Set, vec![2, 0]).unwrap(), vec![2, 0]);
+    }
+
+    #[test]
+    fn list_operations_on_positions_leave_the_list_a_model_holds() {
+        use crate::delta::ListOp;
+        use std::collections::VecDeque;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n.max(1)
+        };
+        let element = |i: u64| format!("e{i}").into_bytes();
+        let item = |e: &[u8]| {
+            let mut v = Vec::new();
+            crate::members::put_member(&mut v, e);
+            v
+        };
+        // The store: position -> item; the list as a model keeps it.
+        let mut model: VecDeque<Vec<u8>> = (0..20).map(element).collect();
+        let mut store: BTreeMap<u64, Vec<u8>> = (0..20)
+            .map(|i| (LIST_HEAD + i, item(&element(i))))
+            .collect();
+        let (mut head, mut made) = (LIST_HEAD, 100);
+        for round in 0..300 {
+            let mut elements = Vec::new();
+            let mut picks = Vec::new();
+            for _ in 0..1 + next(6) {
+                made += 1;
+                elements.push(element(made));
+                picks.push((next(7), next(1000)));
+            }
+            let mut ops = Vec::new();
+            for ((what, r), e) in picks.iter().zip(&elements) {
+                let len = model.len() as u64;
+                let op = match what {
+                    0 => ListOp::PushFront(e),
+                    1 => ListOp::PushBack(e),
+                    2 if len > 0 => ListOp::PopFront(1 + (*r % len.min(3)) as usize),
+                    3 if len > 0 => ListOp::PopBack(1 + (*r % len.min(3)) as usize),
+                    4 if len > 0 => ListOp::Set((*r % len) as usize, e),
+                    5 => ListOp::Insert((*r % (len + 1)) as usize, e),
+                    6 if len > 0 => ListOp::Remove((*r % len) as usize),
+                    _ => ListOp::PushBack(e),
+                };
+                match op {
+                    ListOp::PushFront(e) => model.push_front(e.to_vec()),
+                    ListOp::PushBack(e) => model.push_back(e.to_vec()),
+                    ListOp::PopFront(n) => drop(model.drain(..n)),
+                    ListOp::PopBack(n) => model.truncate(model.len() - n),
+                    ListOp::Set(i, e) => model[i] = e.to_vec(),
+                    ListOp::Insert(i, e) => model.insert(i, e.to_vec()),
+                    ListOp::Remove(i) => drop(model.remove(i)),
+                }
+                ops.push(op);
+            }
+            let len = store.len() as u64;
+            let c = list_changes(head, len, &ops, |p| {
+                Ok(store.get(&p).cloned().expect("a stored position"))
+            })
+            .unwrap();
+            assert!(
+                c.read as u64 <= len,
+                "round {round}: read {} of {len}",
+                c.read
+            );
+            for (p, v) in c.parts {
+                match v {
+                    Some(v) => store.insert(p, v),
+                    None => store.remove(&p),
+                };
+            }
+            head = c.head;
+            assert_eq!(c.len, model.len() as u64);
+            // Consecutive from the head, and the model's elements in order.
+            let positions: Vec<u64> = store.keys().copied().collect();
+            let expect: Vec<u64> = (head..head + c.len).collect();
+            assert_eq!(positions, expect, "round {round}");
+            let items: Vec<Vec<u8>> = model.iter().map(|e| item(e)).collect();
+            assert_eq!(
+                store.values().cloned().collect::<Vec<_>>(),
+                items,
+                "round {round}"
+            );
+        }
+        // Operations that do not fit the list are errors.
+        let none = |_| unreachable!("nothing is read");
+        assert!(list_changes(LIST_HEAD, 2, &[ListOp::PopFront(3)], none).is_err());
+        assert!(list_changes(LIST_HEAD, 2, &[ListOp::Set(2, b"x")], none).is_err());
+        assert!(list_changes(LIST_HEAD, 2, &[ListOp::Insert(3, b"x")], none).is_err());
+        assert!(list_changes(0, 0, &[ListOp::PushFront(b"x")], none).is_err());
+        assert_eq!(decode_list_position(&list_position(7)).unwrap(), 7);
+        assert!(decode_list_position(b"short").is_err());
+    }
+
+    #[test]
+    fn a_score_entry_gives_back_minus_zero_and_checks_its_sign() {
+        use crate::keys::{score_key, Key};
+        let key = Key::new(0, 0, b"z");
+        let k = score_key(&key, 1, -0.0, b"m");
+        assert_eq!(k, score_key(&key, 1, 0.0, b"m"), "ordered as 0");
+        let prefix = crate::keys::parts_prefix(&key, 1);
+        for score in [-0.0, 0.0, -1.5, 2.0] {
+            let k = score_key(&key, 1, score, b"m");
+            let v = encode_score_entry(&k, score);
+            let (back, member) = decode_score_entry(&prefix, &k, &v).unwrap();
+            assert_eq!(back.to_bits(), score.to_bits(), "{score}");
+            assert_eq!(member, b"m");
+        }
+        // The sign byte dropped or added without its checksum is caught.
+        let v = encode_score_entry(&k, -0.0);
+        assert!(decode_score_entry(&prefix, &k, &v[..4]).is_err());
+        let mut plus = encode_score_entry(&k, 0.0);
+        plus.push(1);
+        assert!(decode_score_entry(&prefix, &k, &plus).is_err());
     }
 }

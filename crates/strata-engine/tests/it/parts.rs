@@ -480,3 +480,262 @@ async fn reads_of_a_few_items_see_an_expiry_waiting_in_dram() {
 fn ranks(start: i64, stop: i64) -> Pick {
     Pick::Ranks { start, stop }
 }
+
+/// A list that notes its changes as the server's live lists do
+/// ([`strata_format::delta::ListDelta`], in order).
+#[derive(Default)]
+struct NotingList {
+    elements: std::collections::VecDeque<Vec<u8>>,
+    ops: strata_format::delta::ListDelta,
+}
+
+impl NotingList {
+    fn decode(v: Option<&Bytes>) -> strata_engine::Result<Box<dyn LiveValue>> {
+        let elements = match v {
+            Some(v) => decode_members(v)
+                .unwrap()
+                .into_iter()
+                .map(<[u8]>::to_vec)
+                .collect(),
+            None => Default::default(),
+        };
+        Ok(Box::new(NotingList {
+            elements,
+            ..Default::default()
+        }))
+    }
+
+    fn of(v: &mut dyn LiveValue) -> &mut NotingList {
+        let any: &mut dyn std::any::Any = v;
+        any.downcast_mut::<NotingList>().unwrap()
+    }
+}
+
+impl LiveValue for NotingList {
+    fn encode(&mut self) -> Bytes {
+        self.ops = Default::default();
+        encode_members(&self.elements.iter().collect::<Vec<_>>()).into()
+    }
+    fn delta(&mut self) -> Option<Vec<u8>> {
+        Some(std::mem::take(&mut self.ops).finish())
+    }
+    fn bytes(&self) -> usize {
+        self.elements.iter().map(|m| m.len() + 24).sum()
+    }
+    fn is_empty(&self) -> bool {
+        self.elements.is_empty()
+    }
+    fn items(&self) -> Option<usize> {
+        Some(self.elements.len())
+    }
+}
+
+/// One change of a list: what a command did, on the list and in its notes.
+fn list_op(l: &mut NotingList, what: u64, r: u64, e: &[u8]) {
+    let len = l.elements.len();
+    let i = r as usize % len.max(1);
+    match what % 7 {
+        0 => {
+            l.elements.push_front(e.to_vec());
+            l.ops.push_front(e);
+        }
+        2 if len > 1 => {
+            l.elements.pop_front();
+            l.ops.pop_front(1);
+        }
+        3 if len > 2 => {
+            l.elements.truncate(len - 2);
+            l.ops.pop_back(2);
+        }
+        4 if len > 0 => {
+            l.elements[i] = e.to_vec();
+            l.ops.set(i, e);
+        }
+        5 => {
+            let i = r as usize % (len + 1);
+            l.elements.insert(i, e.to_vec());
+            l.ops.insert(i, e);
+        }
+        6 if len > 1 => {
+            l.elements.remove(i);
+            l.ops.remove(i);
+        }
+        _ => {
+            l.elements.push_back(e.to_vec());
+            l.ops.push_back(e);
+        }
+    }
+}
+
+async fn elements_of(e: &Engine, k: &strata_format::Key) -> Vec<Vec<u8>> {
+    let (kind, v) = e.get_value(k).await.unwrap().expect("the list is there");
+    assert_eq!(kind, Kind::List);
+    decode_members(&v)
+        .unwrap()
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_list_is_stored_as_parts_by_position_and_its_changes_write_what_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key("queue");
+    let mut model: std::collections::VecDeque<Vec<u8>> = (0..1000).map(member).collect();
+    let change_list = |e: &Engine, f: Box<dyn FnOnce(&mut NotingList) + Send>| {
+        let e = e.clone();
+        let k = k.clone();
+        async move {
+            e.update_live(&k, Kind::List, NotingList::decode, |v| {
+                f(NotingList::of(v));
+                Ok((true, ()))
+            })
+            .await
+            .unwrap()
+            .durable(&e)
+            .await
+            .unwrap();
+        }
+    };
+    let first: Vec<Vec<u8>> = model.iter().cloned().collect();
+    {
+        let (e, warm) = open_counting(options(dir.path())).await;
+        change_list(
+            &e,
+            Box::new(move |l| first.iter().for_each(|m| list_op(l, 1, 0, m))),
+        )
+        .await;
+        assert_eq!(elements_of(&e, &k).await, Vec::from(model.clone()));
+        assert_eq!(parts_held(&warm), 1000);
+
+        // A push at each end writes two parts, not the list; a pop deletes one.
+        let before = e.stats_now().parts_written;
+        change_list(
+            &e,
+            Box::new(|l| {
+                list_op(l, 0, 0, b"head");
+                list_op(l, 1, 0, b"tail");
+            }),
+        )
+        .await;
+        model.push_front(b"head".to_vec());
+        model.push_back(b"tail".to_vec());
+        assert_eq!(elements_of(&e, &k).await, Vec::from(model.clone()));
+        assert_eq!(e.stats_now().parts_written - before, 2);
+        change_list(&e, Box::new(|l| list_op(l, 2, 0, b""))).await;
+        model.pop_front();
+        assert_eq!(elements_of(&e, &k).await, Vec::from(model.clone()));
+        assert_eq!(e.stats_now().parts_written - before, 3);
+        assert_eq!(parts_held(&warm), 1001);
+
+        // Seeded rounds of every change, each checked against the model whole and by span.
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        for round in 0..40 {
+            let ops: Vec<(u64, u64, Vec<u8>)> = (0..1 + next() % 8)
+                .map(|j| (next(), next(), format!("r{round}:{j}").into_bytes()))
+                .collect();
+            let mut m = NotingList {
+                elements: model.clone(),
+                ..Default::default()
+            };
+            ops.iter().for_each(|(w, r, x)| list_op(&mut m, *w, *r, x));
+            model = m.elements;
+            change_list(
+                &e,
+                Box::new(move |l| {
+                    ops.iter().for_each(|(w, r, x)| list_op(l, *w, *r, x));
+                }),
+            )
+            .await;
+            assert_eq!(
+                elements_of(&e, &k).await,
+                Vec::from(model.clone()),
+                "round {round}"
+            );
+            assert_eq!(parts_held(&warm), model.len(), "round {round}");
+        }
+        e.close().await.unwrap();
+    }
+
+    // After a restart: spans read those elements alone, from the parts.
+    let (e, _warm) = open_counting(options(dir.path())).await;
+    let len = model.len() as i64;
+    let spans = [
+        (0, 9),
+        (-10, -1),
+        (500, 502),
+        (7, 7),
+        (-1, -1),
+        (0, -1),
+        (5, 2),
+        (len, len + 5),
+        (-len - 9, 0),
+    ];
+    for (start, stop) in spans {
+        e.clear_hot();
+        let got = e
+            .get_span_with(&k, start, stop, |_, _| Ok(()))
+            .await
+            .unwrap();
+        let Some(Answer::Elements(Kind::List, got)) = got else {
+            panic!("{start}..{stop}: not read from the parts: {got:?}");
+        };
+        let got: Vec<Vec<u8>> = got.into_iter().map(|b| b.to_vec()).collect();
+        let want: Vec<Vec<u8>> = match strata_format::zset::rank_window(model.len(), start, stop) {
+            Some((s, t)) => model.range(s..=t).cloned().collect(),
+            None => Vec::new(),
+        };
+        assert_eq!(got, want, "{start}..{stop}");
+    }
+    let count = e.get_count_with(&k, |_, _| Ok(0)).await.unwrap();
+    assert_eq!(count, Some(Answer::Items(Kind::List, model.len() as u64)));
+    // A span of something else is not a list's.
+    put_whole(&e, &key("set"), &[member(1)], 0).await;
+    e.clear_hot();
+    let other = e
+        .get_span_with(&key("set"), 0, -1, |_, _| Ok(()))
+        .await
+        .unwrap();
+    assert!(
+        !matches!(other, Some(Answer::Elements(Kind::List, _))),
+        "{other:?}"
+    );
+
+    // Made live from its parts and changed: its delta is written.
+    change_list(&e, Box::new(|l| list_op(l, 0, 0, b"again"))).await;
+    model.push_front(b"again".to_vec());
+    assert_eq!(elements_of(&e, &k).await, Vec::from(model.clone()));
+    assert_eq!(e.stats_now().parts_written, 1, "one push, one part");
+    e.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_score_of_minus_zero_reads_back_from_the_score_index_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.s.warm.parts_bytes_min = 1;
+    let e = Engine::open_with(parts(o)).await.unwrap();
+    let k = key("signs");
+    // Redis orders -0 as 0: by member among equal scores.
+    let ordered: Vec<(f64, &[u8])> = vec![(-1.0, b"c"), (0.0, b"a"), (-0.0, b"b"), (0.0, b"d")];
+    put_kind(&e, &k, Kind::ZSet, Bytes::from(encode_zset(&ordered)), 0).await;
+    e.clear_hot();
+    let window = ScoreWindow {
+        pick: ranks(0, -1),
+        rev: false,
+    };
+    let got = e.get_window_with(&k, &window, |_, _| Ok(())).await.unwrap();
+    let Some(Answer::Entries(Kind::ZSet, got)) = got else {
+        panic!("not read from the index: {got:?}");
+    };
+    let got: Vec<(u64, &[u8])> = got.iter().map(|(s, m)| (s.to_bits(), &m[..])).collect();
+    let want: Vec<(u64, &[u8])> = ordered.iter().map(|(s, m)| (s.to_bits(), *m)).collect();
+    assert_eq!(got, want);
+    e.close().await.unwrap();
+}

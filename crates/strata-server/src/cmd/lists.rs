@@ -4,14 +4,16 @@
 //! and take it for each attempt; every write to a list wakes them to try again.
 
 use bytes::Bytes;
-use strata_engine::Kind;
+use strata_engine::{Answer, Kind, Source};
+use strata_format::members::decode_members;
 use strata_resp::Reply;
 
 use super::typed::{
-    block_on, blocking_mpop_args, keys_then_timeout, mpop_args, parse_timeout, pop_count,
-    read_items, read_kind, read_live, read_members, reply, write_items, Deque, ListCodec,
+    block_on, blocking_mpop_args, corrupt, keys_then_timeout, mpop_args, parse_timeout, pop_count,
+    read_count, read_items, read_kind, read_live, read_members, reply, write_items, Deque,
+    ListCodec,
 };
-use super::{lower, not_integer, parse_int, syntax_error, Ctx};
+use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
 /// Changes the list at client key `key` (any change wakes blocked pops: `write_kind`).
 async fn write_list<R: Send + 'static>(
@@ -101,7 +103,38 @@ pub(crate) async fn llen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = read_live::<ListCodec, _>(ctx, &key, |l| l.len() as i64) {
         return reply(r, Reply::Integer);
     }
-    read_members::<true>(ctx, &a[1], |l, _| Reply::Integer(l.len() as i64)).await
+    read_count(ctx, &key, Kind::List, |v| Ok(decode_members(v)?.len())).await
+}
+
+/// A read of the elements `start..=stop` (negative from the end) of the list at `key`
+/// past its live value: of a list stored as parts (and not in memory), `parted` answers
+/// from those elements, read alone; of any other, `whole` answers from its elements and
+/// the value they are cut from.
+async fn read_span(
+    ctx: &mut Ctx<'_>,
+    key: &strata_engine::Key,
+    (start, stop): (i64, i64),
+    whole: impl FnOnce(&[&[u8]], &Source<'_>) -> Reply + Send,
+    parted: impl FnOnce(Vec<Bytes>) -> Reply,
+) -> Reply {
+    let engine = &ctx.shared.engine;
+    engine.note_access(ctx.conn.id, key);
+    let mut whole = Some(whole);
+    let got = engine.get_span_with(key, start, stop, |k, v| {
+        if k != Kind::List {
+            return Err(strata_engine::Error::WrongType);
+        }
+        let l = decode_members(v.bytes()).map_err(|e| corrupt(Kind::List, e))?;
+        Ok((whole.take().expect("called once"))(&l, &v))
+    });
+    match got.await {
+        Ok(Some(Answer::Read(r))) => r,
+        Ok(Some(Answer::Elements(Kind::List, elements))) => parted(elements),
+        Ok(Some(_)) => wrong_type(),
+        // Absent: what an empty list answers.
+        Ok(None) => (whole.take().expect("not called"))(&[], &Source::lent(&[])),
+        Err(e) => engine_error(&e),
+    }
 }
 
 /// Redis's range of `start..=stop` (negative from the end) over `len` elements.
@@ -135,9 +168,12 @@ pub(crate) async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, Reply::Array);
     }
-    read_members::<true>(ctx, &a[1], |l, v| {
+    let whole = |l: &[&[u8]], v: &Source<'_>| {
         let range = index_range(l.len(), start, stop);
         Reply::Array(l[range].iter().map(|m| Reply::Bulk(v.cut(m))).collect())
+    };
+    read_span(ctx, &key, (start, stop), whole, |elements| {
+        Reply::Array(elements.into_iter().map(Reply::Bulk).collect())
     })
     .await
 }
@@ -174,8 +210,11 @@ pub(crate) async fn lindex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let Some(r) = live {
         return reply(r, |r| r);
     }
-    read_members::<true>(ctx, &a[1], |l, v| {
+    let whole = |l: &[&[u8]], v: &Source<'_>| {
         position(l.len(), index).map_or(Reply::Null, |i| Reply::Bulk(v.cut(l[i])))
+    };
+    read_span(ctx, &key, (index, index), whole, |elements| {
+        elements.into_iter().next().map_or(Reply::Null, Reply::Bulk)
     })
     .await
 }

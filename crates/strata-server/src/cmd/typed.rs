@@ -179,6 +179,10 @@ pub(crate) trait Items<I>: Send + 'static {
     }
     /// The items were stored whole: the changes noted so far are in what was stored.
     fn stored(&mut self) {}
+    /// [`strata_engine::LiveValue::moves`].
+    fn moves(&self) -> usize {
+        0
+    }
     /// The memory the items hold, when they count it themselves (in constant time); `None`
     /// counts each item at its size and its share of the stored value.
     fn live_bytes(&self) -> Option<usize> {
@@ -455,6 +459,9 @@ impl<C: Codec, T: Items<C::Item>> strata_engine::LiveValue for LiveItems<C, T> {
     fn items(&self) -> Option<usize> {
         Some(self.items.len())
     }
+    fn moves(&self) -> usize {
+        self.items.moves()
+    }
     fn stays(&self) -> bool {
         self.stays
     }
@@ -469,6 +476,9 @@ pub(crate) struct Deque {
     /// `None`: changed whole since the last delta or store.
     ops: Option<strata_format::delta::ListDelta>,
     noted: usize,
+    /// The elements its inserts and removals in the middle moved since the last delta: those
+    /// on each one's shorter side, as a list stored as parts moves them.
+    moved: usize,
 }
 
 impl std::ops::Deref for Deque {
@@ -542,6 +552,7 @@ impl Deque {
 
     /// Inserts a copy of `e` ([`own`]) before the element at `i` (at the end if `i` is the length).
     pub(crate) fn insert(&mut self, i: usize, e: &[u8]) {
+        self.moved += i.min(self.items.len() - i);
         self.note(|d| d.insert(i, e));
         self.items.insert(i, own(e));
     }
@@ -552,7 +563,8 @@ impl Deque {
     pub(crate) fn remove_flagged(&mut self, keep: &[bool]) -> usize {
         debug_assert_eq!(keep.len(), self.items.len());
         let gone: Vec<usize> = (0..keep.len()).rev().filter(|&i| !keep[i]).collect();
-        for &i in &gone {
+        for (k, &i) in gone.iter().enumerate() {
+            self.moved += i.min(keep.len() - k - 1 - i);
             self.note(|d| d.remove(i));
         }
         self.items.retain_flagged(keep);
@@ -569,6 +581,7 @@ impl Deque {
     /// The delta noted so far (`None`: a whole change), and a new one started.
     fn take_ops(&mut self) -> Option<Vec<u8>> {
         self.noted = 0;
+        self.moved = 0;
         self.ops
             .replace(Default::default())
             .map(strata_format::delta::ListDelta::finish)
@@ -583,6 +596,7 @@ impl Items<Bytes> for Deque {
             items: items.into_iter().collect(),
             ops: Some(Default::default()),
             noted: 0,
+            moved: 0,
         }
     }
     fn len(&self) -> usize {
@@ -596,6 +610,9 @@ impl Items<Bytes> for Deque {
     }
     fn stored(&mut self) {
         self.take_ops();
+    }
+    fn moves(&self) -> usize {
+        self.moved
     }
 }
 
@@ -738,7 +755,7 @@ pub(crate) async fn read_count(
     match got.await {
         Ok(Some(Answer::Read(n))) => Reply::Integer(n as i64),
         Ok(Some(Answer::Items(k, n))) if k == kind => Reply::Integer(n as i64),
-        Ok(Some(Answer::Items(..) | Answer::Entries(..))) => wrong_type(),
+        Ok(Some(_)) => wrong_type(),
         Ok(None) => Reply::Integer(0),
         Err(e) => engine_error(&e),
     }

@@ -1043,7 +1043,7 @@ async fn read_window(
     match got.await {
         Ok(Some(Answer::Read(r))) => r,
         Ok(Some(Answer::Entries(Kind::ZSet, picked))) => parted(picked),
-        Ok(Some(Answer::Entries(..) | Answer::Items(..))) => wrong_type(),
+        Ok(Some(_)) => wrong_type(),
         // Absent: what an empty set answers.
         Ok(None) => (whole.take().expect("not called"))(&[], &Source::lent(&[])),
         Err(e) => engine_error(&e),
