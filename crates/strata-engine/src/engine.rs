@@ -371,41 +371,18 @@ impl Engine {
         crate::read::get_named_with(&self.core, key, names, f).await
     }
 
-    /// [`Engine::get_value_with`] for a read of how many items a hash, a set or a sorted
-    /// set holds (`SCARD`, `ZCARD`): of a value stored as parts, its record answers
-    /// ([`Answer::Items`]) and `f` is not called.
-    pub async fn get_count_with<R>(
+    /// [`Engine::get_value_with`] for a read that a value stored as parts answers from
+    /// what `asked` reads of it: its count from its record (`SCARD`, `ZCARD`, `LLEN`), a
+    /// window of a sorted set from its score index (`ZRANGE`, `ZRANGEBYSCORE`, `ZCOUNT`:
+    /// a walk of those entries alone), a span of a list from those parts (`LRANGE`,
+    /// `LINDEX`). Then `f` is not called, and the [`Answer`] says what they gave.
+    pub async fn get_asked_with<R>(
         &self,
         key: &Key,
+        asked: crate::Asked<'_>,
         f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
     ) -> Result<Option<Answer<R>>> {
-        crate::read::get_count_with(&self.core, key, f).await
-    }
-
-    /// [`Engine::get_value_with`] for a range read of a sorted set (`ZRANGE`,
-    /// `ZRANGEBYSCORE`...): of a value stored as parts, its score index answers with the
-    /// entries `window` picks ([`Answer::Entries`], walking those alone) and `f` is not
-    /// called.
-    pub async fn get_window_with<R>(
-        &self,
-        key: &Key,
-        window: &strata_format::zset::ScoreWindow,
-        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-    ) -> Result<Option<Answer<R>>> {
-        crate::read::get_window_with(&self.core, key, window, f).await
-    }
-
-    /// [`Engine::get_value_with`] for a read of a list's elements `start..=stop` (`LRANGE`,
-    /// `LINDEX`; Redis's indexes, negative from the end): of a value stored as parts, those
-    /// elements answer ([`Answer::Elements`], read alone) and `f` is not called.
-    pub async fn get_span_with<R>(
-        &self,
-        key: &Key,
-        start: i64,
-        stop: i64,
-        f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-    ) -> Result<Option<Answer<R>>> {
-        crate::read::get_span_with(&self.core, key, start, stop, f).await
+        crate::read::get_asked_with(&self.core, key, asked, f).await
     }
 
     /// The kind of value `key` holds, if it holds a live one, without reading the value.

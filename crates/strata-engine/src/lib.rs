@@ -71,7 +71,7 @@ pub use engine::{warm_dir, Engine, Parts};
 pub use error::{Error, ErrorKind, Result};
 pub use live::LiveValue;
 pub use offload::serve_clients_promptly;
-pub use read::{Answer, LocalValue, Source};
+pub use read::{Answer, Asked, LocalValue, Source};
 pub use scan::{RangeBound, ScanItem, ScanPage};
 pub use settings::{Durability, HotPolicy, Settings};
 pub use stats::Stats;

@@ -108,7 +108,7 @@ pub(crate) async fn get_with<R>(
     key: &Key,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
-    let got = get_asked_with::<R, &[u8]>(core, key, Ask::Whole, f).await?;
+    let got = get_or_parts_with::<R, &[u8]>(core, key, Ask::Whole, f).await?;
     Ok(got.map(Answer::read))
 }
 
@@ -122,44 +122,20 @@ pub(crate) async fn get_named_with<R, N: AsRef<[u8]>>(
     names: &[N],
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<R>> {
-    let got = get_asked_with(core, key, Ask::Named(names), f).await?;
+    let got = get_or_parts_with(core, key, Ask::Named(names), f).await?;
     Ok(got.map(Answer::read))
 }
 
-/// [`get_with`] of a read that needs how many items a collection holds: when the value is
-/// stored as parts and neither DRAM nor a live value holds it, its record's count answers
-/// ([`Answer::Items`]) and no part is read.
-pub(crate) async fn get_count_with<R>(
+/// [`get_with`] of a read that a value stored as parts (when neither DRAM nor a live
+/// value holds it) answers from what `asked` reads of it, not the whole
+/// ([`Answer::Items`], [`Answer::Entries`], [`Answer::Elements`]).
+pub(crate) async fn get_asked_with<R>(
     core: &Core,
     key: &Key,
+    asked: Asked<'_>,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<Answer<R>>> {
-    get_asked_with::<R, &[u8]>(core, key, Ask::Count, f).await
-}
-
-/// [`get_with`] of a range read of a sorted set: when the value is stored as parts and
-/// neither DRAM nor a live value holds it, its score index answers with the entries
-/// `window` picks ([`Answer::Entries`]), walking those alone.
-pub(crate) async fn get_window_with<R>(
-    core: &Core,
-    key: &Key,
-    window: &ScoreWindow,
-    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-) -> Result<Option<Answer<R>>> {
-    get_asked_with::<R, &[u8]>(core, key, Ask::Window(window), f).await
-}
-
-/// [`get_with`] of a read of a list's elements `start..=stop` (Redis's indexes, negative
-/// from the end): when the value is stored as parts and neither DRAM nor a live value
-/// holds it, those elements answer ([`Answer::Elements`]), read alone.
-pub(crate) async fn get_span_with<R>(
-    core: &Core,
-    key: &Key,
-    start: i64,
-    stop: i64,
-    f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
-) -> Result<Option<Answer<R>>> {
-    get_asked_with::<R, &[u8]>(core, key, Ask::Span(start, stop), f).await
+    get_or_parts_with::<R, &[u8]>(core, key, Ask::Asked(asked), f).await
 }
 
 /// What a read needs of a value stored as parts.
@@ -168,18 +144,26 @@ enum Ask<'a, N> {
     Whole,
     /// The items of these names.
     Named(&'a [N]),
-    /// How many items there are.
+    Asked(Asked<'a>),
+}
+
+/// What a read of a value stored as parts may read of it instead of the whole
+/// ([`crate::Engine::get_asked_with`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Asked<'a> {
+    /// How many items it holds (`SCARD`, `ZCARD`, `LLEN`): its record's count.
     Count,
-    /// The entries of a sorted set this picks.
+    /// The entries of a sorted set this picks (`ZRANGE`, `ZRANGEBYSCORE`, `ZCOUNT`): a walk
+    /// of its score index.
     Window(&'a ScoreWindow),
-    /// A list's elements from the first index to the second.
+    /// A list's elements from the first index to the second (`LRANGE`, `LINDEX`; negative
+    /// from the end): those parts.
     Span(i64, i64),
 }
 
-/// What [`get_count_with`], [`get_window_with`] and [`get_span_with`] answer with: the
-/// read's own result, or what a value stored as parts gave: the kind and the count of
-/// items its record holds, the entries a window picked from its score index, or a list's
-/// elements.
+/// What [`get_asked_with`] answers with: the read's own result, or what a value stored as
+/// parts gave: the kind and the count of items its record holds, the entries a window
+/// picked from its score index, or a list's elements.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer<R> {
     Read(R),
@@ -193,13 +177,21 @@ impl<R> Answer<R> {
         match self {
             Answer::Read(r) => r,
             Answer::Items(..) | Answer::Entries(..) | Answer::Elements(..) => {
-                unreachable!("only a read asking for a count or a window gets one")
+                unreachable!("only a read asking for a count, a window or a span gets one")
             }
+        }
+    }
+
+    /// The kind of the value whose parts answered (`None`: the read's own result).
+    pub fn kind(&self) -> Option<Kind> {
+        match self {
+            Answer::Read(_) => None,
+            Answer::Items(k, _) | Answer::Entries(k, _) | Answer::Elements(k, _) => Some(*k),
         }
     }
 }
 
-async fn get_asked_with<R, N: AsRef<[u8]>>(
+async fn get_or_parts_with<R, N: AsRef<[u8]>>(
     core: &Core,
     key: &Key,
     ask: Ask<'_, N>,
@@ -322,23 +314,23 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
         }
         // What the parts say, and how many of them it asked for.
         let (asked, got) = match ask {
-            Ask::Count => return Ok(Named::Count(stored.kind, at.count)),
-            // Not a sorted set: the caller answers that it is of the wrong kind.
-            Ask::Window(_) if stored.kind != Kind::ZSet => {
+            Ask::Asked(Asked::Count) => return Ok(Named::Count(stored.kind, at.count)),
+            // Not a sorted set or a list: the caller answers that it is of the wrong kind.
+            Ask::Asked(Asked::Window(_)) if stored.kind != Kind::ZSet => {
                 return Ok(Named::Entries(stored.kind, Vec::new()))
             }
-            Ask::Span(..) if stored.kind != Kind::List => {
+            Ask::Asked(Asked::Span(..)) if stored.kind != Kind::List => {
                 return Ok(Named::Elements(stored.kind, Vec::new()))
             }
             Ask::Whole => return Ok(Named::Changing),
-            Ask::Span(start, stop) => {
+            Ask::Asked(Asked::Span(start, stop)) => {
                 let elements = core
                     .warm
                     .list_span(key, at, start, stop)
                     .inspect_err(|e| core.count_data_error(e))?;
                 (elements.len(), Named::Elements(stored.kind, elements))
             }
-            Ask::Window(window) => {
+            Ask::Asked(Asked::Window(window)) => {
                 let entries = core
                     .warm
                     .score_window(key, at, window)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Answer, Change, Engine, ErrorKind, Kind, LiveValue, Tier};
+use strata_engine::{Answer, Asked, Change, Engine, ErrorKind, Kind, LiveValue, Tier};
 use strata_format::delta::encode_delta;
 use strata_format::members::{decode_members, encode_members};
 use strata_format::zset::{decode_zset, encode_zset, Pick, ScoreBound, ScoreWindow};
@@ -257,9 +257,14 @@ async fn a_whole_write_of_a_large_set_is_checked_parts_kept_warm_that_delete_and
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
     // A count is the record's: no part is read (the damaged one is not seen). A value not
     // stored as parts is read.
-    let count = e.get_count_with(&k, |_, _| Ok(0)).await.unwrap();
+    let count = e
+        .get_asked_with(&k, Asked::Count, |_, _| Ok(0))
+        .await
+        .unwrap();
     assert_eq!(count, Some(Answer::Items(Kind::Set, 1000)));
-    let count = e.get_count_with(&small, |_, v| Ok(decode_members(v.bytes()).unwrap().len()));
+    let count = e.get_asked_with(&small, Asked::Count, |_, v| {
+        Ok(decode_members(v.bytes()).unwrap().len())
+    });
     assert_eq!(count.await.unwrap(), Some(Answer::Read(3)));
     let mut b = warm.batch();
     b.put(Family::Parts, &first.0, &first.1);
@@ -380,7 +385,10 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
     for (pick, rev) in windows {
         let window = ScoreWindow { pick, rev };
         e.clear_hot();
-        let got = e.get_window_with(&k, &window, |_, _| Ok(())).await.unwrap();
+        let got = e
+            .get_asked_with(&k, Asked::Window(&window), |_, _| Ok(()))
+            .await
+            .unwrap();
         let Some(Answer::Entries(Kind::ZSet, got)) = got else {
             panic!("{window:?}: not read from the index: {got:?}");
         };
@@ -464,13 +472,18 @@ async fn reads_of_a_few_items_see_an_expiry_waiting_in_dram() {
         e.get_named_with(&set, &[member(1)], none).await.unwrap(),
         None
     );
-    assert_eq!(e.get_count_with(&set, none).await.unwrap(), None);
+    assert_eq!(
+        e.get_asked_with(&set, Asked::Count, none).await.unwrap(),
+        None
+    );
     let window = ScoreWindow {
         pick: Pick::Ranks { start: 0, stop: -1 },
         rev: false,
     };
     assert_eq!(
-        e.get_window_with(&ranked, &window, none).await.unwrap(),
+        e.get_asked_with(&ranked, Asked::Window(&window), none)
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(e.get_value(&set).await.unwrap(), None);
@@ -680,7 +693,7 @@ async fn a_large_list_is_stored_as_parts_by_position_and_its_changes_write_what_
     for (start, stop) in spans {
         e.clear_hot();
         let got = e
-            .get_span_with(&k, start, stop, |_, _| Ok(()))
+            .get_asked_with(&k, Asked::Span(start, stop), |_, _| Ok(()))
             .await
             .unwrap();
         let Some(Answer::Elements(Kind::List, got)) = got else {
@@ -693,13 +706,16 @@ async fn a_large_list_is_stored_as_parts_by_position_and_its_changes_write_what_
         };
         assert_eq!(got, want, "{start}..{stop}");
     }
-    let count = e.get_count_with(&k, |_, _| Ok(0)).await.unwrap();
+    let count = e
+        .get_asked_with(&k, Asked::Count, |_, _| Ok(0))
+        .await
+        .unwrap();
     assert_eq!(count, Some(Answer::Items(Kind::List, model.len() as u64)));
     // A span of something else is not a list's.
     put_whole(&e, &key("set"), &[member(1)], 0).await;
     e.clear_hot();
     let other = e
-        .get_span_with(&key("set"), 0, -1, |_, _| Ok(()))
+        .get_asked_with(&key("set"), Asked::Span(0, -1), |_, _| Ok(()))
         .await
         .unwrap();
     assert!(
@@ -730,7 +746,10 @@ async fn a_score_of_minus_zero_reads_back_from_the_score_index_as_written() {
         pick: ranks(0, -1),
         rev: false,
     };
-    let got = e.get_window_with(&k, &window, |_, _| Ok(())).await.unwrap();
+    let got = e
+        .get_asked_with(&k, Asked::Window(&window), |_, _| Ok(()))
+        .await
+        .unwrap();
     let Some(Answer::Entries(Kind::ZSet, got)) = got else {
         panic!("not read from the index: {got:?}");
     };

@@ -4,16 +4,16 @@
 //! and take it for each attempt; every write to a list wakes them to try again.
 
 use bytes::Bytes;
-use strata_engine::{Answer, Kind, Source};
+use strata_engine::{Answer, Asked, Kind, Source};
 use strata_format::members::decode_members;
 use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, corrupt, keys_then_timeout, mpop_args, parse_timeout, pop_count,
-    read_count, read_items, read_kind, read_live, read_members, reply, write_items, Deque,
-    ListCodec,
+    read_asked, read_count, read_items, read_kind, read_live, read_members, reply, write_items,
+    Deque, ListCodec,
 };
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
+use super::{lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
 /// Changes the list at client key `key` (any change wakes blocked pops: `write_kind`).
 async fn write_list<R: Send + 'static>(
@@ -117,24 +117,26 @@ async fn read_span(
     whole: impl FnOnce(&[&[u8]], &Source<'_>) -> Reply + Send,
     parted: impl FnOnce(Vec<Bytes>) -> Reply,
 ) -> Reply {
-    let engine = &ctx.shared.engine;
-    engine.note_access(ctx.conn.id, key);
-    let mut whole = Some(whole);
-    let got = engine.get_span_with(key, start, stop, |k, v| {
-        if k != Kind::List {
-            return Err(strata_engine::Error::WrongType);
+    let whole = |v: Option<&Source<'_>>| match v {
+        Some(v) => {
+            let l = decode_members(v.bytes()).map_err(|e| corrupt(Kind::List, e))?;
+            Ok(whole(&l, v))
         }
-        let l = decode_members(v.bytes()).map_err(|e| corrupt(Kind::List, e))?;
-        Ok((whole.take().expect("called once"))(&l, &v))
-    });
-    match got.await {
-        Ok(Some(Answer::Read(r))) => r,
-        Ok(Some(Answer::Elements(Kind::List, elements))) => parted(elements),
-        Ok(Some(_)) => wrong_type(),
         // Absent: what an empty list answers.
-        Ok(None) => (whole.take().expect("not called"))(&[], &Source::lent(&[])),
-        Err(e) => engine_error(&e),
-    }
+        None => Ok(whole(&[], &Source::lent(&[]))),
+    };
+    read_asked(
+        ctx,
+        key,
+        Kind::List,
+        Asked::Span(start, stop),
+        whole,
+        |a| match a {
+            Answer::Elements(_, elements) => parted(elements),
+            _ => wrong_type(),
+        },
+    )
+    .await
 }
 
 /// Redis's range of `start..=stop` (negative from the end) over `len` elements.

@@ -10,7 +10,7 @@ use super::packed::{Indexed, MemberPack};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_engine::{Answer, Change, Key, Kind, Source};
+use strata_engine::{Answer, Asked, Change, Key, Kind, Source};
 use strata_resp::Reply;
 
 use super::{engine_error, wrong_type, Ctx};
@@ -735,7 +735,7 @@ pub(crate) async fn read_named_members<const LIST: bool>(
     r.await.unwrap_or_else(|e| e)
 }
 
-/// How many items the collection of `kind` at `key` holds (`SCARD`, `ZCARD`): its
+/// How many items the collection of `kind` at `key` holds (`SCARD`, `ZCARD`, `LLEN`): its
 /// record's count when it is stored as parts and not in memory (no part is read), else
 /// `count` of its stored value; 0 if the key holds nothing.
 pub(crate) async fn read_count(
@@ -744,19 +744,43 @@ pub(crate) async fn read_count(
     kind: Kind,
     count: impl FnOnce(&[u8]) -> strata_format::Result<usize> + Send,
 ) -> Reply {
+    let whole = |v: Option<&Source<'_>>| {
+        let n = v.map_or(Ok(0), |v| count(v.bytes()));
+        Ok(Reply::Integer(n.map_err(|e| corrupt(kind, e))? as i64))
+    };
+    read_asked(ctx, key, kind, Asked::Count, whole, |a| match a {
+        Answer::Items(_, n) => Reply::Integer(n as i64),
+        _ => wrong_type(),
+    })
+    .await
+}
+
+/// A read of the collection of `kind` at `key` past its live value that one stored as
+/// parts (and not in memory) answers from what `asked` reads of it
+/// ([`strata_engine::Engine::get_asked_with`]): `parted` answers from what its parts gave;
+/// otherwise `whole` answers from the value (`None`: the key holds nothing).
+pub(crate) async fn read_asked(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    asked: Asked<'_>,
+    whole: impl FnOnce(Option<&Source<'_>>) -> strata_engine::Result<Reply> + Send,
+    parted: impl FnOnce(Answer<Reply>) -> Reply,
+) -> Reply {
     let engine = &ctx.shared.engine;
     engine.note_access(ctx.conn.id, key);
-    let got = engine.get_count_with(key, |k, v| {
+    let mut whole = Some(whole);
+    let got = engine.get_asked_with(key, asked, |k, v| {
         if k != kind {
             return Err(strata_engine::Error::WrongType);
         }
-        count(v.bytes()).map_err(|e| corrupt(kind, e))
+        (whole.take().expect("called once"))(Some(&v))
     });
     match got.await {
-        Ok(Some(Answer::Read(n))) => Reply::Integer(n as i64),
-        Ok(Some(Answer::Items(k, n))) if k == kind => Reply::Integer(n as i64),
+        Ok(Some(Answer::Read(r))) => r,
+        Ok(Some(a)) if a.kind() == Some(kind) => parted(a),
         Ok(Some(_)) => wrong_type(),
-        Ok(None) => Reply::Integer(0),
+        Ok(None) => (whole.take().expect("not called"))(None).unwrap_or_else(|e| engine_error(&e)),
         Err(e) => engine_error(&e),
     }
 }

@@ -7,8 +7,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use strata_engine::Answer;
-use strata_engine::{Kind, Source};
+use strata_engine::{Answer, Asked, Kind, Source};
 use strata_format::members::decode_members;
 use strata_format::zset::{
     decode_zset, encode_zset, order, rank_window, Pick, ScoreBound, ScoreWindow,
@@ -17,9 +16,9 @@ use strata_resp::Reply;
 
 use super::typed::{
     block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args, own,
-    pop_count, random_args, random_positions, read_count, read_items, read_kind_with, read_live,
-    read_named_with, reply, scan_options, scan_reply, store_items, table_due, write_items, Codec,
-    Items, NameTable, ScanOptions, Touched,
+    pop_count, random_args, random_positions, read_asked, read_count, read_items, read_kind_with,
+    read_live, read_named_with, reply, scan_options, scan_reply, store_items, table_due,
+    write_items, Codec, Items, NameTable, ScanOptions, Touched,
 };
 use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
@@ -1030,24 +1029,26 @@ async fn read_window(
     whole: impl FnOnce(&[(f64, &[u8])], &Source<'_>) -> Reply + Send,
     parted: impl FnOnce(Vec<Entry>) -> Reply,
 ) -> Reply {
-    let engine = &ctx.shared.engine;
-    engine.note_access(ctx.conn.id, key);
-    let mut whole = Some(whole);
-    let got = engine.get_window_with(key, window, |k, v| {
-        if k != Kind::ZSet {
-            return Err(strata_engine::Error::WrongType);
+    let whole = |v: Option<&Source<'_>>| match v {
+        Some(v) => {
+            let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
+            Ok(whole(&e, v))
         }
-        let e = decode_zset(v.bytes()).map_err(|e| corrupt(Kind::ZSet, e))?;
-        Ok((whole.take().expect("called once"))(&e, &v))
-    });
-    match got.await {
-        Ok(Some(Answer::Read(r))) => r,
-        Ok(Some(Answer::Entries(Kind::ZSet, picked))) => parted(picked),
-        Ok(Some(_)) => wrong_type(),
         // Absent: what an empty set answers.
-        Ok(None) => (whole.take().expect("not called"))(&[], &Source::lent(&[])),
-        Err(e) => engine_error(&e),
-    }
+        None => Ok(whole(&[], &Source::lent(&[]))),
+    };
+    read_asked(
+        ctx,
+        key,
+        Kind::ZSet,
+        Asked::Window(window),
+        whole,
+        |a| match a {
+            Answer::Entries(_, picked) => parted(picked),
+            _ => wrong_type(),
+        },
+    )
+    .await
 }
 
 /// The window of a rank or score range (with its `LIMIT`) a score index can answer; `None`
