@@ -1810,3 +1810,40 @@ def test_a_large_list_is_stored_as_parts_by_position_a_change_writing_what_moved
         assert r.lrange("l", 0, -1) == [] and r.llen("l") == 0
     finally:
         p.stop()
+
+
+def test_lex_ranges_of_a_large_sorted_set_of_one_score_read_their_result(tmp_path):
+    """An autocomplete index: a sorted set stored as parts whose members all have score 0.
+    After a restart, `ZRANGEBYLEX`, `ZREVRANGEBYLEX` (with `LIMIT`), `ZRANGE ... BYLEX` and
+    `ZLEXCOUNT` walk its score index from their first member: they read the members they
+    answer with, not the set."""
+    settings = {"parts_bytes_min": "64KiB"}
+    words = sorted(f"w{i:05d}" for i in range(20000))
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+        pipe = r.pipeline(transaction=False)
+        for at in range(0, len(words), 1000):
+            pipe.zadd("words", {w: 0 for w in words[at:at + 1000]})
+        pipe.execute()
+        r.save()
+    finally:
+        p.stop()
+
+    p = StrataProcess(settings, data_dir=str(tmp_path))
+    try:
+        r = p.client(decode_responses=True)
+
+        def parts_read():
+            return r.info("strata")["parts_read"]
+
+        assert r.zrangebylex("words", "[w01000", "(w01005") == words[1000:1005]
+        assert parts_read() == 5
+        assert r.zrevrangebylex("words", "+", "-", start=2, num=3) == words[::-1][2:5]
+        assert parts_read() == 5 + 3
+        assert r.zrange("words", "(w19990", "+", bylex=True) == words[19991:]
+        assert r.zlexcount("words", "[w00010", "[w00019") == 10
+        assert parts_read() == 8 + 9 + 10
+        assert r.zrangebylex("words", "[x", "+") == [] and r.zrangebylex("words", "+", "-") == []
+    finally:
+        p.stop()

@@ -153,9 +153,10 @@ enum Ask<'a, N> {
 pub enum Asked<'a> {
     /// How many items it holds (`SCARD`, `ZCARD`, `LLEN`): its record's count.
     Count,
-    /// The entries of a sorted set this picks (`ZRANGE`, `ZRANGEBYSCORE`, `ZCOUNT`): a walk
-    /// of its score index.
-    Window(&'a ScoreWindow),
+    /// The entries of a sorted set this picks (`ZRANGE`, `ZRANGEBYSCORE`, `ZRANGEBYLEX`,
+    /// `ZCOUNT`, `ZLEXCOUNT`): a walk of its score index (a lex range's, when every entry
+    /// has one score; else the whole set answers).
+    Window(&'a ScoreWindow<'a>),
     /// A list's elements from the first index to the second (`LRANGE`, `LINDEX`; negative
     /// from the end): those parts.
     Span(i64, i64),
@@ -245,7 +246,7 @@ async fn get_or_parts_with<R, N: AsRef<[u8]>>(
                 return Ok(Some(Answer::Elements(kind, elements)));
             }
             Named::Whole(looked) => first = Some(looked),
-            Named::Changing => {}
+            Named::ReadWhole => {}
         }
     }
     let got = match first {
@@ -293,8 +294,9 @@ enum Named {
     Elements(Kind, Vec<Bytes>),
     /// It is not: the lookup (a warm value read whole).
     Whole(Looked),
-    /// It kept changing between the record and the parts: the whole value answers.
-    Changing,
+    /// The whole value answers: it kept changing between the record and the parts, or
+    /// the parts cannot answer what was asked.
+    ReadWhole,
 }
 
 /// What `ask` needs of `key`'s value if it is stored as parts: the items it names, their
@@ -322,12 +324,25 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
             Ask::Asked(Asked::Span(..)) if stored.kind != Kind::List => {
                 return Ok(Named::Elements(stored.kind, Vec::new()))
             }
-            Ask::Whole => return Ok(Named::Changing),
+            Ask::Whole => return Ok(Named::ReadWhole),
             Ask::Asked(Asked::Span(start, stop)) => {
                 let elements = core
                     .warm
                     .list_span(key, at, start, stop)
                     .inspect_err(|e| core.count_data_error(e))?;
+                let Some(elements) = elements else {
+                    // A write between the record and the parts reads again; with none,
+                    // the parts do not add up to their record.
+                    if !core.locks.unchanged(key, seen) {
+                        continue;
+                    }
+                    let e = Error::Data(format!(
+                        "{key:?}: its list parts are not the {} positions its record counts",
+                        at.count
+                    ));
+                    core.count_data_error(&e);
+                    return Err(e);
+                };
                 (elements.len(), Named::Elements(stored.kind, elements))
             }
             Ask::Asked(Asked::Window(window)) => {
@@ -335,6 +350,9 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
                     .warm
                     .score_window(key, at, window)
                     .inspect_err(|e| core.count_data_error(e))?;
+                let Some(entries) = entries else {
+                    return Ok(Named::ReadWhole);
+                };
                 (entries.len(), Named::Entries(stored.kind, entries))
             }
             Ask::Named(names) => {
@@ -362,7 +380,7 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
         crate::live::read_from_parts(core, key, at);
         return Ok(got);
     }
-    Ok(Named::Changing)
+    Ok(Named::ReadWhole)
 }
 
 /// A value a read sees: shared (parts are cut from it without a copy) or lent from DRAM

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_format::keys::{self, Key};
-use strata_format::zset::{Pick, ScoreWindow};
+use strata_format::zset::{MemberBound, Pick, ScoreBound, ScoreWindow};
 use strata_format::{BlockRef, Kind, Parted, ValuePointer, WarmRecord, WarmValue};
 use strata_warm::{Bounds, Cursor, Family, View, WarmStore};
 
@@ -796,43 +796,23 @@ impl Warm {
         Ok((found, items))
     }
 
-    /// The position of the first element of the list `key` stored as parts at `at`
-    /// ([`strata_format::parts::LIST_HEAD`] if it has none).
-    pub(crate) fn list_head(&self, key: &Key, at: Parted) -> Result<u64> {
-        let prefix = keys::parts_prefix(key, at.version);
-        let mut c = self.cursor(Family::Parts, Bounds::prefix(&prefix), None);
-        c.seek_to_first();
-        if !c.valid() {
-            c.status()?;
-            return Ok(strata_format::parts::LIST_HEAD);
-        }
-        list_position(&prefix, c.key())
-    }
-
     /// The elements `start..=stop` (Redis's indexes: negative from the end) of the list
-    /// `key` stored as parts at `at`, each verified: a seek to the first and a walk over
-    /// those alone.
+    /// `key` stored as parts at `at`, each verified: a seek to the first (from the head
+    /// its record keeps) and a walk over those alone. `None` if the parts are not the consecutive positions `at` counts (a
+    /// write since `at` was read, or damage: the caller tells them apart).
     pub(crate) fn list_span(
         &self,
         key: &Key,
         at: Parted,
         start: i64,
         stop: i64,
-    ) -> Result<Vec<Bytes>> {
+    ) -> Result<Option<Vec<Bytes>>> {
         let Some((s, e)) = strata_format::zset::rank_window(at.count as usize, start, stop) else {
-            return Ok(Vec::new());
+            return Ok(Some(Vec::new()));
         };
         let prefix = keys::parts_prefix(key, at.version);
         let mut c = self.cursor(Family::Parts, Bounds::prefix(&prefix), None);
-        c.seek_to_first();
-        if !c.valid() {
-            c.status()?;
-            return Err(Error::Data(format!(
-                "{key:?}: its record counts {} elements, its version {} has none",
-                at.count, at.version
-            )));
-        }
-        let first = list_position(&prefix, c.key())? + s as u64;
+        let first = at.head + s as u64;
         c.seek(&keys::part_key(
             key,
             at.version,
@@ -840,11 +820,8 @@ impl Warm {
         ));
         let mut out = Vec::with_capacity(e - s + 1);
         while c.valid() && out.len() < e - s + 1 {
-            let want = first + out.len() as u64;
-            if list_position(&prefix, c.key())? != want {
-                return Err(Error::Data(format!(
-                    "{key:?}: no element at list position {want}"
-                )));
+            if list_position(&prefix, c.key())? != first + out.len() as u64 {
+                return Ok(None);
             }
             let item = strata_format::parts::decode_part(c.key(), c.value())?;
             let (element, _) = strata_format::members::member_at(item)?;
@@ -852,35 +829,32 @@ impl Warm {
             c.next();
         }
         c.status()?;
-        if out.len() != e - s + 1 {
-            return Err(Error::Data(format!(
-                "{key:?}: its record counts {} elements, fewer are stored",
-                at.count
-            )));
-        }
-        Ok(out)
+        Ok((out.len() == e - s + 1).then_some(out))
     }
 
-    /// The entries of the sorted set `key` stored as parts at `version` (of `count`
-    /// members) that `window` picks, in the order it reads them, from its score index: a
-    /// walk over those entries (and the ones a rank or an offset skips), not the set.
+    /// The entries of the sorted set `key` stored as parts at `at` that `window` picks, in
+    /// the order it reads them, from its score index: a walk over those entries (and the
+    /// ones a rank or an offset skips), not the set. `None` for a window of members when
+    /// the set's entries do not all have one score (the index is not in member order then:
+    /// the whole set answers).
     pub(crate) fn score_window(
         &self,
         key: &Key,
         at: Parted,
-        window: &ScoreWindow,
-    ) -> Result<Vec<(f64, Bytes)>> {
+        window: &ScoreWindow<'_>,
+    ) -> Result<Option<Vec<(f64, Bytes)>>> {
         let prefix = keys::parts_prefix(key, at.version);
         let mut c = self.cursor(Family::Scores, Bounds::prefix(&prefix), None);
         let mut rev = window.rev;
         // A rank window nearer the far end is walked from there, and turned round after.
         let mut turned = false;
-        // Where the walk starts, what it skips, how many it takes, and where it stops.
-        let (skip, take, stop) = match window.pick {
+        // The bound the walk starts from (a minimum, or in reverse a maximum) and the one it
+        // stops at, where it seeks to, what it skips and how many it takes.
+        let (from, to, skip, take) = match window.pick {
             Pick::Ranks { start, stop } => {
                 let len = at.count as usize;
                 let Some((s, e)) = strata_format::zset::rank_window(len, start, stop) else {
-                    return Ok(Vec::new());
+                    return Ok(Some(Vec::new()));
                 };
                 let mut skip = s;
                 if len - 1 - e < s {
@@ -890,7 +864,7 @@ impl Warm {
                     true => c.seek_to_last(),
                     false => c.seek_to_first(),
                 }
-                (skip, Some(e - s + 1), None)
+                (None, None, skip, Some(e - s + 1))
             }
             Pick::Scores {
                 min,
@@ -907,32 +881,80 @@ impl Warm {
                     (true, None) => c.seek_to_last(),
                     (false, _) => c.seek(&seek),
                 }
-                // Entries of the starting score an exclusive bound leaves out.
-                while c.valid() {
-                    let (score, _) =
-                        strata_format::parts::decode_score_entry(&prefix, c.key(), c.value())?;
-                    let inside = match rev {
-                        true => from.admits_below(score),
-                        false => from.admits_above(score),
-                    };
-                    if inside {
-                        break;
+                (Some(End::Score(from)), Some(End::Score(to)), offset, count)
+            }
+            Pick::Members {
+                min,
+                max,
+                offset,
+                count,
+            } => {
+                // One score from the first entry to the last, or no answer here.
+                let mut scores = [None, None];
+                for (i, s) in scores.iter_mut().enumerate() {
+                    match i {
+                        0 => c.seek_to_first(),
+                        _ => c.seek_to_last(),
                     }
-                    step(&mut *c, rev);
+                    if c.valid() {
+                        let (score, _) =
+                            strata_format::parts::decode_score_entry(&prefix, c.key(), c.value())?;
+                        *s = Some(keys::encode_score(score));
+                    }
                 }
-                (offset, count, Some(to))
+                c.status()?;
+                let Some(score) = scores[0] else {
+                    return Ok(Some(Vec::new()));
+                };
+                if scores[1] != Some(score) {
+                    return Ok(None);
+                }
+                let (from, to) = if rev { (max, min) } else { (min, max) };
+                if matches!(
+                    (rev, from),
+                    (false, MemberBound::Max) | (true, MemberBound::Min)
+                ) {
+                    return Ok(Some(Vec::new()));
+                }
+                let mut seek = prefix.clone();
+                seek.extend_from_slice(&score);
+                match (rev, from) {
+                    (false, MemberBound::Incl(m) | MemberBound::Excl(m)) => {
+                        seek.extend_from_slice(m);
+                        c.seek(&seek);
+                    }
+                    // The last entry at or below the member: before the first key past it.
+                    (true, MemberBound::Incl(m) | MemberBound::Excl(m)) => {
+                        seek.extend_from_slice(m);
+                        seek.push(0);
+                        seek_before(&mut *c, &seek);
+                    }
+                    (false, _) => c.seek_to_first(),
+                    (true, _) => c.seek_to_last(),
+                }
+                (
+                    Some(End::Member(from)),
+                    Some(End::Member(to)),
+                    offset,
+                    count,
+                )
             }
         };
+        // Entries at the starting bound an exclusive bound leaves out.
+        while let (true, Some(from)) = (c.valid(), from) {
+            let (score, member) =
+                strata_format::parts::decode_score_entry(&prefix, c.key(), c.value())?;
+            if from.admits(!rev, score, member) {
+                break;
+            }
+            step(&mut *c, rev);
+        }
         let mut out = Vec::new();
         let mut skipped = 0;
         while c.valid() && take.is_none_or(|t| out.len() < t) {
             let (score, member) =
                 strata_format::parts::decode_score_entry(&prefix, c.key(), c.value())?;
-            let inside = stop.is_none_or(|to: strata_format::zset::ScoreBound| match rev {
-                true => to.admits_above(score),
-                false => to.admits_below(score),
-            });
-            if !inside {
+            if !to.is_none_or(|to| to.admits(rev, score, member)) {
                 break;
             }
             if skipped < skip {
@@ -946,7 +968,7 @@ impl Warm {
         if turned {
             out.reverse();
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn meta(&self, key: &[u8]) -> Result<Option<Bytes>> {
@@ -1110,6 +1132,26 @@ pub(crate) fn record_value(
 fn list_position(prefix: &[u8], part_key: &[u8]) -> Result<u64> {
     let name = part_key.strip_prefix(prefix).unwrap_or_default();
     Ok(strata_format::parts::decode_list_position(name)?)
+}
+
+/// A bound a walk of a score index starts or stops at.
+#[derive(Clone, Copy)]
+enum End<'a> {
+    Score(ScoreBound),
+    Member(MemberBound<'a>),
+}
+
+impl End<'_> {
+    /// Whether the entry of `score` and `member` is on the inner side of this bound as a
+    /// minimum (`lower`) or as a maximum.
+    fn admits(&self, lower: bool, score: f64, member: &[u8]) -> bool {
+        match (self, lower) {
+            (End::Score(b), true) => b.admits_above(score),
+            (End::Score(b), false) => b.admits_below(score),
+            (End::Member(b), true) => b.admits_above(member),
+            (End::Member(b), false) => b.admits_below(member),
+        }
+    }
 }
 
 /// A cursor one entry on, forwards or (`rev`) backwards.

@@ -300,6 +300,10 @@ pub(crate) fn stage<'k>(
                     version: seq,
                     count,
                     bytes: value.len() as u64,
+                    head: match kind {
+                        Kind::List => strata_format::parts::LIST_HEAD,
+                        _ => 0,
+                    },
                 };
                 batch.put_record(
                     key,
@@ -372,7 +376,7 @@ fn put_parts(
 
 /// [`stage_parts`] of a list: its delta's operations as the positions they change
 /// ([`strata_format::parts::list_changes`], reading the elements an insert or a removal
-/// moves). Returns how many parts it wrote.
+/// moves). Returns how many parts it wrote and the list's head after them.
 fn stage_list_parts(
     core: &Core,
     key: &Key,
@@ -380,26 +384,33 @@ fn stage_list_parts(
     delta: &[u8],
     count: u64,
     batch: &mut Batch,
-) -> Result<usize> {
+) -> Result<(usize, u64)> {
     let bad = |e: strata_format::FormatError| Error::Data(format!("{key:?}: its list parts: {e}"));
     let ops = strata_format::delta::list_ops(delta)
         .map_err(|e| Error::Internal(format!("a delta of parts: {e}")))?;
-    let head = core.warm.list_head(key, at)?;
-    let changes = strata_format::parts::list_changes(head, at.count, &ops, |p| {
+    // A read that failed (not a part that is missing or damaged) is the error returned.
+    let mut failed = None;
+    let changes = strata_format::parts::list_changes(at.head, at.count, &ops, |p| {
         let name = strata_format::parts::list_position(p);
+        let missing = |detail| strata_format::FormatError::Bad {
+            what: "list parts",
+            detail,
+        };
         match core.warm.named_parts(key, at.version, &[name]) {
             Ok((1, item)) => Ok(item),
-            Ok(_) => Err(strata_format::FormatError::Bad {
-                what: "list parts",
-                detail: format!("no element at position {p}"),
-            }),
-            Err(e) => Err(strata_format::FormatError::Bad {
-                what: "list parts",
-                detail: e.to_string(),
-            }),
+            Ok(_) => Err(missing(format!("no element at position {p}"))),
+            Err(Error::Data(d)) => Err(missing(d)),
+            Err(e) => {
+                let detail = e.to_string();
+                failed = Some(e);
+                Err(missing(detail))
+            }
         }
-    })
-    .map_err(bad)?;
+    });
+    let changes = match (changes, failed) {
+        (Err(_), Some(e)) => return Err(e),
+        (changes, _) => changes.map_err(bad)?,
+    };
     if changes.len != count {
         return Err(Error::Internal(format!(
             "{key:?}: a list delta leaves {} elements, its value {count}",
@@ -417,7 +428,7 @@ fn stage_list_parts(
             None => batch.delete_part(key, at.version, &name),
         }
     }
-    Ok(written)
+    Ok((written, changes.head))
 }
 
 /// The score-index changes of a sorted set's parts `ops` (removals `None`, puts): the old
@@ -481,9 +492,9 @@ fn stage_parts(
             "{key:?}: a change to parts of a value not stored as parts"
         )));
     };
-    let written = match kind {
+    let (written, head) = match kind {
         Kind::List => stage_list_parts(core, key, *at, delta, *count, batch)?,
-        _ => stage_named_parts(core, key, *at, *kind, delta, batch)?,
+        _ => (stage_named_parts(core, key, *at, *kind, delta, batch)?, 0),
     };
     core.counters
         .parts_written
@@ -492,6 +503,7 @@ fn stage_parts(
         version: at.version,
         count: *count,
         bytes: *bytes,
+        head,
     };
     let seq = next_write_seq(core);
     batch.put_record(

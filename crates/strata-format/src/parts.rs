@@ -20,7 +20,8 @@
 //! [`LIST_HEAD`]: a push at the head takes the position below the first, one at the tail
 //! the one past the last, so pushes and pops write the elements they move alone. An
 //! insert or a removal in the middle moves the elements on its shorter side by one
-//! ([`list_changes`]).
+//! ([`list_changes`]). The record keeps the head ([`crate::Parted::head`]), so neither a
+//! read nor a change looks for it past the deletes its pops left.
 //!
 //! A sorted set stored as parts also keeps a score index (family `scores`), one entry per
 //! member under the same prefix, so a range read walks the entries it answers with:
@@ -295,6 +296,12 @@ pub fn decode_score_entry<'a>(
     };
     let (score, member) = rest.split_at(8);
     let score = crate::keys::decode_score(score.try_into().expect("8 bytes"));
+    if negative_zero && score != 0.0 {
+        return Err(FormatError::Bad {
+            what: "score entry",
+            detail: format!("the sign of -0 on a score of {score}"),
+        });
+    }
     Ok((if negative_zero { -0.0 } else { score }, member))
 }
 

@@ -91,7 +91,7 @@ pub fn entry_checksum(kind: Kind, key: &[u8], expire_ms: u64, value: &[u8]) -> u
 /// Checksum of a parts record: key, expiry, kind, write sequence and where its parts are.
 fn parted_checksum(kind: Kind, key: &[u8], expire_ms: u64, write_seq: u64, at: &Parted) -> u32 {
     let mut c = entry_checksum(kind, key, expire_ms, &write_seq.to_le_bytes());
-    for v in [at.version, at.count, at.bytes] {
+    for v in at.fields(kind) {
         c = crc32c::crc32c_append(c, &v.to_le_bytes());
     }
     c
@@ -124,6 +124,19 @@ pub struct Parted {
     pub count: u64,
     /// About how many bytes the whole value takes (what the warm tier counts it at).
     pub bytes: u64,
+    /// A list's first position ([`crate::parts`]): its parts stand at `head..head +
+    /// count`. 0 for the other kinds (not stored).
+    pub head: u64,
+}
+
+impl Parted {
+    /// What the record stores of it for a value of `kind`: the head for a list alone.
+    fn fields(&self, kind: Kind) -> impl Iterator<Item = u64> {
+        let head = (kind == Kind::List).then_some(self.head);
+        [self.version, self.count, self.bytes]
+            .into_iter()
+            .chain(head)
+    }
 }
 
 /// A decoded warm record, borrowing an inline value from the stored bytes.
@@ -185,8 +198,8 @@ impl<'a> WarmRecord<'a> {
         at: Parted,
     ) -> Vec<u8> {
         let crc = parted_checksum(kind, key, expire_ms, write_seq, &at);
-        let mut out = header(kind.tag(PARTED_VERSION), expire_ms, write_seq, crc, 24);
-        for v in [at.version, at.count, at.bytes] {
+        let mut out = header(kind.tag(PARTED_VERSION), expire_ms, write_seq, crc, 32);
+        for v in at.fields(kind) {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out
@@ -254,11 +267,15 @@ impl<'a> WarmRecord<'a> {
                 WarmValue::Logged(at)
             }
             PARTED_VERSION => {
-                let at = Parted {
+                let mut at = Parted {
                     version: r.u64()?,
                     count: r.u64()?,
                     bytes: r.u64()?,
+                    head: 0,
                 };
+                if kind == Kind::List {
+                    at.head = r.u64()?;
+                }
                 if r.remaining() != 0 || !crate::parts::kind_has_parts(kind) {
                     return Err(FormatError::Bad {
                         what: "warm record",
@@ -435,5 +452,28 @@ mod tests {
         bad[9] ^= 1;
         assert!(decode_log_header(&bad).is_err());
         assert!(decode_log_header(&h[..10]).is_err());
+    }
+
+    #[test]
+    fn a_parts_record_keeps_a_lists_head_and_checks_it() {
+        let at = Parted {
+            version: 7,
+            count: 3,
+            bytes: 99,
+            head: (1 << 63) - 2,
+        };
+        let list = WarmRecord::encode_parted(Kind::List, b"k", 5, 11, at);
+        let rec = WarmRecord::decode(b"k", &list).unwrap();
+        assert_eq!(rec.value, WarmValue::Parted(at));
+        // Other kinds store no head.
+        let hash = WarmRecord::encode_parted(Kind::Hash, b"k", 5, 11, at);
+        assert_eq!(hash.len() + 8, list.len());
+        let rec = WarmRecord::decode(b"k", &hash).unwrap();
+        assert_eq!(rec.value, WarmValue::Parted(Parted { head: 0, ..at }));
+        // A changed head fails the checksum; a list record without one is refused.
+        let mut bad = list.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert!(WarmRecord::decode(b"k", &bad).is_err());
+        assert!(WarmRecord::decode(b"k", &list[..list.len() - 8]).is_err());
     }
 }

@@ -133,22 +133,61 @@ impl ScoreBound {
     }
 }
 
+/// A member bound of a lex range (`ZRANGEBYLEX` and friends): `-`, `+`, `[m` or `(m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberBound<'a> {
+    Min,
+    Max,
+    Incl(&'a [u8]),
+    Excl(&'a [u8]),
+}
+
+impl MemberBound<'_> {
+    /// Whether `member` is at or above this bound as a minimum.
+    pub fn admits_above(&self, member: &[u8]) -> bool {
+        match self {
+            MemberBound::Min => true,
+            MemberBound::Max => false,
+            MemberBound::Incl(x) => member >= *x,
+            MemberBound::Excl(x) => member > *x,
+        }
+    }
+
+    /// Whether `member` is at or below this bound as a maximum.
+    pub fn admits_below(&self, member: &[u8]) -> bool {
+        match self {
+            MemberBound::Min => false,
+            MemberBound::Max => true,
+            MemberBound::Incl(x) => member <= *x,
+            MemberBound::Excl(x) => member < *x,
+        }
+    }
+}
+
 /// Which entries of a sorted set a range read answers with, in the order it answers
 /// (`rev`: from the highest score down).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ScoreWindow {
-    pub pick: Pick,
+pub struct ScoreWindow<'a> {
+    pub pick: Pick<'a>,
     pub rev: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pick {
+pub enum Pick<'a> {
     /// Ranks as [`rank_window`] reads them (counted from the end the walk starts at).
     Ranks { start: i64, stop: i64 },
     /// Scores from `min` to `max`; of those, `count` (all if `None`) after `offset`.
     Scores {
         min: ScoreBound,
         max: ScoreBound,
+        offset: usize,
+        count: Option<usize>,
+    },
+    /// Members from `min` to `max` of a set whose entries all have one score (what a lex
+    /// range assumes); of those, `count` (all if `None`) after `offset`.
+    Members {
+        min: MemberBound<'a>,
+        max: MemberBound<'a>,
         offset: usize,
         count: Option<usize>,
     },

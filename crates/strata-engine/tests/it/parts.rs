@@ -8,7 +8,7 @@ use bytes::Bytes;
 use strata_engine::{Answer, Asked, Change, Engine, ErrorKind, Kind, LiveValue, Tier};
 use strata_format::delta::encode_delta;
 use strata_format::members::{decode_members, encode_members};
-use strata_format::zset::{decode_zset, encode_zset, Pick, ScoreBound, ScoreWindow};
+use strata_format::zset::{decode_zset, encode_zset, MemberBound, Pick, ScoreBound, ScoreWindow};
 use strata_warm::{Bounds, Family, WarmStore};
 
 use crate::support::{key, parts, small_options, Opts};
@@ -382,19 +382,7 @@ async fn a_large_sorted_set_is_stored_as_parts_by_member_and_read_back_by_score(
         (scores(249.0, true, f64::INFINITY, false, 0, None), false),
         (scores(300.0, false, 200.0, false, 0, None), false),
     ];
-    for (pick, rev) in windows {
-        let window = ScoreWindow { pick, rev };
-        e.clear_hot();
-        let got = e
-            .get_asked_with(&k, Asked::Window(&window), |_, _| Ok(()))
-            .await
-            .unwrap();
-        let Some(Answer::Entries(Kind::ZSet, got)) = got else {
-            panic!("{window:?}: not read from the index: {got:?}");
-        };
-        let got: Vec<(f64, Vec<u8>)> = got.into_iter().map(|(s, m)| (s, m.to_vec())).collect();
-        assert_eq!(got, picked(&ordered, &window), "{window:?}");
-    }
+    check_windows(&e, &k, &ordered, &windows).await;
     assert!(e.delete(&k).await.unwrap().value);
     assert_eq!(parts_held(&warm), 0);
     e.close().await.unwrap();
@@ -407,7 +395,7 @@ fn scores(
     max_ex: bool,
     offset: usize,
     count: Option<usize>,
-) -> Pick {
+) -> Pick<'static> {
     let bound = |value, exclusive| ScoreBound { value, exclusive };
     Pick::Scores {
         min: bound(min, min_ex),
@@ -417,8 +405,31 @@ fn scores(
     }
 }
 
+/// Reads each of `windows` of the sorted set `k` (not in DRAM) from its score index and
+/// checks it against what the set in order (`ordered`) holds.
+async fn check_windows(
+    e: &Engine,
+    k: &strata_format::Key,
+    ordered: &[(f64, Vec<u8>)],
+    windows: &[(Pick<'_>, bool)],
+) {
+    for &(pick, rev) in windows {
+        let window = ScoreWindow { pick, rev };
+        e.clear_hot();
+        let got = e
+            .get_asked_with(k, Asked::Window(&window), |_, _| Ok(()))
+            .await
+            .unwrap();
+        let Some(Answer::Entries(Kind::ZSet, got)) = got else {
+            panic!("{window:?}: not read from the index: {got:?}");
+        };
+        let got: Vec<(f64, Vec<u8>)> = got.into_iter().map(|(s, m)| (s, m.to_vec())).collect();
+        assert_eq!(got, picked(ordered, &window), "{window:?}");
+    }
+}
+
 /// What `window` picks from `ordered` (the whole set in order), written plainly.
-fn picked(ordered: &[(f64, Vec<u8>)], window: &ScoreWindow) -> Vec<(f64, Vec<u8>)> {
+fn picked(ordered: &[(f64, Vec<u8>)], window: &ScoreWindow<'_>) -> Vec<(f64, Vec<u8>)> {
     let mut walk: Vec<(f64, Vec<u8>)> = ordered.to_vec();
     if window.rev {
         walk.reverse();
@@ -441,6 +452,17 @@ fn picked(ordered: &[(f64, Vec<u8>)], window: &ScoreWindow) -> Vec<(f64, Vec<u8>
         } => walk
             .into_iter()
             .filter(|(s, _)| min.admits_above(*s) && max.admits_below(*s))
+            .skip(offset)
+            .take(count.unwrap_or(usize::MAX))
+            .collect(),
+        Pick::Members {
+            min,
+            max,
+            offset,
+            count,
+        } => walk
+            .into_iter()
+            .filter(|(_, m)| min.admits_above(m) && max.admits_below(m))
             .skip(offset)
             .take(count.unwrap_or(usize::MAX))
             .collect(),
@@ -490,7 +512,7 @@ async fn reads_of_a_few_items_see_an_expiry_waiting_in_dram() {
     e.close().await.unwrap();
 }
 
-fn ranks(start: i64, stop: i64) -> Pick {
+fn ranks(start: i64, stop: i64) -> Pick<'static> {
     Pick::Ranks { start, stop }
 }
 
@@ -756,5 +778,65 @@ async fn a_score_of_minus_zero_reads_back_from_the_score_index_as_written() {
     let got: Vec<(u64, &[u8])> = got.iter().map(|(s, m)| (s.to_bits(), &m[..])).collect();
     let want: Vec<(u64, &[u8])> = ordered.iter().map(|(s, m)| (s.to_bits(), *m)).collect();
     assert_eq!(got, want);
+    e.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lex_ranges_of_a_large_sorted_set_of_one_score_walk_its_score_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.s.hot.hot_dirty_fraction = 0.0;
+    let (e, _warm) = open_counting(o).await;
+    let (k, mixed) = (key("words"), key("mixed"));
+    // Every score 0, as lex ranges assume (an autocomplete index).
+    let ordered: Vec<(f64, Vec<u8>)> = (0..1000).map(|i| (0.0, member(i))).collect();
+    put_kind(&e, &k, Kind::ZSet, Bytes::from(encode_zset(&ordered)), 0).await;
+    let (a, b) = (member(100), member(200));
+    let lex = |min, max, offset, count| Pick::Members {
+        min,
+        max,
+        offset,
+        count,
+    };
+    use MemberBound::{Excl, Incl, Max, Min};
+    let windows = [
+        (lex(Min, Max, 0, Some(5)), false),
+        (lex(Min, Max, 0, Some(5)), true),
+        (lex(Incl(&a), Incl(&b), 0, None), false),
+        (lex(Excl(&a), Excl(&b), 0, None), true),
+        (lex(Incl(&a), Incl(&b), 0, Some(3)), true),
+        (lex(Incl(&a), Max, 10, Some(3)), false),
+        (lex(Min, Excl(&b), 2, Some(4)), true),
+        (
+            lex(Incl(b"member:00100x"), Incl(b"member:00102"), 0, None),
+            false,
+        ),
+        (lex(Incl(&b), Incl(&a), 0, None), false),
+        (lex(Max, Max, 0, None), false),
+        (lex(Min, Min, 0, None), true),
+        (lex(Excl(b"member:99999"), Max, 0, None), false),
+    ];
+    check_windows(&e, &k, &ordered, &windows).await;
+    // Scores that differ: the index is not in member order, so the whole set answers.
+    let two: Vec<(f64, Vec<u8>)> = (0..1000).map(|i| ((i % 2) as f64, member(i))).collect();
+    let mut two_ordered = two.clone();
+    two_ordered.sort_by(strata_format::zset::order);
+    put_kind(
+        &e,
+        &mixed,
+        Kind::ZSet,
+        Bytes::from(encode_zset(&two_ordered)),
+        0,
+    )
+    .await;
+    e.clear_hot();
+    let window = ScoreWindow {
+        pick: lex(Min, Max, 0, None),
+        rev: false,
+    };
+    let got = e
+        .get_asked_with(&mixed, Asked::Window(&window), |_, _| Ok("whole"))
+        .await;
+    assert_eq!(got.unwrap(), Some(Answer::Read("whole")));
     e.close().await.unwrap();
 }

@@ -799,7 +799,8 @@ pub(crate) async fn read_kind_with<R>(
 
 /// [`read_kind_with`] of a read that needs the items `names` alone (given): `f` may see a
 /// value holding just those of them there are ([`strata_engine::Engine::get_named_with`]:
-/// a hash, set or sorted set stored as parts is read by name).
+/// a hash, set or sorted set stored as parts is read by name; a list's parts have no
+/// names).
 pub(crate) async fn read_named_with<R>(
     ctx: &mut Ctx<'_>,
     key: &Key,

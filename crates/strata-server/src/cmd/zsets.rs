@@ -10,7 +10,7 @@ use bytes::Bytes;
 use strata_engine::{Answer, Asked, Kind, Source};
 use strata_format::members::decode_members;
 use strata_format::zset::{
-    decode_zset, encode_zset, order, rank_window, Pick, ScoreBound, ScoreWindow,
+    decode_zset, encode_zset, order, rank_window, MemberBound, Pick, ScoreBound, ScoreWindow,
 };
 use strata_resp::Reply;
 
@@ -748,22 +748,24 @@ enum Range {
     Lex(LexBound, LexBound),
 }
 
-fn lex_above(m: &[u8], b: &LexBound) -> bool {
-    match b {
-        LexBound::Min => true,
-        LexBound::Max => false,
-        LexBound::Incl(x) => m >= x.as_ref(),
-        LexBound::Excl(x) => m > x.as_ref(),
+impl LexBound {
+    /// The bound as the score index's walk reads it.
+    fn member_bound(&self) -> MemberBound<'_> {
+        match self {
+            LexBound::Min => MemberBound::Min,
+            LexBound::Max => MemberBound::Max,
+            LexBound::Incl(x) => MemberBound::Incl(x),
+            LexBound::Excl(x) => MemberBound::Excl(x),
+        }
     }
 }
 
+fn lex_above(m: &[u8], b: &LexBound) -> bool {
+    b.member_bound().admits_above(m)
+}
+
 fn lex_below(m: &[u8], b: &LexBound) -> bool {
-    match b {
-        LexBound::Min => false,
-        LexBound::Max => true,
-        LexBound::Incl(x) => m <= x.as_ref(),
-        LexBound::Excl(x) => m < x.as_ref(),
-    }
+    b.member_bound().admits_below(m)
 }
 
 /// The positions `range` selects in `len` entries (in ascending order), before `REV` and
@@ -1025,7 +1027,7 @@ async fn range_command(
 async fn read_window(
     ctx: &mut Ctx<'_>,
     key: &strata_engine::Key,
-    window: &ScoreWindow,
+    window: &ScoreWindow<'_>,
     whole: impl FnOnce(&[(f64, &[u8])], &Source<'_>) -> Reply + Send,
     parted: impl FnOnce(Vec<Entry>) -> Reply,
 ) -> Reply {
@@ -1051,20 +1053,29 @@ async fn read_window(
     .await
 }
 
-/// The window of a rank or score range (with its `LIMIT`) a score index can answer; `None`
-/// for a lex range, which it cannot, and for a negative offset (which picks nothing).
-fn score_window(range: &Range, rev: bool, limit: Option<(i64, i64)>) -> Option<ScoreWindow> {
+/// The window of a range (with its `LIMIT`) a score index answers (a lex range's, when
+/// every entry has one score); `None` for a negative offset (which picks nothing).
+fn score_window(range: &Range, rev: bool, limit: Option<(i64, i64)>) -> Option<ScoreWindow<'_>> {
     let (offset, count) = limit.unwrap_or((0, -1));
-    let pick = match *range {
-        Range::Rank(start, stop) => Pick::Ranks { start, stop },
-        Range::Score(min, max) => Pick::Scores {
-            // As `select` reads them: the first bound is the maximum in reverse.
-            min: if rev { max } else { min },
-            max: if rev { min } else { max },
-            offset: usize::try_from(offset).ok()?,
-            count: usize::try_from(count).ok(),
+    let (offset, count) = (usize::try_from(offset).ok()?, usize::try_from(count).ok());
+    let pick = match range {
+        Range::Rank(start, stop) => Pick::Ranks {
+            start: *start,
+            stop: *stop,
         },
-        Range::Lex(..) => return None,
+        // As `select` reads them: the first bound is the maximum in reverse.
+        Range::Score(min, max) => Pick::Scores {
+            min: if rev { *max } else { *min },
+            max: if rev { *min } else { *max },
+            offset,
+            count,
+        },
+        Range::Lex(min, max) => Pick::Members {
+            min: if rev { max } else { min }.member_bound(),
+            max: if rev { min } else { max }.member_bound(),
+            offset,
+            count,
+        },
     };
     Some(ScoreWindow { pick, rev })
 }
