@@ -193,9 +193,9 @@ pub enum Pick<'a> {
     },
 }
 
-/// The ranks `start..=stop` of a set of `len` entries as Redis reads them (negative ranks
-/// count from the end; only the start is clamped to 0), in ascending order: `None` if they
-/// hold nothing.
+/// The ranks `start..=stop` of a set of `len` entries (or a list's indexes: `LRANGE` reads
+/// them alike) as Redis reads them (negative ranks count from the end; only the start is
+/// clamped to 0), in ascending order: `None` if they hold nothing.
 pub fn rank_window(len: usize, start: i64, stop: i64) -> Option<(usize, usize)> {
     let len = len as i64;
     let norm = |i: i64| if i < 0 { len + i } else { i };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_engine::{Durability, Kind, LiveValue};
 
-use crate::support::{key, open, small_options};
+use crate::support::{key, live_as, members, open, small_options};
 
 /// A live value whose encode waits for a word on `release` (a collection of millions
 /// takes that long), telling `encoding` first.
@@ -51,14 +51,6 @@ impl LiveValue for Quick {
     }
 }
 
-fn members(value: &[u8]) -> Vec<Vec<u8>> {
-    strata_format::members::decode_members(value)
-        .unwrap()
-        .into_iter()
-        .map(<[u8]>::to_vec)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fold_encoding_one_large_value_leaves_the_other_live_values_usable() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,8 +73,7 @@ async fn a_fold_encoding_one_large_value_leaves_the_other_live_values_usable() {
         Ok(Box::new(Quick(b"m".to_vec())))
     };
     let set_items = |v: &mut dyn LiveValue, to: &[u8]| {
-        let any: &mut dyn std::any::Any = v;
-        any.downcast_mut::<Slow>().unwrap().items = to.to_vec();
+        live_as::<Slow>(v).items = to.to_vec();
     };
     let _ = engine
         .update_live(&big, Kind::Set, slow, |v| {
@@ -137,10 +128,7 @@ async fn a_fold_encoding_one_large_value_leaves_the_other_live_values_usable() {
             &key("big"),
             Kind::Set,
             |_| unreachable!("live already"),
-            |v| {
-                let any: &mut dyn std::any::Any = v;
-                any.downcast_mut::<Slow>().unwrap().items.clone()
-            },
+            |v| live_as::<Slow>(v).items.clone(),
         )
     });
     tokio::time::sleep(Duration::from_millis(200)).await;

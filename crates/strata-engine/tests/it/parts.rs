@@ -11,7 +11,7 @@ use strata_format::members::{decode_members, encode_members};
 use strata_format::zset::{decode_zset, encode_zset, MemberBound, Pick, ScoreBound, ScoreWindow};
 use strata_warm::{Bounds, Family, WarmStore};
 
-use crate::support::{key, parts, small_options, Opts};
+use crate::support::{key, live_as, members, parts, small_options, Opts};
 
 /// A set that notes its changes, as the server's live sets do: the members added and
 /// removed since it was last encoded or its delta taken.
@@ -24,23 +24,10 @@ struct NotingSet {
 
 impl NotingSet {
     fn decode(v: Option<&Bytes>) -> strata_engine::Result<Box<dyn LiveValue>> {
-        let members = match v {
-            Some(v) => decode_members(v)
-                .unwrap()
-                .into_iter()
-                .map(<[u8]>::to_vec)
-                .collect(),
-            None => Vec::new(),
-        };
         Ok(Box::new(NotingSet {
-            members,
+            members: v.map_or_else(Vec::new, |v| members(v)),
             ..Default::default()
         }))
-    }
-
-    fn of(v: &mut dyn LiveValue) -> &mut NotingSet {
-        let any: &mut dyn std::any::Any = v;
-        any.downcast_mut::<NotingSet>().unwrap()
     }
 
     fn add(&mut self, m: &[u8]) -> bool {
@@ -119,18 +106,14 @@ fn parts_held(warm: &Arc<dyn WarmStore>) -> usize {
 async fn members_of(e: &Engine, k: &strata_format::Key) -> Vec<Vec<u8>> {
     let (kind, v) = e.get_value(k).await.unwrap().expect("the set is there");
     assert_eq!(kind, Kind::Set);
-    let mut m: Vec<Vec<u8>> = decode_members(&v)
-        .unwrap()
-        .into_iter()
-        .map(<[u8]>::to_vec)
-        .collect();
+    let mut m = members(&v);
     m.sort();
     m
 }
 
 async fn change(e: &Engine, k: &strata_format::Key, f: impl FnOnce(&mut NotingSet) -> bool) {
     e.update_live(k, Kind::Set, NotingSet::decode, |v| {
-        Ok((f(NotingSet::of(v)), ()))
+        Ok((f(live_as::<NotingSet>(v)), ()))
     })
     .await
     .unwrap()
@@ -526,23 +509,10 @@ struct NotingList {
 
 impl NotingList {
     fn decode(v: Option<&Bytes>) -> strata_engine::Result<Box<dyn LiveValue>> {
-        let elements = match v {
-            Some(v) => decode_members(v)
-                .unwrap()
-                .into_iter()
-                .map(<[u8]>::to_vec)
-                .collect(),
-            None => Default::default(),
-        };
         Ok(Box::new(NotingList {
-            elements,
+            elements: v.map_or_else(Vec::new, |v| members(v)).into(),
             ..Default::default()
         }))
-    }
-
-    fn of(v: &mut dyn LiveValue) -> &mut NotingList {
-        let any: &mut dyn std::any::Any = v;
-        any.downcast_mut::<NotingList>().unwrap()
     }
 }
 
@@ -605,11 +575,7 @@ fn list_op(l: &mut NotingList, what: u64, r: u64, e: &[u8]) {
 async fn elements_of(e: &Engine, k: &strata_format::Key) -> Vec<Vec<u8>> {
     let (kind, v) = e.get_value(k).await.unwrap().expect("the list is there");
     assert_eq!(kind, Kind::List);
-    decode_members(&v)
-        .unwrap()
-        .into_iter()
-        .map(<[u8]>::to_vec)
-        .collect()
+    members(&v)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -622,7 +588,7 @@ async fn a_large_list_is_stored_as_parts_by_position_and_its_changes_write_what_
         let k = k.clone();
         async move {
             e.update_live(&k, Kind::List, NotingList::decode, |v| {
-                f(NotingList::of(v));
+                f(live_as::<NotingList>(v));
                 Ok((true, ()))
             })
             .await

@@ -13,6 +13,21 @@ use std::sync::Arc;
 use bytes::Bytes;
 use strata_engine::{Clock, Engine, Key, Parts, PutOptions, Settings};
 
+/// The members (or list elements) of a stored set or list value, each owned.
+pub fn members(value: &[u8]) -> Vec<Vec<u8>> {
+    strata_format::members::decode_members(value)
+        .unwrap()
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// The live value `v` as the test type `T` it was made as.
+pub fn live_as<T: strata_engine::LiveValue>(v: &mut dyn strata_engine::LiveValue) -> &mut T {
+    let any: &mut dyn std::any::Any = v;
+    any.downcast_mut::<T>().expect("the test's own live value")
+}
+
 /// The key `client` of database 0.
 pub fn key(client: impl AsRef<[u8]>) -> Key {
     Key::new(0, 0, client.as_ref())

@@ -141,13 +141,7 @@ async fn read_span(
 
 /// Redis's range of `start..=stop` (negative from the end) over `len` elements.
 fn index_range(len: usize, start: i64, stop: i64) -> std::ops::Range<usize> {
-    let len = len as i64;
-    let norm = |i: i64| if i < 0 { len + i } else { i };
-    let (s, e) = (norm(start).max(0), norm(stop));
-    if s > e || s >= len {
-        return 0..0;
-    }
-    s as usize..(e.min(len - 1) + 1) as usize
+    strata_format::zset::rank_window(len, start, stop).map_or(0..0, |(s, e)| s..e + 1)
 }
 
 fn two_ints(a: &[Bytes]) -> Result<(i64, i64), Reply> {
