@@ -1,7 +1,8 @@
 //! The cold tier: immutable segment objects in an object store (any [`ObjectStore`], handed
-//! in: a local directory, S3, or a test's failing store), read one block at a time.
+//! in: a local directory, S3, or a test's failing store), read by ranged GETs of one block,
+//! or of a run of blocks that lie end to end (prefetch's).
 //!
-//! Nothing here waits on the object store without a timeout, and concurrent misses on the
+//! Nothing here waits on the object store without a timeout, and concurrent reads of the
 //! same block share one GET (a single-flight map keyed by segment and block).
 
 use std::collections::HashMap;
@@ -152,27 +153,60 @@ impl Cold {
     /// Fetches, verifies and decompresses one block; concurrent calls for the same block
     /// share one request.
     pub(crate) async fn get_block(self: &Arc<Self>, r: &BlockRef) -> Result<Bytes> {
-        let key = (r.segment_id, r.block);
-        let fut = {
+        let mut got = self.get_blocks(std::slice::from_ref(r)).await;
+        got.pop()
+            .unwrap_or_else(|| Err(Error::Internal("a block asked for went unanswered".into())))
+    }
+
+    /// Fetches, verifies and decompresses `refs`, each block's result in their order. Blocks
+    /// of one segment that follow each other end to end (in `refs`' order) come in one
+    /// ranged GET, as a prefetch of a session's next keys wants them; a block another read
+    /// is fetching already is joined, not asked for again.
+    pub(crate) async fn get_blocks(self: &Arc<Self>, refs: &[BlockRef]) -> Vec<Result<Bytes>> {
+        let waits: Vec<BlockFuture> = {
             let mut map = self.inflight.lock();
-            if let Some(f) = map.get(&key) {
-                add(&self.counters.object_store_shared_fetches);
-                f.clone()
-            } else {
+            let mut waits = Vec::with_capacity(refs.len());
+            let mut i = 0;
+            while i < refs.len() {
+                if let Some(f) = map.get(&(refs[i].segment_id, refs[i].block)) {
+                    add(&self.counters.object_store_shared_fetches);
+                    waits.push(f.clone());
+                    i += 1;
+                    continue;
+                }
+                let mut j = i + 1;
+                while j < refs.len()
+                    && follows(&refs[j - 1], &refs[j])
+                    && !map.contains_key(&(refs[j].segment_id, refs[j].block))
+                {
+                    j += 1;
+                }
+                let run = refs[i..j].to_vec();
                 let this = Arc::clone(self);
-                let r = *r;
-                let f = async move {
-                    let out = this.fetch_block(&r).await;
-                    this.inflight.lock().remove(&(r.segment_id, r.block));
-                    out
+                let whole = async move {
+                    let out = this.fetch_run(&run).await;
+                    let mut map = this.inflight.lock();
+                    for r in &run {
+                        map.remove(&(r.segment_id, r.block));
+                    }
+                    out.map(Arc::new)
                 }
                 .boxed()
                 .shared();
-                map.insert(key, f.clone());
-                f
+                for (n, r) in refs[i..j].iter().enumerate() {
+                    let one: BlockFuture = whole
+                        .clone()
+                        .map(move |out| out.map(|blocks| blocks[n].clone()))
+                        .boxed()
+                        .shared();
+                    map.insert((r.segment_id, r.block), one.clone());
+                    waits.push(one);
+                }
+                i = j;
             }
+            waits
         };
-        fut.await
+        futures::future::join_all(waits).await
     }
 
     /// Waits for a turn to read from the object store, at most the request timeout (so a
@@ -199,14 +233,22 @@ impl Cold {
         Ok(slot)
     }
 
-    async fn fetch_block(&self, r: &BlockRef) -> Result<Bytes> {
+    /// One ranged GET of `run`'s blocks (of one segment, end to end), each verified and
+    /// decompressed.
+    async fn fetch_run(&self, run: &[BlockRef]) -> Result<Vec<Bytes>> {
+        let (Some(first), Some(last)) = (run.first().copied(), run.last()) else {
+            return Ok(Vec::new());
+        };
         let _slot = self.read_slot().await?;
         let start = Instant::now();
         add(&self.counters.object_store_gets);
         let stored = self
             .timed(
                 "block read",
-                self.store.get_range(&segment_path(r.segment_id), r.range()),
+                self.store.get_range(
+                    &segment_path(first.segment_id),
+                    first.offset..last.offset + last.len as u64,
+                ),
             )
             .await?;
         self.counters
@@ -215,16 +257,32 @@ impl Cold {
         self.counters
             .object_store_get_micros
             .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let r = *r;
-        let raw = if stored.len() > 1 << 20 {
-            tokio::task::spawn_blocking(move || strata_format::decode_block(&r, &stored))
-                .await
-                .map_err(|e| Error::Internal(format!("block decode task: {e}")))??
-        } else {
-            strata_format::decode_block(&r, &stored)?
+        let big = stored.len() > 1 << 20;
+        let run = run.to_vec();
+        let decode = move || -> Result<Vec<Bytes>> {
+            run.iter()
+                .map(|r| {
+                    let at = (r.offset - first.offset) as usize;
+                    // A short answer leaves a block short: decoding says it is truncated.
+                    let bytes = stored.get(at..at + r.len as usize).unwrap_or_default();
+                    Ok(Bytes::from(strata_format::decode_block(r, bytes)?))
+                })
+                .collect()
         };
-        Ok(Bytes::from(raw))
+        if big {
+            tokio::task::spawn_blocking(decode)
+                .await
+                .map_err(|e| Error::Internal(format!("block decode task: {e}")))?
+        } else {
+            decode()
+        }
     }
+}
+
+/// Whether block `b` starts where block `a` ends, in the same segment (one ranged GET
+/// reads both).
+pub(crate) fn follows(a: &BlockRef, b: &BlockRef) -> bool {
+    a.segment_id == b.segment_id && a.offset + a.len as u64 == b.offset
 }
 
 /// The object store `url` names (`file:///path` or `s3://bucket/prefix`, with the S3

@@ -296,8 +296,13 @@ impl Core {
             .get_block(r)
             .await
             .inspect_err(|e| self.count_data_error(e))?;
-        match strata_format::find_in_block(&block, entry_key(r, key)) {
-            Ok(Some(e)) if e.kind == r.kind => Ok((Bytes::copy_from_slice(e.value), block.clone())),
+        Ok((self.value_in_block(key, r, &block)?, block))
+    }
+
+    /// `key`'s value in `block`, the decompressed block `r` names (a copy).
+    pub(crate) fn value_in_block(&self, key: &Key, r: &BlockRef, block: &Bytes) -> Result<Bytes> {
+        match strata_format::find_in_block(block, entry_key(r, key)) {
+            Ok(Some(e)) if e.kind == r.kind => Ok(Bytes::copy_from_slice(e.value)),
             Ok(Some(e)) => {
                 add(&self.counters.checksum_errors);
                 Err(Error::Data(format!(

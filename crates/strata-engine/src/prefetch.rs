@@ -88,13 +88,22 @@ fn neighbours(core: &Core, key: &Key, block_ref: &BlockRef, block: &Bytes, mut b
     budget
 }
 
-/// Brings what the model predicts the stream reads after `key` into DRAM, concurrently.
+/// A predicted key in the object store: its stripe version when looked up, its index entry.
+struct Wanted {
+    key: Key,
+    seen: u64,
+    r: BlockRef,
+}
+
+/// Brings what the model predicts the stream reads after `key` into DRAM: warm values at
+/// once, cold ones by runs of blocks that lie end to end in a segment, one GET per run
+/// (a session's next keys usually do: segments are sorted), the runs concurrently.
 async fn predicted(core: &Core, key: &Key, mut budget: u64) {
     let now = core.now_ms();
     let predicted = core
         .prefetch
         .predict(key, core.settings.prefetch.prefetch_keys_max);
-    let mut wanted = Vec::new();
+    let mut cold = Vec::new();
     for k in predicted {
         let Ok(k) = Key::from_stored(&k) else {
             continue;
@@ -115,26 +124,123 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
             continue; // another job is on it
         }
         budget -= s.value_len;
-        wanted.push((k, seen, s));
+        match s.loc {
+            Loc::Cold(r) => cold.push(Wanted { key: k, seen, r }),
+            Loc::Warm { value, .. } => {
+                if let Some(v) = value {
+                    admit(core, &k, seen, v, s.kind, s.expire_ms);
+                }
+                core.prefetch.end_fetch(&k);
+            }
+        }
     }
-    let fetches = wanted.into_iter().map(|(k, seen, s)| async move {
-        let value = match s.loc {
-            Loc::Cold(r) => {
-                let _permit = core.prefetch.fetch_permit().await;
-                core.prefetch.after_demand().await;
-                // A read may have brought it in while this waited for its turn.
-                if core.hot.contains(k.stored(), core.now_ms()) {
-                    None
-                } else {
-                    core.fetch_cold(&k, &r).await.ok().map(|v| v.0)
+    let fetches = runs(cold).into_iter().map(|run| fetch_run(core, run));
+    futures::future::join_all(fetches).await;
+}
+
+/// `cold` split into runs of keys whose blocks follow each other in one segment, each run
+/// in block order; the runs in the order of the model's ranking of their first keys.
+fn runs(cold: Vec<Wanted>) -> Vec<Vec<Wanted>> {
+    // Each key with its rank, in block order.
+    let mut ranked: Vec<(usize, Wanted)> = cold.into_iter().enumerate().collect();
+    ranked.sort_by_key(|(_, w)| (w.r.segment_id, w.r.offset));
+    let mut runs: Vec<(usize, Vec<Wanted>)> = Vec::new();
+    for (rank, w) in ranked {
+        match runs.last_mut() {
+            Some((first, run)) if run.last().is_some_and(|last| joins(&last.r, &w.r)) => {
+                *first = (*first).min(rank);
+                run.push(w);
+            }
+            _ => runs.push((rank, vec![w])),
+        }
+    }
+    runs.sort_by_key(|(first, _)| *first);
+    runs.into_iter().map(|(_, run)| run).collect()
+}
+
+/// Whether block `b` is block `a` or the one after it.
+fn joins(a: &BlockRef, b: &BlockRef) -> bool {
+    (a.segment_id, a.block) == (b.segment_id, b.block) || crate::cold::follows(a, b)
+}
+
+/// Fetches one run of predicted cold keys (one GET, in its turn among prefetch GETs) and
+/// admits each value, unless a read brought it in meanwhile.
+async fn fetch_run(core: &Core, run: Vec<Wanted>) {
+    let _permit = core.prefetch.fetch_permit().await;
+    core.prefetch.after_demand().await;
+    let now = core.now_ms();
+    let (here, run): (Vec<Wanted>, Vec<Wanted>) = run
+        .into_iter()
+        .partition(|w| core.hot.contains(w.key.stored(), now));
+    for w in here {
+        core.prefetch.end_fetch(&w.key);
+    }
+    let mut blocks: Vec<BlockRef> = run.iter().map(|w| w.r).collect();
+    blocks.dedup_by_key(|r| (r.segment_id, r.block));
+    let got = core.cold.get_blocks(&blocks).await;
+    for w in run {
+        let at = blocks
+            .iter()
+            .position(|b| (b.segment_id, b.block) == (w.r.segment_id, w.r.block));
+        match at.map(|at| &got[at]) {
+            Some(Ok(block)) => {
+                if let Ok(v) = core.value_in_block(&w.key, &w.r, block) {
+                    admit(core, &w.key, w.seen, v, w.r.kind, w.r.expire_ms);
                 }
             }
-            Loc::Warm { value, .. } => value,
-        };
-        if let Some(v) = value {
-            admit(core, &k, seen, v, s.kind, s.expire_ms);
+            Some(Err(e)) => core.count_data_error(e),
+            None => {}
         }
-        core.prefetch.end_fetch(&k);
-    });
-    futures::future::join_all(fetches).await;
+        core.prefetch.end_fetch(&w.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A predicted key whose value lies in block `block` of segment `segment`, blocks of
+    /// 100 bytes end to end.
+    fn wanted(name: &str, segment: u64, block: u32) -> Wanted {
+        Wanted {
+            key: Key::new(0, 0, name.as_bytes()),
+            seen: 0,
+            r: BlockRef {
+                segment_id: segment,
+                block,
+                offset: 100 * block as u64,
+                len: 100,
+                raw_len: 100,
+                block_crc: 0,
+                expire_ms: 0,
+                value_len: 10,
+                layout: 2,
+                kind: Kind::String,
+            },
+        }
+    }
+
+    fn names(runs: &[Vec<Wanted>]) -> Vec<Vec<&[u8]>> {
+        runs.iter()
+            .map(|run| run.iter().map(|w| w.key.client()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn predicted_keys_are_fetched_by_runs_of_blocks_end_to_end_in_the_models_order() {
+        // Ranked by the model: a gap (block 5) splits segment 1's blocks, another segment is
+        // its own run, two keys of one block share it.
+        let cold = vec![
+            wanted("c", 1, 6),
+            wanted("a", 1, 3),
+            wanted("x", 2, 4),
+            wanted("b", 1, 4),
+            wanted("b2", 1, 4),
+            wanted("d", 1, 7),
+        ];
+        let got = runs(cold);
+        let want: Vec<Vec<&[u8]>> = vec![vec![b"c", b"d"], vec![b"a", b"b", b"b2"], vec![b"x"]];
+        assert_eq!(names(&got), want);
+        assert!(runs(Vec::new()).is_empty());
+    }
 }

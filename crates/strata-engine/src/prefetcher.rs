@@ -10,8 +10,9 @@
 //! It runs off the request's path (the after-read queue of `hook` feeds a worker; a full
 //! queue drops the job), within `prefetch_bytes_max` per cold read, `prefetch_tasks_max`
 //! concurrent jobs and `prefetch_fetches_max` object-store GETs in flight (taken in the
-//! order the model ranks its keys), so a read that misses is not queued at the object
-//! store behind many guesses.
+//! order the model ranks its keys; predicted keys whose blocks lie end to end in a segment
+//! come in one GET), so a read that misses is not queued at the object store behind many
+//! guesses.
 //! The budget follows precision: over each window of 512 prefetches, the share that was
 //! used scales the next window's budget (full from 50% up, never below 1/64), so a workload
 //! prefetch cannot predict does not get its DRAM filled with guesses.

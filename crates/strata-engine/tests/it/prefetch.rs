@@ -47,6 +47,19 @@ async fn wait_for_tier(e: &Engine, k: &Key, want: Tier, within: Duration) -> boo
     false
 }
 
+/// Waits until no prefetch has been issued for 300 ms; the stats then.
+async fn prefetches_done(e: &Engine) -> strata_engine::Stats {
+    let mut last = e.stats();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = e.stats();
+        if now.prefetch_issued == last.prefetch_issued {
+            return now;
+        }
+        last = now;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn predicted_next_keys_reach_dram_before_they_are_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -63,22 +76,32 @@ async fn predicted_next_keys_reach_dram_before_they_are_read() {
         }
     }
     // Let the training's own prefetches finish, then start from an empty DRAM.
-    let mut last = u64::MAX;
-    while e.stats().prefetch_issued != last {
-        last = e.stats().prefetch_issued;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    prefetches_done(&e).await;
     e.clear_hot();
     // A new session's first read is a cold miss; its next keys are predicted and fetched.
+    let start = e.stats();
     e.note_access(7, &(key(5, 0)));
     assert_eq!(e.get(&key(5, 0)).await.unwrap().unwrap()[0], 40);
     assert!(
         wait_for_tier(&e, &key(5, 1), Tier::Hot, Duration::from_secs(5)).await,
         "the predicted next key was not prefetched into DRAM"
     );
-    for i in 2..4 {
+    for i in 2..8 {
         assert!(wait_for_tier(&e, &key(5, i), Tier::Hot, Duration::from_secs(5)).await);
     }
+    // The seven predicted keys lie in blocks end to end in one segment: one ranged GET
+    // brought them, besides the miss's own GET.
+    let fetched = prefetches_done(&e).await;
+    assert_eq!(
+        fetched.prefetch_issued - start.prefetch_issued,
+        7,
+        "{fetched:?}"
+    );
+    assert_eq!(
+        fetched.object_store_gets - start.object_store_gets,
+        2,
+        "{fetched:?}"
+    );
     let before = e.stats();
     for i in 1..4 {
         e.note_access(7, &(key(5, i)));
