@@ -160,8 +160,9 @@ impl Cold {
 
     /// Fetches, verifies and decompresses `refs`, each block's result in their order. Blocks
     /// of one segment that follow each other end to end (in `refs`' order) come in one
-    /// ranged GET, as a prefetch of a session's next keys wants them; a block another read
-    /// is fetching already is joined, not asked for again.
+    /// ranged GET of at most [`RUN_BYTES_MAX`], as a prefetch of a session's next keys
+    /// wants them; a block another read is fetching already is joined, not asked for again
+    /// (so a run with such a block in its middle takes two GETs).
     pub(crate) async fn get_blocks(self: &Arc<Self>, refs: &[BlockRef]) -> Vec<Result<Bytes>> {
         let waits: Vec<BlockFuture> = {
             let mut map = self.inflight.lock();
@@ -175,10 +176,13 @@ impl Cold {
                     continue;
                 }
                 let mut j = i + 1;
+                let mut bytes = u64::from(refs[i].len);
                 while j < refs.len()
                     && follows(&refs[j - 1], &refs[j])
+                    && bytes + u64::from(refs[j].len) <= RUN_BYTES_MAX
                     && !map.contains_key(&(refs[j].segment_id, refs[j].block))
                 {
+                    bytes += u64::from(refs[j].len);
                     j += 1;
                 }
                 let run = refs[i..j].to_vec();
@@ -196,7 +200,7 @@ impl Cold {
                 for (n, r) in refs[i..j].iter().enumerate() {
                     let one: BlockFuture = whole
                         .clone()
-                        .map(move |out| out.map(|blocks| blocks[n].clone()))
+                        .map(move |out| out.and_then(|blocks| blocks[n].clone()))
                         .boxed()
                         .shared();
                     map.insert((r.segment_id, r.block), one.clone());
@@ -234,8 +238,9 @@ impl Cold {
     }
 
     /// One ranged GET of `run`'s blocks (of one segment, end to end), each verified and
-    /// decompressed.
-    async fn fetch_run(&self, run: &[BlockRef]) -> Result<Vec<Bytes>> {
+    /// decompressed: the GET's error, or each block's own result (a damaged block fails
+    /// alone).
+    async fn fetch_run(&self, run: &[BlockRef]) -> Result<Vec<Result<Bytes>>> {
         let (Some(first), Some(last)) = (run.first().copied(), run.last()) else {
             return Ok(Vec::new());
         };
@@ -257,9 +262,10 @@ impl Cold {
         self.counters
             .object_store_get_micros
             .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let big = stored.len() > 1 << 20;
+        // More than a megabyte to decompress goes off the runtime's threads.
+        let big = run.iter().map(|r| u64::from(r.raw_len)).sum::<u64>() > 1 << 20;
         let run = run.to_vec();
-        let decode = move || -> Result<Vec<Bytes>> {
+        let decode = move || -> Vec<Result<Bytes>> {
             run.iter()
                 .map(|r| {
                     let at = (r.offset - first.offset) as usize;
@@ -272,12 +278,16 @@ impl Cold {
         if big {
             tokio::task::spawn_blocking(decode)
                 .await
-                .map_err(|e| Error::Internal(format!("block decode task: {e}")))?
+                .map_err(|e| Error::Internal(format!("block decode task: {e}")))
         } else {
-            decode()
+            Ok(decode())
         }
     }
 }
+
+/// Most bytes one ranged GET of a run of blocks asks for (a larger block comes alone): a
+/// run shares one request timeout, and a client's read that joins it waits for all of it.
+const RUN_BYTES_MAX: u64 = 4 << 20;
 
 /// Whether block `b` starts where block `a` ends, in the same segment (one ranged GET
 /// reads both).
@@ -370,4 +380,90 @@ pub(crate) fn url_for(s: &ColdSettings, data_dir: &std::path::Path) -> Result<St
         .canonicalize()
         .map_err(|e| Error::Invalid(format!("cold directory {}: {e}", dir.display())))?;
     Ok(format!("file://{}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_format::{find_in_block, Kind, SegmentBuilder};
+
+    /// Entry `i`'s value: `len` bytes that do not compress.
+    fn value(i: u8, len: usize) -> Vec<u8> {
+        let mut x = u64::from(i) + 1;
+        (0..len)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// A segment of `n` entries of `len` bytes, one per block, in an in-memory store; the
+    /// refs of its blocks. `damaged`: a block whose first stored byte is flipped.
+    async fn segment(
+        n: u8,
+        len: usize,
+        damaged: Option<usize>,
+    ) -> (Arc<Cold>, Arc<Counters>, Vec<BlockRef>) {
+        let mut b = SegmentBuilder::new(7, 64, 1);
+        for i in 0..n {
+            b.push(Kind::String, &[b'k', i], &value(i, len), 0).unwrap();
+        }
+        let seg = b.finish().unwrap();
+        let refs: Vec<BlockRef> = seg.refs.iter().map(|(_, r)| *r).collect();
+        let mut bytes = seg.bytes;
+        if let Some(d) = damaged {
+            bytes[refs[d].offset as usize] ^= 0xff;
+        }
+        let store = Arc::new(object_store::memory::InMemory::new());
+        store
+            .put(&segment_path(7), PutPayload::from(bytes))
+            .await
+            .unwrap();
+        let counters = Arc::new(Counters::default());
+        let s = ColdSettings::default();
+        let cold = Cold::new(store, "memory".into(), &s, Arc::clone(&counters));
+        (Arc::new(cold), counters, refs)
+    }
+
+    fn gets(c: &Counters) -> u64 {
+        c.object_store_gets.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn blocks_end_to_end_come_in_one_get_and_a_damaged_one_fails_alone() {
+        let (cold, counters, refs) = segment(4, 100, Some(2)).await;
+        assert_eq!(refs.len(), 4);
+        let got = cold.get_blocks(&refs).await;
+        assert_eq!(gets(&counters), 1);
+        for (i, g) in got.iter().enumerate() {
+            if i == 2 {
+                assert!(g.is_err(), "the damaged block read back");
+                continue;
+            }
+            let raw = g.as_ref().unwrap();
+            let e = find_in_block(raw, &[b'k', i as u8]).unwrap().unwrap();
+            assert_eq!(e.value, value(i as u8, 100));
+        }
+        // Blocks that do not follow each other are asked for apart.
+        let got = cold.get_blocks(&[refs[3], refs[0]]).await;
+        assert!(got.iter().all(|g| g.is_ok()));
+        assert_eq!(gets(&counters), 3);
+        assert!(cold.inflight.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_run_asks_for_at_most_run_bytes_max_at_once() {
+        // Three blocks of 1.5 MiB: the first two fit in one GET, the third takes another.
+        let (cold, counters, refs) = segment(3, 3 << 19, None).await;
+        let got = cold.get_blocks(&refs).await;
+        for (i, g) in got.iter().enumerate() {
+            let raw = g.as_ref().unwrap();
+            let e = find_in_block(raw, &[b'k', i as u8]).unwrap().unwrap();
+            assert_eq!(e.value, value(i as u8, 3 << 19));
+        }
+        assert_eq!(gets(&counters), 2);
+    }
 }

@@ -11,8 +11,8 @@
 //! queue drops the job), within `prefetch_bytes_max` per cold read, `prefetch_tasks_max`
 //! concurrent jobs and `prefetch_fetches_max` object-store GETs in flight (taken in the
 //! order the model ranks its keys; predicted keys whose blocks lie end to end in a segment
-//! come in one GET), so a read that misses is not queued at the object store behind many
-//! guesses.
+//! come in one GET, or two when a client's read is fetching a block in the middle), so a
+//! read that misses is not queued at the object store behind many guesses.
 //! The budget follows precision: over each window of 512 prefetches, the share that was
 //! used scales the next window's budget (full from 50% up, never below 1/64), so a workload
 //! prefetch cannot predict does not get its DRAM filled with guesses.
