@@ -98,17 +98,26 @@ struct Wanted {
 /// Brings what the model predicts the stream reads after `key` into DRAM: warm values at
 /// once, cold ones by runs of blocks that lie end to end in a segment, one GET per run
 /// (a session's next keys usually do: segments are sorted), the runs concurrently.
+///
+/// As the kernel's readahead does, cold keys wait until the very next key is missing or
+/// half of the predicted keys that exist are: a stream read in order then costs one GET
+/// per half of its window, not one per read, and a read that misses meets fewer guesses
+/// at the object store.
 async fn predicted(core: &Core, key: &Key, mut budget: u64) {
     let now = core.now_ms();
     let predicted = core
         .prefetch
         .predict(key, core.settings.prefetch.prefetch_keys_max);
     let mut cold = Vec::new();
-    for k in predicted {
+    // Predicted keys that exist, and whether the first is in the object store with no
+    // job fetching it.
+    let (mut found, mut next_missing) = (0, false);
+    for (rank, k) in predicted.into_iter().enumerate() {
         let Ok(k) = Key::from_stored(&k) else {
             continue;
         };
         if core.hot.contains(k.stored(), now) {
+            found += 1;
             continue;
         }
         let seen = core.locks.version(&k);
@@ -117,15 +126,19 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
         let Ok(Some(s)) = core.lookup(&k, Want::Value) else {
             continue;
         };
-        if !s.is_live(now) || s.value_len > budget {
+        if !s.is_live(now) {
             continue;
         }
-        if !core.prefetch.begin_fetch(&k) {
-            continue; // another job is on it
+        found += 1;
+        if s.value_len > budget || !core.prefetch.begin_fetch(&k) {
+            continue; // too large, or another job is on it
         }
         budget -= s.value_len;
         match s.loc {
-            Loc::Cold(r) => cold.push(Wanted { key: k, seen, r }),
+            Loc::Cold(r) => {
+                next_missing |= rank == 0;
+                cold.push(Wanted { key: k, seen, r });
+            }
             Loc::Warm { value, .. } => {
                 if let Some(v) = value {
                     admit(core, &k, seen, v, s.kind, s.expire_ms);
@@ -133,6 +146,12 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
                 core.prefetch.end_fetch(&k);
             }
         }
+    }
+    if !next_missing && cold.len() * 2 < found {
+        for w in &cold {
+            core.prefetch.end_fetch(&w.key);
+        }
+        return;
     }
     let fetches = runs(cold).into_iter().map(|run| fetch_run(core, run));
     futures::future::join_all(fetches).await;

@@ -5,7 +5,8 @@
 //!   sorted, so a session's next keys usually sit beside it), and
 //! - the keys an online [`MarkovModel`] predicts from transitions seen in each client's
 //!   stream of reads (`Engine::note_access`), following the strongest rule up to
-//!   `prefetch_keys_max` steps.
+//!   `prefetch_keys_max` steps; the cold ones once half of those are missing (as the
+//!   kernel's readahead asks for its next window), by runs of blocks in one GET each.
 //!
 //! It runs off the request's path (the after-read queue of `hook` feeds a worker; a full
 //! queue drops the job), within `prefetch_bytes_max` per cold read, `prefetch_tasks_max`

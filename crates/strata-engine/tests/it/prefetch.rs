@@ -14,6 +14,17 @@ fn key(session: u32, i: u32) -> Key {
 
 /// Sessions of keys demoted to the cold tier; values of `value_bytes` each.
 async fn cold_sessions(dir: &std::path::Path, prefetch: bool, value_bytes: usize) -> Engine {
+    cold_sessions_of(dir, prefetch, value_bytes, 8).await
+}
+
+/// Six sessions of `keys` keys each, demoted to the cold tier; key `i` of session `s`
+/// holds `value_bytes` bytes of `s * keys + i`.
+async fn cold_sessions_of(
+    dir: &std::path::Path,
+    prefetch: bool,
+    value_bytes: usize,
+    keys: u32,
+) -> Engine {
     let mut o = small_options(dir);
     o.s.prefetch.prefetch = prefetch;
     // Room for the prefetch window (an eighth of DRAM per cold read).
@@ -22,8 +33,8 @@ async fn cold_sessions(dir: &std::path::Path, prefetch: bool, value_bytes: usize
     o.s.cold.segment_bytes_max = 1 << 20;
     let e = open(o).await.unwrap();
     for s in 0..6 {
-        for i in 0..8 {
-            let v = Bytes::from(vec![(s * 8 + i) as u8; value_bytes]);
+        for i in 0..keys {
+            let v = Bytes::from(vec![(s * keys + i) as u8; value_bytes]);
             e.put(&key(s, i), v, PutOptions::default())
                 .await
                 .acked(&e)
@@ -134,6 +145,42 @@ async fn predicted_next_keys_reach_dram_before_they_are_read() {
             "key {i}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_read_in_order_is_prefetched_by_runs_not_a_get_per_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // One value per block; 24 keys a session, three times the window of 8 predicted keys.
+    let e = cold_sessions_of(dir.path(), true, 2000, 24).await;
+    for s in 0..4 {
+        for i in 0..24 {
+            e.note_access(100 + s as u64, &key(s, i));
+            e.get(&key(s, i)).await.unwrap().unwrap();
+        }
+    }
+    prefetches_done(&e).await;
+    e.clear_hot();
+    let start = e.stats();
+    for i in 0..24 {
+        if i > 0 {
+            assert!(
+                wait_for_tier(&e, &key(5, i), Tier::Hot, Duration::from_secs(5)).await,
+                "key {i} was not prefetched"
+            );
+        }
+        e.note_access(7, &key(5, i));
+        assert_eq!(e.get(&key(5, i)).await.unwrap().unwrap()[0], 120 + i as u8);
+    }
+    let end = prefetches_done(&e).await;
+    assert_eq!(
+        end.cold_hits - start.cold_hits,
+        1,
+        "only the first read missed"
+    );
+    // The window is asked for again once half of it has been read: a GET for every
+    // four reads or so (a GET per read before), and the first read's own.
+    let gets = end.object_store_gets - start.object_store_gets;
+    assert!(gets <= 9, "{gets} GETs for 24 reads in order: {end:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
