@@ -1,5 +1,6 @@
 """Fixtures that start the real `strata` binary on a free loopback port."""
 
+import atexit
 import os
 import pathlib
 import socket
@@ -60,6 +61,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Every server a test started: whatever a failing test left running is killed when the
+# test run ends, so no server outlives it.
+_started = []
+
+
+@atexit.register
+def _kill_leftovers():
+    for proc in _started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 class StrataProcess:
     def __init__(self, settings=None, data_dir=None, cores=None):
         self.dir = None if data_dir else tempfile.TemporaryDirectory()
@@ -77,6 +91,7 @@ class StrataProcess:
         self.proc = subprocess.Popen(
             args, env=env, stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=pin
         )
+        _started.append(self.proc)
         deadline = time.time() + 60
         while True:
             try:

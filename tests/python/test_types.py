@@ -995,24 +995,26 @@ def test_linsert_and_lrem_in_a_large_list_log_deltas_not_the_whole_list(tmp_path
     they did (an insert, removals by index), not the list again; the list reads back in
     order after them, also after a SIGKILL."""
     p = StrataProcess({"durability": "group"}, data_dir=str(tmp_path))
-    r = p.client(decode_responses=True)
-    model = [f"e{i % 50}" for i in range(5000)]
-    r.rpush("l", *model)
-    r.lset("l", 0, "e0")  # a first delta after the list's first whole record
-    before = r.info("strata")
-    assert r.linsert("l", "AFTER", "e7", "new") == 5001
-    model.insert(model.index("e7") + 1, "new")
-    assert r.lrem("l", -3, "e9") == 3
-    for _ in range(3):
-        i = len(model) - 1 - model[::-1].index("e9")
-        del model[i]
-    assert r.lrem("l", 0, "e11") == 100
-    model = [e for e in model if e != "e11"]
-    after = r.info("strata")
-    assert after["live_deltas"] - before["live_deltas"] == 3, (before, after)
-    assert after["live_folds"] == before["live_folds"], "the list was logged whole"
-    assert r.lrange("l", 0, -1) == model
-    p.stop()  # SIGKILL
+    try:
+        r = p.client(decode_responses=True)
+        model = [f"e{i % 50}" for i in range(5000)]
+        r.rpush("l", *model)
+        r.lset("l", 0, "e0")  # a first delta after the list's first whole record
+        before = r.info("strata")
+        assert r.linsert("l", "AFTER", "e7", "new") == 5001
+        model.insert(model.index("e7") + 1, "new")
+        assert r.lrem("l", -3, "e9") == 3
+        for _ in range(3):
+            i = len(model) - 1 - model[::-1].index("e9")
+            del model[i]
+        assert r.lrem("l", 0, "e11") == 100
+        model = [e for e in model if e != "e11"]
+        after = r.info("strata")
+        assert after["live_deltas"] - before["live_deltas"] == 3, (before, after)
+        assert after["live_folds"] == before["live_folds"], "the list was logged whole"
+        assert r.lrange("l", 0, -1) == model
+    finally:
+        p.stop()  # SIGKILL
     p = StrataProcess({"durability": "group"}, data_dir=str(tmp_path))
     try:
         assert p.client(decode_responses=True).lrange("l", 0, -1) == model
