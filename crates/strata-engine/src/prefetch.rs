@@ -99,25 +99,26 @@ struct Wanted {
 /// once, cold ones by runs of blocks that lie end to end in a segment, one GET per run
 /// (a session's next keys usually do: segments are sorted), the runs concurrently.
 ///
-/// As the kernel's readahead does, cold keys wait until the very next key is missing or
-/// half of the predicted keys that exist are: a stream read in order then costs one GET
-/// per half of its window, not one per read, and a read that misses meets fewer guesses
-/// at the object store.
+/// The window is the predicted keys that exist, in order, as far as the byte budget
+/// covers those still to fetch. As the kernel's readahead does, its cold keys wait until
+/// the first of the window is one of them or at least half of the window is: a stream
+/// read in order then costs one GET per half window, not one per read, and a read that
+/// misses meets fewer guesses at the object store.
 async fn predicted(core: &Core, key: &Key, mut budget: u64) {
     let now = core.now_ms();
+    let full_budget = budget;
     let predicted = core
         .prefetch
         .predict(key, core.settings.prefetch.prefetch_keys_max);
     let mut cold = Vec::new();
-    // Predicted keys that exist, and whether the first is in the object store with no
-    // job fetching it.
-    let (mut found, mut next_missing) = (0, false);
-    for (rank, k) in predicted.into_iter().enumerate() {
+    let mut window = 0;
+    let mut next_missing = false;
+    for k in predicted {
         let Ok(k) = Key::from_stored(&k) else {
             continue;
         };
-        if core.hot.contains(k.stored(), now) {
-            found += 1;
+        if core.hot.contains(k.stored(), now) || core.prefetch.is_fetching(&k) {
+            window += 1; // here, or on its way
             continue;
         }
         let seen = core.locks.version(&k);
@@ -126,33 +127,34 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
         let Ok(Some(s)) = core.lookup(&k, Want::Value) else {
             continue;
         };
-        if !s.is_live(now) {
-            continue;
+        if !s.is_live(now) || s.value_len > full_budget {
+            continue; // gone, or never to be prefetched
         }
-        found += 1;
-        if s.value_len > budget || !core.prefetch.begin_fetch(&k) {
-            continue; // too large, or another job is on it
+        if s.value_len > budget {
+            break; // the window ends where the budget does
         }
         budget -= s.value_len;
+        window += 1;
         match s.loc {
             Loc::Cold(r) => {
-                next_missing |= rank == 0;
+                next_missing |= window == 1;
                 cold.push(Wanted { key: k, seen, r });
             }
             Loc::Warm { value, .. } => {
                 if let Some(v) = value {
-                    admit(core, &k, seen, v, s.kind, s.expire_ms);
+                    if core.prefetch.begin_fetch(&k) {
+                        admit(core, &k, seen, v, s.kind, s.expire_ms);
+                        core.prefetch.end_fetch(&k);
+                    }
                 }
-                core.prefetch.end_fetch(&k);
             }
         }
     }
-    if !next_missing && cold.len() * 2 < found {
-        for w in &cold {
-            core.prefetch.end_fetch(&w.key);
-        }
+    if !next_missing && cold.len() * 2 < window {
         return;
     }
+    // Another job may have started on some of them since they were looked at.
+    cold.retain(|w| core.prefetch.begin_fetch(&w.key));
     let fetches = runs(cold).into_iter().map(|run| fetch_run(core, run));
     futures::future::join_all(fetches).await;
 }

@@ -5,8 +5,9 @@
 //!   sorted, so a session's next keys usually sit beside it), and
 //! - the keys an online [`MarkovModel`] predicts from transitions seen in each client's
 //!   stream of reads (`Engine::note_access`), following the strongest rule up to
-//!   `prefetch_keys_max` steps; the cold ones once half of those are missing (as the
-//!   kernel's readahead asks for its next window), by runs of blocks in one GET each.
+//!   `prefetch_keys_max` steps, as far as the byte budget covers; the cold ones once half
+//!   of those or the next one are missing (as the kernel's readahead asks for its next
+//!   window), by runs of blocks in one GET each.
 //!
 //! It runs off the request's path (the after-read queue of `hook` feeds a worker; a full
 //! queue drops the job), within `prefetch_bytes_max` per cold read, `prefetch_tasks_max`
@@ -180,6 +181,11 @@ impl Prefetcher {
     /// Up to `n` keys the model predicts the stream reads after `key`.
     pub(crate) fn predict(&self, key: &Key, n: usize) -> Vec<Vec<u8>> {
         self.model.lock().predict(key.stored(), n, MIN_PROBABILITY)
+    }
+
+    /// Whether a job is fetching `key` now.
+    pub(crate) fn is_fetching(&self, key: &Key) -> bool {
+        self.fetching.lock().contains(key)
     }
 
     /// Marks `key` as being fetched by a job; false if another job already is.

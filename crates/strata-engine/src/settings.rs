@@ -291,9 +291,10 @@ pub struct PrefetchSettings {
     /// Most bytes one cold read may prefetch.
     #[serde(with = "strata_settings::size")]
     pub prefetch_bytes_max: u64,
-    /// Most predicted keys followed after one read: a stream's window. Its cold keys are
-    /// asked for once half of the window is missing (or the next key is), so a stream
-    /// read in order stays between half and all of this many keys ahead.
+    /// Most predicted keys followed after a cold read or the first read of a prefetched
+    /// value: a stream's window, narrowed to what `prefetch_bytes_max` covers of the keys
+    /// still to fetch. Its cold keys are asked for once half of the window is missing, or
+    /// the next existing key is.
     pub prefetch_keys_max: usize,
     /// Most prefetch jobs running at once.
     pub prefetch_tasks_max: usize,
