@@ -287,7 +287,7 @@ impl Cold {
 
 /// Most bytes one ranged GET of a run of blocks asks for (a larger block comes alone): a
 /// run shares one request timeout, and a client's read that joins it waits for all of it.
-const RUN_BYTES_MAX: u64 = 4 << 20;
+pub(crate) const RUN_BYTES_MAX: u64 = 4 << 20;
 
 /// Whether block `b` starts where block `a` ends, in the same segment (one ranged GET
 /// reads both).

@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind};
 
+use crate::cold::{follows, RUN_BYTES_MAX};
 use crate::core::{key_of_entry, Core};
 use crate::queue::Job;
 use crate::stats::add;
@@ -159,29 +160,35 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
     futures::future::join_all(fetches).await;
 }
 
-/// `cold` split into runs of keys whose blocks follow each other in one segment, each run
-/// in block order; the runs in the order of the model's ranking of their first keys.
+/// `cold` split into runs of keys whose blocks follow each other in one segment, at most
+/// [`RUN_BYTES_MAX`] of blocks each (one GET), each run in block order; the runs in the
+/// order of the model's ranking of their first keys.
 fn runs(cold: Vec<Wanted>) -> Vec<Vec<Wanted>> {
     // Each key with its rank, in block order.
     let mut ranked: Vec<(usize, Wanted)> = cold.into_iter().enumerate().collect();
     ranked.sort_by_key(|(_, w)| (w.r.segment_id, w.r.offset));
-    let mut runs: Vec<(usize, Vec<Wanted>)> = Vec::new();
+    // (first rank, keys, bytes of blocks)
+    let mut runs: Vec<(usize, Vec<Wanted>, u64)> = Vec::new();
     for (rank, w) in ranked {
+        let len = u64::from(w.r.len);
         match runs.last_mut() {
-            Some((first, run)) if run.last().is_some_and(|last| joins(&last.r, &w.r)) => {
-                *first = (*first).min(rank);
-                run.push(w);
-            }
-            _ => runs.push((rank, vec![w])),
+            Some((first, run, bytes)) => match run.last().map(|last| &last.r) {
+                Some(last) if (last.segment_id, last.block) == (w.r.segment_id, w.r.block) => {
+                    *first = (*first).min(rank);
+                    run.push(w);
+                }
+                Some(last) if follows(last, &w.r) && *bytes + len <= RUN_BYTES_MAX => {
+                    *first = (*first).min(rank);
+                    *bytes += len;
+                    run.push(w);
+                }
+                _ => runs.push((rank, vec![w], len)),
+            },
+            None => runs.push((rank, vec![w], len)),
         }
     }
-    runs.sort_by_key(|(first, _)| *first);
-    runs.into_iter().map(|(_, run)| run).collect()
-}
-
-/// Whether block `b` is block `a` or the one after it.
-fn joins(a: &BlockRef, b: &BlockRef) -> bool {
-    (a.segment_id, a.block) == (b.segment_id, b.block) || crate::cold::follows(a, b)
+    runs.sort_by_key(|(first, ..)| *first);
+    runs.into_iter().map(|(_, run, _)| run).collect()
 }
 
 /// Fetches one run of predicted cold keys (one GET, in its turn among prefetch GETs) and
@@ -223,15 +230,20 @@ mod tests {
     /// A predicted key whose value lies in block `block` of segment `segment`, blocks of
     /// 100 bytes end to end.
     fn wanted(name: &str, segment: u64, block: u32) -> Wanted {
+        wanted_in(name, segment, block, 100)
+    }
+
+    /// The same, blocks of `len` bytes.
+    fn wanted_in(name: &str, segment: u64, block: u32, len: u32) -> Wanted {
         Wanted {
             key: Key::new(0, 0, name.as_bytes()),
             seen: 0,
             r: BlockRef {
                 segment_id: segment,
                 block,
-                offset: 100 * block as u64,
-                len: 100,
-                raw_len: 100,
+                offset: u64::from(len) * u64::from(block),
+                len,
+                raw_len: len,
                 block_crc: 0,
                 expire_ms: 0,
                 value_len: 10,
@@ -263,5 +275,11 @@ mod tests {
         let want: Vec<Vec<&[u8]>> = vec![vec![b"c", b"d"], vec![b"a", b"b", b"b2"], vec![b"x"]];
         assert_eq!(names(&got), want);
         assert!(runs(Vec::new()).is_empty());
+        // A run asks for at most RUN_BYTES_MAX: two blocks of 1.5 MiB, then the third.
+        let big = (0..3)
+            .map(|b| wanted_in(&format!("k{b}"), 1, b, 3 << 19))
+            .collect();
+        let want: Vec<Vec<&[u8]>> = vec![vec![b"k0", b"k1"], vec![b"k2"]];
+        assert_eq!(names(&runs(big)), want);
     }
 }

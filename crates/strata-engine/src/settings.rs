@@ -298,8 +298,9 @@ pub struct PrefetchSettings {
     pub prefetch_keys_max: usize,
     /// Most prefetch jobs running at once.
     pub prefetch_tasks_max: usize,
-    /// Most object-store GETs prefetch has in flight at once, over all jobs: a read that
-    /// misses waits behind at most this many guesses at the object store.
+    /// Most object-store GETs prefetch has in flight at once, over all jobs (one per run
+    /// of blocks; two when a client's read is fetching a block in the middle of the run):
+    /// a read that misses waits behind few guesses at the object store.
     pub prefetch_fetches_max: usize,
 }
 
