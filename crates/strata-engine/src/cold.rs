@@ -147,7 +147,7 @@ impl Cold {
 
     /// Whether a GET of block `r` is in flight (a [`Cold::get_block`] of it now joins that).
     pub(crate) fn fetching(&self, r: &BlockRef) -> bool {
-        self.inflight.lock().contains_key(&(r.segment_id, r.block))
+        self.inflight.lock().contains_key(&r.id())
     }
 
     /// Fetches, verifies and decompresses one block; concurrent calls for the same block
@@ -169,7 +169,7 @@ impl Cold {
             let mut waits = Vec::with_capacity(refs.len());
             let mut i = 0;
             while i < refs.len() {
-                if let Some(f) = map.get(&(refs[i].segment_id, refs[i].block)) {
+                if let Some(f) = map.get(&refs[i].id()) {
                     add(&self.counters.object_store_shared_fetches);
                     waits.push(f.clone());
                     i += 1;
@@ -178,9 +178,8 @@ impl Cold {
                 let mut j = i + 1;
                 let mut bytes = u64::from(refs[i].len);
                 while j < refs.len()
-                    && follows(&refs[j - 1], &refs[j])
-                    && bytes + u64::from(refs[j].len) <= RUN_BYTES_MAX
-                    && !map.contains_key(&(refs[j].segment_id, refs[j].block))
+                    && extends_run(&refs[j - 1], &refs[j], bytes)
+                    && !map.contains_key(&refs[j].id())
                 {
                     bytes += u64::from(refs[j].len);
                     j += 1;
@@ -191,7 +190,7 @@ impl Cold {
                     let out = this.fetch_run(&run).await;
                     let mut map = this.inflight.lock();
                     for r in &run {
-                        map.remove(&(r.segment_id, r.block));
+                        map.remove(&r.id());
                     }
                     out.map(Arc::new)
                 }
@@ -203,7 +202,7 @@ impl Cold {
                         .map(move |out| out.and_then(|blocks| blocks[n].clone()))
                         .boxed()
                         .shared();
-                    map.insert((r.segment_id, r.block), one.clone());
+                    map.insert(r.id(), one.clone());
                     waits.push(one);
                 }
                 i = j;
@@ -287,12 +286,14 @@ impl Cold {
 
 /// Most bytes one ranged GET of a run of blocks asks for (a larger block comes alone): a
 /// run shares one request timeout, and a client's read that joins it waits for all of it.
-pub(crate) const RUN_BYTES_MAX: u64 = 4 << 20;
+const RUN_BYTES_MAX: u64 = 4 << 20;
 
-/// Whether block `b` starts where block `a` ends, in the same segment (one ranged GET
-/// reads both).
-pub(crate) fn follows(a: &BlockRef, b: &BlockRef) -> bool {
-    a.segment_id == b.segment_id && a.offset + a.len as u64 == b.offset
+/// Whether block `next` may join a run of `bytes` that ends with block `last`: it starts
+/// where `last` ends, in the same segment, and the run stays within [`RUN_BYTES_MAX`].
+pub(crate) fn extends_run(last: &BlockRef, next: &BlockRef, bytes: u64) -> bool {
+    last.segment_id == next.segment_id
+        && last.offset + u64::from(last.len) == next.offset
+        && bytes + u64::from(next.len) <= RUN_BYTES_MAX
 }
 
 /// The object store `url` names (`file:///path` or `s3://bucket/prefix`, with the S3

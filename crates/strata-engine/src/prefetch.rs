@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind};
 
-use crate::cold::{follows, RUN_BYTES_MAX};
+use crate::cold::extends_run;
 use crate::core::{key_of_entry, Core};
 use crate::queue::Job;
 use crate::stats::add;
@@ -79,7 +79,7 @@ fn neighbours(core: &Core, key: &Key, block_ref: &BlockRef, block: &Bytes, mut b
         // Only if the index still points at this very block (no newer write elsewhere).
         let here = matches!(
             core.lookup(&k, Want::Entry),
-            Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.segment_id == block_ref.segment_id && r.block == block_ref.block)
+            Ok(Some(s)) if s.is_live(now) && matches!(s.loc, Loc::Cold(r) if r.id() == block_ref.id())
         );
         let value = Bytes::copy_from_slice(e.value);
         if here && admit(core, &k, seen, value, e.kind, e.expire_ms) {
@@ -160,9 +160,9 @@ async fn predicted(core: &Core, key: &Key, mut budget: u64) {
     futures::future::join_all(fetches).await;
 }
 
-/// `cold` split into runs of keys whose blocks follow each other in one segment, at most
-/// [`RUN_BYTES_MAX`] of blocks each (one GET), each run in block order; the runs in the
-/// order of the model's ranking of their first keys.
+/// `cold` split into runs of keys whose blocks follow each other in one segment, as far as
+/// one GET asks for ([`extends_run`]), each run in block order; the runs in the order of
+/// the model's ranking of their first keys.
 fn runs(cold: Vec<Wanted>) -> Vec<Vec<Wanted>> {
     // Each key with its rank, in block order.
     let mut ranked: Vec<(usize, Wanted)> = cold.into_iter().enumerate().collect();
@@ -171,21 +171,22 @@ fn runs(cold: Vec<Wanted>) -> Vec<Vec<Wanted>> {
     let mut runs: Vec<(usize, Vec<Wanted>, u64)> = Vec::new();
     for (rank, w) in ranked {
         let len = u64::from(w.r.len);
-        match runs.last_mut() {
-            Some((first, run, bytes)) => match run.last().map(|last| &last.r) {
-                Some(last) if (last.segment_id, last.block) == (w.r.segment_id, w.r.block) => {
-                    *first = (*first).min(rank);
-                    run.push(w);
-                }
-                Some(last) if follows(last, &w.r) && *bytes + len <= RUN_BYTES_MAX => {
-                    *first = (*first).min(rank);
-                    *bytes += len;
-                    run.push(w);
-                }
-                _ => runs.push((rank, vec![w], len)),
-            },
-            None => runs.push((rank, vec![w], len)),
+        if let Some((first, run, bytes)) = runs.last_mut() {
+            let last = &run[run.len() - 1].r;
+            // Another key of the last block adds no bytes; the next block adds its own.
+            let grows = if last.id() == w.r.id() {
+                Some(0)
+            } else {
+                extends_run(last, &w.r, *bytes).then_some(len)
+            };
+            if let Some(grows) = grows {
+                *first = (*first).min(rank);
+                *bytes += grows;
+                run.push(w);
+                continue;
+            }
         }
+        runs.push((rank, vec![w], len));
     }
     runs.sort_by_key(|(first, ..)| *first);
     runs.into_iter().map(|(_, run, _)| run).collect()
@@ -204,12 +205,10 @@ async fn fetch_run(core: &Core, run: Vec<Wanted>) {
         core.prefetch.end_fetch(&w.key);
     }
     let mut blocks: Vec<BlockRef> = run.iter().map(|w| w.r).collect();
-    blocks.dedup_by_key(|r| (r.segment_id, r.block));
+    blocks.dedup_by_key(|r| r.id());
     let got = core.cold.get_blocks(&blocks).await;
     for w in run {
-        let at = blocks
-            .iter()
-            .position(|b| (b.segment_id, b.block) == (w.r.segment_id, w.r.block));
+        let at = blocks.iter().position(|b| b.id() == w.r.id());
         match at.map(|at| &got[at]) {
             Some(Ok(block)) => {
                 if let Ok(v) = core.value_in_block(&w.key, &w.r, block) {

@@ -105,6 +105,11 @@ impl BlockRef {
     pub fn range(&self) -> std::ops::Range<u64> {
         self.offset..self.offset + self.len as u64
     }
+
+    /// Which block this is: its segment and its number there (keys of one block share it).
+    pub fn id(&self) -> (u64, u32) {
+        (self.segment_id, self.block)
+    }
 }
 
 fn block_checksum(segment_id: u64, block: u32, stored: &[u8]) -> u32 {
