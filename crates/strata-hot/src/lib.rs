@@ -560,8 +560,7 @@ impl HotCache {
     /// Hands the dirty values whose entries are marked unlogged to `log` (key, value,
     /// expiry, tag), clearing the mark, with the entry's shard locked: a writer of the key,
     /// which takes that lock, comes wholly before or after. A shard's lock is let go every
-    /// [`DRAIN_CHUNK`] entries, and handed over after any entry while a writer waits for
-    /// it. `log` answers whether to go on; once it says no, the
+    /// [`DRAIN_CHUNK`] entries. `log` answers whether to go on; once it says no, the
     /// entries the current hash finds are finished (a few more calls), and the rest stay
     /// marked and listed for the next drain. Returns
     /// whether every marked entry was handed over.
@@ -597,11 +596,6 @@ impl HotCache {
                         }
                     }
                     at += 1;
-                    // A client waiting for the shard takes it now, not after the chunk: the
-                    // drain runs at the background work's priority, and a client thread
-                    // parked on its lock waits as long as the drain holds it (on one busy
-                    // core, 359 such waits in 2 s of `SET`s of 1 KiB, some of 4 ms).
-                    parking_lot::MutexGuard::bump(&mut sh);
                 }
                 if !more {
                     sh.unlogged.extend_from_slice(&list[at..]);
@@ -1472,43 +1466,6 @@ mod tests {
         }
         assert_eq!((seen.len(), drains), (1000, 4));
         assert_eq!(c.unlogged.load(Ordering::Relaxed), 0);
-    }
-
-    /// A writer that waits for a shard while a drain holds it gets the shard after the
-    /// entry the drain is at, not after the drain's chunk ([`DRAIN_CHUNK`] entries): the
-    /// drain runs at the background work's priority, and the writer serves clients.
-    #[test]
-    fn a_drain_hands_its_shard_to_a_waiting_writer() {
-        let c = std::sync::Arc::new(HotCache::new(1 << 24, 1, PolicyKind::Strata));
-        for i in 0..DRAIN_CHUNK as u32 {
-            assert!(c.insert_dirty(format!("k{i}").as_bytes(), b"v", 0, 0, false));
-        }
-        let written = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut writer = None;
-        let (mut seen, mut done_at) = (0, None);
-        c.drain_unlogged(|_, _, _, _| {
-            if seen == 0 {
-                let (c, written) = (std::sync::Arc::clone(&c), std::sync::Arc::clone(&written));
-                writer = Some(std::thread::spawn(move || {
-                    assert!(c.insert_dirty(b"writer", b"w", 0, 0, true));
-                    written.store(true, Ordering::Release);
-                }));
-            }
-            if done_at.is_none() && written.load(Ordering::Acquire) {
-                done_at = Some(seen);
-            }
-            seen += 1;
-            // Time for the writer's thread to start and wait for the shard.
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            true
-        });
-        writer.unwrap().join().unwrap();
-        assert_eq!(seen, DRAIN_CHUNK);
-        let done_at = done_at.expect("the writer wrote while the drain held the shard");
-        assert!(
-            done_at < DRAIN_CHUNK / 2,
-            "the writer waited {done_at} entries"
-        );
     }
 
     #[test]
