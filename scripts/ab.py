@@ -72,12 +72,14 @@ def start_strata(binary, data_dir, durability):
 
 def start_redis(data_dir, durability):
     """A real redis-server as the baseline: persistence off beside `durability=none`,
-    `appendonly yes, appendfsync always` beside `group` (both reply after their fsync)."""
+    `appendonly yes, appendfsync always` beside `group` (both reply after their fsync);
+    `everysec` gives `appendfsync everysec`."""
     port = free_port()
     args = ["taskset", "-c", "0", "redis-server", "--port", str(port), "--bind", "127.0.0.1",
             "--save", "", "--dir", str(data_dir), "--logfile", ""]
     args += ["--appendonly", "no"] if durability == "none" else \
-        ["--appendonly", "yes", "--appendfsync", "always"]
+        ["--appendonly", "yes", "--appendfsync",
+         "everysec" if durability == "everysec" else "always"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
     return proc, port

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from ab import free_port, log, wait_port
+from ab import log, start_strata
 
 SWITCH = re.compile(
     r"^\s*\S+\s+\d+\s+(?:\[\d+\]\s+)?([\d.]+):\s+sched:sched_switch:.*prev_pid=(\d+) "
@@ -51,14 +51,9 @@ def waits(script):
 
 
 def measure(strata, seconds):
-    port = free_port()
     with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as tmp:
-        server = subprocess.Popen(
-            ["taskset", "-c", "0", strata, "serve", "--data-dir", data, "--port", str(port),
-             "--set", "durability=none", "--set", "metrics_port=0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server, port = start_strata(strata, data, "none")
         try:
-            wait_port(port, server)
             log(f"{strata}: writing the keys once")
             subprocess.run(bench(port, 200_000), check=True, capture_output=True)
             load = subprocess.Popen(bench(port, 2_000_000), stdout=subprocess.DEVNULL,

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ab import ROOT, free_port, log, start_redis, start_strata, wait_port
+from ab import ROOT, log, start_redis, start_strata
 
 SERVERS = ["redis", "redis+writer", "redis-aof", "strata"]
 # Percentiles read from redis-benchmark's table: the first row at or above each.
@@ -71,23 +71,12 @@ def percentiles(out):
     return found
 
 
-def start_aof(data_dir):
-    port = free_port()
-    proc = subprocess.Popen(
-        ["taskset", "-c", "0", "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--dir", str(data_dir), "--logfile", "", "--appendonly", "yes",
-         "--appendfsync", "everysec"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port, proc)
-    return proc, port
-
-
 def one(server, strata, requests, writer_rate):
     with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as spill:
         if server == "strata":
             proc, port = start_strata(strata, data, "none")
         elif server == "redis-aof":
-            proc, port = start_aof(data)
+            proc, port = start_redis(data, "everysec")
         else:
             proc, port = start_redis(data, "none")
         writer = None
