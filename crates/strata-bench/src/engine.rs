@@ -53,7 +53,7 @@ async fn open(dir: &Path, hot_bytes_max: u64, warm_bytes_max: u64) -> anyhow::Re
     s.warm.warm_bytes_max = warm_bytes_max;
     s.warm.durability = Durability::None;
     s.warm.background_interval_ms = 3_600_000;
-    crate::open_engine(dir, s).await
+    open_engine(dir, s).await
 }
 
 async fn time_each<F, Fut>(n: usize, mut f: F) -> anyhow::Result<Summary>
@@ -240,4 +240,15 @@ pub async fn run(ops: usize, out: &Path) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     ));
     crate::report::write(out, "engine", &md, &rows)
+}
+
+/// Opens an engine in `dir` on RocksDB (the in-process benchmarks).
+pub(crate) async fn open_engine(
+    dir: &std::path::Path,
+    settings: strata_engine::Settings,
+) -> anyhow::Result<strata_engine::Engine> {
+    std::fs::create_dir_all(dir)?;
+    let warm = strata_rocks::RocksWarm::open(&strata_engine::warm_dir(dir), &Default::default())?;
+    let parts = strata_engine::Parts::new(dir, settings, std::sync::Arc::new(warm));
+    Ok(strata_engine::Engine::open_with(parts).await?)
 }

@@ -82,17 +82,6 @@ enum Command {
     },
 }
 
-/// Opens an engine in `dir` on RocksDB (the in-process benchmarks).
-async fn open_engine(
-    dir: &std::path::Path,
-    settings: strata_engine::Settings,
-) -> anyhow::Result<strata_engine::Engine> {
-    std::fs::create_dir_all(dir)?;
-    let warm = strata_rocks::RocksWarm::open(&strata_engine::warm_dir(dir), &Default::default())?;
-    let parts = strata_engine::Parts::new(dir, settings, std::sync::Arc::new(warm));
-    Ok(strata_engine::Engine::open_with(parts).await?)
-}
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -166,7 +166,7 @@ async fn strata_run(a: &Args, moto: &Moto, prefetch: bool) -> anyhow::Result<Row
     o.warm.warm_bytes_hard_max = 1 << 40;
     o.cold.segment_bytes_max = a.segment_kib << 10;
     o.warm.background_interval_ms = 3_600_000;
-    let e = crate::open_engine(dir.path(), o).await?;
+    let e = crate::engine::open_engine(dir.path(), o).await?;
     let len = a.value_kib << 10;
     for s in 0..a.sessions {
         for i in 0..a.keys {

@@ -14,6 +14,7 @@
 
 mod admin;
 mod controller;
+mod join;
 mod keys;
 mod member;
 mod slots;

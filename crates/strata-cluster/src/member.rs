@@ -112,11 +112,15 @@ pub fn node_id(data_dir: &Path) -> Result<String> {
     }
 }
 
-impl Cluster {
-    /// Joins the cluster: connects to etcd, takes a lease, registers this node's address,
-    /// reads the slot map, then keeps the lease alive, watches the map and stands for
-    /// controller in tasks of its own until the process ends.
-    pub async fn join(settings: &ClusterSettings, id: String, addr: NodeAddr) -> Result<Cluster> {
+impl Inner {
+    /// Connects to etcd, takes a lease, registers this node's address and reads the slot
+    /// map, then keeps the lease alive and watches the map in tasks of its own until the
+    /// process ends.
+    pub(crate) async fn start(
+        settings: &ClusterSettings,
+        id: String,
+        addr: NodeAddr,
+    ) -> Result<Arc<Inner>> {
         settings.validate()?;
         check_node_id(&id)?;
         let etcd = connect(&settings.endpoints(), request_timeout(settings))
@@ -149,10 +153,11 @@ impl Cluster {
         inner.register().await?;
         tokio::spawn(keep_alive(Arc::clone(&inner)));
         tokio::spawn(watch_map(Arc::clone(&inner)));
-        tokio::spawn(crate::controller::run(Arc::clone(&inner)));
-        Ok(Cluster { inner })
+        Ok(inner)
     }
+}
 
+impl Cluster {
     pub fn id(&self) -> &str {
         &self.inner.id
     }

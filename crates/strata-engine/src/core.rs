@@ -28,7 +28,7 @@ use crate::settings::{Durability, Settings};
 use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
 use crate::warm::{Counts, Stored, Want, Warm};
-use crate::writeback::WriteBack;
+use crate::writeback::state::WriteBack;
 use crate::{Clock, Error, Result};
 
 /// What [`Core::hot_get_many`] found for one key.
@@ -138,7 +138,7 @@ pub(crate) struct Core {
     /// Values written to DRAM and the hot log, not yet to the warm store.
     pub(crate) writeback: WriteBack,
     /// Collections changed in place, ahead of what is stored (see `live`).
-    pub(crate) live: crate::live::Live,
+    pub(crate) live: crate::live::state::Live,
     /// Sequence of per-write ids: only needs to differ from every earlier record's.
     pub(crate) write_seq: AtomicU64,
     /// Average size of recent warm values (decides whether a warm batch is split).
@@ -159,11 +159,6 @@ impl Core {
 
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
-    }
-
-    /// The clock as of its last tick ([`Clock::coarse_ms`]).
-    pub(crate) fn coarse_ms(&self) -> u64 {
-        self.clock.coarse_ms()
     }
 
     /// The clock as [`LazyNow`]: read when first asked.

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 
 use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
-use crate::writeback::HotLog;
-use crate::{Engine, Error, Result};
+use crate::writeback::log::HotLog;
+use crate::{Error, Result};
 
 /// What a write must wait for before it is acknowledged: the group commit that covers it.
 /// Tickets are ordered; waiting for one covers every earlier one, so a caller that made
@@ -44,12 +44,6 @@ pub struct Written<T> {
 impl<T> Written<T> {
     pub(crate) fn new(value: T, ticket: Ticket) -> Self {
         Written { value, ticket }
-    }
-
-    /// Waits until the write is durable, then hands back its result.
-    pub async fn durable(self, engine: &Engine) -> Result<T> {
-        engine.wait(self.ticket).await?;
-        Ok(self.value)
     }
 
     /// Adds the ticket to `pending` (to be waited for once, later, with others) and hands

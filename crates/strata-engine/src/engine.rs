@@ -1,7 +1,7 @@
 //! The engine's handle: its parts, its lifecycle, and every operation it offers, each a
 //! thin call into the module that does it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -17,10 +17,11 @@ use crate::access::AccessCounts;
 use crate::backup::{BackupSummary, Progress};
 use crate::changes::ChangeEvent;
 use crate::cold::{open_store, url_for, Cold};
+use crate::commit::Change;
 use crate::core::{Core, TierSizes};
 use crate::disk::DiskGuard;
 use crate::durability::{GroupCommit, Ticket, Written};
-use crate::live::LiveValue;
+use crate::live::state::LiveValue;
 use crate::locks::Stripes;
 use crate::read::{Answer, LocalValue, Source};
 use crate::scan::ScanPage;
@@ -29,14 +30,9 @@ use crate::stats::{Counters, Stats};
 use crate::tier::Tier;
 use crate::vlog::ValueLog;
 use crate::warm::Warm;
-use crate::write::{Change, Existing, PutOptions, PutResult};
-use crate::writeback::WriteBack;
+use crate::write::{Existing, PutOptions, PutResult};
+use crate::writeback::state::WriteBack;
 use crate::{Clock, Result, SystemClock};
-
-/// Where the warm store keeps its files in a data directory.
-pub fn warm_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("warm")
-}
 
 /// What an engine is made of: its directory and settings, the warm store (opened by the
 /// caller: `strata_rocks::RocksWarm` in production, in [`warm_dir`]), and the seams tests
@@ -96,6 +92,14 @@ fn strings_only(v: Option<(Bytes, Tier, Kind)>) -> Option<(Bytes, Tier)> {
     match v {
         Some((b, t, Kind::String)) => Some((b, t)),
         _ => None,
+    }
+}
+
+impl<T> Written<T> {
+    /// Waits until the write is durable, then hands back its result.
+    pub async fn durable(self, engine: &Engine) -> Result<T> {
+        engine.wait(self.ticket).await?;
+        Ok(self.value)
     }
 }
 
@@ -205,13 +209,13 @@ impl Engine {
             write_seq: AtomicU64::new(seq_start),
             warm_value_bytes_avg: AtomicU64::new(0),
         });
-        crate::writeback::recover(&core)?;
+        crate::settle::recover(&core)?;
         let weak = Arc::downgrade(&core);
         core.writeback
             .log()
             .set_deferred(Box::new(move || match weak.upgrade() {
                 Some(core) => {
-                    crate::live::fold_all(&core, crate::live::Fold::Logged)?;
+                    crate::fold::fold_all(&core, crate::fold::Fold::Logged)?;
                     Ok(crate::writeback::log_unlogged(&core))
                 }
                 None => Ok(true),
@@ -226,7 +230,7 @@ impl Engine {
         }
         let handle =
             background.then(|| tokio::spawn(crate::background::run(Arc::clone(&core), rx)));
-        crate::hook::start(&core);
+        crate::prefetch::start(&core);
         Ok(Engine {
             core,
             background: Arc::new(Mutex::new(handle)),
@@ -250,7 +254,7 @@ impl Engine {
         core.after_read.settle().await;
         // The hot log's values into the warm store, so a restart has nothing to replay; if
         // that fails, they stay in the hot log, which the next open replays.
-        if let Err(e) = crate::writeback::checkpoint(core) {
+        if let Err(e) = crate::settle::checkpoint(core) {
             tracing::warn!(error = %e, "checkpoint at close failed; the hot log keeps the values");
         }
         if let Some(g) = &core.group {
@@ -609,7 +613,7 @@ impl Engine {
         decode: impl Fn(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
         f: impl FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>,
     ) -> Result<Written<R>> {
-        crate::live::update_live(&self.core, key, kind, decode, f).await
+        crate::write::update_live(&self.core, key, kind, decode, f).await
     }
 
     /// A read of the collection of `kind` at `key` from its live value, which the read may
@@ -622,7 +626,7 @@ impl Engine {
         decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
         f: impl FnOnce(&mut dyn LiveValue) -> R,
     ) -> Result<Option<R>> {
-        crate::live::read_live(&self.core, key, kind, decode, f)
+        crate::read::read_live(&self.core, key, kind, decode, f)
     }
 
     /// Stores `value` under `key`.
@@ -751,7 +755,7 @@ impl Engine {
             return;
         }
         let core = Arc::clone(core);
-        match tokio::task::spawn_blocking(move || crate::writeback::settle_all(&core)).await {
+        match tokio::task::spawn_blocking(move || crate::settle::settle_all(&core)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "write-back could not settle"),
             Err(e) => tracing::warn!(error = %e, "the settle task failed"),
@@ -761,7 +765,7 @@ impl Engine {
     /// Writes what write-back holds to the warm store, before an operation that reads the
     /// warm store as a whole (scans, counts, backups, the change log).
     fn settle_writes(&self) -> Result<()> {
-        crate::writeback::settle_all(&self.core)
+        crate::settle::settle_all(&self.core)
             .map(|_| ())
             .inspect_err(|e| tracing::warn!(error = %e, "write-back could not settle"))
     }
@@ -918,7 +922,7 @@ impl Engine {
     /// Runs one round of background work now: expire, demote until warm is under budget,
     /// collect segments. Returns the number of keys demoted.
     pub async fn run_background_once(&self) -> Result<u64> {
-        crate::writeback::checkpoint(&self.core)?;
+        crate::settle::checkpoint(&self.core)?;
         crate::background::round(&self.core, true).await
     }
 
@@ -927,7 +931,7 @@ impl Engine {
     /// this when the log grows; tests call it to see it happen). Returns how many values it
     /// logged again.
     pub fn compact_hot_log(&self) -> Result<u64> {
-        crate::writeback::compact(&self.core)
+        crate::settle::compact(&self.core)
     }
 
     /// Waits until what reads left to do after them (returns to the warm tier, prefetches)

@@ -1,14 +1,11 @@
 //! What a read leaves behind, in one place: the copy into DRAM at once (so the next read
 //! hits it), and, off the read's path, what a value read from the object store also brings
 //! about, its return to the warm tier and the prefetch it triggers, and the putting
-//! together of a value read often from its parts: queued (`queue`) for one worker started
-//! here.
-
-use std::sync::{Arc, Weak};
+//! together of a value read often from its parts: queued (`queue`) for one worker
+//! (`prefetch::start`).
 
 use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind};
-use tokio::sync::Semaphore;
 
 use crate::core::Core;
 use crate::queue::Job;
@@ -30,28 +27,6 @@ pub(crate) enum Read {
         value: Bytes,
         block: Bytes,
     },
-}
-
-/// Starts the worker of the prefetch queue (once the engine exists).
-pub(crate) fn start(core: &Arc<Core>) {
-    let mut rx = core.after_read.open();
-    let weak: Weak<Core> = Arc::downgrade(core);
-    let slots = Arc::new(Semaphore::new(
-        core.settings.prefetch.prefetch_tasks_max.max(1),
-    ));
-    tokio::spawn(async move {
-        while let Some(job) = rx.recv().await {
-            let Some(core) = weak.upgrade() else { return };
-            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                crate::prefetch::run_job(&core, job).await;
-                core.after_read.done();
-                drop(permit);
-            });
-        }
-    });
 }
 
 /// Called once per value a read found outside DRAM.

@@ -6,10 +6,11 @@
 use bytes::Bytes;
 use strata_format::Key;
 
+use crate::commit::Change;
 use crate::core::Core;
 use crate::glob::{glob_match, literal_prefix};
 use crate::tier::Tier;
-use crate::write::{update, Change};
+use crate::write::update;
 use crate::{Error, Result};
 
 /// Longest pin pattern.

@@ -3,14 +3,39 @@
 //! predicts come into DRAM, within the job's byte budget (see `prefetcher` for the model,
 //! the budget and the counts).
 
+use std::sync::{Arc, Weak};
+
 use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind};
+use tokio::sync::Semaphore;
 
 use crate::cold::extends_run;
 use crate::core::{key_of_entry, Core};
 use crate::queue::Job;
 use crate::stats::add;
 use crate::warm::{Loc, Want};
+
+/// Starts the worker of the prefetch queue (once the engine exists).
+pub(crate) fn start(core: &Arc<Core>) {
+    let mut rx = core.after_read.open();
+    let weak: Weak<Core> = Arc::downgrade(core);
+    let slots = Arc::new(Semaphore::new(
+        core.settings.prefetch.prefetch_tasks_max.max(1),
+    ));
+    tokio::spawn(async move {
+        while let Some(job) = rx.recv().await {
+            let Some(core) = weak.upgrade() else { return };
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                run_job(&core, job).await;
+                core.after_read.done();
+                drop(permit);
+            });
+        }
+    });
+}
 
 /// Puts `value` into DRAM as a prefetch, unless a write raced with the lookup.
 fn admit(core: &Core, key: &Key, seen: u64, value: Bytes, kind: Kind, expire_ms: u64) -> bool {

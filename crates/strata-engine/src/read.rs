@@ -12,7 +12,10 @@ use bytes::Bytes;
 use strata_format::{BlockRef, Key, Kind, WarmRecord};
 
 use crate::core::{Core, HotGot};
+use crate::fold::{admits, allowed, alone, bytes_max, make_room, Room};
 use crate::hook::{after_read, Read};
+use crate::live::adoptable_parted;
+use crate::live::state::{LiveValue, Slot};
 use crate::stats::add;
 use crate::tier::Tier;
 use crate::warm::{record_value, Loc, Stored, Want};
@@ -77,7 +80,7 @@ fn hot_hits(core: &Core, keys: &[&Key]) {
 
 /// Reads `key` (its value and kind) from the first tier that holds it.
 pub(crate) async fn get(core: &Core, key: &Key) -> Result<Option<(Bytes, Kind)>> {
-    crate::live::fold_keys(core, &[key])?;
+    crate::fold::fold_keys(core, &[key])?;
     let now = core.now_ms();
     match core.hot_get(key, now)? {
         HotGot::Value(v, kind) => {
@@ -198,7 +201,7 @@ async fn get_or_parts_with<R, N: AsRef<[u8]>>(
     ask: Ask<'_, N>,
     f: impl FnOnce(Kind, Source<'_>) -> Result<R>,
 ) -> Result<Option<Answer<R>>> {
-    crate::live::fold_keys(core, &[key])?;
+    crate::fold::fold_keys(core, &[key])?;
     let mut f = Some(f);
     let lent = core
         .hot
@@ -543,7 +546,7 @@ pub(crate) async fn read_many(
     prefix: bool,
     bytes_max: u64,
 ) -> Result<Vec<Option<(Bytes, Tier, Kind)>>> {
-    crate::live::fold_keys(core, keys)?;
+    crate::fold::fold_keys(core, keys)?;
     let mut found = lookup_many(core, keys).await?;
     let first_miss = found
         .iter()
@@ -834,7 +837,7 @@ pub(crate) fn exists(core: &Core, key: &Key) -> Result<bool> {
     if let Some(known) = crate::live::peek(core, key) {
         return Ok(known.is_some());
     }
-    crate::live::fold_keys(core, &[key])?;
+    crate::fold::fold_keys(core, &[key])?;
     if core.hot.contains(key.stored(), core.now_ms()) {
         return Ok(true);
     }
@@ -846,7 +849,7 @@ pub(crate) fn kind_of(core: &Core, key: &Key) -> Result<Option<Kind>> {
     if let Some(known) = crate::live::peek(core, key) {
         return Ok(known.map(|(kind, _)| kind));
     }
-    crate::live::fold_keys(core, &[key])?;
+    crate::fold::fold_keys(core, &[key])?;
     if let Some((_, tag)) = core.hot.peek(key.stored(), core.now_ms()) {
         return Ok(Some(Kind::from_u8(tag)?));
     }
@@ -858,13 +861,13 @@ pub(crate) fn expire_time_ms(core: &Core, key: &Key) -> Result<Option<u64>> {
     if let Some(known) = crate::live::peek(core, key) {
         return Ok(known.map(|(_, expire_ms)| expire_ms));
     }
-    crate::live::fold_keys(core, &[key])?;
+    crate::fold::fold_keys(core, &[key])?;
     Ok(live(core, key)?.map(|s| s.expire_ms))
 }
 
 /// Which tier serves `key` now and how many bytes its value holds, without reading it.
 pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
-    crate::live::fold_keys(core, &[key])?;
+    crate::fold::fold_keys(core, &[key])?;
     // DRAM holds only copies of stored, live keys: a hit there needs no warm read (which
     // would copy a large value out of a memtable or a blob file).
     let now = core.now_ms();
@@ -886,7 +889,7 @@ pub(crate) fn locate(core: &Core, key: &Key) -> Result<Option<(Tier, u64)>> {
 /// For each leading key of `keys` that holds a live value, where that value lies in the
 /// value log (`None` if elsewhere); stops at the first key with no live value.
 pub(crate) fn locate_local(core: &Core, keys: &[&Key]) -> Result<Vec<Option<LocalValue>>> {
-    crate::live::fold_keys(core, keys)?;
+    crate::fold::fold_keys(core, keys)?;
     let mut out = Vec::with_capacity(keys.len());
     for &key in keys {
         let Some(s) = live(core, key)?.filter(|s| s.kind == Kind::String) else {
@@ -909,6 +912,114 @@ pub(crate) fn locate_local(core: &Core, keys: &[&Key]) -> Result<Vec<Option<Loca
         });
     }
     Ok(out)
+}
+
+/// A read of the collection of `kind` at `key` from its live value, if it has one or gets
+/// one now: `f` sees it (under the map's lock: keep `f` short), `Ok(None)` sends the
+/// caller to the stored value (no live value; the key is absent, expired or cold; live
+/// values are off or full). A key read a second time running ([`Live::seen`]) is made live
+/// with `decode`, as a write makes it. Another kind there is [`Error::WrongType`].
+pub(crate) fn read_live<R>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: impl FnOnce(&mut dyn LiveValue) -> R,
+) -> Result<Option<R>> {
+    let out = read_in_place(core, key, kind, decode, f)?;
+    if out.is_some() {
+        // A hit, counted once the live values' lock is let go (it may queue a job).
+        add(&core.counters.live_reads);
+        crate::read::hot_hit(core, key);
+    }
+    Ok(out)
+}
+
+/// [`read_live`] up to its answer, under the locks it takes.
+fn read_in_place<R>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: impl FnOnce(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: impl FnOnce(&mut dyn LiveValue) -> R,
+) -> Result<Option<R>> {
+    if !allowed(core) {
+        return Ok(None);
+    }
+    let live = &core.live;
+    if live.may_hold(key.stored()) {
+        let mut slots = live.slots.lock();
+        if let Some(slot) = slots.get_mut(key.stored()) {
+            if !slot.away {
+                return read_slot(core, slot, kind, f);
+            }
+            // Being folded: its folder holds the stripe lock.
+            drop(slots);
+            let _g = core.locks.lock(key);
+            return match live.slots.lock().get_mut(key.stored()) {
+                Some(slot) => read_slot(core, slot, kind, f),
+                // Folded and let go: its stored form is its newest state.
+                None => Ok(None),
+            };
+        }
+    }
+    if !live.seen_again(key.stored()) {
+        return Ok(None);
+    }
+    if live.bytes() >= bytes_max(core) {
+        // No fold may come soon (reads alone commit nothing): make room now.
+        make_room(core, Room::Idle, bytes_max(core))?;
+        if live.bytes() >= bytes_max(core) {
+            return Ok(None);
+        }
+    }
+    let _g = core.locks.lock(key);
+    if let Some(slot) = live.slots.lock().get_mut(key.stored()) {
+        return read_slot(core, slot, kind, f);
+    }
+    let now = core.now_ms();
+    // Not a value stored as parts, put together from them: a read of a few of its items
+    // reads those alone ([`crate::read::get_named_with`]), and one of all of them pays
+    // for itself alone.
+    let (value, expire_ms, stored) = match adoptable_parted(core, key, now, false)? {
+        Some(Some((v, e, k, p))) if k == kind => (v, e, p),
+        Some(Some(_)) => return Err(Error::WrongType),
+        // Absent, cold or parts: the stored value answers.
+        Some(None) | None => return Ok(None),
+    };
+    let obj = decode(Some(&value))?;
+    if obj.stays() && alone(core, obj.bytes()) && !admits(core, obj.bytes()) {
+        // Live only alone: the unchanged others go (a read commits nothing).
+        make_room(core, Room::Aside(key), 0)?;
+    }
+    if !obj.stays() || obj.is_empty() || !admits(core, obj.bytes()) {
+        return Ok(None);
+    }
+    live.hold(key, Slot::new(kind, expire_ms, obj, stored, now), false);
+    let mut slots = live.slots.lock();
+    let slot = slots
+        .get_mut(key.stored())
+        .expect("held under the stripe lock");
+    read_slot(core, slot, kind, f)
+}
+
+/// [`read_live`] of the live value in `slot` (the map's lock held): `Ok(None)` if it
+/// expired (the key is gone: the stored value says so too).
+fn read_slot<R>(
+    core: &Core,
+    slot: &mut Slot,
+    kind: Kind,
+    f: impl FnOnce(&mut dyn LiveValue) -> R,
+) -> Result<Option<R>> {
+    let now = slot.now(core.clock.as_ref());
+    if !strata_format::is_live(slot.expire_ms, now) {
+        return Ok(None);
+    }
+    if slot.kind != kind {
+        return Err(Error::WrongType);
+    }
+    slot.used_ms = now;
+    Ok(Some(f(slot.value.as_mut())))
 }
 
 #[cfg(test)]

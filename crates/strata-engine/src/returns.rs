@@ -6,10 +6,10 @@
 use bytes::Bytes;
 use strata_format::{BlockRef, Key};
 
+use crate::commit::{apply_locked, Change};
 use crate::core::Core;
 use crate::stats::add;
 use crate::warm::{warm_charge, Loc, Stored, Want};
-use crate::write::{apply_locked, Change};
 
 /// Writes `value`, just read from block `r` of the object store, back to the warm tier, if
 /// returns are on, no write touched the key since `seen_version`, and the index still

@@ -191,9 +191,7 @@ impl Default for WarmSettings {
 impl WarmSettings {
     /// Whether a value of `kind` and `len` stored bytes is stored as parts.
     pub fn stores_parts(&self, kind: strata_format::Kind, len: usize) -> bool {
-        self.parts_bytes_min > 0
-            && len as u64 >= self.parts_bytes_min
-            && strata_format::parts::kind_has_parts(kind)
+        self.parts_bytes_min > 0 && len as u64 >= self.parts_bytes_min && kind.has_parts()
     }
 
     /// The warm tier's hard limit in bytes (`warm_bytes_hard_max`, or its default).

@@ -13,6 +13,7 @@
 //! Invariant: a key is in at most one of `Records` and `Cold`.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -26,6 +27,11 @@ use crate::keyfilter::{Added, KeyFilter};
 use crate::stats::{add, Counters};
 use crate::vlog::ValueLog;
 use crate::{Error, Result};
+
+/// Where the warm store keeps its files in a data directory.
+pub fn warm_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("warm")
+}
 
 /// Meta key of the persistent counters: warm bytes, warm entries, cold bytes, cold entries.
 const COUNTERS: &[u8] = b"counters";

@@ -24,6 +24,8 @@ use smallvec::SmallVec;
 pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes in front of the client's key in a stored key.
 pub const STORED_KEY_PREFIX_BYTES: usize = 3;
+/// Largest stored key: a client key with its database and slot.
+pub const STORED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX + STORED_KEY_PREFIX_BYTES;
 /// Slots of Redis Cluster.
 pub const SLOT_COUNT: u16 = 16384;
 

@@ -41,7 +41,7 @@ pub use block::{
     decode_block, decode_footer, find_in_block, iter_block, BlockEntry, BlockRef, Footer,
     FooterBlock, Segment, SegmentBuilder, FOOTER_TRAILER_BYTES,
 };
-pub use keys::Key;
+pub use keys::{Key, STORED_KEY_BYTES_MAX};
 pub use record::{
     decode_log_header, encode_log_header, entry_checksum, Kind, LogHeader, Parted, ValuePointer,
     WarmRecord, WarmValue, LOG_HEADER_BYTES, WARM_HEADER_BYTES,
@@ -49,8 +49,6 @@ pub use record::{
 
 /// Largest key a client may use (Redis allows 512 MiB keys; nothing real needs more).
 pub const KEY_BYTES_MAX: usize = 64 * 1024;
-/// Largest stored key: a client key with its database and slot.
-pub const STORED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX + keys::STORED_KEY_PREFIX_BYTES;
 /// Largest value Strata stores; matches Redis's default `proto-max-bulk-len`.
 pub const VALUE_BYTES_MAX: usize = 512 * 1024 * 1024;
 

@@ -42,11 +42,6 @@ use crate::hash::decode_hash;
 use crate::members::decode_members;
 use crate::{collection_items, FormatError, Kind, Result};
 
-/// The kinds stored as parts when large: every collection.
-pub fn kind_has_parts(kind: Kind) -> bool {
-    matches!(kind, Kind::Hash | Kind::Set | Kind::ZSet | Kind::List)
-}
-
 /// The position of the first element of a list stored whole as parts: the middle of the
 /// range, so either end has room to grow.
 pub const LIST_HEAD: u64 = 1 << 63;

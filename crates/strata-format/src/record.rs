@@ -54,6 +54,11 @@ impl Kind {
         })
     }
 
+    /// Whether values of this kind are stored as parts when large: every collection's are.
+    pub fn has_parts(self) -> bool {
+        matches!(self, Kind::Hash | Kind::Set | Kind::ZSet | Kind::List)
+    }
+
     /// The name `TYPE` answers.
     pub fn name(self) -> &'static str {
         match self {
@@ -276,7 +281,7 @@ impl<'a> WarmRecord<'a> {
                 if kind == Kind::List {
                     at.head = r.u64()?;
                 }
-                if r.remaining() != 0 || !crate::parts::kind_has_parts(kind) {
+                if r.remaining() != 0 || !kind.has_parts() {
                     return Err(FormatError::Bad {
                         what: "warm record",
                         detail: format!(

@@ -284,7 +284,7 @@ impl Data {
     /// Asks the processor to start loading the entry's block (its head and key), without
     /// waiting for it: a batch of look-ups prefetches every entry before comparing any key.
     pub(crate) fn prefetch(&self) {
-        crate::prefetch(self.ptr.as_ptr());
+        prefetch(self.ptr.as_ptr());
     }
 
     /// Key and value bytes: what the budget charges beside the fixed overhead.
@@ -321,6 +321,21 @@ impl Drop for Data {
             unsafe { std::alloc::dealloc(p, Head::read(p).layout()) };
         }
     }
+}
+
+/// Asks the processor to fetch the cache line at `at` into its cache, without waiting for
+/// it (a load would hold up the instructions after it until the line arrived): for look-ups
+/// done ahead of a batch, so their cache misses overlap.
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault,
+    // whatever the address. `sse` is part of every x86_64 target.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 #[cfg(test)]

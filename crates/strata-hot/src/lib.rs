@@ -23,7 +23,8 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use entry::Data;
-pub use entry::INLINE_VALUE_BYTES_MAX;
+pub use entry::{prefetch, INLINE_VALUE_BYTES_MAX};
+pub use shard::PolicyKind;
 use shard::Shard;
 
 /// Bytes charged per entry on top of key and value: the entry (three words), its slot in
@@ -37,19 +38,6 @@ const DRAIN_AHEAD: usize = 8;
 /// Stale hashes a shard's list of unlogged entries may hold beyond twice its entries.
 const UNLOGGED_SLACK: usize = 1024;
 
-/// How a shard chooses what to evict. Both keep their state in the entries (a priority
-/// and a frequency count) and evict the lowest priority among a random sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyKind {
-    /// The entry read or written least recently.
-    Lru,
-    /// Frequency-weighted aging: an entry's priority is the shard's inflation (the last
-    /// victim's priority) at its last access plus a weight that grows with how often it
-    /// was accessed; an entry seen once weighs least, so a scan does not push out reused
-    /// entries, and entries not touched for a while fall behind.
-    Strata,
-}
-
 /// A snapshot of the cache's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HotStats {
@@ -58,21 +46,6 @@ pub struct HotStats {
     pub bytes_max: u64,
     pub evictions: u64,
     pub rejected: u64,
-}
-
-/// Asks the processor to fetch the cache line at `at` into its cache, without waiting for
-/// it (a load would hold up the instructions after it until the line arrived): for look-ups
-/// done ahead of a batch, so their cache misses overlap.
-pub fn prefetch<T>(at: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault,
-    // whatever the address. `sse` is part of every x86_64 target.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(at.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// What [`HotCache::get_many`] found for one key.

@@ -9,7 +9,19 @@ use bytes::Bytes;
 use hashbrown::HashTable;
 
 use crate::entry::Data;
-use crate::PolicyKind;
+
+/// How a shard chooses what to evict. Both keep their state in the entries (a priority
+/// and a frequency count) and evict the lowest priority among a random sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// The entry read or written least recently.
+    Lru,
+    /// Frequency-weighted aging: an entry's priority is the shard's inflation (the last
+    /// victim's priority) at its last access plus a weight that grows with how often it
+    /// was accessed; an entry seen once weighs least, so a scan does not push out reused
+    /// entries, and entries not touched for a while fall behind.
+    Strata,
+}
 
 /// Entries looked at to choose one victim.
 pub(crate) const SAMPLES: usize = 10;

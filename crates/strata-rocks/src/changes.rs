@@ -17,8 +17,6 @@ use std::collections::HashMap;
 use librocksdb_sys as ffi;
 use strata_warm::{Changes, Family, RawChange, Result, StoreError};
 
-use crate::RocksWarm;
-
 // The iterator's handle is its only field; taking it over relies on that.
 const _: () = assert!(
     std::mem::size_of::<rocksdb::DBWALIterator>()
@@ -49,15 +47,16 @@ fn gone(why: String) -> StoreError {
     ))
 }
 
-pub(crate) fn after(
-    store: &RocksWarm,
+/// The batches of `db`'s log after sequence `after`; `ids` names its column families.
+pub(crate) fn after<'a>(
+    db: &'a rocksdb::DB,
+    ids: &'a HashMap<u32, Family>,
     after: u64,
-) -> Result<Box<dyn Iterator<Item = Result<Changes>> + '_>> {
-    if after >= store.db.latest_sequence_number() {
+) -> Result<Box<dyn Iterator<Item = Result<Changes>> + 'a>> {
+    if after >= db.latest_sequence_number() {
         return Ok(Box::new(std::iter::empty()));
     }
-    let it = store
-        .db
+    let it = db
         .get_updates_since(after + 1)
         .map_err(|e| gone(format!("changes after sequence {after}: {e}")))?;
     // SAFETY: see the assertion above: the iterator is its handle. Taking it over moves
@@ -65,7 +64,7 @@ pub(crate) fn after(
     let iter: *mut ffi::rocksdb_wal_iterator_t = unsafe { std::mem::transmute(it) };
     Ok(Box::new(LogWalk {
         iter,
-        ids: &store.ids,
+        ids,
         next_sequence: after + 1,
         first: true,
         done: false,
@@ -252,121 +251,4 @@ pub(crate) fn decode(rep: &[u8], ids: &HashMap<u32, Family>) -> Result<Vec<RawCh
 }
 
 #[cfg(test)]
-mod tests {
-    use strata_warm::{Family, RawChange, StoreError, WarmStore};
-
-    use crate::{RocksSettings, RocksWarm};
-
-    fn put(family: Family, key: &str, value: &str) -> RawChange {
-        RawChange::Put {
-            family,
-            key: key.into(),
-            value: value.into(),
-        }
-    }
-
-    #[test]
-    fn every_batch_comes_back_with_its_sequence_and_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = RocksWarm::open(dir.path(), &RocksSettings::default()).unwrap();
-        let start = s.last_sequence();
-        let mut b = s.batch();
-        b.put(Family::Records, b"a", b"1");
-        b.put(Family::Cold, b"a", b"ref");
-        s.write(b, false).unwrap();
-        let mut b = s.batch();
-        b.delete(Family::Records, b"a");
-        b.merge(Family::Meta, b"n", &3i64.to_le_bytes());
-        b.delete_range(Family::Expiry, b"a", b"z");
-        s.write(b, true).unwrap();
-        let mut b = s.batch();
-        b.put(Family::Parts, &[0u8; 300], &vec![9u8; 200_000]);
-        s.write(b, false).unwrap();
-
-        let all: Vec<_> = s
-            .changes_after(start)
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        assert_eq!(all.len(), 3, "the first batch is not skipped");
-        assert_eq!(all[0].sequence, start + 1);
-        assert_eq!(
-            all[0].changes,
-            vec![
-                put(Family::Records, "a", "1"),
-                put(Family::Cold, "a", "ref")
-            ]
-        );
-        assert_eq!(all[1].sequence, start + 3);
-        assert_eq!(
-            all[1].changes,
-            vec![
-                RawChange::Delete {
-                    family: Family::Records,
-                    key: b"a".to_vec()
-                },
-                RawChange::Merge {
-                    family: Family::Meta,
-                    key: b"n".to_vec(),
-                    operand: 3i64.to_le_bytes().to_vec()
-                },
-                RawChange::DeleteRange {
-                    family: Family::Expiry,
-                    from: b"a".to_vec(),
-                    to: b"z".to_vec()
-                },
-            ]
-        );
-        assert_eq!(all[2].sequence, start + 6);
-        assert!(
-            matches!(&all[2].changes[0], RawChange::Put { value, .. } if value.len() == 200_000)
-        );
-        assert_eq!(all[2].last_sequence(), s.last_sequence());
-
-        // From the middle: what follows the second batch only.
-        let rest: Vec<_> = s
-            .changes_after(all[1].last_sequence())
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        assert_eq!(rest, all[2..].to_vec());
-        assert_eq!(s.changes_after(s.last_sequence()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn the_log_survives_a_reopen_and_flushed_logs_are_gone_without_retention() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let s = RocksWarm::open(dir.path(), &RocksSettings::default()).unwrap();
-            let mut b = s.batch();
-            b.put(Family::Records, b"k", b"v");
-            s.write(b, true).unwrap();
-        }
-        let s = RocksWarm::open(dir.path(), &RocksSettings::default()).unwrap();
-        let got: Vec<_> = s.changes_after(0).unwrap().map(Result::unwrap).collect();
-        assert_eq!(
-            got.last().unwrap().changes,
-            vec![put(Family::Records, "k", "v")]
-        );
-
-        let dir = tempfile::tempdir().unwrap();
-        let none = RocksSettings {
-            change_log_bytes_max: 0,
-            ..RocksSettings::default()
-        };
-        let s = RocksWarm::open(dir.path(), &none).unwrap();
-        let mut b = s.batch();
-        b.put(Family::Records, b"k", b"v");
-        s.write(b, true).unwrap();
-        s.flush().unwrap();
-        let mut b = s.batch();
-        b.put(Family::Records, b"k2", b"v");
-        s.write(b, true).unwrap();
-        let got: Vec<_> = s.changes_after(0).unwrap().collect();
-        assert!(
-            matches!(got.first(), Some(Err(StoreError::Gone(_))))
-                || got.iter().all(|c| c.as_ref().unwrap().sequence > 1),
-            "{got:?}"
-        );
-    }
-}
+mod tests;

@@ -545,7 +545,7 @@ impl WarmStore for RocksWarm {
     }
 
     fn changes_after(&self, after: u64) -> Result<Box<dyn Iterator<Item = Result<Changes>> + '_>> {
-        changes::after(self, after)
+        changes::after(&self.db, &self.ids, after)
     }
 
     fn log_bytes_dropped_at_open(&self) -> u64 {

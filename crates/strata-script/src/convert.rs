@@ -259,3 +259,21 @@ fn table_reply(t: &Table, depth: usize, resp: u8) -> Reply {
     }
     Reply::Array(items)
 }
+
+/// The SHA1 of `body` in lowercase hex, as `SCRIPT LOAD` answers it.
+pub fn sha1_hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
+}
+
+pub(crate) fn lua_err(e: mlua::Error) -> String {
+    // mlua wraps errors raised in callbacks; the innermost message is the one to show.
+    match e {
+        mlua::Error::CallbackError { cause, .. } => lua_err((*cause).clone()),
+        // A Lua error raised in Lua carries mlua's traceback after the message.
+        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => m
+            .split_once("\nstack traceback:")
+            .map_or(m.clone(), |(msg, _)| msg.to_string()),
+        mlua::Error::MemoryError(m) => format!("not enough memory ({m})"),
+        other => other.to_string(),
+    }
+}

@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
 
-use crate::{lua_err, sha1_hex, Control};
+use crate::control::Control;
+use crate::convert::{self, lua_err, sha1_hex};
+use strata_resp::Reply;
 
 /// Memory one VM may hold (scripts, their tables and strings).
 pub const VM_BYTES_MAX: usize = 256 << 20;
@@ -82,15 +84,15 @@ impl Env {
             let slot = Arc::clone(&slot);
             redis.raw_set(
                 name,
-                lua.create_function(move |lua, args: crate::convert::CommandArgs| {
-                    crate::command(lua, args, raise, &c, &slot)
+                lua.create_function(move |lua, args: convert::CommandArgs| {
+                    command(lua, args, raise, &c, &slot)
                 })?,
             )?;
         }
         g.raw_set("redis", redis.clone())?;
         let c = Arc::clone(control);
         let check_killed = lua.create_function(move |_, ()| {
-            if c.kill.load(Ordering::Relaxed) {
+            if c.killed() {
                 return Err(mlua::Error::RuntimeError(KILLED.into()));
             }
             Ok(())
@@ -103,7 +105,7 @@ impl Env {
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |lua, _| {
-                if c.kill.load(Ordering::Relaxed) {
+                if c.killed() {
                     return Err(mlua::Error::RuntimeError(KILLED.into()));
                 }
                 let (busy_at, deadline) = lua
@@ -113,12 +115,8 @@ impl Env {
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(mlua::Error::RuntimeError("FUNCTION LOAD timeout".into()));
                 }
-                if !c.busy.load(Ordering::Relaxed) {
-                    let due = busy_at.is_some_and(|at| now >= at);
-                    if due {
-                        c.busy.store(true, Ordering::Relaxed);
-                        (c.on_busy)();
-                    }
+                if busy_at.is_some_and(|at| now >= at) {
+                    c.set_busy();
                 }
                 Ok(VmState::Continue)
             },
@@ -196,6 +194,59 @@ fn redis_table(lua: &Lua, slot: &Arc<CallSlot>) -> mlua::Result<Table> {
         redis.raw_set(name, v)?;
     }
     Ok(redis)
+}
+
+/// The script's line that called the running Rust function (0 when unknown).
+fn script_line(lua: &Lua) -> usize {
+    lua.inspect_stack(1, |d| d.current_line())
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// `redis.call` (`raise`: an error reply raises a Lua error) and `redis.pcall` (it comes
+/// back as an error table), through the run's command runner.
+pub(crate) fn command(
+    lua: &Lua,
+    args: convert::CommandArgs,
+    raise: bool,
+    control: &Control,
+    slot: &CallSlot,
+) -> mlua::Result<Value> {
+    if control.killed() {
+        return Err(mlua::Error::RuntimeError(KILLED.into()));
+    }
+    // Arguments Redis refuses are answered as a command's error is: raised by
+    // `redis.call` (with the script's line), returned as a table by `redis.pcall`.
+    let reply = match args.0 {
+        Err(e) => Reply::err(e),
+        Ok(argv) if argv.is_empty() => {
+            Reply::err("ERR Please specify at least one argument for this redis lib call")
+        }
+        Ok(argv) => {
+            // Taken out while it runs: a second `redis.call` meanwhile (there is none:
+            // commands a script calls run no Lua) would find nothing rather than alias it.
+            let taken = slot.call.swap(std::ptr::null_mut(), Ordering::Acquire);
+            if taken.is_null() {
+                return Err(mlua::Error::RuntimeError(
+                    "ERR redis.call is only available while a script runs".into(),
+                ));
+            }
+            // SAFETY: see `Run::call`: the runner is valid for the whole run, and taking
+            // it out of the slot makes this its one user until it is put back.
+            let reply = unsafe { (*(*taken).0)(&argv) };
+            slot.call.store(taken, Ordering::Release);
+            convert::CommandArgs::reuse(argv);
+            reply
+        }
+    };
+    if let (true, Reply::Error(e)) = (raise, &reply) {
+        let line = script_line(lua);
+        if let Some(mut r) = lua.app_data_mut::<Running>() {
+            r.raised = Some((e.clone(), line));
+        }
+        return Err(mlua::Error::RuntimeError(e.clone()));
+    }
+    convert::to_lua(lua, reply, slot.resp.load(Ordering::Relaxed))
 }
 
 /// `redis.log(level, ...)`: accepted; Strata's log does not take script lines.

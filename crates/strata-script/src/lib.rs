@@ -9,13 +9,14 @@
 //! shared with the caller says when a script has run past the busy threshold and lets
 //! another client kill it.
 
+mod control;
 mod convert;
 mod env;
 mod functions;
 mod libs;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,9 @@ use bytes::Bytes;
 use mlua::{Function, IntoLuaMulti, Lua, Value};
 use strata_resp::Reply;
 
+pub use control::Control;
+use convert::lua_err;
+pub use convert::sha1_hex;
 pub use env::VM_BYTES_MAX;
 pub use functions::{FunctionInfo, Functions, Library, RestorePolicy};
 
@@ -72,124 +76,6 @@ impl std::ops::BitOr for Flags {
     type Output = Flags;
     fn bitor(self, o: Flags) -> Flags {
         Flags(self.0 | o.0)
-    }
-}
-
-/// The state of the script running now, shared between the VMs and the server: whether
-/// it has passed the busy threshold (other clients get `-BUSY`), whether it has written
-/// (then it cannot be killed), and a kill request.
-pub struct Control {
-    running: AtomicBool,
-    function: AtomicBool,
-    busy: AtomicBool,
-    kill: AtomicBool,
-    wrote: AtomicBool,
-    /// Called once when a run passes the busy threshold (the server wakes the clients
-    /// waiting for it, so they answer `-BUSY`).
-    on_busy: Box<dyn Fn() + Send + Sync>,
-}
-
-impl Control {
-    pub fn new(on_busy: impl Fn() + Send + Sync + 'static) -> Arc<Control> {
-        Arc::new(Control {
-            running: AtomicBool::new(false),
-            function: AtomicBool::new(false),
-            busy: AtomicBool::new(false),
-            kill: AtomicBool::new(false),
-            wrote: AtomicBool::new(false),
-            on_busy: Box::new(on_busy),
-        })
-    }
-
-    /// The error other clients get while a script runs past the busy threshold.
-    pub fn busy_error(&self) -> Option<Reply> {
-        if !self.busy.load(Ordering::Relaxed) {
-            return None;
-        }
-        let kill = if self.function.load(Ordering::Relaxed) {
-            "FUNCTION KILL"
-        } else {
-            "SCRIPT KILL"
-        };
-        Some(Reply::err(format!(
-            "BUSY Redis is busy running a script. You can only call {kill} or SHUTDOWN NOSAVE."
-        )))
-    }
-
-    /// Whether a script runs now.
-    pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::Relaxed)
-    }
-
-    /// Whether the running script is past the busy threshold.
-    pub fn is_busy(&self) -> bool {
-        self.busy.load(Ordering::Relaxed)
-    }
-
-    /// The running script called a write command: from now on it cannot be killed.
-    pub fn note_write(&self) {
-        self.wrote.store(true, Ordering::Relaxed);
-    }
-
-    /// `SCRIPT KILL` / `FUNCTION KILL`: asks the running script to stop, if it has not
-    /// written; the refusal otherwise.
-    pub fn kill(&self, function: bool) -> Result<(), Reply> {
-        if !self.busy.load(Ordering::Relaxed) {
-            return Err(Reply::err("NOTBUSY No scripts in execution right now."));
-        }
-        if self.function.load(Ordering::Relaxed) != function {
-            // SCRIPT KILL does not stop a function, nor FUNCTION KILL a script: the
-            // caller is told what is busy and how to stop it.
-            return Err(self.busy_error().expect("busy"));
-        }
-        if self.wrote.load(Ordering::Relaxed) {
-            return Err(Reply::err(
-                "UNKILLABLE Sorry the script already executed write commands against the \
-                 dataset. You can either wait the script termination or kill the server in a \
-                 hard way using the SHUTDOWN NOSAVE command.",
-            ));
-        }
-        self.kill.store(true, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Stops the running script whether or not it wrote (`SHUTDOWN NOSAVE`).
-    pub fn stop(&self) {
-        if self.running.load(Ordering::Relaxed) {
-            self.kill.store(true, Ordering::Relaxed);
-        }
-    }
-
-    fn begin(&self, function: bool) {
-        self.function.store(function, Ordering::Relaxed);
-        self.busy.store(false, Ordering::Relaxed);
-        self.kill.store(false, Ordering::Relaxed);
-        self.wrote.store(false, Ordering::Relaxed);
-        self.running.store(true, Ordering::Relaxed);
-    }
-
-    fn end(&self) {
-        self.running.store(false, Ordering::Relaxed);
-        self.busy.store(false, Ordering::Relaxed);
-        self.kill.store(false, Ordering::Relaxed);
-    }
-}
-
-/// The SHA1 of `body` in lowercase hex, as `SCRIPT LOAD` answers it.
-pub fn sha1_hex(body: &[u8]) -> String {
-    sha1_smol::Sha1::from(body).digest().to_string()
-}
-
-pub(crate) fn lua_err(e: mlua::Error) -> String {
-    // mlua wraps errors raised in callbacks; the innermost message is the one to show.
-    match e {
-        mlua::Error::CallbackError { cause, .. } => lua_err((*cause).clone()),
-        // A Lua error raised in Lua carries mlua's traceback after the message.
-        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => m
-            .split_once("\nstack traceback:")
-            .map_or(m.clone(), |(msg, _)| msg.to_string()),
-        mlua::Error::MemoryError(m) => format!("not enough memory ({m})"),
-        other => other.to_string(),
     }
 }
 
@@ -457,59 +343,6 @@ unsafe fn push_bytes_table(state: *mut mlua::ffi::lua_State, items: &[Bytes]) {
         mlua::ffi::lua_pushlstring(state, b.as_ptr().cast(), b.len());
         mlua::ffi::lua_rawseti(state, -2, i as i64 + 1);
     }
-}
-
-/// The script's line that called the running Rust function (0 when unknown).
-fn script_line(lua: &Lua) -> usize {
-    lua.inspect_stack(1, |d| d.current_line())
-        .flatten()
-        .unwrap_or(0)
-}
-
-/// `redis.call` (`raise`: an error reply raises a Lua error) and `redis.pcall` (it comes
-/// back as an error table), through the run's command runner.
-pub(crate) fn command(
-    lua: &Lua,
-    args: convert::CommandArgs,
-    raise: bool,
-    control: &Control,
-    slot: &env::CallSlot,
-) -> mlua::Result<Value> {
-    if control.kill.load(Ordering::Relaxed) {
-        return Err(mlua::Error::RuntimeError(env::KILLED.into()));
-    }
-    // Arguments Redis refuses are answered as a command's error is: raised by
-    // `redis.call` (with the script's line), returned as a table by `redis.pcall`.
-    let reply = match args.0 {
-        Err(e) => Reply::err(e),
-        Ok(argv) if argv.is_empty() => {
-            Reply::err("ERR Please specify at least one argument for this redis lib call")
-        }
-        Ok(argv) => {
-            // Taken out while it runs: a second `redis.call` meanwhile (there is none:
-            // commands a script calls run no Lua) would find nothing rather than alias it.
-            let taken = slot.call.swap(std::ptr::null_mut(), Ordering::Acquire);
-            if taken.is_null() {
-                return Err(mlua::Error::RuntimeError(
-                    "ERR redis.call is only available while a script runs".into(),
-                ));
-            }
-            // SAFETY: see `Run::call`: the runner is valid for the whole run, and taking
-            // it out of the slot makes this its one user until it is put back.
-            let reply = unsafe { (*(*taken).0)(&argv) };
-            slot.call.store(taken, Ordering::Release);
-            convert::CommandArgs::reuse(argv);
-            reply
-        }
-    };
-    if let (true, Reply::Error(e)) = (raise, &reply) {
-        let line = script_line(lua);
-        if let Some(mut r) = lua.app_data_mut::<env::Running>() {
-            r.raised = Some((e.clone(), line));
-        }
-        return Err(mlua::Error::RuntimeError(e.clone()));
-    }
-    convert::to_lua(lua, reply, slot.resp.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ pub struct Split {
 /// less, as `asked` sets them; memtables 0 asks for no total), a reserve is kept for the
 /// rest of the process (the runtime, connection buffers, RocksDB's table readers, the
 /// allocator's slack: an eighth, at least [`RESERVE_BYTES_MIN`]), and DRAM's budget is what
-/// remains. At [`crate::MAXMEMORY_MIN`] that is 20 MiB; past it, more than 5/16 of the limit.
+/// remains. At [`crate::config::MAXMEMORY_MIN`] that is 20 MiB; past it, more than 5/16 of the limit.
 pub fn split(limit: u64, asked: MemoryShares) -> Split {
     let memtables = match asked.memtables_bytes_max {
         0 => limit / 8,
@@ -299,7 +299,7 @@ mod tests {
         // What the configuration sets lower stays lower.
         assert_eq!(split(384 * M, shares(16, 8)).warm, shares(16, 8));
         // The least limit leaves DRAM 20 MiB beside the 32 MiB reserve.
-        let least = split(crate::MAXMEMORY_MIN, asked);
+        let least = split(crate::config::MAXMEMORY_MIN, asked);
         assert_eq!((least.warm, least.dram), (shares(8, 4), 20 * M));
     }
 

@@ -260,10 +260,7 @@ async fn dump(
     internal: &mut Conn,
     key: &Bytes,
 ) -> Result<Option<(Bytes, i64)>, String> {
-    let mut ctx = Ctx {
-        shared,
-        conn: internal,
-    };
+    let mut ctx = cmd::ctx(shared, internal);
     let payload = match run_one(&mut ctx, "dump", key).await {
         Reply::Bulk(b) => b,
         Reply::Null => return Ok(None),

@@ -9,8 +9,8 @@ use std::time::Instant;
 use parking_lot::{Mutex, RwLock};
 use strata_engine::Engine;
 
+use crate::config::ServerConfig;
 use crate::session::Peer;
-use crate::ServerConfig;
 
 strata_engine::define_stats! {
     /// The server's counters (its defences, connections and commands).
@@ -129,8 +129,27 @@ impl Shared {
         self.counters.load_into(&mut s);
         s.connected_clients = self.clients_open.load(Ordering::Relaxed) as u64;
         if let Some(c) = &self.cluster {
-            crate::cmd::cluster_figures(c, &mut s);
+            cluster_figures(c, &mut s);
         }
         s
+    }
+}
+
+/// This node's part of the cluster, in the server's figures (`INFO cluster`, `/metrics`).
+/// The cluster's figures of this node, into `s`.
+fn cluster_figures(cluster: &strata_cluster::Cluster, s: &mut ServerStats) {
+    let map = cluster.map();
+    let me = cluster.me();
+    s.cluster_lease_live = cluster.live() as u64;
+    s.cluster_epoch = map.epoch;
+    s.cluster_slots_served = me.map_or(0, |i| map.slot_counts()[i]) as u64;
+    for m in map.moves() {
+        let n = (m.last - m.first + 1) as u64;
+        if Some(m.from) == me {
+            s.cluster_slots_moving_out += n;
+        }
+        if Some(m.to) == me {
+            s.cluster_slots_moving_in += n;
+        }
     }
 }

@@ -27,7 +27,7 @@ fn progress_printer(verb: &'static str) -> impl Fn(u64, u64) + Send + Sync {
 /// `STRATA.BACKUP url` command) to `to`.
 pub fn backup(cfg: &Config, to: &str) -> Result<()> {
     let (dir, port) = (cfg.node.data_dir.display(), cfg.node.port);
-    crate::runtime()?.block_on(async {
+    crate::runtime::runtime()?.block_on(async {
         let engine = cfg.open_engine().await.map_err(|e| {
             if e.to_string().contains("lock") {
                 anyhow::anyhow!("the store in {dir} is in use by a running server; back it up through the server instead: redis-cli -p {port} STRATA.BACKUP {to}")
@@ -54,7 +54,7 @@ pub fn backup(cfg: &Config, to: &str) -> Result<()> {
 
 /// Restores the backup at `from` into `cfg`'s (empty) data directory and cold tier.
 pub fn restore(cfg: &Config, from: &str) -> Result<()> {
-    crate::runtime()?.block_on(async {
+    crate::runtime::runtime()?.block_on(async {
         let started = Instant::now();
         let progress = progress_printer("restore");
         let sum = strata_engine::restore(from, &cfg.node.data_dir, &cfg.engine, &progress)

@@ -2,6 +2,7 @@
 
 mod backup;
 mod config;
+mod runtime;
 mod trace;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
+use crate::runtime::runtime;
 
 /// jemalloc serves every allocation of the process, RocksDB's included (Redis's allocator:
 /// size classes close to small entries' sizes, and freed pages handed back to the system).
@@ -126,14 +128,6 @@ enum TraceCommand {
     /// policy and capacity; a block hits only if every earlier block of its request hit.
     /// Prints a table and writes trace-replay.{md,json,png} under --out.
     Replay(trace::ReplayArgs),
-}
-
-/// The tokio runtime every async command runs on.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_start(strata_engine::serve_clients_promptly)
-        .build()?)
 }
 
 fn load_config(cli: &Cli) -> Result<Config> {

@@ -59,7 +59,7 @@ pub fn replay(args: &ReplayArgs, cfg: &crate::config::Config, sets: &[String]) -
         bail!("trace {} holds no requests", args.trace.display());
     }
     if args.engine {
-        return crate::runtime()?.block_on(replay_engine(args, cfg, sets, &trace));
+        return crate::runtime::runtime()?.block_on(replay_engine(args, cfg, sets, &trace));
     }
     let policies: Vec<PolicyKind> = if args.policy == "all" {
         PolicyKind::ALL.to_vec()

@@ -12,13 +12,13 @@ use strata_format::{
 };
 use strata_warm::{Bounds, Family};
 
+use crate::commit::commit_batch;
 use crate::core::Core;
 use crate::locks::BATCH_KEYS_MAX;
 use crate::offload::give_way;
 use crate::pins::is_pinned;
 use crate::stats::add;
 use crate::warm::{warm_charge, Counts, SegmentMeta};
-use crate::write::commit_batch;
 use crate::{Error, Result};
 
 struct Victim {

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::core::Core;
 use crate::stats::add;
-use crate::writeback::Due;
+use crate::writeback::state::Due;
 use crate::Result;
 
 /// Collection runs on every this many rounds.
@@ -110,8 +110,8 @@ pub(crate) async fn round(core: &Arc<Core>, collect: bool) -> Result<u64> {
         // Many warm-store writes or a long sequential write: off the runtime's workers.
         let me = Arc::clone(core);
         crate::offload::run("write-back", move || match due {
-            Due::Settle => crate::writeback::settle_colder_half(&me),
-            _ => crate::writeback::compact(&me),
+            Due::Settle => crate::settle::settle_colder_half(&me),
+            _ => crate::settle::compact(&me),
         })
         .await??;
     }

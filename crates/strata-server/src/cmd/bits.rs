@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use strata_engine::{Change, Kind};
 use strata_resp::Reply;
 
-use super::{engine_error, lower, not_integer, parse_int, string_only, syntax_error, Ctx};
+use super::ctx::{engine_error, lower, not_integer, parse_int, string_only, syntax_error, Ctx};
 
 /// The highest bit offset (Redis's 512 MiB string limit).
 const BIT_OFFSET_MAX: i64 = (1 << 32) - 1;

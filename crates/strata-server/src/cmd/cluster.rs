@@ -8,7 +8,8 @@ use strata_cluster::{Cluster, Route, SlotMap};
 use strata_format::keys::{slot_of, SLOT_COUNT};
 use strata_resp::Reply;
 
-use super::{key_positions, lower, parse_int, Ctx, Spec, NOQUEUE, WRITE};
+use super::ctx::{lower, parse_int, Ctx, Spec, NOQUEUE, WRITE};
+use super::spec::key_positions;
 use crate::session::Conn;
 
 /// The reply that sends a command elsewhere or refuses it in cluster mode; `None` if it
@@ -145,7 +146,7 @@ pub(crate) async fn slotclear(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             ctx.conn.pending = ctx.conn.pending.max(ticket);
             Reply::ok()
         }
-        Err(e) => super::engine_error(&e),
+        Err(e) => super::ctx::engine_error(&e),
     }
 }
 
@@ -227,11 +228,11 @@ pub(crate) async fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
             };
             match ctx.shared.engine.scan_slot(ctx.conn.db, slot, None, count) {
                 Ok(p) => Reply::Array(p.items.into_iter().map(|i| Reply::Bulk(i.key)).collect()),
-                Err(e) => super::engine_error(&e),
+                Err(e) => super::ctx::engine_error(&e),
             }
         }
         "myid" | "keyslot" | "info" | "slots" | "shards" | "nodes" | "countkeysinslot"
-        | "getkeysinslot" => super::wrong_args(&format!("cluster|{sub}")),
+        | "getkeysinslot" => super::ctx::wrong_args(&format!("cluster|{sub}")),
         _ => Reply::err(format!("ERR unknown subcommand '{sub}'. Try CLUSTER HELP.")),
     }
 }
@@ -254,7 +255,7 @@ fn count_in_slot(ctx: &Ctx<'_>, slot: u16) -> Reply {
                 .scan_slot(ctx.conn.db, slot, cursor.as_deref(), SLOT_KEYS_PAGE)
             {
                 Ok(p) => p,
-                Err(e) => return super::engine_error(&e),
+                Err(e) => return super::ctx::engine_error(&e),
             };
         n += page.items.len() as i64;
         match page.next {
@@ -283,24 +284,6 @@ fn info_text(cluster: &Cluster, map: &SlotMap) -> String {
         ("cluster_stats_messages_received", "0".into()),
     ];
     rows.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect()
-}
-
-/// This node's part of the cluster, in the server's figures (`INFO cluster`, `/metrics`).
-pub(crate) fn figures(cluster: &Cluster, s: &mut crate::shared::ServerStats) {
-    let map = cluster.map();
-    let me = cluster.me();
-    s.cluster_lease_live = cluster.live() as u64;
-    s.cluster_epoch = map.epoch;
-    s.cluster_slots_served = me.map_or(0, |i| map.slot_counts()[i]) as u64;
-    for m in map.moves() {
-        let n = (m.last - m.first + 1) as u64;
-        if Some(m.from) == me {
-            s.cluster_slots_moving_out += n;
-        }
-        if Some(m.to) == me {
-            s.cluster_slots_moving_in += n;
-        }
-    }
 }
 
 fn node_entry(map: &SlotMap, node: usize) -> Reply {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use strata_resp::Reply;
 
-use super::{lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
+use super::ctx::{lower, not_integer, parse_int, syntax_error, wrong_args, Ctx};
 use crate::auth::{constant_time_eq, Role};
 
 pub(crate) use strata_resp::REDIS_VERSION;
@@ -31,7 +31,7 @@ pub(crate) async fn auth(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 }
 
 pub(crate) async fn select(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let db = super::parse_db(ctx, &a[1]);
+    let db = super::ctx::parse_db(ctx, &a[1]);
     if ctx.shared.cluster.is_some() && !matches!(db, Ok(0)) {
         return Reply::err("ERR SELECT is not allowed in cluster mode");
     }
@@ -263,7 +263,7 @@ fn client_line(ctx: &Ctx<'_>, id: u64, running: &str) -> Option<String> {
         _ if exec.is_some() => "exec",
         _ if id == ctx.conn.id => running,
         0 => "NULL",
-        i => super::COMMANDS[i - 1].name,
+        i => ctx.commands.specs()[i - 1].name,
     };
     let flags = if c.unblock.waiting.load(Ordering::Relaxed) {
         "b"
@@ -291,7 +291,7 @@ fn client_kill(ctx: &mut Ctx<'_>, filters: &[Bytes]) -> Reply {
     // Closing other users' connections is the administrator's, as in Redis.
     if let Some((user, role)) = &ctx.conn.user {
         if *role != Role::Admin {
-            return super::no_permission(user, "client|kill");
+            return super::ctx::no_permission(user, "client|kill");
         }
     }
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();

@@ -9,10 +9,12 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use strata_resp::Reply;
 
-use super::{lookup, syntax, ADMIN, COMMANDS, NOSCRIPT, READ, WRITE};
+use super::ctx::Commands;
+use super::ctx::{ADMIN, NOSCRIPT, READ, WRITE};
+use super::syntax;
 
 /// Each command by name: its arguments' syntax and its summary.
-const DOCS: &[(&str, &str, &str)] = &[
+pub(super) const DOCS: &[(&str, &str, &str)] = &[
     // Connection.
     ("ping", "[message]", "Answers PONG, or echoes its argument."),
     ("echo", "message", "Answers with its argument."),
@@ -287,7 +289,7 @@ pub(crate) const SUBCOMMANDS: &[(&str, u32, &str, &str)] = &[
 ];
 
 /// The syntax and summary of command `name`.
-fn doc(name: &str) -> Option<(&'static str, &'static str)> {
+pub(super) fn doc(name: &str) -> Option<(&'static str, &'static str)> {
     DOCS.iter()
         .find(|(n, _, _)| *n == name)
         .map(|(_, syntax, summary)| (*syntax, *summary))
@@ -351,7 +353,7 @@ pub(crate) fn subcommand(full: &[u8]) -> Option<Sub> {
 }
 
 /// The fewest and most words (`None`: no most) the arguments of syntax `line` take.
-fn words(line: &str) -> (usize, Option<usize>) {
+pub(super) fn words(line: &str) -> (usize, Option<usize>) {
     syntax::parse(line)
         .unwrap_or_default()
         .iter()
@@ -383,9 +385,10 @@ fn doc_fields(summary: &'static str, group: &'static str, line: &str) -> Vec<(Re
 /// `COMMAND DOCS [name ...]`: each named command (every command if none is named) with
 /// its summary, group, the Strata version it is documented for and its arguments; names
 /// that are not commands are left out, as Redis leaves them out.
-pub(crate) fn docs(names: &[Bytes]) -> Reply {
+pub(crate) fn docs(commands: &dyn Commands, names: &[Bytes]) -> Reply {
+    let specs = commands.specs();
     let entry = |i: usize| {
-        let s = &COMMANDS[i];
+        let s = &specs[i];
         let (line, summary) = doc(s.name).unwrap_or(("", ""));
         let mut fields = doc_fields(summary, s.group, line);
         let subs: Vec<(Reply, Reply)> = subcommands(s.name)
@@ -402,118 +405,13 @@ pub(crate) fn docs(names: &[Bytes]) -> Reply {
         (Reply::bulk(s.name), Reply::Map(fields))
     };
     let entries = if names.is_empty() {
-        (0..COMMANDS.len()).map(entry).collect()
+        (0..specs.len()).map(entry).collect()
     } else {
-        names.iter().filter_map(|n| lookup(n)).map(entry).collect()
+        names
+            .iter()
+            .filter_map(|n| commands.lookup(n))
+            .map(entry)
+            .collect()
     };
     Reply::Map(entries)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_command_has_a_summary_and_every_summary_a_command() {
-        for s in COMMANDS {
-            assert!(
-                doc(s.name).is_some_and(|(_, t)| !t.is_empty()),
-                "{} has no summary",
-                s.name
-            );
-        }
-        for (name, _, _) in DOCS {
-            assert!(
-                COMMANDS.iter().any(|s| s.name == *name),
-                "{name} is not a command"
-            );
-        }
-        assert_eq!(DOCS.len(), COMMANDS.len(), "a command documented twice");
-    }
-
-    #[test]
-    fn every_syntax_parses_and_takes_the_words_its_arity_allows() {
-        let mut wrong = Vec::new();
-        for s in COMMANDS {
-            let (line, _) = doc(s.name).unwrap();
-            let args = syntax::parse(line).unwrap_or_else(|e| panic!("{}: {e}", s.name));
-            let (lo, hi) = words(line);
-            let (lo, hi) = (lo + 1, hi.map(|h| h + 1));
-            // A container is documented by its subcommands (below).
-            if subcommands(s.name).next().is_some() {
-                assert!(args.is_empty(), "{} is documented by subcommand", s.name);
-                continue;
-            }
-            let fits = if s.arity > 0 {
-                (lo, hi) == (s.arity as usize, Some(s.arity as usize))
-            } else {
-                // (`QUIT` takes anything after it and documents nothing, as in Redis.)
-                lo == (-s.arity) as usize && (hi != Some(lo) || args.is_empty())
-            };
-            if !fits {
-                wrong.push(format!(
-                    "{} (arity {}): '{line}' takes {lo} to {hi:?}",
-                    s.name, s.arity
-                ));
-            }
-        }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    }
-
-    #[test]
-    fn every_subcommand_belongs_to_a_command_parses_and_is_listed_once() {
-        let mut seen = std::collections::HashSet::new();
-        for (full, _, line, summary) in SUBCOMMANDS {
-            let (c, _) = full.split_once('|').expect("command|subcommand");
-            let s = COMMANDS.iter().find(|s| s.name == c);
-            let s = s.unwrap_or_else(|| panic!("{c} is not a command"));
-            assert!(s.arity < 0, "{c} takes no subcommand");
-            assert!(!summary.is_empty(), "{full} has no summary");
-            syntax::parse(line).unwrap_or_else(|e| panic!("{full}: {e}"));
-            assert!(seen.insert(full), "{full} is listed twice");
-            assert_eq!(
-                subcommand(full.to_uppercase().as_bytes()).unwrap().name,
-                *full
-            );
-        }
-    }
-
-    #[test]
-    fn containers_are_flagged_and_subcommand_arities_follow_their_syntax() {
-        for s in COMMANDS {
-            let has = subcommands(s.name).next().is_some();
-            assert_eq!(s.flags & super::super::CONTAINER != 0, has, "{}", s.name);
-        }
-        let arity = |n: &[u8]| subcommand(n).unwrap().arity();
-        // As redis-server 7.0.15's COMMAND INFO gives them.
-        assert_eq!(arity(b"client|id"), 2);
-        assert_eq!(arity(b"CLIENT|SETNAME"), 3);
-        assert_eq!(arity(b"client|kill"), -3);
-        assert_eq!(arity(b"config|set"), -4);
-        assert_eq!(arity(b"command|getkeys"), -4);
-        assert_eq!(arity(b"memory|usage"), -3);
-        assert!(subcommand(b"client|nosuch").is_none() && subcommand(b"client").is_none());
-    }
-
-    #[test]
-    fn a_container_lists_its_subcommands_and_takes_no_arguments_itself() {
-        let Reply::Map(entries) = docs(&[Bytes::from_static(b"CLIENT")]) else {
-            panic!("a map")
-        };
-        let Reply::Map(fields) = &entries[0].1 else {
-            panic!("a map")
-        };
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| *k == Reply::bulk(name.to_owned()))
-        };
-        assert!(field("arguments").is_none(), "{fields:?}");
-        let Some((_, Reply::Map(subs))) = field("subcommands") else {
-            panic!("no map of subcommands: {fields:?}")
-        };
-        let names: Vec<&Reply> = subs.iter().map(|(k, _)| k).collect();
-        assert!(names.contains(&&Reply::bulk("client|setname")), "{names:?}");
-        assert_eq!(names.len(), subcommands("client").count());
-    }
 }

@@ -7,13 +7,13 @@ use strata_engine::{Key, Kind, Source};
 use strata_format::hash::{decode_hash, encode_hash, field_at, put_field, Field};
 use strata_resp::Reply;
 
+use super::ctx::{not_integer, parse_int, wrong_args, Ctx};
 use super::packed::{Indexed, Named, Pack};
 use super::strings::{float_plus, parse_float};
 use super::typed::{
     corrupt, random_args, random_positions, read_live, read_named_with, reply, scan_options,
     scan_reply, write_items, write_items_whole, Codec, ScanOptions,
 };
-use super::{not_integer, parse_int, wrong_args, Ctx};
 
 /// A field as the whole-value way holds it: name and value share the stored value they
 /// were decoded from.
@@ -510,7 +510,7 @@ const FIELD_EXPIRE_MS_MAX: u64 = (1 << 48) - 1;
 /// The field names after `FIELDS numfields` at argument `at`; `bad_count` is the error
 /// for a count that is not a positive integer (Redis words it per command).
 fn field_names<'a>(a: &'a [Bytes], at: usize, bad_count: &str) -> Result<&'a [Bytes], Reply> {
-    if a.len() <= at + 1 || !super::lower(&a[at]).eq("fields") {
+    if a.len() <= at + 1 || !super::ctx::lower(&a[at]).eq("fields") {
         return Err(Reply::err(
             "ERR Mandatory argument FIELDS is missing or not at the right position",
         ));
@@ -531,11 +531,11 @@ fn field_names<'a>(a: &'a [Bytes], at: usize, bad_count: &str) -> Result<&'a [By
 /// per field -2 (no such field), 0 (the condition kept it), 1 (set), 2 (a time already
 /// past: the field is deleted).
 async fn hexpire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], unit_ms: u64, absolute: bool) -> Reply {
-    let name = super::lower(&a[0]);
+    let name = super::ctx::lower(&a[0]);
     let Some(t) = parse_int(&a[2]) else {
         return not_integer();
     };
-    let (cond, at) = match a.get(3).map(|c| super::lower(c)) {
+    let (cond, at) = match a.get(3).map(|c| super::ctx::lower(c)) {
         Some(c) if ["nx", "xx", "gt", "lt"].contains(&c.as_str()) => (Some(c), 4),
         _ => (None, 3),
     };
@@ -684,7 +684,7 @@ pub(crate) async fn hpersist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 
 #[cfg(test)]
 mod tests {
-    use super::super::typed::Items;
+    use super::super::items::Items;
     use super::*;
 
     #[test]

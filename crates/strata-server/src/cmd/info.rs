@@ -8,7 +8,7 @@ use bytes::Bytes;
 use strata_resp::Reply;
 
 use super::connection::REDIS_VERSION;
-use super::{lower, Ctx};
+use super::ctx::{lower, Ctx};
 
 /// The process's user and system CPU seconds (from `/proc/self/stat`; 0 where there is
 /// none).

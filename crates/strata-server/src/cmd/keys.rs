@@ -5,7 +5,7 @@ use strata_engine::glob::{glob_match, literal_prefix};
 use strata_engine::{Change, Key, Kind};
 use strata_resp::Reply;
 
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
+use super::ctx::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
 /// Keys read per page while `KEYS` walks the keyspace.
 const KEYS_PAGE: usize = 10_000;
@@ -320,7 +320,10 @@ pub(crate) async fn swapdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         Some(n) => n,
         None => return Reply::err("ERR invalid second DB index"),
     };
-    let (first, second) = match (super::db_index(ctx, first), super::db_index(ctx, second)) {
+    let (first, second) = match (
+        super::ctx::db_index(ctx, first),
+        super::ctx::db_index(ctx, second),
+    ) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(r), _) | (_, Err(r)) => return r,
     };
@@ -537,7 +540,7 @@ async fn move_key(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Reply {
 /// `MOVE key db`: the value and its expiry into database `db` if no key there has the
 /// name, then the source deleted; atomic to other clients (the command holds the gate).
 pub(crate) async fn move_to_db(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    let db = match super::parse_db(ctx, &a[2]) {
+    let db = match super::ctx::parse_db(ctx, &a[2]) {
         Ok(db) => db,
         Err(r) => return r,
     };
@@ -665,7 +668,7 @@ pub(crate) async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         match lower(&a[i]).as_str() {
             "replace" => replace = true,
             "db" if i + 1 < a.len() => {
-                db = match super::parse_db(ctx, &a[i + 1]) {
+                db = match super::ctx::parse_db(ctx, &a[i + 1]) {
                     Ok(db) => db,
                     Err(r) => return r,
                 };

@@ -35,7 +35,8 @@ use bytes::Bytes;
 use strata_engine::Key;
 use strata_resp::Reply;
 
-use super::{engine_error, not_integer, parse_int, syntax_error, Ctx};
+use super::ctx::{engine_error, not_integer, parse_int, syntax_error, Ctx};
+use super::spec::tag_position;
 
 /// Most chunks one command may name.
 const CHUNKS_MAX: usize = 65_536;
@@ -46,12 +47,6 @@ struct Chunks<'a> {
     ns: &'a Bytes,
     tag: Option<&'a Bytes>,
     rest: &'a [Bytes],
-}
-
-/// The position of a request's group tag (`KVC.* ns TAG t ...`): its key for routing. A tag
-/// has no braces, so its slot is that of `{t}`, which every chunk key with it shares.
-pub(crate) fn tag_position(a: &[Bytes]) -> Option<usize> {
-    (a.len() >= 4 && a[2].eq_ignore_ascii_case(b"tag")).then_some(3)
 }
 
 /// Parses `ns [TAG t] ...`. In cluster mode the tag is required (chunks must group by slot);

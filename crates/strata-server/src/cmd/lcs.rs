@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use strata_resp::Reply;
 
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
+use super::ctx::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
 /// One run of the subsequence: where it is in each string (inclusive), from the table.
 #[derive(Debug, PartialEq)]

@@ -8,12 +8,12 @@ use strata_engine::{Answer, Asked, Kind, Source};
 use strata_format::members::decode_members;
 use strata_resp::Reply;
 
+use super::ctx::{lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 use super::typed::{
     block_on, blocking_mpop_args, corrupt, keys_then_timeout, mpop_args, parse_timeout, pop_count,
     read_asked, read_count, read_items, read_kind, read_live, read_members, reply, write_items,
     Deque, ListCodec,
 };
-use super::{lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
 /// Changes the list at client key `key` (any change wakes blocked pops: `write_kind`).
 async fn write_list<R: Send + 'static>(

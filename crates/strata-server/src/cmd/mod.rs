@@ -6,9 +6,11 @@ mod bits;
 mod blocks;
 mod cluster;
 mod connection;
+pub(crate) mod ctx;
 mod docs;
 mod hashes;
 mod info;
+mod items;
 mod keys;
 mod kvc;
 mod lcs;
@@ -18,9 +20,12 @@ pub(crate) mod scripting;
 mod server;
 mod sets;
 mod sort;
+mod spec;
 mod strata;
 mod strings;
 mod syntax;
+#[cfg(test)]
+mod tests;
 pub(crate) mod txn;
 mod typed;
 mod zsets;
@@ -31,207 +36,23 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use strata_engine::{Error, Key, Written};
+use strata_engine::Key;
 use strata_resp::Reply;
 
-pub(crate) use cluster::{clear_slot, figures as cluster_figures};
+pub(crate) use ctx::Ctx;
+use ctx::{
+    arity_fits, no_permission, wrong_args, Commands, Spec, ADMIN, BLOCKING, CONN, CONTAINER,
+    EXCLUSIVE, FAST, NOAUTH, NOMULTI, NOQUEUE, NOSCRIPT, READ, TOUCHES_WHAT_CHANGES, WRITE,
+};
+use spec::{group_of, key_positions, module_flags};
+
+pub(crate) use cluster::clear_slot;
 pub(crate) use server::ENCODING_PARAMS;
 
 use crate::auth::Role;
 use crate::session::Conn;
 use crate::shared::Shared;
 use crate::stopwatch;
-
-pub(crate) const WRITE: u32 = 1;
-pub(crate) const READ: u32 = 2;
-pub(crate) const ADMIN: u32 = 4;
-/// Allowed before authentication.
-pub(crate) const NOAUTH: u32 = 8;
-/// Runs immediately even inside `MULTI`.
-pub(crate) const NOQUEUE: u32 = 16;
-/// Runs while no other command runs (holds the server's gate for writing).
-pub(crate) const EXCLUSIVE: u32 = 32;
-pub(crate) const FAST: u32 = 64;
-/// Connection commands: allowed to every role.
-pub(crate) const CONN: u32 = 128;
-/// May wait for another client's write (`BLPOP`): runs outside the gate, taking it for
-/// each attempt.
-pub(crate) const BLOCKING: u32 = 256;
-/// Refused from a script (`redis.call`): transactions, scripts, the blocking pops but
-/// `BLMPOP` and `BZMPOP`, and the commands of the connection and the server Redis refuses
-/// there (`CONFIG`, `CLIENT`, `AUTH`, `WAIT`...).
-pub(crate) const NOSCRIPT: u32 = 512;
-/// Refused inside `MULTI`, failing the transaction (Redis's `no_multi`: `SHUTDOWN`).
-pub(crate) const NOMULTI: u32 = 1024;
-/// The handler writes only through `typed.rs`, which touches for `WATCH` exactly the keys
-/// a write changes (`typed::changed`), so [`dispatch`] does not touch every key the
-/// command names: an `SMOVE` of a member the destination holds leaves its watchers alone,
-/// as in Redis. Given by the handler's module ([`module_flags`]).
-pub(crate) const TOUCHES_WHAT_CHANGES: u32 = 2048;
-/// Has subcommands (`docs::SUBCOMMANDS`): a request naming one is held to its arity.
-pub(crate) const CONTAINER: u32 = 4096;
-
-/// Whether two strings are equal, in a `const fn`.
-const fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
-/// The flags the module of a command's handler gives it: the collections' modules
-/// (hashes, sets, sorted sets, lists) [`TOUCHES_WHAT_CHANGES`].
-const fn module_flags(module: &str) -> u32 {
-    if same(module, "h") || same(module, "se") || same(module, "z") || same(module, "l") {
-        TOUCHES_WHAT_CHANGES
-    } else {
-        0
-    }
-}
-
-/// The `COMMAND DOCS` group of command `name`, whose handler is in `module`: Redis's group
-/// names (Strata's own commands are `strata`), by module but for the few commands whose
-/// handlers sit with others of another group.
-const fn group_of(module: &str, name: &str) -> &'static str {
-    const SERVER: [&str; 5] = ["flushdb", "flushall", "dbsize", "swapdb", "memory"];
-    let mut k = 0;
-    while k < SERVER.len() {
-        if same(name, SERVER[k]) {
-            return "server";
-        }
-        k += 1;
-    }
-    if same(name, "wait") {
-        return "generic";
-    }
-    const GROUPS: [(&str, &str); 17] = [
-        ("cn", "connection"),
-        ("s", "string"),
-        ("lcs", "string"),
-        ("bits", "bitmap"),
-        ("h", "hash"),
-        ("se", "set"),
-        ("l", "list"),
-        ("z", "sorted-set"),
-        ("sort", "generic"),
-        ("keys", "generic"),
-        ("txn", "transactions"),
-        ("scripting", "scripting"),
-        ("info", "server"),
-        ("sv", "server"),
-        ("cluster", "cluster"),
-        ("st", "strata"),
-        ("kvc", "strata"),
-    ];
-    let mut i = 0;
-    while i < GROUPS.len() {
-        if same(module, GROUPS[i].0) {
-            return GROUPS[i].1;
-        }
-        i += 1;
-    }
-    panic!("a module of command handlers without a COMMAND DOCS group")
-}
-
-/// A command's handler: the checked arguments in, the reply out.
-pub(crate) type Run = for<'a, 'b> fn(&'a mut Ctx<'b>, &'a [Bytes]) -> BoxFuture<'a, Reply>;
-
-/// One command: Redis's arity convention (negative = at least), flags, key positions and
-/// the handler.
-#[derive(Clone, Copy)]
-pub(crate) struct Spec {
-    pub(crate) name: &'static str,
-    /// Its group in `COMMAND DOCS` ([`group_of`]).
-    pub(crate) group: &'static str,
-    pub(crate) arity: i32,
-    pub(crate) flags: u32,
-    pub(crate) first_key: i32,
-    pub(crate) last_key: i32,
-    pub(crate) step: i32,
-    pub(crate) run: Run,
-}
-
-impl Spec {
-    /// Whether `n` arguments (the name included) fit the command's arity.
-    pub(crate) fn accepts(&self, n: usize) -> bool {
-        arity_fits(self.arity, n)
-    }
-}
-
-/// Whether `n` arguments (the names included) fit Redis's `arity`.
-fn arity_fits(arity: i32, n: usize) -> bool {
-    let n = n as i32;
-    match arity.cmp(&0) {
-        std::cmp::Ordering::Greater => n == arity,
-        std::cmp::Ordering::Less => n >= -arity,
-        std::cmp::Ordering::Equal => true,
-    }
-}
-
-/// For commands that count their keys: the position of that count, and how many keys come
-/// before it from position 1.
-fn counted_keys(spec: &Spec) -> Option<(usize, usize)> {
-    match spec.name {
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Some((2, 0)),
-        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "lmpop" | "zmpop" => {
-            Some((1, 0))
-        }
-        "blmpop" | "bzmpop" => Some((2, 0)),
-        "zunionstore" | "zinterstore" | "zdiffstore" => Some((2, 1)),
-        _ => None,
-    }
-}
-
-/// The `KVC.*` commands that name chunks of one group: their group tag is their key.
-/// (`KVC.WHERE` answers on any node.)
-fn routed_by_tag(spec: &Spec) -> bool {
-    spec.name.starts_with("kvc.") && spec.name != "kvc.where"
-}
-
-/// Whether a command's keys are found from its arguments rather than fixed positions
-/// (`movablekeys` in `COMMAND`: cluster clients then ask `COMMAND GETKEYS`).
-pub(crate) fn movable_keys(spec: &Spec) -> bool {
-    counted_keys(spec).is_some() || routed_by_tag(spec)
-}
-
-/// The argument positions of the keys a request of `spec` names: the table's first, last
-/// and step, or, for commands that count their keys (`EVAL`, `ZUNION`, `LMPOP`...), the
-/// `numkeys` argument. `Err` if that count is not a number that fits the arguments.
-pub(crate) fn key_positions(spec: &Spec, a: &[Bytes]) -> Result<Vec<usize>, ()> {
-    if routed_by_tag(spec) {
-        return Ok(kvc::tag_position(a).into_iter().collect());
-    }
-    if let Some((at, before)) = counted_keys(spec) {
-        let n = a.get(at).and_then(|b| parse_int(b)).ok_or(())?;
-        if n < 0 || n as usize > a.len().saturating_sub(at + 1) {
-            return Err(());
-        }
-        let mut out: Vec<usize> = (1..=before).collect();
-        out.extend(at + 1..at + 1 + n as usize);
-        return Ok(out);
-    }
-    if spec.first_key <= 0 {
-        return Ok(Vec::new());
-    }
-    let n = a.len() as i32;
-    let last = if spec.last_key < 0 {
-        n + spec.last_key
-    } else {
-        spec.last_key
-    };
-    Ok((spec.first_key..=last.min(n - 1))
-        .step_by(spec.step.max(1) as usize)
-        .map(|k| k as usize)
-        .collect())
-}
 
 /// The stored keys a request names (for `EXEC`, those of the commands it queued): what it
 /// waits on when a change woke clients blocked on them ([`crate::blocked::Blocked::served`]).
@@ -783,6 +604,56 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("kvc.where", -3, READ, 0, 0, 0, kvc::where_cached),
 ];
 
+/// The table as [`Ctx::commands`] hands it to the commands that call it back.
+pub(crate) struct Table;
+
+pub(crate) static TABLE: Table = Table;
+
+impl Commands for Table {
+    fn specs(&self) -> &'static [Spec] {
+        COMMANDS
+    }
+
+    fn lookup(&self, name: &[u8]) -> Option<usize> {
+        lookup(name)
+    }
+
+    fn refusal(&self, conn: &mut Conn, spec: &Spec, args: &[Bytes]) -> Option<Reply> {
+        refusal(conn, spec, args)
+    }
+
+    fn subcommand_misfit(&self, spec: &Spec, args: &[Bytes]) -> Option<&'static str> {
+        subcommand_misfit(spec, args)
+    }
+
+    fn dispatch<'a, 'b>(
+        &self,
+        ctx: &'a mut Ctx<'b>,
+        idx: usize,
+        a: &'a [Bytes],
+    ) -> BoxFuture<'a, Reply> {
+        Box::pin(dispatch(ctx, idx, a))
+    }
+
+    fn dispatch_counted<'a, 'b>(
+        &self,
+        ctx: &'a mut Ctx<'b>,
+        idx: usize,
+        a: &'a [Bytes],
+    ) -> BoxFuture<'a, Reply> {
+        Box::pin(dispatch_counted(ctx, idx, a))
+    }
+}
+
+/// The context a command of this connection runs in.
+pub(crate) fn ctx<'a>(shared: &'a Arc<Shared>, conn: &'a mut Conn) -> Ctx<'a> {
+    Ctx {
+        shared,
+        conn,
+        commands: &TABLE,
+    }
+}
+
 /// Every command's name, in table order.
 pub(crate) fn names() -> Vec<&'static str> {
     COMMANDS.iter().map(|s| s.name).collect()
@@ -838,116 +709,8 @@ pub(crate) fn is_exclusive(idx: Option<usize>, conn: &Conn) -> bool {
     spec.flags & EXCLUSIVE != 0
 }
 
-/// `ERR wrong number of arguments for 'x' command`.
-pub(crate) fn wrong_args(name: &str) -> Reply {
-    Reply::err(format!(
-        "ERR wrong number of arguments for '{name}' command"
-    ))
-}
-
-/// The refusal of `command` (`client|kill` for a subcommand) to `user`, whose role does
-/// not allow it.
-pub(crate) fn no_permission(user: &str, command: &str) -> Reply {
-    Reply::err(format!(
-        "NOPERM User {user} has no permissions to run the '{command}' command"
-    ))
-}
-
-pub(crate) fn syntax_error() -> Reply {
-    Reply::err("ERR syntax error")
-}
-
-pub(crate) fn wrong_type() -> Reply {
-    Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value")
-}
-
-/// Refuses an entry that is not a string (`WRONGTYPE`), for the string commands'
-/// read-modify-writes.
-pub(crate) fn string_only(cur: &Option<strata_engine::Existing<'_>>) -> strata_engine::Result<()> {
-    match cur {
-        Some(c) if c.kind != strata_engine::Kind::String => Err(Error::WrongType),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn not_integer() -> Reply {
-    Reply::err("ERR value is not an integer or out of range")
-}
-
-/// Maps an engine error to a Redis error reply.
-pub(crate) fn engine_error(e: &Error) -> Reply {
-    match e {
-        Error::NotInteger => not_integer(),
-        Error::Overflow => Reply::err("ERR increment or decrement would overflow"),
-        Error::WrongType => wrong_type(),
-        Error::Invalid(m) => Reply::err(format!("ERR {m}")),
-        Error::ColdUnavailable(m) => Reply::err(format!("TRYAGAIN cold tier unavailable: {m}")),
-        Error::Storage(m) => Reply::err(format!("ERR storage unavailable: {m}")),
-        Error::Data(m) => Reply::err(format!("ERR data error: {m}")),
-        Error::WarmFull(m) => Reply::err(format!("OOM {m}")),
-        Error::DiskFull(m) => Reply::err(format!("ERR {m}")),
-        Error::Closed => Reply::err("ERR server is shutting down"),
-        Error::Poisoned(m) => Reply::err(format!(
-            "MISCONF writes are refused because a WAL sync failed: {m}"
-        )),
-        Error::Internal(m) => Reply::err(format!("ERR internal error: {m}")),
-    }
-}
-
-pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
-    strata_engine::parse_i64(b)
-}
-
-/// A database index as `SELECT` and `MOVE` take it: an integer below `databases`.
-pub(crate) fn parse_db(ctx: &Ctx<'_>, b: &[u8]) -> Result<u8, Reply> {
-    let n = parse_int(b).ok_or_else(not_integer)?;
-    db_index(ctx, n)
-}
-
-/// Database `n`, if the `databases` setting has it.
-pub(crate) fn db_index(ctx: &Ctx<'_>, n: i64) -> Result<u8, Reply> {
-    let count = ctx.shared.cfg.read().databases as i64;
-    if (0..count).contains(&n) {
-        Ok(n as u8)
-    } else {
-        Err(Reply::err("ERR DB index is out of range"))
-    }
-}
-
-pub(crate) fn lower(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_lowercase()
-}
-
 /// Most commands one `MULTI` may queue.
 const MULTI_QUEUED_MAX: usize = 100_000;
-
-/// Context handed to command implementations.
-pub(crate) struct Ctx<'a> {
-    pub(crate) shared: &'a Arc<Shared>,
-    pub(crate) conn: &'a mut Conn,
-}
-
-impl Ctx<'_> {
-    /// The most bytes of values one reply may carry (`client-output-buffer-limit`).
-    pub(crate) fn reply_bytes_max(&self) -> u64 {
-        self.shared.cfg.read().client_output_buffer_limit
-    }
-
-    /// The same client key in database `db` (`MOVE`).
-    pub(crate) fn key_in(&self, db: u8, client: &[u8]) -> Key {
-        self.shared.engine.key(db, client)
-    }
-
-    /// The stored key of `client` in the selected database.
-    pub(crate) fn key(&self, client: &[u8]) -> Key {
-        self.shared.engine.key(self.conn.db, client)
-    }
-
-    /// A write's result; its ticket joins those the replies wait for.
-    pub(crate) fn defer<T>(&mut self, w: Written<T>) -> T {
-        w.defer(&mut self.conn.pending)
-    }
-}
 
 fn unknown_command(args: &[Bytes]) -> Reply {
     let name = String::from_utf8_lossy(&args[0]);
@@ -1074,7 +837,7 @@ async fn execute_request(
     if spec.flags & (WRITE | EXCLUSIVE) == WRITE && shared.engine.pace_writes().await {
         conn.lap = None;
     }
-    dispatch_counted(&mut Ctx { shared, conn }, idx, args).await
+    dispatch_counted(&mut ctx(shared, conn), idx, args).await
 }
 
 /// [`dispatch`], timed and counted in the server's figures (a client's command, or one a
@@ -1184,7 +947,7 @@ pub(crate) async fn execute_run(
         conn.asking = false;
     }
     let start = stopwatch::now();
-    let mut ctx = Ctx { shared, conn };
+    let mut ctx = ctx(shared, conn);
     let replies = match kind {
         RunKind::Set => strings::set_run(&mut ctx, cmds).await,
         RunKind::Incr => strings::incr_run(&mut ctx, cmds).await,

@@ -25,7 +25,7 @@ use hashbrown::HashTable;
 use strata_format::VALUE_BYTES_MAX;
 use strata_resp::Reply;
 
-use super::typed::{table_due, Items, Touched, ORDERED_ITEMS_MAX};
+use super::items::{table_due, Items, Touched, ORDERED_ITEMS_MAX};
 
 /// How a kind's items are packed in an [`Indexed`]: as its stored value's format writes
 /// them ([`strata_format::collection_buf`] and the items after it), so the packed items
@@ -90,7 +90,7 @@ impl Pack for MemberPack {
 
 /// Items looked up by name, packed ([`Pack`]; see the module doc). Looked up by comparing
 /// names, or through a table from name to position once the value is looked up again (a
-/// live value, kept between commands) and holds more than [`super::typed::LINEAR_ITEMS_MAX`] items.
+/// live value, kept between commands) and holds more than [`super::items::LINEAR_ITEMS_MAX`] items.
 /// Changes are noted by name ([`Touched`]), so a large value's few changes are logged as a
 /// delta.
 pub(crate) struct Indexed<P: Pack> {
@@ -574,9 +574,9 @@ mod tests {
 
     use bytes::Bytes;
 
-    use super::super::typed::tests::next_random;
-    use super::super::typed::LINEAR_ITEMS_MAX;
+    use super::super::items::LINEAR_ITEMS_MAX;
     use super::*;
+    use crate::cmd::items::next_random;
 
     /// The members of `set`, in order.
     fn members(set: &Indexed<MemberPack>) -> Vec<Bytes> {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use strata_resp::Reply;
 use strata_script::{Flags, RestorePolicy};
 
-use super::{lookup, lower, not_integer, parse_int, refusal, syntax_error, Ctx, COMMANDS};
+use super::ctx::{lower, not_integer, parse_int, syntax_error, Ctx};
 use crate::shared::Shared;
 
 /// What a script is named by: its body (`EVAL`), its SHA1 (`EVALSHA`) or a function's
@@ -177,37 +177,42 @@ async fn call_from_script(
     args: &[Bytes],
     read_only: bool,
 ) -> Reply {
-    let Some(idx) = lookup(&args[0]) else {
+    let commands = ctx.commands;
+    let Some(idx) = commands.lookup(&args[0]) else {
         return Reply::err("ERR Unknown Redis command called from script");
     };
-    let spec = &COMMANDS[idx];
+    let spec = &commands.specs()[idx];
     // `CLUSTER RESET` alone of `CLUSTER`'s subcommands, as in Redis.
     let cluster_reset = spec.name == "cluster"
         && args
             .get(1)
             .is_some_and(|a| a.eq_ignore_ascii_case(b"reset"));
     // Redis's order: the arity (a subcommand's own too), then whether scripts may call it.
-    if !spec.accepts(args.len()) || super::subcommand_misfit(spec, args).is_some() {
+    if !spec.accepts(args.len()) || commands.subcommand_misfit(spec, args).is_some() {
         return Reply::err("ERR Wrong number of args calling Redis command from script");
     }
     // The blocking commands Redis allows (`BLMPOP`, `BZMPOP`) try once, as inside `MULTI`.
-    if spec.flags & super::NOSCRIPT != 0 || cluster_reset {
+    if spec.flags & super::ctx::NOSCRIPT != 0 || cluster_reset {
         return Reply::err("ERR This Redis command is not allowed from script");
     }
-    if spec.flags & super::WRITE != 0 {
+    if spec.flags & super::ctx::WRITE != 0 {
         if read_only {
             return Reply::err("ERR Write commands are not allowed from read-only scripts.");
         }
         shared.script.note_write();
     }
-    if let Some(r) = refusal(ctx.conn, spec, args) {
+    if let Some(r) = commands.refusal(ctx.conn, spec, args) {
         return r;
     }
-    let keys_at = |c| super::key_positions(spec, args).ok().map(|at| (c, at));
+    let keys_at = |c| {
+        super::spec::key_positions(spec, args)
+            .ok()
+            .map(|at| (c, at))
+    };
     if let Some((c, at)) = shared.cluster.as_ref().and_then(keys_at) {
         let slot = |i: usize| strata_format::keys::slot_of(&args[i]);
         // The script's own keys passed the routing check (with the client's ASKING).
-        let write = spec.flags & super::WRITE != 0;
+        let write = spec.flags & super::ctx::WRITE != 0;
         let elsewhere = |i: usize| super::cluster::route_reply(c, slot(i), write, true).is_some();
         if at.iter().any(|&i| elsewhere(i)) {
             return Reply::err("ERR Script attempted to access a non local key in a cluster node");
@@ -215,7 +220,7 @@ async fn call_from_script(
     }
     // Timed from here: the script's own work before the call is not the command's.
     ctx.conn.lap = None;
-    super::dispatch_counted(ctx, idx, args).await
+    commands.dispatch_counted(ctx, idx, args).await
 }
 
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP`.
@@ -275,7 +280,7 @@ fn save(ctx: &Ctx<'_>, functions: &strata_script::Functions) -> Result<(), Reply
     ctx.shared
         .engine
         .save_functions(payload.as_deref())
-        .map_err(|e| super::engine_error(&e))
+        .map_err(|e| super::ctx::engine_error(&e))
 }
 
 /// Loads the libraries the engine saved (at start).

@@ -6,10 +6,10 @@ use bytes::Bytes;
 use strata_engine::glob::glob_match;
 use strata_resp::Reply;
 
-use super::{lower, Ctx, COMMANDS};
+use super::ctx::{lower, Commands, Ctx};
 
-pub(crate) async fn command(_ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
-    command_reply(a)
+pub(crate) async fn command(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    command_reply(ctx.commands, a)
 }
 
 pub(crate) async fn config(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
@@ -78,14 +78,14 @@ pub(crate) async fn save(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     };
     match turn.save().await {
         Ok(()) => Reply::ok(),
-        Err(e) => super::engine_error(&e),
+        Err(e) => super::ctx::engine_error(&e),
     }
 }
 
 /// `BGSAVE [SCHEDULE]`: `SAVE` without waiting for it.
 pub(crate) async fn bgsave(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if a.len() > 2 || a.get(1).is_some_and(|o| lower(o) != "schedule") {
-        return super::syntax_error();
+        return super::ctx::syntax_error();
     }
     let Some(turn) = SaveTurn::take(ctx.shared) else {
         return save_in_progress();
@@ -129,8 +129,8 @@ impl Drop for SaveTurn {
 
 /// The command a subcommand is, for `COMMAND INFO` and `COMMAND LIST`: its own name, arity
 /// and flags; its container's group, key positions and handler.
-fn sub_spec(container: &super::Spec, sub: &super::docs::Sub) -> super::Spec {
-    super::Spec {
+fn sub_spec(container: &super::ctx::Spec, sub: &super::docs::Sub) -> super::ctx::Spec {
+    super::ctx::Spec {
         name: sub.name,
         group: container.group,
         arity: sub.arity(),
@@ -143,30 +143,30 @@ fn sub_spec(container: &super::Spec, sub: &super::docs::Sub) -> super::Spec {
 }
 
 /// `COMMAND INFO`'s entry of `s`: Redis's ten fields, the last its subcommands' entries.
-fn command_info(s: &super::Spec) -> Reply {
+pub(super) fn command_info(s: &super::ctx::Spec) -> Reply {
     let mut flags = Vec::new();
-    if s.flags & super::WRITE != 0 {
+    if s.flags & super::ctx::WRITE != 0 {
         flags.push(Reply::Simple("write".into()));
     }
-    if s.flags & super::READ != 0 {
+    if s.flags & super::ctx::READ != 0 {
         flags.push(Reply::Simple("readonly".into()));
     }
-    if s.flags & super::ADMIN != 0 {
+    if s.flags & super::ctx::ADMIN != 0 {
         flags.push(Reply::Simple("admin".into()));
     }
-    if s.flags & super::FAST != 0 {
+    if s.flags & super::ctx::FAST != 0 {
         flags.push(Reply::Simple("fast".into()));
     }
-    if s.flags & super::NOSCRIPT != 0 {
+    if s.flags & super::ctx::NOSCRIPT != 0 {
         flags.push(Reply::Simple("noscript".into()));
     }
-    if s.flags & super::NOMULTI != 0 {
+    if s.flags & super::ctx::NOMULTI != 0 {
         flags.push(Reply::Simple("no_multi".into()));
     }
-    if s.flags & super::BLOCKING != 0 {
+    if s.flags & super::ctx::BLOCKING != 0 {
         flags.push(Reply::Simple("blocking".into()));
     }
-    if super::movable_keys(s) {
+    if super::spec::movable_keys(s) {
         flags.push(Reply::Simple("movablekeys".into()));
     }
     Reply::Array(vec![
@@ -193,14 +193,14 @@ fn command_info(s: &super::Spec) -> Reply {
 
 /// `COMMAND INFO`'s entry of the command or subcommand (`client|kill`) `name` names; nil
 /// for neither.
-fn info_of(name: &[u8]) -> Reply {
-    if let Some(i) = super::lookup(name) {
-        return command_info(&COMMANDS[i]);
+fn info_of(commands: &dyn Commands, name: &[u8]) -> Reply {
+    if let Some(i) = commands.lookup(name) {
+        return command_info(&commands.specs()[i]);
     }
     let sub = super::docs::subcommand(name);
     sub.and_then(|sub| {
         let (container, _) = sub.name.split_once('|')?;
-        let s = &COMMANDS[super::lookup(container.as_bytes())?];
+        let s = &commands.specs()[commands.lookup(container.as_bytes())?];
         Some(command_info(&sub_spec(s, &sub)))
     })
     .unwrap_or(Reply::Null)
@@ -240,14 +240,14 @@ const ACL_CATEGORIES: [&str; 21] = [
 /// `COMMAND` and its subcommands), `transaction`, `scripting`). A command with subcommands
 /// is only `slow` (and `COMMAND` `connection`), as in Redis. Where Redis's own differ from
 /// these rules, [`CATEGORY_EXCEPTIONS`] says so.
-fn acl_categories(s: &super::Spec) -> impl Iterator<Item = &'static str> + '_ {
+pub(super) fn acl_categories(s: &super::ctx::Spec) -> impl Iterator<Item = &'static str> + '_ {
     let (added, removed) = CATEGORY_EXCEPTIONS
         .iter()
         .find(|(name, ..)| *name == s.name)
         .map_or((&[][..], &[][..]), |&(_, added, removed)| (added, removed));
     let script = s.group == "scripting" && !s.name.contains('|');
     let flag = move |f: u32| s.flags & f != 0;
-    let container = flag(super::CONTAINER);
+    let container = flag(super::ctx::CONTAINER);
     // SORT reads lists, sets and sorted sets.
     let sorts = ["sort", "sort_ro"].contains(&s.name);
     let keyspace = (s.group == "generic" && s.name != "wait" && !sorts)
@@ -260,18 +260,18 @@ fn acl_categories(s: &super::Spec) -> impl Iterator<Item = &'static str> + '_ {
         "connection" if s.name.starts_with("command|") => true,
         _ if container => c == "slow",
         "keyspace" => keyspace,
-        "read" => flag(super::READ) && !script,
-        "write" => flag(super::WRITE) && !script,
+        "read" => flag(super::ctx::READ) && !script,
+        "write" => flag(super::ctx::WRITE) && !script,
         "set" => of_group("set"),
         "sortedset" => of_group("sorted-set"),
         "list" => of_group("list"),
         "hash" => of_group("hash"),
         "string" => of_group("string"),
         "bitmap" => of_group("bitmap"),
-        "admin" | "dangerous" => flag(super::ADMIN),
-        "fast" => flag(super::FAST),
-        "slow" => !flag(super::FAST),
-        "blocking" => flag(super::BLOCKING),
+        "admin" | "dangerous" => flag(super::ctx::ADMIN),
+        "fast" => flag(super::ctx::FAST),
+        "slow" => !flag(super::ctx::FAST),
+        "blocking" => flag(super::ctx::BLOCKING),
         "connection" => of_group("connection") || s.name == "wait",
         "transaction" => of_group("transactions"),
         "scripting" => of_group("scripting"),
@@ -302,9 +302,9 @@ const CATEGORY_EXCEPTIONS: &[(&str, &[&str], &[&str])] = &[
 /// the commands and their subcommands (`client|kill`), all of them or those the filter
 /// keeps. Strata loads no modules, so `MODULE` keeps none; a subcommand is kept by
 /// its own categories; an unknown category keeps none, as in Redis.
-fn command_list(filter: &[Bytes]) -> Reply {
+pub(super) fn command_list(commands: &dyn Commands, filter: &[Bytes]) -> Reply {
     // Every command, and each subcommand as the command it is.
-    let specs = COMMANDS.iter().flat_map(|s| {
+    let specs = commands.specs().iter().flat_map(|s| {
         std::iter::once(*s)
             .chain(super::docs::subcommands(s.name).map(move |sub| sub_spec(s, &sub)))
     });
@@ -320,9 +320,9 @@ fn command_list(filter: &[Bytes]) -> Reply {
             "module" => Keep::None,
             "aclcat" => Keep::Category(lower(value)),
             "pattern" => Keep::Matching(lower(value).into_bytes()),
-            _ => return super::syntax_error(),
+            _ => return super::ctx::syntax_error(),
         },
-        _ => return super::syntax_error(),
+        _ => return super::ctx::syntax_error(),
     };
     Reply::Array(
         specs
@@ -337,31 +337,32 @@ fn command_list(filter: &[Bytes]) -> Reply {
     )
 }
 
-fn command_reply(a: &[Bytes]) -> Reply {
+fn command_reply(commands: &dyn Commands, a: &[Bytes]) -> Reply {
+    let specs = commands.specs();
     if a.len() == 1 {
-        return Reply::Array(COMMANDS.iter().map(command_info).collect());
+        return Reply::Array(specs.iter().map(command_info).collect());
     }
     match lower(&a[1]).as_str() {
-        "count" => Reply::Integer(COMMANDS.len() as i64),
-        "info" => Reply::Array(a[2..].iter().map(|n| info_of(n)).collect()),
-        "docs" => super::docs::docs(&a[2..]),
-        "list" => command_list(&a[2..]),
-        "getkeys" if a.len() >= 3 => getkeys(&a[2..]),
+        "count" => Reply::Integer(specs.len() as i64),
+        "info" => Reply::Array(a[2..].iter().map(|n| info_of(commands, n)).collect()),
+        "docs" => super::docs::docs(commands, &a[2..]),
+        "list" => command_list(commands, &a[2..]),
+        "getkeys" if a.len() >= 3 => getkeys(commands, &a[2..]),
         sub => Reply::err(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
     }
 }
 
 /// `COMMAND GETKEYS cmd args...`: the keys a command names (scripts and functions: the
 /// `numkeys` that follow their name).
-fn getkeys(cmd: &[Bytes]) -> Reply {
-    let Some(i) = super::lookup(&cmd[0]) else {
+fn getkeys(commands: &dyn Commands, cmd: &[Bytes]) -> Reply {
+    let Some(i) = commands.lookup(&cmd[0]) else {
         return Reply::err("ERR Invalid command specified");
     };
-    let s = &COMMANDS[i];
+    let s = &commands.specs()[i];
     if !s.accepts(cmd.len()) {
         return Reply::err("ERR Invalid number of arguments specified for command");
     }
-    let Ok(at) = super::key_positions(s, cmd) else {
+    let Ok(at) = super::spec::key_positions(s, cmd) else {
         return Reply::err("ERR Invalid arguments specified for command");
     };
     let keys: Vec<Bytes> = at.into_iter().map(|i| cmd[i].clone()).collect();
@@ -515,7 +516,7 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
                         let Some(n) = strata_settings::parse_size(&val) else {
                             return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - argument must be a memory value"));
                         };
-                        if let Err(e) = crate::check_maxmemory(n) {
+                        if let Err(e) = crate::config::check_maxmemory(n) {
                             return Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{key}') - {e}"));
                         }
                         cfg.maxmemory = n;
@@ -554,7 +555,7 @@ fn config_reply(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 /// The reply limit a `CONFIG SET client-output-buffer-limit` asks for: a byte count, or
 /// Redis's `normal <hard> <soft> <seconds>` form (other classes, which Strata has no
 /// clients of, are ignored). At least 1 MiB: every reply must fit one large value's worth.
-fn output_limit(val: &str) -> Option<u64> {
+pub(super) fn output_limit(val: &str) -> Option<u64> {
     let words: Vec<&str> = val.split_whitespace().collect();
     let hard = match words.as_slice() {
         [n] => n.parse::<u64>().ok()?,
@@ -566,69 +567,4 @@ fn output_limit(val: &str) -> Option<u64> {
         }
     };
     (hard >= 1 << 20).then_some(hard)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(name: &str) -> &'static super::super::Spec {
-        COMMANDS.iter().find(|s| s.name == name).expect("a command")
-    }
-
-    fn words(ws: &[&str]) -> Vec<Bytes> {
-        ws.iter().map(|w| Bytes::from(w.to_string())).collect()
-    }
-
-    fn listed(filter: &[&str]) -> Vec<String> {
-        match command_list(&words(filter)) {
-            Reply::Array(names) => names
-                .into_iter()
-                .map(|n| match n {
-                    Reply::Bulk(b) => String::from_utf8(b.to_vec()).unwrap(),
-                    other => panic!("{other:?}"),
-                })
-                .collect(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn categories_follow_flags_and_group_and_containers_are_only_slow() {
-        let cats = |n: &str| acl_categories(spec(n)).collect::<Vec<_>>();
-        assert_eq!(cats("get"), ["read", "string", "fast"]);
-        assert_eq!(cats("hset"), ["write", "hash", "fast"]);
-        assert_eq!(cats("blpop"), ["write", "list", "slow", "blocking"]);
-        assert_eq!(cats("del"), ["keyspace", "write", "slow"]);
-        assert_eq!(cats("eval"), ["slow", "scripting"]);
-        assert_eq!(cats("config"), ["slow"]);
-        assert_eq!(cats("multi"), ["fast", "transaction"]);
-    }
-
-    #[test]
-    fn command_list_names_subcommands_and_filters_them() {
-        let all = listed(&[]);
-        assert!(all.contains(&"get".to_string()) && all.contains(&"client|kill".to_string()));
-        assert_eq!(
-            all.len(),
-            COMMANDS.len() + super::super::docs::SUBCOMMANDS.len()
-        );
-        let client = listed(&["FILTERBY", "pattern", "CLIENT|K*"]);
-        assert_eq!(client, ["client|kill"]);
-        let blocking = listed(&["filterby", "ACLCAT", "Blocking"]);
-        assert!(blocking.contains(&"blpop".to_string()) && !blocking.contains(&"lpop".to_string()));
-        // A subcommand has its command's flags and group.
-        assert!(listed(&["FILTERBY", "ACLCAT", "scripting"]).contains(&"script|load".to_string()));
-        assert!(listed(&["FILTERBY", "ACLCAT", "nosuch"]).is_empty());
-        assert!(listed(&["FILTERBY", "MODULE", "search"]).is_empty());
-        for bad in [
-            &["FILTERBY", "nosuch", "x"][..],
-            &["FILTERBY", "PATTERN"],
-            &["x"],
-        ] {
-            assert!(
-                matches!(command_list(&words(bad)), Reply::Error(e) if e == "ERR syntax error")
-            );
-        }
-    }
 }

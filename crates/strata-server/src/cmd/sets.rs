@@ -10,12 +10,12 @@ use strata_engine::Kind;
 use strata_format::members::decode_members;
 use strata_resp::Reply;
 
+use super::ctx::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 use super::packed::{MemberPack, Pack};
 use super::typed::{
     pop_count, random_args, random_positions, read_count, read_items, read_live, read_members,
     read_named_members, reply, scan_options, scan_reply, store_items, write_items, SetCodec,
 };
-use super::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 
 fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
     Reply::Set(members.into_iter().map(Reply::Bulk).collect())

@@ -12,8 +12,8 @@ use strata_format::members::decode_members;
 use strata_format::zset::decode_zset;
 use strata_resp::Reply;
 
+use super::ctx::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 use super::typed::{store_items, ListCodec};
-use super::{engine_error, lower, parse_int, syntax_error, wrong_type, Ctx};
 
 pub(crate) async fn sort(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     sort_command(ctx, a, true).await
@@ -35,7 +35,7 @@ async fn sort_command(ctx: &mut Ctx<'_>, a: &[Bytes], may_store: bool) -> Reply 
             "alpha" => alpha = true,
             "limit" if left >= 2 => {
                 let (Some(o), Some(n)) = (parse_int(&a[i + 1]), parse_int(&a[i + 2])) else {
-                    return super::not_integer();
+                    return super::ctx::not_integer();
                 };
                 limit = Some((o, n));
                 i += 2;

@@ -5,8 +5,8 @@ use bytes::Bytes;
 use strata_engine::RangeBound;
 use strata_resp::Reply;
 
+use super::ctx::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 use super::zsets::{parse_lex_bound, LexBound};
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, Ctx};
 
 /// Most keys one `STRATA.RANGE` answers; a range that holds more needs `LIMIT`.
 const RANGE_KEYS_MAX: usize = 100_000;

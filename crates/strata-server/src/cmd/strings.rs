@@ -6,7 +6,7 @@ use strata_resp::Reply;
 
 use crate::longdouble::{LongDouble, Sum};
 
-use super::{engine_error, lower, not_integer, parse_int, string_only, syntax_error, Ctx};
+use super::ctx::{engine_error, lower, not_integer, parse_int, string_only, syntax_error, Ctx};
 
 /// Parses an expiry argument (`EX`/`PX`/`EXAT`/`PXAT`) into absolute Unix ms.
 pub(crate) fn expire_at(kind: &str, arg: &[u8], now_ms: u64, cmd: &str) -> Result<u64, Reply> {
@@ -259,7 +259,7 @@ pub(crate) async fn msetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 /// `MSET` (and with `only_new`, `MSETNX`): every pair in one batch.
 async fn set_many(ctx: &mut Ctx<'_>, a: &[Bytes], only_new: bool) -> Reply {
     if a.len().is_multiple_of(2) {
-        return super::wrong_args(if only_new { "msetnx" } else { "mset" });
+        return super::ctx::wrong_args(if only_new { "msetnx" } else { "mset" });
     }
     let shared = ctx.shared;
     let keys: Vec<Key> = a[1..].iter().step_by(2).map(|k| ctx.key(k)).collect();

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use strata_engine::Key;
 use strata_resp::Reply;
 
-use super::{engine_error, lookup, Ctx};
+use super::ctx::{engine_error, Ctx};
 
 pub(crate) async fn multi(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     if ctx.conn.multi.is_some() {
@@ -81,8 +81,11 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     let mut replies = Vec::with_capacity(queued.len());
     ctx.conn.exec_commands = Some(queued.len());
     for args in queued {
-        let idx = lookup(&args[0]).expect("queued commands were looked up");
-        let reply = Box::pin(super::dispatch(ctx, idx, &args)).await;
+        let commands = ctx.commands;
+        let idx = commands
+            .lookup(&args[0])
+            .expect("queued commands were looked up");
+        let reply = commands.dispatch(ctx, idx, &args).await;
         let size = reply.payload_bytes();
         if replies.is_empty() || bytes + size <= bytes_max {
             bytes += size;

@@ -14,13 +14,14 @@ use strata_format::zset::{
 };
 use strata_resp::Reply;
 
+use super::ctx::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
+use super::items::{own, table_due, Items, NameTable, Touched};
 use super::typed::{
-    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args, own,
+    block_on, blocking_mpop_args, bulk, corrupt, keys_then_timeout, member_hash, mpop_args,
     pop_count, random_args, random_positions, read_asked, read_count, read_items, read_kind_with,
-    read_live, read_named_with, reply, scan_options, scan_reply, store_items, table_due,
-    write_items, Codec, Items, NameTable, ScanOptions, Touched,
+    read_live, read_named_with, reply, scan_options, scan_reply, store_items, write_items, Codec,
+    ScanOptions,
 };
-use super::{engine_error, lower, not_integer, parse_int, syntax_error, wrong_type, Ctx};
 
 type Entry = (f64, Bytes);
 
@@ -1610,7 +1611,7 @@ pub(crate) async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::typed::tests::next_random;
+    use crate::cmd::items::next_random;
 
     fn e(items: &[(f64, &str)]) -> Vec<Entry> {
         items
