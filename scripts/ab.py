@@ -60,10 +60,23 @@ def wait_port(port, proc, seconds=60):
     raise RuntimeError(f"nothing listens on {port}")
 
 
+# `taskset` arguments that pin a process to a core; empty with `--unpinned` (servers and
+# clients share every core, as on a newcomer's machine).
+PINNED = True
+
+
+def pin(core):
+    return ["taskset", "-c", str(core)] if PINNED else []
+
+
 def start_strata(binary, data_dir, durability):
+    """`binary` may carry settings after an `@`: `target/release/strata@worker_threads=1`."""
+    path, _, extra = str(binary).partition("@")
     port = free_port()
-    args = ["taskset", "-c", "0", str(binary), "serve", "--data-dir", str(data_dir),
-            "--port", str(port), "--set", "metrics_port=0", "--set", f"durability={durability}"]
+    args = pin(0) + [path, "serve", "--data-dir", str(data_dir),
+                     "--port", str(port), "--set", "metrics_port=0", "--set", f"durability={durability}"]
+    for kv in filter(None, extra.split(",")):
+        args += ["--set", kv]
     proc = subprocess.Popen(args, env=dict(os.environ, STRATA_LOG_LEVEL="warn"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
@@ -75,7 +88,7 @@ def start_redis(data_dir, durability):
     `appendonly yes, appendfsync always` beside `group` (both reply after their fsync);
     `everysec` gives `appendfsync everysec`."""
     port = free_port()
-    args = ["taskset", "-c", "0", "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+    args = pin(0) + ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
             "--save", "", "--dir", str(data_dir), "--logfile", ""]
     args += ["--appendonly", "no"] if durability == "none" else \
         ["--appendonly", "yes", "--appendfsync",
@@ -245,6 +258,9 @@ def fill_collections(port):
 # that filled store: a cache's misses (an empty store would measure Redis's empty-table
 # shortcut, not a look-up).
 READ_TESTS = {"get", "mget", "mget100", "getmiss"}
+# redis-benchmark's own default run: every request on its one key (no `-r`), as the first
+# line a newcomer types (`redis-benchmark -t get,set -P 16 -q`).
+ONE_KEY_TESTS = {"setone": "set", "getone": "get"}
 
 
 def prefill(port, size):
@@ -266,10 +282,13 @@ def redis_benchmark(port, test, size, clients, pipeline, requests):
         keyspace = TYPE_KEYSPACE
     if test in BIG_TESTS or test in PAIR_BIG:
         keyspace = BIG_MEMBERS
-    args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
-            "-r", str(keyspace), "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
-            "-d", str(size)]
-    if test in TYPE_TESTS:
+    args = pin(1) + ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--csv",
+                     "-n", str(requests), "-c", str(clients), "-P", str(pipeline), "-d", str(size)]
+    if test not in ONE_KEY_TESTS:
+        args += ["-r", str(keyspace)]
+    if test in ONE_KEY_TESTS:
+        args += ["-t", ONE_KEY_TESTS[test]]
+    elif test in TYPE_TESTS:
         args += TYPE_TESTS[test]
     elif test in BIG_TESTS:
         args += BIG_TESTS[test]
@@ -301,7 +320,7 @@ def paired_benchmark(port, test, size, clients, pipeline, requests):
     procs = []
     started = time.monotonic()
     for command in PAIR_TESTS[test]:
-        args = ["taskset", "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+        args = pin(1) + ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
                 "--csv", "-r", str(PAIR_KEYSPACE.get(test, BIG_MEMBERS)), "-n", str(max(requests // 2, 1)),
                 "-c", str(max(clients // 2, 1)), "-P", str(pipeline), "-d", str(size)] + command
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
@@ -328,6 +347,9 @@ def redis_rows(quick):
     for test in ["set", "incr"]:
         for clients, pipeline in [(50, 1), (50, 16), (1, 1), (1, 16)]:
             rows.append(("group", test, 3, clients, pipeline))
+    for test in ONE_KEY_TESTS:
+        for clients, pipeline in [(50, 1), (50, 16)]:
+            rows.append(("none", test, 3, clients, pipeline))
     for test in TYPE_TESTS:
         if test in SCRIPT_CALLS:
             continue
@@ -486,9 +508,13 @@ def main():
     p.add_argument("--quick", action="store_true", help="small sizes, to check the script")
     p.add_argument("--big-members", type=int, default=BIG_MEMBERS,
                    help="members of each large collection the `big` rows write and read")
+    p.add_argument("--unpinned", action="store_true",
+                   help="no taskset: servers and redis-benchmark share every core")
     p.add_argument("--name", default="ab")
     p.add_argument("--out", type=Path, default=ROOT / "reports")
     a = p.parse_args()
+    global PINNED
+    PINNED = not a.unpinned
     globals()["BIG_MEMBERS"] = a.big_members
     only = set(a.only or ["redis", "kvcache", "prefetch"])
     started = time.time()
@@ -506,8 +532,9 @@ def main():
     (a.out / f"{a.name}.json").write_text(json.dumps({"command": cmd, "rows": table}, indent=1))
     md = [f"# A/B: {a.old} (old) against {a.new} (new)", "",
           f"Command: `{cmd}` ({(time.time() - started) / 60:.0f} min). Medians of the rounds; "
-          "the two builds alternate, so both see the same machine. Servers on core 0, "
-          "redis-benchmark on core 1. `ok`: new is within "
+          "the two builds alternate, so both see the same machine. " + (
+              "Servers on core 0, redis-benchmark on core 1. " if PINNED else
+              "Nothing pinned: servers and redis-benchmark share every core. ") + "`ok`: new is within "
           f"{a.tolerance:.0%} of old, or better.", "",
           "`spread`: how far apart the old build's own rounds were (max − min over the median).", ""]
     if str(a.old) == "redis":

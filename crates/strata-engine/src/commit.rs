@@ -104,7 +104,44 @@ pub(crate) fn stage<'k>(
     batch: &mut Batch,
     d: &mut Counts,
 ) -> Result<Option<Staged<'k>>> {
-    let now = core.now_ms();
+    let (change, fields_expire) = as_of(change, core.now_ms());
+    let old_expire = old.map_or(0, |s| s.expire_ms);
+    let mut staged = Staged {
+        key,
+        hot_value: None,
+        kind: old.map_or(Kind::String, |s| s.kind),
+        new_expire: 0,
+        to_log: None,
+    };
+    match (&change, old.map(|s| &s.loc)) {
+        (Change::SetExpire(_), None) => return Ok(None),
+        (Change::SetExpire(e), Some(loc)) => {
+            stage_expiry(core, key, staged.kind, *e, loc, batch, d)?;
+            staged.new_expire = *e;
+        }
+        (Change::Parts { .. }, _) => {
+            staged.new_expire = stage_parts(core, key, old, &change, batch, d)?;
+        }
+        (
+            Change::Put {
+                kind,
+                value,
+                expire_ms,
+            },
+            loc,
+        ) => {
+            stage_put(core, &mut staged, *kind, value, *expire_ms, batch, d)?;
+            remove_old(batch, d, key, loc, false);
+        }
+        (Change::Delete, loc) => remove_old(batch, d, key, loc, true),
+    }
+    index_expiry(batch, &staged, &change, old_expire, fields_expire);
+    Ok(Some(staged))
+}
+
+/// `change` as it stands at `now`: a value or expiry already past is a delete, and so is a
+/// hash whose fields have all expired. Also when a hash's fields all expire, if they do.
+fn as_of(change: Change, now: u64) -> (Change, Option<u64>) {
     // A hash's fields may expire on their own: one whose fields have all expired is
     // deleted, and the sweep is told when the last field of one whose fields all expire
     // does (every change of a hash's fields is a `Put`, which tells it again).
@@ -126,41 +163,42 @@ pub(crate) fn stage<'k>(
         Change::Put { .. } if fields_gone => Change::Delete,
         c => c,
     };
-    let old_expire = old.map_or(0, |s| s.expire_ms);
-    let mut kind = old.map_or(Kind::String, |s| s.kind);
-    let mut new_expire = 0;
-    let mut hot_value = None;
-    let mut to_log = None;
-    match (&change, old.map(|s| &s.loc)) {
-        (Change::SetExpire(e), Some(Loc::Cold(r))) => {
+    (change, fields_expire)
+}
+
+/// Stages a new expiry `e` of `key`, stored at `loc` as a value of `kind`: the value stays
+/// where it is.
+fn stage_expiry(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    e: u64,
+    loc: &Loc,
+    batch: &mut Batch,
+    d: &mut Counts,
+) -> Result<()> {
+    match loc {
+        Loc::Cold(r) => {
             let mut r = *r;
-            r.expire_ms = *e;
+            r.expire_ms = e;
             batch.put_cold(key, &r);
-            new_expire = *e;
         }
-        (
-            Change::SetExpire(e),
-            Some(Loc::Warm {
-                parted: Some(at), ..
-            }),
-        ) => {
+        Loc::Warm {
+            parted: Some(at), ..
+        } => {
             // The parts stay; the record's checksum covers the expiry.
             let seq = next_write_seq(core);
             batch.put_record(
                 key,
-                &WarmRecord::encode_parted(kind, key.client(), *e, seq, *at),
+                &WarmRecord::encode_parted(kind, key.client(), e, seq, *at),
             );
-            new_expire = *e;
         }
-        (
-            Change::SetExpire(e),
-            Some(Loc::Warm {
-                value,
-                charge,
-                logged,
-                ..
-            }),
-        ) => {
+        Loc::Warm {
+            value,
+            charge,
+            logged,
+            ..
+        } => {
             let loaded;
             let value = match value {
                 Some(v) => v,
@@ -179,79 +217,105 @@ pub(crate) fn stage<'k>(
                 // The value stays where it is; only the checksum (which covers the expiry)
                 // changes.
                 Some(at) => {
-                    let crc = entry_checksum(kind, key.client(), *e, value);
-                    WarmRecord::encode_logged(kind, *e, seq, crc, *at)
+                    let crc = entry_checksum(kind, key.client(), e, value);
+                    WarmRecord::encode_logged(kind, e, seq, crc, *at)
                 }
-                None => WarmRecord::encode(kind, key.client(), *e, seq, value),
+                None => WarmRecord::encode(kind, key.client(), e, seq, value),
             };
             d.warm_bytes += warm_charge(key, value.len() as u64) as i64 - *charge as i64;
             batch.put_record(key, &rec);
-            new_expire = *e;
         }
-        (Change::SetExpire(_), None) => return Ok(None),
-        (Change::Parts { .. }, _) => {
-            new_expire = stage_parts(core, key, old, &change, batch, d)?;
-        }
-        (
-            Change::Put {
-                kind: new_kind,
-                value,
-                expire_ms,
-            },
-            loc,
-        ) => {
-            let seq = next_write_seq(core);
-            kind = *new_kind;
-            if core.settings.warm.stores_parts(kind, value.len()) {
-                // A new version: the old one's parts (if any) go below, all at once.
-                let bad = |e| Error::Invalid(format!("a {} to store as parts: {e}", kind.name()));
-                let current =
-                    strata_format::parts::in_current_encoding(kind, value).map_err(bad)?;
-                let items = strata_format::parts::items(kind, &current).map_err(bad)?;
-                if kind == Kind::ZSet {
-                    for (_, item) in &items {
-                        let (score, member) = zset::decode_entry(item).map_err(bad)?;
-                        batch.put_score(key, seq, score, member);
-                    }
-                }
-                let count = items.len() as u64;
-                put_parts(batch, key, seq, kind, items);
-                core.counters.parts_written.fetch_add(count, Relaxed);
-                let at = strata_format::Parted {
-                    version: seq,
-                    count,
-                    bytes: value.len() as u64,
-                    head: match kind {
-                        Kind::List => strata_format::parts::LIST_HEAD,
-                        _ => 0,
-                    },
-                };
-                batch.put_record(
-                    key,
-                    &WarmRecord::encode_parted(kind, key.client(), *expire_ms, seq, at),
-                );
-            } else if logs_value(core, value) {
-                // Appended once the write is known to be allowed (in commit_staged).
-                to_log = Some((value.clone(), *expire_ms, seq));
-            } else {
-                batch.put_record(
-                    key,
-                    &WarmRecord::encode(kind, key.client(), *expire_ms, seq, value),
-                );
-            }
-            d.warm_bytes += warm_charge(key, value.len() as u64) as i64;
-            d.warm_entries += 1;
-            batch.count_key(key.db(), 1);
-            new_expire = *expire_ms;
-            hot_value = Some(value.clone());
-            remove_old(batch, d, key, loc, false);
-        }
-        (Change::Delete, loc) => remove_old(batch, d, key, loc, true),
     }
+    Ok(())
+}
+
+/// Stages a new value of `kind` for `staged`'s key: as parts when it is that large, in the
+/// value log (once the write is allowed), or in its record.
+fn stage_put(
+    core: &Core,
+    staged: &mut Staged<'_>,
+    kind: Kind,
+    value: &Bytes,
+    expire_ms: u64,
+    batch: &mut Batch,
+    d: &mut Counts,
+) -> Result<()> {
+    let key = staged.key;
+    let seq = next_write_seq(core);
+    staged.kind = kind;
+    if core.settings.warm.stores_parts(kind, value.len()) {
+        stage_whole_parts(core, key, kind, value, expire_ms, seq, batch)?;
+    } else if logs_value(core, value) {
+        // Appended once the write is known to be allowed (in commit_staged).
+        staged.to_log = Some((value.clone(), expire_ms, seq));
+    } else {
+        batch.put_record(
+            key,
+            &WarmRecord::encode(kind, key.client(), expire_ms, seq, value),
+        );
+    }
+    d.warm_bytes += warm_charge(key, value.len() as u64) as i64;
+    d.warm_entries += 1;
+    batch.count_key(key.db(), 1);
+    staged.new_expire = expire_ms;
+    staged.hot_value = Some(value.clone());
+    Ok(())
+}
+
+/// Stages `value` whole as parts at a new version `seq`: every item a part (a sorted set's
+/// scores indexed too), and a record that names the version. The old version's parts (if
+/// any) go with `remove_old`, all at once.
+fn stage_whole_parts(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    value: &Bytes,
+    expire_ms: u64,
+    seq: u64,
+    batch: &mut Batch,
+) -> Result<()> {
+    let bad = |e| Error::Invalid(format!("a {} to store as parts: {e}", kind.name()));
+    let current = strata_format::parts::in_current_encoding(kind, value).map_err(bad)?;
+    let items = strata_format::parts::items(kind, &current).map_err(bad)?;
+    if kind == Kind::ZSet {
+        for (_, item) in &items {
+            let (score, member) = zset::decode_entry(item).map_err(bad)?;
+            batch.put_score(key, seq, score, member);
+        }
+    }
+    let count = items.len() as u64;
+    put_parts(batch, key, seq, kind, items);
+    core.counters.parts_written.fetch_add(count, Relaxed);
+    let at = strata_format::Parted {
+        version: seq,
+        count,
+        bytes: value.len() as u64,
+        head: match kind {
+            Kind::List => strata_format::parts::LIST_HEAD,
+            _ => 0,
+        },
+    };
+    batch.put_record(
+        key,
+        &WarmRecord::encode_parted(kind, key.client(), expire_ms, seq, at),
+    );
+    Ok(())
+}
+
+/// Moves `staged`'s key in the expiry index from `old_expire` to its new expiry, and adds
+/// the entry of a hash whose fields all expire (`fields_expire`).
+fn index_expiry(
+    batch: &mut Batch,
+    staged: &Staged<'_>,
+    change: &Change,
+    old_expire: u64,
+    fields_expire: Option<u64>,
+) {
+    let (key, new_expire) = (staged.key, staged.new_expire);
     if old_expire != new_expire {
         // A hash's own expiry changing: its fields' entry may be the same entry (the same
         // millisecond), so the old one stays, and the sweep drops it as stale.
-        let stays_hash = matches!(change, Change::SetExpire(_)) && kind == Kind::Hash;
+        let stays_hash = matches!(change, Change::SetExpire(_)) && staged.kind == Kind::Hash;
         if old_expire != 0 && !stays_hash {
             batch.remove_expiry(old_expire, key);
         }
@@ -259,17 +323,10 @@ pub(crate) fn stage<'k>(
             batch.add_expiry(new_expire, key);
         }
     }
-    if let (Some(at), Change::Put { .. }) = (fields_expire, &change) {
+    if let (Some(at), Change::Put { .. }) = (fields_expire, change) {
         // After any removal above: the entry may be the old expiry's.
         batch.add_expiry(at, key);
     }
-    Ok(Some(Staged {
-        key,
-        hot_value,
-        kind,
-        new_expire,
-        to_log,
-    }))
 }
 
 /// Puts the parts of a value of `kind` at `version` whose items are `items` (in the

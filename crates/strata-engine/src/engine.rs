@@ -822,7 +822,7 @@ impl Engine {
     }
 
     /// Expected microseconds to load values of these sizes from these tiers, from measured
-    /// per-tier read costs (the formula is in `loadtime.rs` and the README).
+    /// per-tier read costs (the formula is in `loadtime.rs` and `docs/kvcache.md`).
     pub fn expected_load_us(&self, reads: &[(Tier, u64)]) -> u64 {
         self.core.load_model.estimate_us(reads)
     }

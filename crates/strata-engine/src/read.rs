@@ -329,24 +329,11 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
             }
             Ask::Whole => return Ok(Named::ReadWhole),
             Ask::Asked(Asked::Span(start, stop)) => {
-                let elements = core
-                    .warm
-                    .list_span(key, at, start, stop)
-                    .inspect_err(|e| core.count_data_error(e))?;
-                let Some(elements) = elements else {
-                    // A write between the record and the parts reads again; with none,
-                    // the parts do not add up to their record.
-                    if !core.locks.unchanged(key, seen) {
-                        continue;
-                    }
-                    let e = Error::Data(format!(
-                        "{key:?}: its list parts are not the {} positions its record counts",
-                        at.count
-                    ));
-                    core.count_data_error(&e);
-                    return Err(e);
-                };
-                (elements.len(), Named::Elements(stored.kind, elements))
+                match list_span(core, key, at, seen, start, stop)? {
+                    Some(elements) => (elements.len(), Named::Elements(stored.kind, elements)),
+                    // A write between the record and the parts: read again.
+                    None => continue,
+                }
             }
             Ask::Asked(Asked::Window(window)) => {
                 let entries = core
@@ -358,20 +345,7 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
                 };
                 (entries.len(), Named::Entries(stored.kind, entries))
             }
-            Ask::Named(names) => {
-                let (found, items) = core
-                    .warm
-                    .named_parts(key, at.version, names)
-                    .inspect_err(|e| core.count_data_error(e))?;
-                let mut v = strata_format::collection_buf(found, items.len() + 10);
-                v.extend_from_slice(&items);
-                let v = strata_format::parts::in_order(stored.kind, v)
-                    .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
-                (
-                    names.len(),
-                    Named::Parts(Some((Bytes::from(v), stored.kind))),
-                )
-            }
+            Ask::Named(names) => (names.len(), named_items(core, key, at, stored.kind, names)?),
         };
         if !core.locks.unchanged(key, seen) {
             continue;
@@ -384,6 +358,52 @@ fn named_parts<N: AsRef<[u8]>>(core: &Core, key: &Key, ask: Ask<'_, N>) -> Resul
         return Ok(got);
     }
     Ok(Named::ReadWhole)
+}
+
+/// The elements at positions `start..=stop` of a list stored as parts at `at`; `None`
+/// when a write came between the record (read at stripe version `seen`) and the parts.
+fn list_span(
+    core: &Core,
+    key: &Key,
+    at: strata_format::Parted,
+    seen: u64,
+    start: i64,
+    stop: i64,
+) -> Result<Option<Vec<Bytes>>> {
+    let elements = core
+        .warm
+        .list_span(key, at, start, stop)
+        .inspect_err(|e| core.count_data_error(e))?;
+    if elements.is_some() || !core.locks.unchanged(key, seen) {
+        return Ok(elements);
+    }
+    // With no write between, the parts do not add up to their record.
+    let e = Error::Data(format!(
+        "{key:?}: its list parts are not the {} positions its record counts",
+        at.count
+    ));
+    core.count_data_error(&e);
+    Err(e)
+}
+
+/// The items `names` names of a value of `kind` stored as parts at `at`, as a value of
+/// that kind holding them alone.
+fn named_items<N: AsRef<[u8]>>(
+    core: &Core,
+    key: &Key,
+    at: strata_format::Parted,
+    kind: Kind,
+    names: &[N],
+) -> Result<Named> {
+    let (found, items) = core
+        .warm
+        .named_parts(key, at.version, names)
+        .inspect_err(|e| core.count_data_error(e))?;
+    let mut v = strata_format::collection_buf(found, items.len() + 10);
+    v.extend_from_slice(&items);
+    let v = strata_format::parts::in_order(kind, v)
+        .map_err(|e| Error::Data(format!("{key:?}: its parts: {e}")))?;
+    Ok(Named::Parts(Some((Bytes::from(v), kind))))
 }
 
 /// A value a read sees: shared (parts are cut from it without a copy) or lent from DRAM
@@ -650,6 +670,26 @@ pub(crate) fn too_many_bytes(bytes_max: u64) -> Error {
 async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
     let now = core.now_ms();
     let mut found: Vec<Found> = Vec::with_capacity(keys.len());
+    let mut pending = look_in_dram(core, keys, now, &mut found)?;
+    rule_out(core, keys, &mut pending);
+    if pending.is_empty() {
+        return Ok(found);
+    }
+    let not_warm = look_in_warm(core, keys, &pending, now, &mut found).await?;
+    if !not_warm.is_empty() {
+        look_in_cold(core, keys, &not_warm, now, &mut found).await?;
+    }
+    Ok(found)
+}
+
+/// [`lookup_many`]'s first pass: what DRAM holds into `found`; the positions of the keys
+/// to look for further.
+fn look_in_dram(
+    core: &Core,
+    keys: &[&Key],
+    now: u64,
+    found: &mut Vec<Found>,
+) -> Result<Vec<usize>> {
     let mut pending = Vec::new();
     let mut hits = Vec::with_capacity(keys.len());
     // A key write-back writes after this pass is read as it was before the write.
@@ -665,25 +705,39 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
         }
     }
     hot_hits(core, &hits);
+    Ok(pending)
+}
+
+/// Drops from `pending` the keys the key filter rules out: they are in no tier (a key is
+/// added before its record is written, and DRAM was looked at first), so they need no
+/// version and no read of RocksDB.
+fn rule_out(core: &Core, keys: &[&Key], pending: &mut Vec<usize>) {
     if pending.is_empty() {
-        return Ok(found);
+        return;
     }
-    // Keys the key filter rules out are in no tier (a key is added before its record is
-    // written, and DRAM was looked at first): no version, no read of RocksDB.
-    let mut pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
+    let pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
     let maybe = core.warm.may_hold(&pending_keys);
-    if maybe.iter().any(|&m| !m) {
-        for (&i, _) in pending.iter().zip(&maybe).filter(|(_, &m)| !m) {
-            core.access.count_read(keys[i], false);
-            add(&core.counters.misses);
-        }
-        let (mut a, mut b) = (maybe.iter(), maybe.iter());
-        pending.retain(|_| *a.next().expect("one answer per key"));
-        pending_keys.retain(|_| *b.next().expect("one answer per key"));
-        if pending.is_empty() {
-            return Ok(found);
-        }
+    if maybe.iter().all(|&m| m) {
+        return;
     }
+    for (&i, _) in pending.iter().zip(&maybe).filter(|(_, &m)| !m) {
+        core.access.count_read(keys[i], false);
+        add(&core.counters.misses);
+    }
+    let mut m = maybe.iter();
+    pending.retain(|_| *m.next().expect("one answer per key"));
+}
+
+/// [`lookup_many`]'s warm pass over the keys at `pending`: their records' values into
+/// `found`; the keys the warm store has no record of, with their stripe versions.
+async fn look_in_warm(
+    core: &Arc<Core>,
+    keys: &[&Key],
+    pending: &[usize],
+    now: u64,
+    found: &mut [Found],
+) -> Result<Vec<(usize, u64)>> {
+    let pending_keys: Vec<&Key> = pending.iter().map(|&i| keys[i]).collect();
     let versions: Vec<u64> = pending
         .iter()
         .map(|&i| core.locks.version(keys[i]))
@@ -695,16 +749,13 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
             WarmGot::Value(value, expire_ms, kind) => {
                 core.access.count_read(keys[i], true);
                 add(&core.counters.warm_hits);
-                after_read(
-                    core,
-                    keys[i],
-                    Read::Warm {
-                        seen,
-                        value: value.clone(),
-                        kind,
-                        expire_ms,
-                    },
-                );
+                let read = Read::Warm {
+                    seen,
+                    value: value.clone(),
+                    kind,
+                    expire_ms,
+                };
+                after_read(core, keys[i], read);
                 found[i] = Found::Value(value, Tier::Warm, kind);
             }
             WarmGot::Expired => {
@@ -714,9 +765,18 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
             WarmGot::Absent => not_warm.push((i, seen)),
         }
     }
-    if not_warm.is_empty() {
-        return Ok(found);
-    }
+    Ok(not_warm)
+}
+
+/// [`lookup_many`]'s last pass: the cold index's entries of the keys `not_warm` names
+/// into `found`, and the keys a write moved between the two passes read again alone.
+async fn look_in_cold(
+    core: &Arc<Core>,
+    keys: &[&Key],
+    not_warm: &[(usize, u64)],
+    now: u64,
+    found: &mut [Found],
+) -> Result<()> {
     let cold_keys: Vec<&Key> = not_warm.iter().map(|&(i, _)| keys[i]).collect();
     let mut moved_between = Vec::new();
     for (&(i, seen), r) in not_warm.iter().zip(core.warm.cold_refs(&cold_keys)) {
@@ -741,7 +801,7 @@ async fn lookup_many(core: &Arc<Core>, keys: &[&Key]) -> Result<Vec<Found>> {
             found[i] = Found::Value(v, Tier::Warm, kind);
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 /// What a warm multi-get found for one key.

@@ -104,6 +104,8 @@ pub struct HotSettings {
     /// DRAM budget: keys, values and [`crate::HOT_ENTRY_OVERHEAD_BYTES`] per entry.
     #[serde(with = "strata_settings::size")]
     pub hot_bytes_max: u64,
+    /// DRAM eviction: `strata` (frequency-weighted aging; keeps reused keys through scans)
+    /// or `lru`.
     pub hot_policy: HotPolicy,
     /// Shards of the DRAM tier (each with its own lock and policy).
     pub hot_shard_count: usize,
@@ -141,6 +143,9 @@ pub struct WarmSettings {
     /// Longest a write waits at the hard limit for room before it fails with the reason
     /// demotion could not make it (0 fails at once).
     pub write_stall_ms_max: u64,
+    /// When a write is acknowledged: `sync` (after its own fsync), `group` (after a shared
+    /// fsync that covers it), `none` (once the OS has it; a SIGKILL loses at most the last
+    /// `none_flush_ms` of acknowledged writes).
     pub durability: Durability,
     /// With `durability = none`, acknowledged writes are handed to the operating system at
     /// least this often: a killed process loses at most this long of them (a crash of the
@@ -243,8 +248,11 @@ pub struct ColdSettings {
     pub cold_url: String,
     /// S3-compatible endpoint; empty fields fall back to `AWS_*` variables.
     pub s3_endpoint: String,
+    /// S3 region (empty: `AWS_REGION`, or `us-east-1`).
     pub s3_region: String,
+    /// S3 access key (empty: `AWS_ACCESS_KEY_ID`).
     pub s3_access_key_id: String,
+    /// S3 secret key (empty: `AWS_SECRET_ACCESS_KEY`).
     pub s3_secret_access_key: String,
     /// Allow `http://` endpoints (a local S3-compatible server).
     pub s3_allow_http: bool,
@@ -252,10 +260,14 @@ pub struct ColdSettings {
     pub cold_request_timeout_ms: u64,
     /// Most object-store reads in flight at once (others wait their turn).
     pub cold_reads_max: usize,
+    /// Largest segment object demotion writes.
     #[serde(with = "strata_settings::size")]
     pub segment_bytes_max: u64,
+    /// Bytes of values per block of a segment, before compression: a cold read fetches one
+    /// block (512 B to 16 MiB).
     #[serde(with = "strata_settings::size")]
     pub block_bytes: usize,
+    /// zstd level of segment blocks (1 to 22).
     pub zstd_level: i32,
     /// Segments with less than this fraction of their bytes still live are rewritten.
     pub segment_live_fraction_min: f64,

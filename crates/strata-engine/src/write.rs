@@ -928,91 +928,124 @@ pub(crate) async fn update_live<R>(
     f: impl FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>,
 ) -> Result<Written<R>> {
     check_sizes(key, None)?;
-    if allowed(core) {
+    let f = if allowed(core) {
         core.check_writable()?;
         let _g = core.locks.lock(key);
-        let live = &core.live;
-        let mut slots = live.slots.lock();
-        if let Some(slot) = slots.get_mut(key.stored()) {
-            let now = slot.now(core.clock.as_ref());
-            if slot.kind != kind && strata_format::is_live(slot.expire_ms, now) {
-                return Err(Error::WrongType);
-            }
-            if strata_format::is_live(slot.expire_ms, now) {
-                slot.used_ms = now;
-                let (changed, out) = f(slot.value.as_mut())?;
-                if !changed {
-                    return Ok(Written::new(out, Ticket::NONE));
-                }
-                if slot.value.is_empty() {
-                    drop(slots);
-                    live.remove(key.stored());
-                    return delete_locked(core, key).map(|t| Written::new(out, t));
-                }
-                let logged = slot.logged;
-                live.set_state(slot, true, logged);
-                let bytes = slot.value.bytes();
-                live.set_bytes(slot, bytes);
-                let fold_now = slot.stored.parted && {
-                    slot.unfolded += 1;
-                    slot.unfolded >= PARTS_FOLD_COMMANDS
-                };
-                drop(slots);
-                if fold_now {
-                    // The change is made: a failed fold leaves it to the next one (whole),
-                    // which reports the failure to whoever waits for it.
-                    if let Err(e) = fold_locked(core, key, false) {
-                        tracing::warn!(error = %e, "a fold into parts failed; the next is whole");
-                    }
-                }
-                return Ok(Written::new(out, changed_locked(core, key)));
-            }
-            // Expired: the key is gone. `adoptable` folds it first (its expiry may be newer
-            // than the stored form's: `expiry_locked`), and lets it go.
-            drop(slots);
-        } else {
-            drop(slots);
+        let f = match change_held(core, key, kind, f)? {
+            Ok(written) => return Ok(written),
+            Err(f) => f,
+        };
+        match change_adopted(core, key, kind, &decode, f)? {
+            Ok(written) => return Ok(written),
+            Err(f) => f,
         }
-        let now = core.now_ms();
-        if let Some(current) = adoptable_parted(core, key, now, true)? {
-            let (value, expire_ms, stored) = match current {
-                Some((v, e, k, p)) if k == kind => (Some(v), e, p),
-                Some(_) => return Err(Error::WrongType),
-                None => (None, 0, StoredAs::default()),
-            };
-            let mut obj = decode(value.as_ref())?;
-            let bytes = obj.bytes();
-            if obj.stays() && bytes >= LARGE_BYTES_MIN && !admits(core, bytes) {
-                // A large collection newly written past the budget: the whole-value way
-                // would cost it milliseconds a command until the next fold lets one go, so
-                // the least recently used go now (all of them for one live only alone).
-                if alone(core, bytes) {
-                    make_room(core, Room::Beside(key), 0)?;
-                } else if bytes <= shared_max(core) {
-                    make_room(core, Room::Beside(key), shared_max(core))?;
-                }
-            }
-            if obj.stays() && admits(core, bytes) {
-                let (changed, out) = f(obj.as_mut())?;
-                if obj.is_empty() {
-                    return match changed {
-                        true => delete_locked(core, key).map(|t| Written::new(out, t)),
-                        false => Ok(Written::new(out, Ticket::NONE)),
-                    };
-                }
-                // Kept even when unchanged: the next write finds it decoded (a stream of
-                // `SADD`s of members already there would decode the value every time).
-                live.hold(key, Slot::new(kind, expire_ms, obj, stored, now), changed);
-                let ticket = match changed {
-                    true => changed_locked(core, key),
-                    false => Ticket::NONE,
-                };
-                return Ok(Written::new(out, ticket));
-            }
-        }
-    }
+    } else {
+        f
+    };
     // Boxed: the whole-value way's state is large; a write in place need not carry it.
     Box::pin(whole(core, key, kind, decode, f)).await
+}
+
+/// [`update_live`] of a key whose live value is held and has not expired (its stripe lock
+/// held); `f` back if it has none.
+fn change_held<R, F: FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    f: F,
+) -> Result<std::result::Result<Written<R>, F>> {
+    let live = &core.live;
+    let mut slots = live.slots.lock();
+    let Some(slot) = slots.get_mut(key.stored()) else {
+        return Ok(Err(f));
+    };
+    let now = slot.now(core.clock.as_ref());
+    if !strata_format::is_live(slot.expire_ms, now) {
+        // Expired: the key is gone. `adoptable` folds it first (its expiry may be newer
+        // than the stored form's: `expiry_locked`), and lets it go.
+        return Ok(Err(f));
+    }
+    if slot.kind != kind {
+        return Err(Error::WrongType);
+    }
+    slot.used_ms = now;
+    let (changed, out) = f(slot.value.as_mut())?;
+    if !changed {
+        return Ok(Ok(Written::new(out, Ticket::NONE)));
+    }
+    if slot.value.is_empty() {
+        drop(slots);
+        live.remove(key.stored());
+        return delete_locked(core, key).map(|t| Ok(Written::new(out, t)));
+    }
+    let logged = slot.logged;
+    live.set_state(slot, true, logged);
+    let bytes = slot.value.bytes();
+    live.set_bytes(slot, bytes);
+    let fold_now = slot.stored.parted && {
+        slot.unfolded += 1;
+        slot.unfolded >= PARTS_FOLD_COMMANDS
+    };
+    drop(slots);
+    if fold_now {
+        // The change is made: a failed fold leaves it to the next one (whole), which
+        // reports the failure to whoever waits for it.
+        if let Err(e) = fold_locked(core, key, false) {
+            tracing::warn!(error = %e, "a fold into parts failed; the next is whole");
+        }
+    }
+    Ok(Ok(Written::new(out, changed_locked(core, key))))
+}
+
+/// [`update_live`] of a key with no live value: its value decoded, changed by `f` and kept
+/// live (its stripe lock held); `f` back if it cannot be (cold, or no room for it).
+fn change_adopted<R, F: FnOnce(&mut dyn LiveValue) -> Result<(bool, R)>>(
+    core: &Core,
+    key: &Key,
+    kind: Kind,
+    decode: &impl Fn(Option<&Bytes>) -> Result<Box<dyn LiveValue>>,
+    f: F,
+) -> Result<std::result::Result<Written<R>, F>> {
+    let now = core.now_ms();
+    let Some(current) = adoptable_parted(core, key, now, true)? else {
+        return Ok(Err(f));
+    };
+    let (value, expire_ms, stored) = match current {
+        Some((v, e, k, p)) if k == kind => (Some(v), e, p),
+        Some(_) => return Err(Error::WrongType),
+        None => (None, 0, StoredAs::default()),
+    };
+    let mut obj = decode(value.as_ref())?;
+    let bytes = obj.bytes();
+    if obj.stays() && bytes >= LARGE_BYTES_MIN && !admits(core, bytes) {
+        // A large collection newly written past the budget: the whole-value way would cost
+        // it milliseconds a command until the next fold lets one go, so the least recently
+        // used go now (all of them for one live only alone).
+        if alone(core, bytes) {
+            make_room(core, Room::Beside(key), 0)?;
+        } else if bytes <= shared_max(core) {
+            make_room(core, Room::Beside(key), shared_max(core))?;
+        }
+    }
+    if !(obj.stays() && admits(core, bytes)) {
+        return Ok(Err(f));
+    }
+    let (changed, out) = f(obj.as_mut())?;
+    if obj.is_empty() {
+        return match changed {
+            true => delete_locked(core, key).map(|t| Ok(Written::new(out, t))),
+            false => Ok(Ok(Written::new(out, Ticket::NONE))),
+        };
+    }
+    // Kept even when unchanged: the next write finds it decoded (a stream of `SADD`s of
+    // members already there would decode the value every time).
+    let slot = Slot::new(kind, expire_ms, obj, stored, now);
+    core.live.hold(key, slot, changed);
+    let ticket = match changed {
+        true => changed_locked(core, key),
+        false => Ticket::NONE,
+    };
+    Ok(Ok(Written::new(out, ticket)))
 }
 
 /// [`update_live`] the whole-value way: the stored value decoded, changed and stored again.

@@ -14,6 +14,7 @@ pub struct ServerConfig {
     pub requirepass: String,
     /// Named users, each `name:password:role` with role `readonly`, `readwrite` or `admin`.
     pub users: Vec<AclUser>,
+    /// Most clients connected at once; more are refused.
     pub maxclients: u64,
     /// Idle seconds before a client is disconnected (0 = never).
     #[serde(rename = "timeout")]
@@ -54,6 +55,31 @@ pub struct ServerConfig {
     #[serde(with = "strata_settings::size")]
     pub maxmemory: u64,
 }
+
+/// The settings `CONFIG GET` answers by Redis's name: the key in the configuration file,
+/// the `CONFIG` name, and whether `CONFIG SET` changes it while the server runs.
+/// (`appendfsync` reports `durability`: `sync`, `group` or `none`.)
+pub const CONFIG_NAMES: &[(&str, &str, bool)] = &[
+    ("maxclients", "maxclients", true),
+    ("timeout", "timeout", true),
+    ("requirepass", "requirepass", true),
+    ("protected_mode", "protected-mode", true),
+    ("proto_max_bulk_len", "proto-max-bulk-len", true),
+    (
+        "client_query_buffer_limit",
+        "client-query-buffer-limit",
+        true,
+    ),
+    (
+        "client_output_buffer_limit",
+        "client-output-buffer-limit",
+        true,
+    ),
+    ("maxmemory", "maxmemory", true),
+    ("busy_reply_threshold", "busy-reply-threshold", true),
+    ("databases", "databases", false),
+    ("durability", "appendfsync", false),
+];
 
 /// The most databases the key layout holds (its first byte).
 pub const DATABASES_MAX: u32 = 256;

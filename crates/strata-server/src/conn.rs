@@ -118,12 +118,32 @@ where
         .counters
         .total_connections_received
         .fetch_add(1, Ordering::Relaxed);
+    let (rd, mut wr) = tokio::io::split(sock);
+    let Some(admitted) = admit(&shared, &peer, &mut wr).await else {
+        return;
+    };
+    let mut client = Client::new(shared, rd, wr, peer, admitted);
+    client.serve().await;
+    client.leave();
+}
+
+/// What the client list shares with a connection it admitted.
+struct Admitted {
+    id: u64,
+    killed: Arc<AtomicBool>,
+    last_cmd: Arc<AtomicUsize>,
+    kill_wake: Arc<tokio::sync::Notify>,
+    unblock: Arc<crate::blocked::Unblock>,
+}
+
+/// Admits a client into the client list, or refuses it (protected mode, `maxclients`) with
+/// Redis's error on `wr`.
+async fn admit<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    peer: &Peer,
+    wr: &mut W,
+) -> Option<Admitted> {
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-    let (mut rd, mut wr) = tokio::io::split(sock);
-    let killed = Arc::new(AtomicBool::new(false));
-    let last_cmd = Arc::new(AtomicUsize::new(0));
-    let kill_wake = Arc::new(tokio::sync::Notify::new());
-    let unblock = Arc::new(crate::blocked::Unblock::default());
     let denied = {
         let cfg = shared.cfg.read();
         cfg.protected_mode && cfg.is_open() && !peer.is_local()
@@ -136,33 +156,16 @@ where
         tracing::warn!(%peer, "protected mode: refused a client from outside the loopback interface");
         let _ = wr.write_all(DENIED).await;
         let _ = wr.shutdown().await;
-        return;
+        return None;
     }
-    let admitted = {
-        let maxclients = shared.cfg.read().maxclients as usize;
-        let mut clients = shared.clients.lock();
-        let ok = clients.len() < maxclients;
-        if ok {
-            clients.insert(
-                id,
-                ClientEntry {
-                    peer: peer.clone(),
-                    name: String::new(),
-                    user: "default".to_string(),
-                    db: 0,
-                    proto: 2,
-                    created: Instant::now(),
-                    last_cmd: Arc::clone(&last_cmd),
-                    killed: Arc::clone(&killed),
-                    kill_wake: Arc::clone(&kill_wake),
-                    unblock: Arc::clone(&unblock),
-                },
-            );
-            shared.clients_open.store(clients.len(), Ordering::Relaxed);
-        }
-        ok
+    let admitted = Admitted {
+        id,
+        killed: Arc::new(AtomicBool::new(false)),
+        last_cmd: Arc::new(AtomicUsize::new(0)),
+        kill_wake: Arc::new(tokio::sync::Notify::new()),
+        unblock: Arc::new(crate::blocked::Unblock::default()),
     };
-    if !admitted {
+    if !list_client(shared, peer, &admitted) {
         shared
             .counters
             .rejected_connections
@@ -170,172 +173,326 @@ where
         let _ = wr
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
-        return;
+        return None;
     }
-    let open = {
-        let cfg = shared.cfg.read();
-        cfg.is_open()
-    };
-    let mut conn = Conn::new(id, peer, open);
-    conn.last_cmd = last_cmd;
-    conn.unblock = unblock;
-    let mut stop = shared.shutdown.subscribe();
-    let mut inbuf = BytesMut::with_capacity(16 << 10);
-    let mut reader = RequestReader::default();
-    let mut batch = Requests::default();
-    let mut out = ReplyBuf::new(2);
-    let mut last_activity = Instant::now();
-    // When the first byte of a request that has not fully arrived was read.
-    let mut partial_since: Option<Instant> = None;
-    // The idle limit and a partial request's deadline are checked on this once-a-second
-    // tick (one timer for the connection's life, not one per request).
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + Duration::from_secs(1),
-        Duration::from_secs(1),
+    Some(admitted)
+}
+
+/// Adds the client to the client list, unless `maxclients` are there.
+fn list_client(shared: &Shared, peer: &Peer, a: &Admitted) -> bool {
+    let maxclients = shared.cfg.read().maxclients as usize;
+    let mut clients = shared.clients.lock();
+    if clients.len() >= maxclients {
+        return false;
+    }
+    clients.insert(
+        a.id,
+        ClientEntry {
+            peer: peer.clone(),
+            name: String::new(),
+            user: "default".to_string(),
+            db: 0,
+            proto: 2,
+            created: Instant::now(),
+            last_cmd: Arc::clone(&a.last_cmd),
+            killed: Arc::clone(&a.killed),
+            kill_wake: Arc::clone(&a.kill_wake),
+            unblock: Arc::clone(&a.unblock),
+        },
     );
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    'conn: loop {
-        // The live settings, read once per round (CONFIG SET applies from the next one).
-        let (limits, query_limit, request_timeout) = {
-            let cfg = shared.cfg.read();
-            (
-                Limits {
-                    bulk_bytes_max: cfg.proto_max_bulk_len as usize,
-                    ..Limits::default()
-                },
-                cfg.client_query_buffer_limit as usize,
-                Duration::from_secs(cfg.client_request_timeout_secs),
-            )
-        };
-        let shares = shared.clients_open.load(Ordering::Relaxed) > 1;
+    shared.clients_open.store(clients.len(), Ordering::Relaxed);
+    true
+}
+
+/// The settings a connection reads once per round (`CONFIG SET` applies from the next).
+struct LiveLimits {
+    limits: Limits,
+    query_limit: usize,
+    request_timeout: Duration,
+}
+
+impl LiveLimits {
+    fn read(shared: &Shared) -> LiveLimits {
+        let cfg = shared.cfg.read();
+        LiveLimits {
+            limits: Limits {
+                bulk_bytes_max: cfg.proto_max_bulk_len as usize,
+                ..Limits::default()
+            },
+            query_limit: cfg.client_query_buffer_limit as usize,
+            request_timeout: Duration::from_secs(cfg.client_request_timeout_secs),
+        }
+    }
+}
+
+/// What a connection's loop does after a turn.
+enum Next {
+    /// Parse and run again without reading (requests are buffered, or the others had
+    /// their turn).
+    Again,
+    /// Read from the socket.
+    Read,
+    /// Close the connection.
+    Close,
+}
+
+/// One connection's state: its halves, buffers, and where its requests stand.
+struct Client<S> {
+    shared: Arc<Shared>,
+    conn: Conn,
+    rd: ReadHalf<S>,
+    wr: WriteHalf<S>,
+    inbuf: BytesMut,
+    reader: RequestReader,
+    batch: Requests,
+    out: ReplyBuf,
+    killed: Arc<AtomicBool>,
+    kill_wake: Arc<tokio::sync::Notify>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    last_activity: Instant,
+    /// When the first byte of a request that has not fully arrived was read.
+    partial_since: Option<Instant>,
+    /// The idle limit and a partial request's deadline are checked on this once-a-second
+    /// tick (one timer for the connection's life, not one per request).
+    tick: tokio::time::Interval,
+}
+
+impl<S: AsyncRead + AsyncWrite> Client<S> {
+    fn new(
+        shared: Arc<Shared>,
+        rd: ReadHalf<S>,
+        wr: WriteHalf<S>,
+        peer: Peer,
+        a: Admitted,
+    ) -> Self {
+        let open = shared.cfg.read().is_open();
+        let mut conn = Conn::new(a.id, peer, open);
+        conn.last_cmd = a.last_cmd;
+        conn.unblock = a.unblock;
+        let stop = shared.shutdown.subscribe();
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Client {
+            shared,
+            conn,
+            rd,
+            wr,
+            inbuf: BytesMut::with_capacity(16 << 10),
+            reader: RequestReader::default(),
+            batch: Requests::default(),
+            out: ReplyBuf::new(2),
+            killed: a.killed,
+            kill_wake: a.kill_wake,
+            stop,
+            last_activity: Instant::now(),
+            partial_since: None,
+            tick,
+        }
+    }
+
+    /// Reads, runs and replies until the connection ends.
+    async fn serve(&mut self) {
+        loop {
+            let live = LiveLimits::read(&self.shared);
+            match self.turn(&live).await {
+                Next::Again => continue,
+                Next::Close => return,
+                Next::Read => {}
+            }
+            if self.over_limits(&live).await {
+                return;
+            }
+            self.make_room();
+            if !self.read_more().await {
+                return;
+            }
+        }
+    }
+
+    /// Parses and runs one turn's requests and sends their replies.
+    async fn turn(&mut self, live: &LiveLimits) -> Next {
+        let shares = self.shared.clients_open.load(Ordering::Relaxed) > 1;
         let Turn {
             protocol_error,
             more_buffered,
             turn_ended,
-        } = take_turn(&mut reader, &mut inbuf, &limits, shares, &mut batch);
-        if !batch.is_empty() {
+        } = take_turn(
+            &mut self.reader,
+            &mut self.inbuf,
+            &live.limits,
+            shares,
+            &mut self.batch,
+        );
+        if !self.batch.is_empty() {
             // A request arrived whole: the clock restarts for the next one.
-            partial_since = None;
-        }
-        if !batch.is_empty()
-            && run_batch(
-                &shared,
-                &mut conn,
-                &batch,
-                &mut out,
-                Io {
-                    rd: &mut rd,
-                    inbuf: &mut inbuf,
-                    query_limit,
-                    kill_wake: &kill_wake,
-                    wr: &mut wr,
-                },
-            )
-            .await
-            .is_err()
-        {
-            break 'conn;
+            self.partial_since = None;
+            if self.run_turn(live.query_limit).await.is_err() {
+                return Next::Close;
+            }
         }
         // The arguments go now (their vector stays): held while the connection waits, they
         // would keep the read buffer's memory from its next requests.
-        batch.clear();
+        self.batch.clear();
         if let Some(e) = protocol_error {
-            shared
+            self.shared
                 .counters
                 .clients_cut_off_protocol_error
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(client = id, peer = %conn.peer, error = %e, "protocol error; closing connection");
-            out.push(&Reply::Error(format!("ERR {e}")));
-            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
-            break 'conn;
+            tracing::debug!(client = self.conn.id, peer = %self.conn.peer, error = %e, "protocol error; closing connection");
+            self.close_with(Reply::Error(format!("ERR {e}"))).await;
+            return Next::Close;
         }
-        if turn_ended && out.len() < FLUSH_BYTES && !conn.quit && !killed.load(Ordering::Acquire) {
+        if turn_ended && self.out.len() < FLUSH_BYTES && !self.ending() {
             // The others' turn; these replies leave with the next turn's.
             tokio::task::yield_now().await;
-            continue;
+            return Next::Again;
         }
-        if !out.is_empty() && shared.clients_open.load(Ordering::Relaxed) > 1 {
+        if self.reply().await.is_err() || self.ending() {
+            return Next::Close;
+        }
+        match more_buffered {
+            true => Next::Again,
+            false => Next::Read,
+        }
+    }
+
+    /// Runs the parsed requests of this turn.
+    async fn run_turn(&mut self, query_limit: usize) -> std::io::Result<()> {
+        let io = Io {
+            rd: &mut self.rd,
+            inbuf: &mut self.inbuf,
+            query_limit,
+            kill_wake: &self.kill_wake,
+            wr: &mut self.wr,
+        };
+        run_batch(&self.shared, &mut self.conn, &self.batch, &mut self.out, io).await
+    }
+
+    /// Sends the pending replies, if any.
+    async fn reply(&mut self) -> std::io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        if self.shared.clients_open.load(Ordering::Relaxed) > 1 {
             // Other connections' requests that arrived with this one run before the replies
             // go out, so replies leave in a burst, as Redis writes them before it sleeps.
             // A lone client has no one to wait for: the turn through the scheduler (which
             // polls the I/O driver once more) cost it 3-6% of its requests per second.
             tokio::task::yield_now().await;
         }
-        if !out.is_empty()
-            && write_out(&mut wr, &mut out, &shared, &mut conn.pending)
-                .await
-                .is_err()
-        {
-            break 'conn;
-        }
-        if conn.quit || killed.load(Ordering::Acquire) {
-            break 'conn;
-        }
-        if more_buffered {
-            continue;
-        }
-        if inbuf.len() + reader.held_bytes() > query_limit {
-            out.push(&Reply::err(
+        write_out(
+            &mut self.wr,
+            &mut self.out,
+            &self.shared,
+            &mut self.conn.pending,
+        )
+        .await
+    }
+
+    /// The client asked to quit, or was killed.
+    fn ending(&self) -> bool {
+        self.conn.quit || self.killed.load(Ordering::Acquire)
+    }
+
+    /// Sends `reply` after those pending, before the connection closes.
+    async fn close_with(&mut self, reply: Reply) {
+        self.out.push(&reply);
+        let _ = write_out(
+            &mut self.wr,
+            &mut self.out,
+            &self.shared,
+            &mut self.conn.pending,
+        )
+        .await;
+    }
+
+    /// Whether the client passed the query buffer's limit or the request deadline; it is
+    /// told so, and the connection closes.
+    async fn over_limits(&mut self, live: &LiveLimits) -> bool {
+        if self.inbuf.len() + self.reader.held_bytes() > live.query_limit {
+            self.close_with(Reply::err(
                 "ERR query buffer limit exceeded; closing connection",
-            ));
-            let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
-            break 'conn;
+            ))
+            .await;
+            return true;
         }
-        partial_since = if inbuf.is_empty() && !reader.is_pending() {
+        self.partial_since = if self.inbuf.is_empty() && !self.reader.is_pending() {
             None
         } else {
-            Some(partial_since.unwrap_or_else(Instant::now))
+            Some(self.partial_since.unwrap_or_else(Instant::now))
         };
-        if let (Some(t), false) = (partial_since, request_timeout.is_zero()) {
-            if t.elapsed() >= request_timeout {
-                shared
+        let timeout = live.request_timeout;
+        match self.partial_since {
+            Some(t) if !timeout.is_zero() && t.elapsed() >= timeout => {
+                self.shared
                     .counters
                     .clients_cut_off_slow_request
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(client = id, peer = %conn.peer, "request not completed in {request_timeout:?}; closing connection");
-                out.push(&Reply::Error(format!(
+                tracing::warn!(client = self.conn.id, peer = %self.conn.peer, "request not completed in {timeout:?}; closing connection");
+                self.close_with(Reply::Error(format!(
                     "ERR request not completed within {} seconds; closing connection",
-                    request_timeout.as_secs()
-                )));
-                let _ = write_out(&mut wr, &mut out, &shared, &mut conn.pending).await;
-                break 'conn;
+                    timeout.as_secs()
+                )))
+                .await;
+                true
             }
+            _ => false,
         }
-        let spare = inbuf.capacity() - inbuf.len();
-        if reader.wanted() > spare {
+    }
+
+    /// Makes room in the read buffer for what comes next.
+    fn make_room(&mut self) {
+        let spare = self.inbuf.capacity() - self.inbuf.len();
+        if self.reader.wanted() > spare {
             // A large argument is arriving: room for exactly the rest of it, so it is read
             // in place (the request's other arguments are held apart by the reader, so only
             // this argument's first bytes move). Its size passed the bulk limit.
-            inbuf.reserve(reader.wanted());
+            self.inbuf.reserve(self.reader.wanted());
         } else if spare < 8 << 10 {
             // Grow by at least what is buffered; the query buffer limit above bounds it.
-            inbuf.reserve((64 << 10).max(inbuf.len()));
+            self.inbuf.reserve((64 << 10).max(self.inbuf.len()));
         }
+    }
+
+    /// Waits for more bytes from the client; `false` when the connection ends instead (the
+    /// client left, was killed or idled out, or the server stops).
+    async fn read_more(&mut self) -> bool {
         tokio::select! {
-            r = rd.read_buf(&mut inbuf) => match r {
-                Ok(0) | Err(_) => break 'conn,
-                Ok(_) => last_activity = Instant::now(),
-            },
-            _ = stop.changed() => break 'conn,
-            _ = kill_wake.notified() => break 'conn,
-            // The idle limit can change live (CONFIG SET timeout), so check it every second;
-            // the request deadline is checked at the top of the loop.
-            _ = tick.tick() => {
-                let idle = shared.cfg.read().timeout_secs;
-                if idle > 0 && last_activity.elapsed() >= Duration::from_secs(idle) {
-                    tracing::debug!(client = id, "idle timeout");
-                    break 'conn;
+            r = self.rd.read_buf(&mut self.inbuf) => match r {
+                Ok(0) | Err(_) => false,
+                Ok(_) => {
+                    self.last_activity = Instant::now();
+                    true
                 }
+            },
+            _ = self.stop.changed() => false,
+            _ = self.kill_wake.notified() => false,
+            // The idle limit can change live (CONFIG SET timeout), so check it every second;
+            // the request deadline is checked before each read.
+            _ = self.tick.tick() => {
+                let idle = self.shared.cfg.read().timeout_secs;
+                let idled = idle > 0 && self.last_activity.elapsed() >= Duration::from_secs(idle);
+                if idled {
+                    tracing::debug!(client = self.conn.id, "idle timeout");
+                }
+                !idled
             }
         }
     }
-    crate::cmd::flush_tally(&shared, &mut conn);
-    shared.watches.unwatch(&mut conn.watched);
-    shared.engine.end_stream(id);
-    {
-        let mut clients = shared.clients.lock();
-        clients.remove(&id);
-        shared.clients_open.store(clients.len(), Ordering::Relaxed);
+
+    /// Takes the connection out of the server's books.
+    fn leave(mut self) {
+        crate::cmd::flush_tally(&self.shared, &mut self.conn);
+        self.shared.watches.unwatch(&mut self.conn.watched);
+        self.shared.engine.end_stream(self.conn.id);
+        let mut clients = self.shared.clients.lock();
+        clients.remove(&self.conn.id);
+        self.shared
+            .clients_open
+            .store(clients.len(), Ordering::Relaxed);
     }
 }
 
@@ -429,22 +586,20 @@ struct Io<'a, S> {
     wr: &'a mut WriteHalf<S>,
 }
 
+/// Runs a turn's requests in order: consecutive plain `SET`s, `GET`s and counters as one
+/// engine call ([`crate::cmd::run_kind`]), each other on its own, the replies into `out`.
 async fn run_batch<S: AsyncRead + AsyncWrite>(
     shared: &Arc<Shared>,
     conn: &mut Conn,
     batch: &Requests,
     out: &mut ReplyBuf,
-    io: Io<'_, S>,
+    mut io: Io<'_, S>,
 ) -> std::io::Result<()> {
-    let Io {
-        rd,
-        inbuf,
-        query_limit,
-        kill_wake,
-        wr,
-    } = io;
-    let mut read_guard = None;
-    let mut last_cmd = None;
+    let mut running = Running {
+        shared,
+        gate: None,
+        last_cmd: None,
+    };
     // Commands are timed from the end of the one before only while nothing is waited on
     // between them: whatever waits (the gate, a write, a blocking command) starts over.
     conn.lap = None;
@@ -454,136 +609,32 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
     while next < batch.len() {
         let args = batch.get(next);
         next += 1;
-        let kind = crate::cmd::run_kind(args, conn);
-        let next_joins = |next: usize, conn: &Conn| {
-            kind.is_some()
-                && next < batch.len()
-                && crate::cmd::run_kind(batch.get(next), conn) == kind
-        };
-        if let (Some(kind), true) = (kind, next_joins(next, conn)) {
-            // Consecutive writes of one kind are written together (one batch, one log
-            // record).
-            let bytes_of = |a: &[Bytes]| a.iter().map(|x| x.len()).sum::<usize>();
-            let mut bytes = bytes_of(args);
-            run.push(args);
-            while run.len() < crate::cmd::RUN_MAX
-                && bytes < crate::cmd::RUN_BYTES_MAX
-                && next_joins(next, conn)
-            {
-                let a = batch.get(next);
-                next += 1;
-                bytes += bytes_of(a);
-                run.push(a);
-            }
-            if shared.blocked.any_woken() {
-                after_woken(shared, conn, &run, &mut read_guard).await;
-            }
-            if read_guard.is_none() {
-                match gate_read(shared).await {
-                    Ok(g) => read_guard = Some(g),
-                    Err(busy) => {
-                        out.set_proto(conn.proto);
-                        for _ in run.drain(..) {
-                            out.push(&busy);
-                        }
-                        continue;
-                    }
+        match crate::cmd::run_kind(args, conn) {
+            Some(kind) if joins(batch, next, kind, conn) => {
+                run.push(args);
+                extend_run(batch, &mut next, kind, conn, &mut run);
+                if !running
+                    .run_joined(conn, kind, &mut run, &mut replies, out)
+                    .await
+                {
+                    continue;
                 }
             }
-            last_cmd = run.last().map(|a| a[0].clone());
-            crate::cmd::execute_run(shared, conn, kind, &run, &mut replies).await;
-            conn.lap = None;
-            run.clear();
-            out.set_proto(conn.proto);
-            for r in replies.drain(..) {
-                out.push(&r);
-            }
-        } else {
-            let idx = crate::cmd::lookup_request(args);
-            let blocking = crate::cmd::is_blocking(idx, conn);
-            // (A blocking command waits for its turn once it is blocked.)
-            if !blocking && shared.blocked.any_woken() {
-                after_woken(shared, conn, &[args], &mut read_guard).await;
-            }
-            if blocking {
-                // A blocking command may wait for another client: the replies before it leave
-                // now, and it runs without the gate (it takes it for each attempt).
-                read_guard = None;
-                conn.lap = None;
-                crate::cmd::flush_tally(shared, conn);
-                if !out.is_empty() {
-                    write_out(wr, out, shared, &mut conn.pending).await?;
-                }
-                last_cmd = args.first().cloned();
-                conn.may_block = true;
-                let unblock = Arc::clone(&conn.unblock);
-                let reply = {
-                    let run = crate::cmd::execute(shared, conn, args, idx);
-                    tokio::pin!(run);
-                    // While it waits, the socket is watched for the client leaving (what it sends
-                    // meanwhile is kept for later, within the query buffer's limit).
-                    let mut watching = true;
-                    loop {
-                        tokio::select! {
-                            reply = &mut run => break reply,
-                            r = rd.read_buf(inbuf), if watching => match r {
-                                Ok(0) | Err(_) => {
-                                    unblock.notify.notify_one();
-                                    watching = false;
-                                }
-                                Ok(_) => watching = inbuf.len() < query_limit,
-                            },
-                            _ = kill_wake.notified(), if watching => {
-                                unblock.notify.notify_one();
-                                kill_wake.notify_one();
-                                watching = false;
-                            }
-                        }
-                    }
-                };
-                conn.may_block = false;
-                conn.lap = None;
-                out.set_proto(conn.proto);
-                out.push(&reply);
-            } else if crate::cmd::is_exclusive(idx, conn) {
-                read_guard = None;
-                conn.lap = None;
-                let reply = match gate_write(shared).await {
-                    Ok(_w) => crate::cmd::execute(shared, conn, args, idx).await,
-                    Err(busy) => beside_busy_script(shared, conn, args, idx, busy).await,
-                };
-                out.set_proto(conn.proto);
-                out.push(&reply);
-            } else {
-                let mut busy = None;
-                if read_guard.is_none() {
-                    conn.lap = None;
-                    match gate_read(shared).await {
-                        Ok(g) => read_guard = Some(g),
-                        Err(b) => busy = Some(b),
-                    }
-                }
-                last_cmd = args.first().cloned();
-                let reply = match busy {
-                    None => crate::cmd::execute(shared, conn, args, idx).await,
-                    Some(b) => beside_busy_script(shared, conn, args, idx, b).await,
-                };
-                out.set_proto(conn.proto);
-                out.push(&reply);
-            }
+            _ => running.run_one(conn, args, out, &mut io).await?,
         }
         if out.len() >= FLUSH_BYTES {
             // Never wait on a slow client while holding the gate.
-            read_guard = None;
+            running.gate = None;
             crate::cmd::flush_tally(shared, conn);
-            write_out(wr, out, shared, &mut conn.pending).await?;
+            write_out(io.wr, out, shared, &mut conn.pending).await?;
             conn.lap = None;
         }
         if conn.quit {
             break;
         }
     }
-    drop(read_guard);
+    let last_cmd = running.last_cmd.take();
+    drop(running);
     crate::cmd::flush_tally(shared, conn);
     // Clients these commands woke from a blocking pop try before the replies go (as in
     // Redis, where they are served first).
@@ -592,6 +643,174 @@ async fn run_batch<S: AsyncRead + AsyncWrite>(
         conn.last_cmd.store(i + 1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Whether the request at `next` joins a run of `kind`.
+fn joins(batch: &Requests, next: usize, kind: crate::cmd::RunKind, conn: &Conn) -> bool {
+    next < batch.len() && crate::cmd::run_kind(batch.get(next), conn) == Some(kind)
+}
+
+/// Adds the requests after `next` that join the run of `kind` in `run`, within its limits
+/// of commands and bytes.
+fn extend_run<'b>(
+    batch: &'b Requests,
+    next: &mut usize,
+    kind: crate::cmd::RunKind,
+    conn: &Conn,
+    run: &mut Vec<&'b [Bytes]>,
+) {
+    let bytes_of = |a: &[Bytes]| a.iter().map(|x| x.len()).sum::<usize>();
+    let mut bytes: usize = run.iter().map(|a| bytes_of(a)).sum();
+    while run.len() < crate::cmd::RUN_MAX
+        && bytes < crate::cmd::RUN_BYTES_MAX
+        && joins(batch, *next, kind, conn)
+    {
+        let a = batch.get(*next);
+        *next += 1;
+        bytes += bytes_of(a);
+        run.push(a);
+    }
+}
+
+/// What a turn's commands share while they run.
+struct Running<'a> {
+    shared: &'a Arc<Shared>,
+    /// The gate, held for reading from command to command until one may wait.
+    gate: Option<tokio::sync::RwLockReadGuard<'a, ()>>,
+    /// The name of the last command run, for `CLIENT LIST`.
+    last_cmd: Option<Bytes>,
+}
+
+impl Running<'_> {
+    /// Runs consecutive writes (or reads) of one kind together: one batch, one log record.
+    /// `false`: a busy script refused them all.
+    async fn run_joined(
+        &mut self,
+        conn: &mut Conn,
+        kind: crate::cmd::RunKind,
+        run: &mut Vec<&[Bytes]>,
+        replies: &mut Vec<Reply>,
+        out: &mut ReplyBuf,
+    ) -> bool {
+        let shared = self.shared;
+        if shared.blocked.any_woken() {
+            after_woken(shared, conn, run, &mut self.gate).await;
+        }
+        if let Err(busy) = self.hold_gate(conn, false).await {
+            out.set_proto(conn.proto);
+            for _ in run.drain(..) {
+                out.push(&busy);
+            }
+            return false;
+        }
+        self.last_cmd = run.last().map(|a| a[0].clone());
+        crate::cmd::execute_run(shared, conn, kind, run, replies).await;
+        conn.lap = None;
+        run.clear();
+        out.set_proto(conn.proto);
+        for r in replies.drain(..) {
+            out.push(&r);
+        }
+        true
+    }
+
+    /// Takes the gate for reading if it is not held (with `lap`, restarting the command's
+    /// clock when it waits), or hands back the `-BUSY` of a busy script.
+    async fn hold_gate(&mut self, conn: &mut Conn, lap: bool) -> Result<(), Reply> {
+        if self.gate.is_none() {
+            if lap {
+                conn.lap = None;
+            }
+            self.gate = Some(gate_read(self.shared).await?);
+        }
+        Ok(())
+    }
+
+    /// Runs one command that is not part of a run.
+    async fn run_one<S: AsyncRead + AsyncWrite>(
+        &mut self,
+        conn: &mut Conn,
+        args: &[Bytes],
+        out: &mut ReplyBuf,
+        io: &mut Io<'_, S>,
+    ) -> std::io::Result<()> {
+        let shared = self.shared;
+        let idx = crate::cmd::lookup_request(args);
+        let blocking = crate::cmd::is_blocking(idx, conn);
+        // (A blocking command waits for its turn once it is blocked.)
+        if !blocking && shared.blocked.any_woken() {
+            after_woken(shared, conn, &[args], &mut self.gate).await;
+        }
+        let reply = if blocking {
+            self.run_blocking(conn, args, idx, out, io).await?
+        } else if crate::cmd::is_exclusive(idx, conn) {
+            self.gate = None;
+            conn.lap = None;
+            match gate_write(shared).await {
+                Ok(_w) => crate::cmd::execute(shared, conn, args, idx).await,
+                Err(busy) => beside_busy_script(shared, conn, args, idx, busy).await,
+            }
+        } else {
+            let busy = self.hold_gate(conn, true).await.err();
+            self.last_cmd = args.first().cloned();
+            match busy {
+                None => crate::cmd::execute(shared, conn, args, idx).await,
+                Some(b) => beside_busy_script(shared, conn, args, idx, b).await,
+            }
+        };
+        out.set_proto(conn.proto);
+        out.push(&reply);
+        Ok(())
+    }
+
+    /// Runs a command that may wait for another client: the replies before it leave now,
+    /// and it runs without the gate (it takes it for each attempt). While it waits, the
+    /// socket is watched for the client leaving (what it sends meanwhile is kept for later,
+    /// within the query buffer's limit).
+    async fn run_blocking<S: AsyncRead + AsyncWrite>(
+        &mut self,
+        conn: &mut Conn,
+        args: &[Bytes],
+        idx: Option<usize>,
+        out: &mut ReplyBuf,
+        io: &mut Io<'_, S>,
+    ) -> std::io::Result<Reply> {
+        let shared = self.shared;
+        self.gate = None;
+        conn.lap = None;
+        crate::cmd::flush_tally(shared, conn);
+        if !out.is_empty() {
+            write_out(io.wr, out, shared, &mut conn.pending).await?;
+        }
+        self.last_cmd = args.first().cloned();
+        conn.may_block = true;
+        let unblock = Arc::clone(&conn.unblock);
+        let reply = {
+            let run = crate::cmd::execute(shared, conn, args, idx);
+            tokio::pin!(run);
+            let mut watching = true;
+            loop {
+                tokio::select! {
+                    reply = &mut run => break reply,
+                    r = io.rd.read_buf(io.inbuf), if watching => match r {
+                        Ok(0) | Err(_) => {
+                            unblock.notify.notify_one();
+                            watching = false;
+                        }
+                        Ok(_) => watching = io.inbuf.len() < io.query_limit,
+                    },
+                    _ = io.kill_wake.notified(), if watching => {
+                        unblock.notify.notify_one();
+                        io.kill_wake.notify_one();
+                        watching = false;
+                    }
+                }
+            }
+        };
+        conn.may_block = false;
+        conn.lap = None;
+        Ok(reply)
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use strata_engine::Engine;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
-pub use config::{ServerConfig, DATABASES_MAX, MAXMEMORY_MIN};
+pub use config::{ServerConfig, CONFIG_NAMES, DATABASES_MAX, MAXMEMORY_MIN};
 pub use memory::{rss_anon_bytes_of, set_allocator, split as split_memory, Allocator};
 pub use shared::{ServerStats, SERVER_STATS};
 

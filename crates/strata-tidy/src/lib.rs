@@ -14,6 +14,7 @@
 
 pub mod links;
 pub mod modules;
+pub mod settings;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

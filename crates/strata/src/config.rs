@@ -34,6 +34,9 @@ pub struct NodeSettings {
     pub unixsocketperm: String,
     /// `error`, `warn`, `info`, `debug` or `trace`.
     pub log_level: String,
+    /// Threads that serve clients (the async runtime's workers); 0 chooses by the cores
+    /// the process may run on (`docs/configuration.md`, "Threads").
+    pub worker_threads: usize,
 }
 
 impl Default for NodeSettings {
@@ -49,9 +52,13 @@ impl Default for NodeSettings {
             unixsocket: String::new(),
             unixsocketperm: "700".into(),
             log_level: "info".into(),
+            worker_threads: 0,
         }
     }
 }
+
+/// Most threads serving clients a node may be given.
+const WORKER_THREADS_MAX: usize = 1024;
 
 /// Every setting, by component.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -98,6 +105,9 @@ impl Config {
             bail!("bad configuration: tls_port needs tls_cert_file and tls_key_file");
         }
         cfg.unixsocket_mode()?;
+        if n.worker_threads > WORKER_THREADS_MAX {
+            bail!("bad configuration: worker_threads must be at most {WORKER_THREADS_MAX} (0 chooses by the cores)");
+        }
         Ok(cfg)
     }
 

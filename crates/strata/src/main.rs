@@ -3,6 +3,8 @@
 mod backup;
 mod config;
 mod runtime;
+#[cfg(test)]
+mod settings_page;
 mod trace;
 
 use std::collections::BTreeMap;
@@ -243,7 +245,7 @@ fn run(cli: Cli) -> Result<()> {
                 .with_ansi(std::io::stderr().is_terminal())
                 .with_writer(std::io::stderr)
                 .init();
-            runtime()?.block_on(serve(cfg))
+            crate::runtime::runtime_with(cfg.node.worker_threads)?.block_on(serve(cfg))
         }
     }
 }

@@ -34,3 +34,47 @@ fn links_between_pages_resolve() {
             .collect();
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// Every report in `reports/` is in its index, so a reader can tell which figure is
+/// current; superseded ones live in `reports/history/`.
+#[test]
+fn every_current_report_is_in_the_index() {
+    let reports = workspace().join("reports");
+    let index = std::fs::read_to_string(reports.join("README.md")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&reports).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "README.md" && !index.contains(&format!("]({name})")) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "reports not in reports/README.md (list them, or move them to reports/history/): {missing:?}"
+    );
+}
+
+/// README.md is a newcomer's page: the two commands first, at most 150 lines; the rest
+/// is in `docs/`.
+#[test]
+fn the_readme_is_short_and_starts_with_the_two_commands() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 150,
+        "README.md has {lines} lines; move detail to docs/"
+    );
+    let first_block: Vec<&str> = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap_or("")
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        first_block,
+        ["scripts/run", "scripts/test"],
+        "{readme:.200}"
+    );
+}

@@ -284,3 +284,28 @@ fn engine_trace_replay_serves_blocks_from_every_tier() {
         s["hits"].as_u64().unwrap()
     );
 }
+
+/// Every setting the configuration page names with a `CONFIG` name is answered by `CONFIG
+/// GET` under that name, with the value the configuration file gave it; the settable ones
+/// take `CONFIG SET` back to the same value.
+#[test]
+fn config_get_answers_every_setting_by_its_redis_name() {
+    use crate::support::Strata;
+    let s = Strata::start(&[("maxclients", "123"), ("busy_reply_threshold", "4321")]);
+    for &(key, name, settable) in strata_server::CONFIG_NAMES {
+        let got = s.cli(&["CONFIG", "GET", name]);
+        let mut lines = got.lines();
+        assert_eq!(lines.next(), Some(name), "{key}: {got}");
+        let value = lines.next().unwrap_or_else(|| panic!("{key}: {got}"));
+        match key {
+            "maxclients" => assert_eq!(value, "123"),
+            "busy_reply_threshold" => assert_eq!(value, "4321"),
+            "durability" => assert_eq!(value, "group"),
+            _ => {}
+        }
+        if settable {
+            let set = s.cli(&["CONFIG", "SET", name, value]);
+            assert_eq!(set.trim(), "OK", "CONFIG SET {name} {value}: {set}");
+        }
+    }
+}
