@@ -41,6 +41,14 @@ impl Keys {
     pub(crate) fn moved(&self, from: &str, first: u16, last: u16) -> String {
         format!("{}{from}/{first}-{last}", self.moved_prefix())
     }
+    /// The last writer epoch taken (`epochs.rs`).
+    pub(crate) fn epoch_counter(&self) -> String {
+        format!("{}epoch", self.root)
+    }
+    /// Which node holds writer epoch `e`: `epochs/<e>` → node id (not bound to a lease).
+    pub(crate) fn epoch(&self, e: u64) -> String {
+        format!("{}epochs/{e:010}", self.root)
+    }
     /// An operator's request (`rebalance`), and the controller's answer.
     pub(crate) fn request(&self, what: &str) -> String {
         format!("{}requests/{what}", self.root)

@@ -14,6 +14,7 @@
 
 mod admin;
 mod controller;
+mod epochs;
 mod join;
 mod keys;
 mod member;
@@ -22,6 +23,7 @@ mod slots;
 use serde::{Deserialize, Serialize};
 
 pub use admin::{rebalance, remove_node, status, Status};
+pub use epochs::{claim_epoch, epoch_holder};
 pub use member::{node_id, Cluster, Route, SlotState};
 pub use slots::{check_node_id, Move, NodeAddr, SlotMap, SlotRange};
 

@@ -17,6 +17,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
+use strata_format::segment_ids::epoch_of;
 use strata_format::BlockRef;
 
 use crate::settings::ColdSettings;
@@ -39,8 +40,17 @@ pub(crate) struct Cold {
     pub(crate) url: String,
 }
 
+/// Where the segments of writer epoch `epoch` are: `segments/` for epoch 0 (as every store
+/// before epochs), `epochs/<epoch>/segments/` otherwise.
+fn segments_prefix(epoch: u64) -> Path {
+    match epoch {
+        0 => Path::from("segments"),
+        e => Path::from(format!("epochs/{e:010}/segments")),
+    }
+}
+
 pub(crate) fn segment_path(id: u64) -> Path {
-    Path::from(format!("segments/{id:016x}.seg"))
+    segments_prefix(epoch_of(id)).join(format!("{id:016x}.seg"))
 }
 
 fn parse_segment_path(p: &Path) -> Option<u64> {
@@ -133,15 +143,17 @@ impl Cold {
             .await
     }
 
-    pub(crate) async fn list_segments(&self) -> Result<Vec<u64>> {
+    /// The segments of writer epoch `epoch` (never another writer's).
+    pub(crate) async fn list_segments(&self, epoch: u64) -> Result<Vec<u64>> {
         add(&self.counters.object_store_lists);
-        let prefix = Path::from("segments");
+        let prefix = segments_prefix(epoch);
         let metas: Vec<_> = self
             .timed("segment list", self.store.list(Some(&prefix)).try_collect())
             .await?;
         Ok(metas
             .iter()
             .filter_map(|m| parse_segment_path(&m.location))
+            .filter(|&id| epoch_of(id) == epoch)
             .collect())
     }
 

@@ -95,6 +95,21 @@ fn strings_only(v: Option<(Bytes, Tier, Kind)>) -> Option<(Bytes, Tier)> {
     }
 }
 
+/// The next segment id of a store that had allocated up to `stored` and now writes under
+/// writer epoch `epoch`: the stored counter if it is this epoch's, the epoch's first id if
+/// the epoch is new (a cluster gives each start an epoch of its own).
+fn next_segment_id(stored: u64, epoch: u64) -> Result<u64> {
+    let was = strata_format::segment_ids::epoch_of(stored);
+    match was.cmp(&epoch) {
+        std::cmp::Ordering::Equal => Ok(stored),
+        std::cmp::Ordering::Less => Ok(strata_format::segment_ids::first_segment_id(epoch)),
+        // An epoch before the store's own: its ids may be in use already.
+        std::cmp::Ordering::Greater => Err(crate::Error::Invalid(format!(
+            "this store wrote segments under writer epoch {was}; open it with that cluster"
+        ))),
+    }
+}
+
 impl<T> Written<T> {
     /// Waits until the write is durable, then hands back its result.
     pub async fn durable(self, engine: &Engine) -> Result<T> {
@@ -181,7 +196,10 @@ impl Engine {
                 settings.prefetch.prefetch,
                 settings.prefetch.prefetch_fetches_max,
             ),
-            next_segment_id: Mutex::new(warm_tier.next_segment_id()?),
+            next_segment_id: Mutex::new(next_segment_id(
+                warm_tier.next_segment_id()?,
+                settings.writer_epoch,
+            )?),
             pins: parking_lot::RwLock::new(warm_tier.pins()?),
             settings,
             data_dir,

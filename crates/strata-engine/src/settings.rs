@@ -345,6 +345,12 @@ pub struct Settings {
     /// cluster. A store keeps the mode it was created in.
     #[serde(skip)]
     pub key_slots: bool,
+    /// The epoch this node writes segments under (`strata_format::segment_ids`): 0 for a store that
+    /// shares its bucket with no one; in a cluster, one the cluster gives each start, so the
+    /// nodes sharing a bucket never reuse or collect each other's segments. Not a setting of
+    /// its own: the binary sets it when the node joins a cluster.
+    #[serde(skip)]
+    pub writer_epoch: u64,
 }
 
 impl Settings {
@@ -388,6 +394,9 @@ impl Settings {
         }
         if v.vlog_file_bytes < 1 << 20 {
             return bad("vlog_file_bytes must be at least 1 MiB");
+        }
+        if self.writer_epoch > strata_format::segment_ids::WRITER_EPOCH_MAX {
+            return bad("writer_epoch is past the most a segment id holds");
         }
         if !(0.0..=1.0).contains(&c.segment_live_fraction_min) {
             return bad("segment_live_fraction_min must be between 0 and 1");

@@ -35,6 +35,7 @@ pub mod keys;
 pub mod members;
 pub mod parts;
 mod record;
+pub mod segment_ids;
 pub mod zset;
 
 pub use block::{

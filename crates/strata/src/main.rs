@@ -392,11 +392,18 @@ fn bind_unix(path: &str, mode: u32) -> Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-async fn serve(cfg: Config) -> Result<()> {
+async fn serve(mut cfg: Config) -> Result<()> {
     raise_fd_limit(cfg.server.maxclients);
     let server_cfg = cfg.server.clone();
     // Read the TLS files before opening the store, so a bad path fails fast.
     cfg.tls_config()?;
+    if cfg.cluster.enabled() {
+        // Before the store opens: its segments go under this start's own epoch.
+        let id = strata_cluster::node_id(&cfg.node.data_dir)?;
+        cfg.engine.writer_epoch = strata_cluster::claim_epoch(&cfg.cluster, &id)
+            .await
+            .context("cannot take a writer epoch from the cluster")?;
+    }
     let engine = cfg
         .open_engine()
         .await

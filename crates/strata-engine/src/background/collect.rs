@@ -32,9 +32,10 @@ pub(crate) async fn segments(core: &Arc<Core>) -> Result<()> {
     // be on disk before a segment goes.
     sync_values_and_log(core).await?;
     let next_id = *core.next_segment_id.lock();
-    for id in core.cold.list_segments().await? {
-        // Only a round allocates ids, and rounds never overlap (`Core::rounds`), so ids below
-        // `next_id` without a record are orphans.
+    for id in core.cold.list_segments(core.settings.writer_epoch).await? {
+        // Only a round allocates ids, and rounds never overlap (`Core::rounds`), so ids of
+        // this writer's epoch below `next_id` without a record are orphans. Other writers'
+        // segments (a bucket the nodes of a cluster share) are never listed here.
         if id < next_id && !metas.contains_key(&id) {
             core.cold.delete_segment(id).await?;
             add(&core.counters.segments_deleted);

@@ -15,6 +15,7 @@ mod parts;
 mod prefetch;
 mod pressure;
 mod s3;
+mod shared;
 mod slots;
 mod support;
 mod vlog;
