@@ -79,6 +79,11 @@ impl Cold {
         }
     }
 
+    /// The object store itself.
+    pub(crate) fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
+    }
+
     /// Most object-store reads ever in flight at once.
     pub(crate) fn reads_in_flight_peak(&self) -> u64 {
         self.reads_in_flight_peak.load(Ordering::Relaxed)

@@ -616,6 +616,9 @@ fn commit(
     // Odd while the batch is written: a lookup that read the records before the commit and
     // the cold index after (an index entry moved into a record) sees the version move, or
     // saw it odd (`Core::lookup`).
+    for s in &staged {
+        core.changed(s.key);
+    }
     let committing = core.locks.begin_commit(staged.iter().map(|s| s.key));
     let committed = commit_batch(core, batch, d, sync);
     drop(committing);

@@ -19,6 +19,7 @@ use strata_hot::{Got, HotCache};
 use tokio::sync::Notify;
 
 use crate::access::AccessCounts;
+use crate::bucket::{BucketLog, Flush};
 use crate::cold::Cold;
 use crate::disk::DiskGuard;
 use crate::durability::{GroupCommit, Ticket};
@@ -103,8 +104,10 @@ pub(crate) struct Core {
     pub(crate) locks: Stripes,
     pub(crate) counters: Arc<Counters>,
     pub(crate) sizes: TierSizes,
-    /// Group commit, when `durability = group`.
+    /// Group commit, when `durability = group` or `bucket`.
     pub(crate) group: Option<Arc<GroupCommit>>,
+    /// The bucket log, when this node ships its changes to the bucket.
+    pub(crate) bucket: Option<Arc<BucketLog>>,
     /// Why writes are refused, after a failed sync.
     pub(crate) poisoned: Poison,
     pub(crate) closed: AtomicBool,
@@ -186,15 +189,36 @@ impl Core {
         self.group.as_ref().map_or(Ticket::NONE, |g| g.request())
     }
 
-    /// Waits until the group commit has synced `ticket`.
+    /// Waits until the group commit has synced `ticket`, and with `durability = bucket`
+    /// until the bucket log holds it too.
     pub(crate) async fn wait(&self, ticket: Ticket) -> Result<()> {
-        match (&self.group, ticket.is_none()) {
-            (Some(g), false) => g.wait(ticket).await.inspect_err(|e| {
-                if let Error::Poisoned(m) = e {
-                    self.poisoned.set(m.clone());
-                }
-            }),
+        let (Some(g), false) = (&self.group, ticket.is_none()) else {
+            return Ok(());
+        };
+        let poison = |e: &Error| {
+            if let Error::Poisoned(m) = e {
+                self.poisoned.set(m.clone());
+            }
+        };
+        g.wait(ticket).await.inspect_err(poison)?;
+        match (&self.bucket, self.settings.warm.durability) {
+            (Some(b), Durability::Bucket) => b.wait(ticket.0).await.inspect_err(poison),
             _ => Ok(()),
+        }
+    }
+
+    /// Notes for the bucket log that `key` changed (under its stripe lock, before the
+    /// write's ticket is taken).
+    pub(crate) fn changed(&self, key: &Key) {
+        if let Some(b) = &self.bucket {
+            b.mark(key);
+        }
+    }
+
+    /// Notes for the bucket log a flush of stored database `db` (`None`: all of them).
+    pub(crate) fn flushed(&self, db: Option<u8>) {
+        if let Some(b) = &self.bucket {
+            b.mark_flush(db.map_or(Flush::All, Flush::Db));
         }
     }
 

@@ -151,6 +151,11 @@ impl GroupCommit {
         }
     }
 
+    /// The last ticket handed out.
+    pub(crate) fn requested(&self) -> u64 {
+        self.requests.lock().requested
+    }
+
     /// Registers a write already in the log; returns the ticket to wait for.
     pub(crate) fn request(&self) -> Ticket {
         let mut r = self.requests.lock();

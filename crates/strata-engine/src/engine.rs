@@ -156,6 +156,18 @@ impl Engine {
                 (open_store(&url, &settings.cold)?, url)
             }
         };
+        let bucket = match settings.ships_to_bucket() {
+            true => Some(Arc::new(
+                crate::bucket::BucketLog::open(
+                    Arc::clone(&store),
+                    settings.writer_epoch,
+                    std::time::Duration::from_millis(settings.cold.cold_request_timeout_ms),
+                    settings.bucket.bucket_kvcache,
+                )
+                .await?,
+            )),
+            false => None,
+        };
         let cold = Arc::new(Cold::new(store, url, &settings.cold, Arc::clone(&counters)));
         let sizes = TierSizes::default();
         let counts = warm_tier.counts()?;
@@ -176,7 +188,11 @@ impl Engine {
             settings.warm.durability == Durability::None,
             Arc::clone(&hot),
         )?;
-        let group = (settings.warm.durability == Durability::Group).then(|| {
+        let grouped = matches!(
+            settings.warm.durability,
+            Durability::Group | Durability::Bucket
+        );
+        let group = grouped.then(|| {
             let hot_log = Arc::clone(writeback.log());
             GroupCommit::start(
                 Arc::clone(&warm),
@@ -211,6 +227,7 @@ impl Engine {
             counters,
             sizes,
             group,
+            bucket,
             poisoned: Default::default(),
             closed: AtomicBool::new(false),
             demote_cursor: Mutex::new(Vec::new()),
@@ -246,6 +263,7 @@ impl Engine {
                 crate::durability::flush_log_every(Arc::clone(&warm), hot_log, period, rx.clone());
             tokio::spawn(flush);
         }
+        crate::ship::start(&core, rx.clone());
         let handle =
             background.then(|| tokio::spawn(crate::background::run(Arc::clone(&core), rx)));
         crate::prefetch::start(&core);
@@ -270,6 +288,12 @@ impl Engine {
             let _ = h.await;
         }
         core.after_read.settle().await;
+        if let Some(b) = &core.bucket {
+            // What changed since the last round reaches the bucket before the node goes.
+            if let Err(e) = crate::ship::round(core, b).await {
+                tracing::warn!(error = %e, "the bucket log's last round at close failed");
+            }
+        }
         // The hot log's values into the warm store, so a restart has nothing to replay; if
         // that fails, they stay in the hot log, which the next open replays.
         if let Err(e) = crate::settle::checkpoint(core) {
@@ -935,6 +959,20 @@ impl Engine {
     pub fn clear_hot(&self) {
         let _ = self.settle_writes();
         self.core.hot.clear();
+    }
+
+    /// Writes into this store what a lost node's bucket log leaves the keys of the slots
+    /// `wanted` accepts holding: `objects` are its log objects in order (every writer epoch
+    /// of the node, oldest first, each read with [`crate::read_bucket_log`] up to its
+    /// fence). Each key is written as this node's own write, and acknowledged as durable.
+    /// Returns how many keys it wrote or deleted.
+    pub async fn adopt(&self, objects: &[Bytes], wanted: &dyn Fn(u16) -> bool) -> Result<u64> {
+        crate::adopt::adopt(&self.core, objects, wanted).await
+    }
+
+    /// The object store of the cold tier (and of the bucket log).
+    pub fn bucket(&self) -> Arc<dyn ObjectStore> {
+        self.core.cold.store()
     }
 
     /// Runs one round of background work now: expire, demote until warm is under budget,

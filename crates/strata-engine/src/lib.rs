@@ -29,8 +29,10 @@
 //! ```
 
 mod access;
+mod adopt;
 mod background;
 mod backup;
+mod bucket;
 mod changes;
 mod clock;
 mod cold;
@@ -58,6 +60,7 @@ mod returns;
 mod scan;
 pub mod settings;
 mod settle;
+mod ship;
 pub mod stats;
 mod tier;
 mod vlog;
@@ -66,6 +69,7 @@ mod write;
 mod writeback;
 
 pub use backup::{restore, BackupSummary, Progress};
+pub use bucket::{fence as fence_bucket_log, read as read_bucket_log};
 pub use changes::{ChangeEvent, KeyChange};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cold::open_store;

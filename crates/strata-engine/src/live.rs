@@ -193,6 +193,7 @@ pub(crate) fn changed_locked(core: &Core, key: &Key) -> Ticket {
     add(&core.counters.writes);
     add(&core.counters.live_writes);
     core.locks.bump(key);
+    core.changed(key);
     core.ticket()
 }
 
@@ -204,5 +205,6 @@ pub(crate) fn delete_locked(core: &Core, key: &Key) -> Result<Ticket> {
     core.hot.remove(key.stored());
     add(&core.counters.writes);
     core.locks.bump(key);
+    core.changed(key);
     Ok(core.ticket())
 }

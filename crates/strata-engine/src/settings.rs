@@ -18,6 +18,9 @@ pub enum Durability {
     Group,
     /// Acknowledged once in the log's OS buffers: survives a process crash, not a power loss.
     None,
+    /// As `Group`, and acknowledged only once the bucket log (`bucket`) holds the write:
+    /// it survives the loss of the node and its disk.
+    Bucket,
 }
 
 impl std::str::FromStr for Durability {
@@ -27,8 +30,9 @@ impl std::str::FromStr for Durability {
             "sync" => Ok(Durability::Sync),
             "group" => Ok(Durability::Group),
             "none" => Ok(Durability::None),
+            "bucket" => Ok(Durability::Bucket),
             _ => Err(Error::Invalid(format!(
-                "durability must be sync, group or none, not '{s}'"
+                "durability must be sync, group, none or bucket, not '{s}'"
             ))),
         }
     }
@@ -40,6 +44,7 @@ impl Durability {
             Durability::Sync => "sync",
             Durability::Group => "group",
             Durability::None => "none",
+            Durability::Bucket => "bucket",
         }
     }
 }
@@ -292,6 +297,34 @@ impl Default for ColdSettings {
     }
 }
 
+/// The bucket log: what a node ships to the bucket (`cold_url`) so that the loss of the
+/// node loses no write it acknowledged (`durability = bucket`), or none older than a lag
+/// (a cluster's nodes sharing the bucket, in the other modes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BucketSettings {
+    /// With `durability = bucket`, the longest a round of the bucket log waits before it
+    /// ships what changed: one object PUT per round at most, carrying every client's writes
+    /// since the last.
+    pub bucket_flush_ms: u64,
+    /// In a cluster sharing its bucket, with another `durability`: writes reach the bucket
+    /// log at most this long after they are acknowledged (and the log makes at most one PUT
+    /// per this long).
+    pub bucket_lag_ms_max: u64,
+    /// Ship KV-cache chunks (`kvc:` keys) too; off by default: they can be recomputed.
+    pub bucket_kvcache: bool,
+}
+
+impl Default for BucketSettings {
+    fn default() -> Self {
+        BucketSettings {
+            bucket_flush_ms: 10,
+            bucket_lag_ms_max: 1000,
+            bucket_kvcache: false,
+        }
+    }
+}
+
 /// Speculative prefetch after cold reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -340,6 +373,8 @@ pub struct Settings {
     pub cold: ColdSettings,
     #[serde(flatten)]
     pub prefetch: PrefetchSettings,
+    #[serde(flatten)]
+    pub bucket: BucketSettings,
     /// Keys carry their Redis Cluster slot (cluster mode), so a slot is one key range of
     /// every family. Not a setting of its own: the binary sets it when the node joins a
     /// cluster. A store keeps the mode it was created in.
@@ -354,6 +389,12 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Whether this node ships its changes to the bucket log: with `durability = bucket`,
+    /// and in a cluster (its nodes share their bucket).
+    pub fn ships_to_bucket(&self) -> bool {
+        self.warm.durability == Durability::Bucket || self.writer_epoch > 0
+    }
+
     /// Checks for values that cannot work.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Invalid(m.to_string()));
@@ -397,6 +438,12 @@ impl Settings {
         }
         if self.writer_epoch > strata_format::segment_ids::WRITER_EPOCH_MAX {
             return bad("writer_epoch is past the most a segment id holds");
+        }
+        let b = &self.bucket;
+        if !(1..=10_000).contains(&b.bucket_flush_ms)
+            || !(1..=60_000).contains(&b.bucket_lag_ms_max)
+        {
+            return bad("bucket_flush_ms must be between 1 and 10000, bucket_lag_ms_max between 1 and 60000");
         }
         if !(0.0..=1.0).contains(&c.segment_live_fraction_min) {
             return bad("segment_live_fraction_min must be between 0 and 1");

@@ -134,6 +134,8 @@ define_stats! {
         checkpoints: "strata_checkpoints_total" "" "Write-back checkpoints: dirty values written to the warm store, older hot-log files deleted.",
         write_back_settles: "strata_write_back_settles_total" "" "Times write-back wrote the colder half of its dirty values to the warm store (past three quarters of its budget).",
         hot_log_compactions: "strata_hot_log_compactions_total" "" "Write-back compactions: dirty values logged again into a new hot-log file, older files deleted.",
+        bucket_log_objects: "strata_bucket_log_objects_total" "" "Objects the bucket log wrote (one per round that had changes to ship).",
+        bucket_log_errors: "strata_bucket_log_errors_total" "" "Bucket log rounds that failed (what they took is shipped by the next).",
         idle_flushes: "strata_warm_idle_flushes_total" "" "Times the warm store's memtables were written out after a quiet spell (what they held repeats what DRAM and the files hold).",
         writes_stalled: "strata_writes_stalled_total" "" "Writes that waited at the warm tier's hard limit for demotion to make room.",
         writes_refused_full: "strata_writes_refused_full_total" "" "Writes refused after waiting write_stall_ms_max at the warm tier's hard limit.",

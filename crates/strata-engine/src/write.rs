@@ -911,8 +911,14 @@ pub(crate) fn flush_all(core: &Core) -> Result<Written<()>> {
     core.sizes.set(Counts::default());
     core.hot.clear();
     core.locks.bump_all();
+    core.flushed(None);
     core.background_wake.notify_one();
-    Ok(Written::new((), Ticket::NONE))
+    // The flush is synced already; with a bucket log, its ticket waits for its round.
+    let ticket = match core.bucket.is_some() {
+        true => core.ticket(),
+        false => Ticket::NONE,
+    };
+    Ok(Written::new((), ticket))
 }
 
 /// The read-modify-write of a collection of `kind` at `key`, in place (see the module

@@ -164,6 +164,7 @@ fn log_with(core: &Core, key: &Key, kind: Kind, value: &[u8], expire_ms: u64, co
         wb.note_record(key, gen);
     }
     core.locks.bump(key);
+    core.changed(key);
     if wb.settle_due() {
         core.background_wake.notify_one();
     }

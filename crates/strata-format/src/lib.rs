@@ -28,6 +28,7 @@
 //! ```
 
 mod block;
+pub mod bucket_log;
 pub mod delta;
 pub mod dump;
 pub mod hash;

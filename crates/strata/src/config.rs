@@ -251,7 +251,7 @@ mod tests {
         let e = env(&[("STRATA_DURABILITY", "sometimes")]);
         let err = Config::load(None, &e, &[]).unwrap_err().to_string();
         assert!(
-            err.contains("durability must be sync, group or none"),
+            err.contains("durability must be sync, group, none or bucket"),
             "{err}"
         );
         let err = Config::load(None, &env(&[("STRATA_PORT", "http")]), &[])

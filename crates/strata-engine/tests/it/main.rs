@@ -3,6 +3,7 @@
 //! injected through the engine's seams (the warm store and the object store it is handed).
 
 mod basics;
+mod bucket;
 mod changes;
 mod corruption;
 mod crash;

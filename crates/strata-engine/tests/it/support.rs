@@ -217,6 +217,8 @@ pub struct Faults {
     pub injected: std::sync::atomic::AtomicU64,
     /// While set, every sync of the warm store's log fails (as a failing disk's fsync).
     pub syncs_fail: std::sync::atomic::AtomicBool,
+    /// While set, an object PUT lands and then reports a failure (a reply lost on the way).
+    pub puts_land_then_fail: std::sync::atomic::AtomicBool,
 }
 
 impl Faults {
@@ -227,6 +229,7 @@ impl Faults {
             state: std::sync::Mutex::new(seed | 1),
             injected: 0.into(),
             syncs_fail: false.into(),
+            puts_land_then_fail: false.into(),
         })
     }
 
@@ -360,7 +363,15 @@ impl object_store::ObjectStore for FailingStore {
         if self.faults.fail() {
             return Err(injected());
         }
-        self.inner.put_opts(location, payload, opts).await
+        let put = self.inner.put_opts(location, payload, opts).await;
+        let lost = &self.faults.puts_land_then_fail;
+        if put.is_ok() && lost.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.faults
+                .injected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(injected());
+        }
+        put
     }
     async fn put_multipart_opts(
         &self,

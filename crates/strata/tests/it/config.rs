@@ -30,7 +30,7 @@ fn bad_configuration_is_a_clear_error_and_nonzero_exit() {
         (
             &["config"],
             &[("STRATA_DURABILITY", "sometimes")],
-            "durability must be sync, group or none",
+            "durability must be sync, group, none or bucket",
         ),
         (
             &["config", "--set", "warm_bytes_max=lots"],
