@@ -725,3 +725,129 @@ def test_the_lmcache_connector_works_against_a_cluster(cluster3):
             StrataConnector(url, local=True, cluster=True)
 
     asyncio.run(run())
+
+
+def retrying(f, seconds=60):
+    """Runs `f` until it succeeds (a cluster client sees connection errors, CLUSTERDOWN and
+    TRYAGAIN while a lost node's slots move); its last error after `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            return f()
+        except (redis.exceptions.RedisError, OSError):
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_durability(etcd, tmp_path):
+    """Issue 67: three nodes sharing a bucket (a local directory) with durability=bucket, a
+    RedisCluster writer, one node SIGKILLed after the 2,000th acknowledged write while the
+    writer goes on: every acknowledged write is served by the survivors with its bytes,
+    those demoted to segments too; the killed node comes back and takes slots again."""
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    name = f"b{os.getpid()}{free_port()}"
+    settings = {
+        "cluster_etcd": f'"{etcd.url}"',
+        "cluster_name": f'"{name}"',
+        "cluster_lease_ttl_s": LEASE_TTL_S,
+        "durability": "bucket",
+        "cold_url": f'"file://{bucket}"',
+        # Small budgets: most keys reach the bucket's segments as well as its log.
+        "warm_bytes_max": 262144,
+        "warm_bytes_hard_max": "64MiB",
+        "background_interval_ms": 50,
+        "block_bytes": 4096,
+    }
+    dirs = [tmp_path / f"node{i}" for i in range(3)]
+    nodes = [StrataProcess(settings, data_dir=str(d)) for d in dirs]
+    try:
+        out = cluster_cmd(etcd, name, "rebalance").stdout
+        assert "16384 slots over 3 nodes" in out, out
+        c = StrataCluster.__new__(StrataCluster)
+        c.nodes = nodes
+        c.wait_served()
+        rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
+        acked = {}
+        for i in range(6000):
+            value = (f"{i:06d}:" * 74)[:512].encode()
+            retrying(lambda: rc.set(f"k:{i}", value))
+            acked[f"k:{i}"] = value
+            if i == 1999:
+                nodes[2].proc.kill()
+                nodes[2].proc.wait()
+        # Every acknowledged write, from the two survivors.
+        rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
+        lost = [k for k, v in acked.items() if retrying(lambda: rc2.get(k)) != v]
+        assert not lost, f"{len(lost)} of {len(acked)} acknowledged writes lost: {lost[:5]}"
+        segments = list(bucket.glob("epochs/*/segments/*.seg"))
+        assert segments, "no key reached a segment"
+        # The killed node comes back, throws away what it held, and takes slots again.
+        nodes[2] = StrataProcess(settings, data_dir=str(dirs[2]))
+        out = cluster_cmd(etcd, name, "rebalance").stdout
+        assert "16384 slots over 3 nodes" in out, out
+        c.wait_served()
+        owners = {row[2][1] for row in nodes[0].client().execute_command("CLUSTER", "SLOTS")}
+        assert nodes[2].port in owners
+        rc3 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[2].port)])
+        wrong = [k for k, v in acked.items() if retrying(lambda: rc3.get(k)) != v]
+        assert not wrong, f"{len(wrong)} keys read back wrong after the rejoin: {wrong[:5]}"
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_a_fenced_node_paused_past_its_lease_writes_nothing_its_slots_new_owners_read(etcd, tmp_path):
+    """Issue 67: with a shared bucket, a node paused past its lease is fenced before its
+    slots go to the live nodes; resumed, every write it is sent is refused, and its log in
+    the bucket ends at the fence (no object of its epoch lies beyond it)."""
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    name = f"f{os.getpid()}{free_port()}"
+    settings = {
+        "cluster_etcd": f'"{etcd.url}"',
+        "cluster_name": f'"{name}"',
+        "cluster_lease_ttl_s": LEASE_TTL_S,
+        "durability": "bucket",
+        "cold_url": f'"file://{bucket}"',
+    }
+    nodes = [StrataProcess(settings) for _ in range(3)]
+    try:
+        assert "16384 slots over 3 nodes" in cluster_cmd(etcd, name, "rebalance").stdout
+        c = StrataCluster.__new__(StrataCluster)
+        c.nodes = nodes
+        c.wait_served()
+        rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
+        for i in range(300):
+            rc.set(f"k:{i}", f"v{i}")
+        paused = nodes[2]
+        pc = paused.client(socket_timeout=10)
+        pc.ping()
+        os.kill(paused.proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.time() + 30
+            while any(n.client().cluster("info")["cluster_known_nodes"] != "2" for n in nodes[:2]):
+                assert time.time() < deadline, "the lost node's slots were not handed over"
+                time.sleep(0.2)
+            rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
+            assert all(retrying(lambda: rc2.get(f"k:{i}")) == f"v{i}".encode() for i in range(300))
+        finally:
+            os.kill(paused.proc.pid, signal.SIGCONT)
+        for i in range(50):
+            with pytest.raises(redis.exceptions.RedisError):
+                pc.set(f"k:{i}", "stale")
+        time.sleep(1)
+        fences = 0
+        for epoch in bucket.glob("epochs/*/log"):
+            logs = sorted(epoch.glob("*.log"))
+            fenced = [p for p in logs if p.read_bytes()[:8] == b"STRFENCE"]
+            if fenced:
+                fences += 1
+                assert logs[-1] == fenced[0], f"objects beyond the fence in {epoch}"
+        assert fences >= 1, "the lost node's log was not fenced"
+        rc3 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
+        assert all(retrying(lambda: rc3.get(f"k:{i}")) == f"v{i}".encode() for i in range(300))
+    finally:
+        for n in nodes:
+            n.stop()

@@ -63,7 +63,11 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 
 /// Wakes the controller whenever a request or a report arrives in etcd.
 async fn watch_work(inner: Arc<Inner>, wake: Arc<tokio::sync::Notify>) {
-    let prefixes = [inner.keys.request(""), inner.keys.moved_prefix()];
+    let prefixes = [
+        inner.keys.request(""),
+        inner.keys.moved_prefix(),
+        inner.keys.adopted_prefix(),
+    ];
     loop {
         let watched = async {
             let mut etcd = inner.etcd.clone();
@@ -71,10 +75,12 @@ async fn watch_work(inner: Arc<Inner>, wake: Arc<tokio::sync::Notify>) {
             // The watchers live as long as their streams are read.
             let (_wa, mut a) = etcd.watch(prefixes[0].as_str(), opts()).await?;
             let (_wb, mut b) = etcd.watch(prefixes[1].as_str(), opts()).await?;
+            let (_wc, mut c) = etcd.watch(prefixes[2].as_str(), opts()).await?;
             loop {
                 let got = tokio::select! {
                     m = a.message() => m?,
                     m = b.message() => m?,
+                    m = c.message() => m?,
                 };
                 if got.is_none() {
                     return Ok::<(), etcd_client::Error>(());
@@ -172,7 +178,12 @@ async fn duties(inner: &Inner) -> Result<()> {
         }
         return Ok(());
     };
-    let mut next = map.repaired(&live).unwrap_or_else(|| map.clone());
+    // A lost node's writer is fenced before any slot of it goes elsewhere.
+    let lost = crate::failover::fence_lost(inner, &map, &live).await?;
+    let repaired = map.repaired(&live).unwrap_or_else(|| map.clone());
+    let next = crate::failover::mark_adoptions(&map, repaired, lost, &live);
+    let (mut next, adopted) = crate::failover::apply_adopted(inner, next).await?;
+    consumed.extend(adopted);
     for kv in reports.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         let Some((from, range)) = key[prefix.len()..].split_once('/') else {
@@ -329,7 +340,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port,
         };
-        let c = Cluster::join(&settings, "a".repeat(40), addr(7000))
+        let c = Cluster::join(&settings, "a".repeat(40), addr(7000), None)
             .await
             .unwrap();
         let inner = &c.inner;

@@ -4,16 +4,23 @@
 use std::sync::Arc;
 
 use crate::controller;
-use crate::member::{Cluster, Inner};
+use crate::member::{Cluster, Fencer, Inner};
 use crate::slots::NodeAddr;
 use crate::{ClusterSettings, Result};
 
 impl Cluster {
     /// Joins the cluster: connects to etcd, takes a lease, registers this node's address,
     /// reads the slot map, then keeps the lease alive, watches the map and stands for
-    /// controller in tasks of its own until the process ends.
-    pub async fn join(settings: &ClusterSettings, id: String, addr: NodeAddr) -> Result<Cluster> {
-        let inner = Inner::start(settings, id, addr).await?;
+    /// controller in tasks of its own until the process ends. As controller it fences a
+    /// lost node's writer epochs with `fencer` before its slots go to others, whose new
+    /// owners then adopt them from its bucket log.
+    pub async fn join(
+        settings: &ClusterSettings,
+        id: String,
+        addr: NodeAddr,
+        fencer: Option<Fencer>,
+    ) -> Result<Cluster> {
+        let inner = Inner::start(settings, id, addr, fencer).await?;
         tokio::spawn(controller::run(Arc::clone(&inner)));
         Ok(Cluster { inner })
     }

@@ -49,6 +49,18 @@ impl Keys {
     pub(crate) fn epoch(&self, e: u64) -> String {
         format!("{}epochs/{e:010}", self.root)
     }
+    /// A node's report that it adopted slots `first..=last` from a lost node's bucket log:
+    /// `adopted/<id>/<first>-<last>`.
+    pub(crate) fn adopted_prefix(&self) -> String {
+        format!("{}adopted/", self.root)
+    }
+    pub(crate) fn adopted(&self, by: &str, first: u16, last: u16) -> String {
+        format!("{}{by}/{first}-{last}", self.adopted_prefix())
+    }
+    /// Every writer epoch taken, `epochs/<e>` → the node that holds it.
+    pub(crate) fn epochs(&self) -> String {
+        format!("{}epochs/", self.root)
+    }
     /// An operator's request (`rebalance`), and the controller's answer.
     pub(crate) fn request(&self, what: &str) -> String {
         format!("{}requests/{what}", self.root)

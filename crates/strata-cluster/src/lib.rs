@@ -15,6 +15,7 @@
 mod admin;
 mod controller;
 mod epochs;
+mod failover;
 mod join;
 mod keys;
 mod member;
@@ -24,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 pub use admin::{rebalance, remove_node, status, Status};
 pub use epochs::{claim_epoch, epoch_holder};
-pub use member::{node_id, Cluster, Route, SlotState};
-pub use slots::{check_node_id, Move, NodeAddr, SlotMap, SlotRange};
+pub use member::{node_id, Cluster, Fencer, Route, SlotState};
+pub use slots::{check_node_id, LostNode, Move, NodeAddr, SlotMap, SlotRange};
 
 /// The cluster settings of a node (flattened into the binary's configuration).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -49,7 +49,22 @@ struct View {
     revision: i64,
 }
 
+/// Ends a lost node's writer epoch in the bucket the nodes share (a fence object at its
+/// log's first free number); gives that number. Handed to `Cluster::join` by whoever holds
+/// the bucket (the binary, through its store).
+pub type Fencer = Arc<
+    dyn Fn(
+            u64,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = std::result::Result<u64, String>> + Send>,
+        > + Send
+        + Sync,
+>;
+
 pub(crate) struct Inner {
+    /// Fences a lost node's epochs before its slots go to others; `None`: the nodes share
+    /// no bucket, and a lost node's slots start empty.
+    pub(crate) fencer: Option<Fencer>,
     pub(crate) settings: ClusterSettings,
     pub(crate) keys: Keys,
     pub(crate) id: String,
@@ -120,6 +135,7 @@ impl Inner {
         settings: &ClusterSettings,
         id: String,
         addr: NodeAddr,
+        fencer: Option<Fencer>,
     ) -> Result<Arc<Inner>> {
         settings.validate()?;
         check_node_id(&id)?;
@@ -132,6 +148,7 @@ impl Inner {
                 ))
             })?;
         let inner = Arc::new(Inner {
+            fencer,
             keys: Keys::new(&settings.cluster_name),
             settings: settings.clone(),
             id,
@@ -197,6 +214,8 @@ impl Cluster {
         let target = v.map.moving_to(slot);
         match v.map.owner(slot) {
             None => Route::Down("CLUSTERDOWN Hash slot not served"),
+            // Its keys are being adopted from a lost node's bucket log: not yet.
+            Some(o) if Some(o) == v.me && v.map.adopting(slot).is_some() => Route::TryAgain,
             Some(o) if Some(o) == v.me => match (self.slot_state(slot), target) {
                 (SlotState::Copying, Some(_)) if write => Route::TryAgain,
                 (SlotState::Handed, Some(t)) => Route::Moved(v.map.addr(t).endpoint()),
@@ -238,6 +257,21 @@ impl Cluster {
     /// so it can give them to it.
     pub async fn report_moved(&self, first: u16, last: u16) -> Result<()> {
         let key = self.inner.keys.moved(&self.inner.id, first, last);
+        self.inner.etcd.clone().put(key, "", None).await?;
+        Ok(())
+    }
+
+    /// The runs of this node's slots it must adopt from a lost node's bucket log, each with
+    /// that node (they answer `-TRYAGAIN` until it reports them adopted).
+    pub fn adoptions(&self) -> Vec<(u16, u16, crate::slots::LostNode)> {
+        let v = self.inner.view.read();
+        v.me.map_or_else(Vec::new, |me| v.map.adoptions_of(me))
+    }
+
+    /// Tells the controller that slots `first..=last` are adopted (this node holds what the
+    /// lost node's log left them), so it clears their marks and they are served.
+    pub async fn report_adopted(&self, first: u16, last: u16) -> Result<()> {
+        let key = self.inner.keys.adopted(&self.inner.id, first, last);
         self.inner.etcd.clone().put(key, "", None).await?;
         Ok(())
     }

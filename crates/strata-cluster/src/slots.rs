@@ -35,6 +35,20 @@ struct Stored {
     /// Slots being moved: `[first, last, id of the node they move to]`.
     #[serde(default)]
     moving: Vec<StoredRange>,
+    /// Nodes the cluster lost whose slots' new owners adopt their bucket logs.
+    #[serde(default)]
+    lost: Vec<LostNode>,
+    /// Slots their owners adopt: `[first, last, id of the lost node]`.
+    #[serde(default)]
+    adopting: Vec<StoredRange>,
+}
+
+/// A node the cluster lost: its writer epochs, oldest first, each with the number its
+/// bucket log was fenced at, so no write of it lands after what its slots' new owners read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostNode {
+    pub id: String,
+    pub epochs: Vec<(u64, u64)>,
 }
 
 /// No node serves the slot.
@@ -52,6 +66,11 @@ pub struct SlotMap {
     owner: Vec<u16>,
     /// Per slot, the index of the node it is moving to, or [`UNASSIGNED`].
     target: Vec<u16>,
+    /// Lost nodes whose logs slots are adopted from.
+    lost: Vec<LostNode>,
+    /// Per slot, the index in `lost` of the node its owner adopts it from, or
+    /// [`UNASSIGNED`]: until its owner reports it adopted, the slot answers `-TRYAGAIN`.
+    adopt: Vec<u16>,
 }
 
 impl Default for SlotMap {
@@ -62,6 +81,8 @@ impl Default for SlotMap {
             addrs: Vec::new(),
             owner: vec![UNASSIGNED; SLOT_COUNT as usize],
             target: vec![UNASSIGNED; SLOT_COUNT as usize],
+            lost: Vec::new(),
+            adopt: vec![UNASSIGNED; SLOT_COUNT as usize],
         }
     }
 }
@@ -153,6 +174,22 @@ impl SlotMap {
                 m.target[slot as usize] = i as u16;
             }
         }
+        m.lost = s.lost;
+        for (first, last, id) in s.adopting {
+            let Some(i) = m.lost.iter().position(|n| n.id == id) else {
+                return Err(Error::Corrupt(format!(
+                    "slot map adopts from unknown node {id}"
+                )));
+            };
+            if first > last || last >= SLOT_COUNT {
+                return Err(Error::Corrupt(format!(
+                    "slot map adopts range {first}-{last}"
+                )));
+            }
+            for slot in first..=last {
+                m.adopt[slot as usize] = i as u16;
+            }
+        }
         Ok(m)
     }
 
@@ -174,6 +211,11 @@ impl SlotMap {
                 .moves()
                 .into_iter()
                 .map(|m| (m.first, m.last, self.ids[m.to].clone()))
+                .collect(),
+            lost: self.lost.clone(),
+            adopting: runs(&self.adopt)
+                .into_iter()
+                .map(|(first, last, i)| (first, last, self.lost[i].id.clone()))
                 .collect(),
         };
         serde_json::to_vec(&s).expect("a slot map encodes")
@@ -360,6 +402,86 @@ impl SlotMap {
         next
     }
 
+    /// The lost node whose bucket log `slot`'s owner adopts the slot from, while it does.
+    pub fn adopting(&self, slot: u16) -> Option<&LostNode> {
+        match self.adopt[slot as usize] {
+            UNASSIGNED => None,
+            i => self.lost.get(i as usize),
+        }
+    }
+
+    /// The runs of node `node`'s slots it adopts, each with the lost node it adopts from.
+    pub fn adoptions_of(&self, node: usize) -> Vec<(u16, u16, LostNode)> {
+        runs(&self.adopt)
+            .into_iter()
+            .flat_map(|(first, last, i)| {
+                // A run of one lost node may span owners: cut it by owner.
+                let mut out = Vec::new();
+                let mut start = None;
+                for slot in first..=last {
+                    match (self.owner(slot) == Some(node), start) {
+                        (true, None) => start = Some(slot),
+                        (false, Some(s)) => {
+                            out.push((s, slot - 1, self.lost[i].clone()));
+                            start = None;
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(s) = start {
+                    out.push((s, last, self.lost[i].clone()));
+                }
+                out
+            })
+            .collect()
+    }
+
+    /// The map with `slots` adopted from `lost` by their owners.
+    pub(crate) fn adopting_from(&self, lost: LostNode, slots: &[u16]) -> SlotMap {
+        let mut next = self.clone();
+        let i = match next.lost.iter().position(|n| n.id == lost.id) {
+            Some(i) => i,
+            None => {
+                next.lost.push(lost);
+                next.lost.len() - 1
+            }
+        };
+        for &slot in slots {
+            next.adopt[slot as usize] = i as u16;
+        }
+        next
+    }
+
+    /// The map once slots `first..=last` are adopted (their owners serve them); lost nodes
+    /// no slot adopts from any more leave it.
+    pub(crate) fn adopted(&self, first: u16, last: u16) -> SlotMap {
+        let mut next = self.clone();
+        for slot in first..=last.min(SLOT_COUNT - 1) {
+            next.adopt[slot as usize] = UNASSIGNED;
+        }
+        next.drop_unadopted();
+        next
+    }
+
+    /// Drops the lost nodes no slot adopts from, renumbering the others.
+    fn drop_unadopted(&mut self) {
+        let used: Vec<bool> = (0..self.lost.len())
+            .map(|i| self.adopt.contains(&(i as u16)))
+            .collect();
+        let mut renumber = vec![UNASSIGNED; self.lost.len()];
+        let mut kept = Vec::new();
+        for (i, n) in std::mem::take(&mut self.lost).into_iter().enumerate() {
+            if used[i] {
+                renumber[i] = kept.len() as u16;
+                kept.push(n);
+            }
+        }
+        self.lost = kept;
+        for a in self.adopt.iter_mut().filter(|a| **a != UNASSIGNED) {
+            *a = renumber[*a as usize];
+        }
+    }
+
     /// The map after the controller's repair: every slot of a node not in `live` (and
     /// every unassigned slot) goes to the live nodes, in runs, so they stay even; moves to
     /// or from a node not in `live` are dropped; live nodes' addresses are brought up to
@@ -420,9 +542,27 @@ impl SlotMap {
             next.owner[slot as usize] = to as u16;
             load[to] += 1;
         }
+        next.lost = self.lost.clone();
+        next.adopt = self.adopt.clone();
         let changed = !next.same_as(self);
         changed.then_some(next)
     }
+}
+
+/// The runs of consecutive slots with the same index in `per_slot` (not [`UNASSIGNED`]).
+fn runs(per_slot: &[u16]) -> Vec<(u16, u16, usize)> {
+    let mut out: Vec<(u16, u16, usize)> = Vec::new();
+    for (slot, &i) in per_slot.iter().enumerate() {
+        if i == UNASSIGNED {
+            continue;
+        }
+        let slot = slot as u16;
+        match out.last_mut() {
+            Some(r) if r.2 == i as usize && r.1 + 1 == slot => r.1 = slot,
+            _ => out.push((slot, slot, i as usize)),
+        }
+    }
+    out
 }
 
 /// Parses a node id: 40 lowercase hex digits, as Redis Cluster's.
@@ -565,5 +705,47 @@ mod tests {
         assert!(SlotMap::decode(br#"{"epoch":1,"nodes":{},"ranges":[[0,5,"x"]]}"#).is_err());
         assert!(check_node_id(&"a".repeat(40)).is_ok());
         assert!(check_node_id("xyz").is_err());
+    }
+
+    /// A lost node's slots, marked adopted from it, survive the map's JSON, split by
+    /// their new owners, carry through a later repair, and leave the map once reported.
+    #[test]
+    fn adoptions_mark_a_lost_nodes_slots_until_reported() {
+        let three = nodes(3);
+        let m = SlotMap::even(1, &three);
+        let lost_id = m.id(2).to_string();
+        let mut live = three.clone();
+        live.remove(&lost_id);
+        let lost = LostNode {
+            id: lost_id.clone(),
+            epochs: vec![(4, 17), (9, 2)],
+        };
+        let slots: Vec<u16> = (0..SLOT_COUNT).filter(|&s| m.owner(s) == Some(2)).collect();
+        let next = m
+            .repaired(&live)
+            .unwrap()
+            .adopting_from(lost.clone(), &slots);
+        let back = SlotMap::decode(&next.encode()).unwrap();
+        assert!(back.same_as(&next));
+        assert_eq!(back.adopting(slots[0]), Some(&lost));
+        assert_eq!(back.adopting(0), None, "a live node's own slot");
+        let runs: Vec<(u16, u16)> = (0..2)
+            .flat_map(|n| back.adoptions_of(n))
+            .map(|(f, l, node)| {
+                assert_eq!(node, lost);
+                (f, l)
+            })
+            .collect();
+        let covered: usize = runs.iter().map(|(f, l)| (l - f + 1) as usize).sum();
+        assert_eq!(covered, slots.len());
+        for &(f, l) in &runs {
+            assert!((f..=l).all(|s| back.owner(s).is_some()));
+        }
+        // Still marked after another repair; gone once every run is reported.
+        let again = back.repaired(&live).unwrap_or_else(|| back.clone());
+        assert_eq!(again.adopting(slots[0]), Some(&lost));
+        let done = runs.iter().fold(again, |m, &(f, l)| m.adopted(f, l));
+        assert!(slots.iter().all(|&s| done.adopting(s).is_none()));
+        assert!(!String::from_utf8(done.encode()).unwrap().contains(&lost_id));
     }
 }

@@ -31,10 +31,11 @@ enum Last {
 pub(crate) async fn adopt(
     core: &Arc<Core>,
     objects: &[Bytes],
-    wanted: &dyn Fn(u16) -> bool,
+    wanted: &(dyn Fn(u16) -> bool + Sync),
 ) -> Result<u64> {
     let last = last_states(objects, wanted)?;
     let mut n = 0;
+    let mut ticket = crate::durability::Ticket::NONE;
     for (stored, state) in last {
         let key = Key::from_stored(&stored)?;
         let change = match state {
@@ -65,14 +66,19 @@ pub(crate) async fn adopt(
             Ok((change, ()))
         })
         .await?;
-        core.wait(written.ticket).await?;
+        // One wait at the end covers every write before it.
+        ticket = ticket.max(written.ticket);
         n += 1;
     }
+    core.wait(ticket).await?;
     Ok(n)
 }
 
 /// Each wanted key's last state in `objects`, flushes applied in their place.
-fn last_states(objects: &[Bytes], wanted: &dyn Fn(u16) -> bool) -> Result<HashMap<Vec<u8>, Last>> {
+fn last_states(
+    objects: &[Bytes],
+    wanted: &(dyn Fn(u16) -> bool + Sync),
+) -> Result<HashMap<Vec<u8>, Last>> {
     let mut last: HashMap<Vec<u8>, Last> = HashMap::new();
     for bytes in objects {
         let decoded =
@@ -91,7 +97,7 @@ fn last_states(objects: &[Bytes], wanted: &dyn Fn(u16) -> bool) -> Result<HashMa
 fn apply(
     last: &mut HashMap<Vec<u8>, Last>,
     r: Record<'_>,
-    wanted: &dyn Fn(u16) -> bool,
+    wanted: &(dyn Fn(u16) -> bool + Sync),
 ) -> Result<()> {
     let keep = |stored: &[u8]| -> Result<bool> { Ok(wanted(Key::from_stored(stored)?.slot())) };
     match r {

@@ -330,8 +330,11 @@ pub fn open_store(url: &str, s: &ColdSettings) -> Result<Arc<dyn ObjectStore>> {
                     dir.display()
                 ))
             })?;
+            // Synced: an object in the directory is one the machine's crash keeps (a segment
+            // the index points into, a bucket log object a write was acknowledged for).
             let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                .map_err(|e| Error::Invalid(format!("cold directory {}: {e}", dir.display())))?;
+                .map_err(|e| Error::Invalid(format!("cold directory {}: {e}", dir.display())))?
+                .with_fsync(true);
             Ok(Arc::new(fs))
         }
         "s3" => {

@@ -966,7 +966,11 @@ impl Engine {
     /// of the node, oldest first, each read with [`crate::read_bucket_log`] up to its
     /// fence). Each key is written as this node's own write, and acknowledged as durable.
     /// Returns how many keys it wrote or deleted.
-    pub async fn adopt(&self, objects: &[Bytes], wanted: &dyn Fn(u16) -> bool) -> Result<u64> {
+    pub async fn adopt(
+        &self,
+        objects: &[Bytes],
+        wanted: &(dyn Fn(u16) -> bool + Sync),
+    ) -> Result<u64> {
         crate::adopt::adopt(&self.core, objects, wanted).await
     }
 

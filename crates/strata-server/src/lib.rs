@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+mod adopter;
 mod auth;
 mod blocked;
 mod cmd;
@@ -167,6 +168,7 @@ impl Server {
         }
         if let Some(c) = &self.shared.cluster {
             tokio::spawn(mover::run(Arc::clone(&self.shared), c.clone()));
+            tokio::spawn(adopter::run(Arc::clone(&self.shared), c.clone()));
         }
         tokio::spawn(memory::govern(Arc::clone(&self.shared)));
         let (tls_listener, acceptor) = match tls {

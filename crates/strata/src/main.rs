@@ -392,6 +392,21 @@ fn bind_unix(path: &str, mode: u32) -> Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
+/// Fences a lost node's writer epoch in this node's bucket (shared by the cluster), for the
+/// cluster's controller.
+fn fencer(engine: &strata_engine::Engine, id: &str) -> strata_cluster::Fencer {
+    let store = engine.bucket();
+    let by = format!("controller {id}");
+    std::sync::Arc::new(move |epoch| {
+        let (store, by) = (std::sync::Arc::clone(&store), by.clone());
+        Box::pin(async move {
+            strata_engine::fence_bucket_log(store.as_ref(), epoch, &by)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    })
+}
+
 async fn serve(mut cfg: Config) -> Result<()> {
     raise_fd_limit(cfg.server.maxclients);
     let server_cfg = cfg.server.clone();
@@ -448,9 +463,14 @@ async fn serve(mut cfg: Config) -> Result<()> {
         let cluster = if cfg.cluster.enabled() {
             let id = strata_cluster::node_id(&cfg.node.data_dir)?;
             let addr = cfg.announce_addr();
-            let c = strata_cluster::Cluster::join(&cfg.cluster, id, addr)
-                .await
-                .context("cannot join the cluster")?;
+            let c = strata_cluster::Cluster::join(
+                &cfg.cluster,
+                id.clone(),
+                addr,
+                Some(fencer(&engine, &id)),
+            )
+            .await
+            .context("cannot join the cluster")?;
             eprintln!(
                 "Strata cluster node {} of '{}' (etcd {})",
                 c.id(),

@@ -1,0 +1,127 @@
+//! The controller's part in a failover: before a lost node's slots go to the live nodes,
+//! each of its writer epochs is fenced in the bucket the nodes share (so nothing it writes
+//! later can land where its slots' new owners read), and the slots are marked adopted from
+//! it; each new owner reads the lost node's bucket log, writes it into its store, and
+//! reports the slots adopted, which clears their marks.
+
+use std::collections::BTreeMap;
+
+use etcd_client::GetOptions;
+use strata_format::keys::SLOT_COUNT;
+
+use crate::member::Inner;
+use crate::slots::{LostNode, NodeAddr, SlotMap};
+use crate::{Error, Result};
+
+/// The nodes of `map` that own slots and are not `live`, each fenced: its index in `map`
+/// and what its slots' new owners adopt. Empty when this node has no fencer (the nodes
+/// share no bucket).
+pub(crate) async fn fence_lost(
+    inner: &Inner,
+    map: &SlotMap,
+    live: &BTreeMap<String, NodeAddr>,
+) -> Result<Vec<(usize, LostNode)>> {
+    let Some(fencer) = &inner.fencer else {
+        return Ok(Vec::new());
+    };
+    let counts = map.slot_counts();
+    let mut out = Vec::new();
+    for (i, &n) in counts.iter().enumerate() {
+        let id = map.id(i);
+        if n == 0 || live.contains_key(id) {
+            continue;
+        }
+        let mut epochs = Vec::new();
+        for e in epochs_of(inner, id).await? {
+            let at = fencer(e).await.map_err(|why| {
+                Error::Etcd(format!("cannot fence epoch {e} of lost node {id}: {why}"))
+            })?;
+            epochs.push((e, at));
+        }
+        tracing::warn!(
+            node = id,
+            epochs = epochs.len(),
+            "fenced a lost node's bucket log"
+        );
+        out.push((
+            i,
+            LostNode {
+                id: id.to_string(),
+                epochs,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// The writer epochs node `id` took, oldest first.
+async fn epochs_of(inner: &Inner, id: &str) -> Result<Vec<u64>> {
+    let prefix = inner.keys.epochs();
+    let r = inner
+        .etcd
+        .clone()
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    let mut out: Vec<u64> = r
+        .kvs()
+        .iter()
+        .filter(|kv| kv.value() == id.as_bytes())
+        .filter_map(|kv| {
+            std::str::from_utf8(&kv.key()[prefix.len()..])
+                .ok()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// `next` (the map repaired without the lost nodes of `map`) with the slots each of
+/// `lost` owned marked adopted from it, but those that were moving to a live node (that
+/// node holds their keys already).
+pub(crate) fn mark_adoptions(
+    map: &SlotMap,
+    mut next: SlotMap,
+    lost: Vec<(usize, LostNode)>,
+    live: &BTreeMap<String, NodeAddr>,
+) -> SlotMap {
+    for (i, node) in lost {
+        let slots: Vec<u16> = (0..SLOT_COUNT)
+            .filter(|&s| map.owner(s) == Some(i))
+            .filter(|&s| {
+                map.moving_to(s)
+                    .is_none_or(|t| !live.contains_key(map.id(t)))
+            })
+            .collect();
+        next = next.adopting_from(node, &slots);
+    }
+    next
+}
+
+/// The map with the slots in adoption reports (`adopted/<node>/<first>-<last>`) cleared
+/// of their marks; the report keys, to be deleted with the map's commit.
+pub(crate) async fn apply_adopted(
+    inner: &Inner,
+    mut next: SlotMap,
+) -> Result<(SlotMap, Vec<String>)> {
+    let prefix = inner.keys.adopted_prefix();
+    let r = inner
+        .etcd
+        .clone()
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    let mut consumed = Vec::new();
+    for kv in r.kvs() {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let range = key[prefix.len()..]
+            .split_once('/')
+            .and_then(|(_, r)| r.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)));
+        if let Some((first, last)) = range {
+            next = next.adopted(first, last);
+        }
+        consumed.push(key);
+    }
+    Ok((next, consumed))
+}

@@ -1,0 +1,90 @@
+//! A lost node's slots, on their new owner: the map marks them adopted from the lost node
+//! (the controller fenced its bucket log first), and until this node reports them adopted
+//! they answer `-TRYAGAIN`. This task reads the lost node's log (every writer epoch of it,
+//! oldest first, each up to its fence), writes what it leaves the slots' keys holding into
+//! the store as this node's own writes, and reports the slots adopted; the controller
+//! clears their marks and they are served.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_cluster::{Cluster, LostNode};
+
+use crate::shared::Shared;
+
+/// How long a failed adoption waits before it tries again.
+const RETRY: Duration = Duration::from_secs(1);
+
+pub(crate) async fn run(shared: Arc<Shared>, cluster: Cluster) {
+    let mut changes = cluster.map_changes();
+    // Runs adopted and reported, until the map stops marking them.
+    let mut reported: HashSet<(u16, u16, String)> = HashSet::new();
+    loop {
+        let due = cluster.adoptions();
+        reported.retain(|r| {
+            due.iter()
+                .any(|(f, l, n)| (*f, *l, &n.id) == (r.0, r.1, &r.2))
+        });
+        let mut by_node: BTreeMap<String, (LostNode, Vec<(u16, u16)>)> = BTreeMap::new();
+        for (first, last, node) in due {
+            if reported.contains(&(first, last, node.id.clone())) {
+                continue;
+            }
+            let entry = by_node
+                .entry(node.id.clone())
+                .or_insert_with(|| (node, Vec::new()));
+            entry.1.push((first, last));
+        }
+        let mut failed = false;
+        for (id, (node, runs)) in by_node {
+            match adopt(&shared, &cluster, &node, &runs).await {
+                Ok(()) => reported.extend(runs.iter().map(|&(f, l)| (f, l, id.clone()))),
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(lost = id, error = %e, "adopting a lost node's slots failed; retrying");
+                }
+            }
+        }
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(RETRY), if failed || !reported.is_empty() => {}
+        }
+    }
+}
+
+/// Adopts `runs` of slots from lost node `node`'s bucket log, and reports them.
+async fn adopt(
+    shared: &Shared,
+    cluster: &Cluster,
+    node: &LostNode,
+    runs: &[(u16, u16)],
+) -> Result<(), String> {
+    let store = shared.engine.bucket();
+    let mut objects = Vec::new();
+    for &(epoch, _fence) in &node.epochs {
+        let log = strata_engine::read_bucket_log(store.as_ref(), epoch, 1)
+            .await
+            .map_err(|e| e.to_string())?;
+        objects.extend(log);
+    }
+    let wanted = |slot: u16| runs.iter().any(|&(f, l)| (f..=l).contains(&slot));
+    let keys = shared
+        .engine
+        .adopt(&objects, &wanted)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        lost = node.id,
+        keys,
+        objects = objects.len(),
+        "adopted a lost node's slots"
+    );
+    for &(first, last) in runs {
+        cluster
+            .report_adopted(first, last)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
