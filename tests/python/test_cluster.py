@@ -851,3 +851,24 @@ def test_a_fenced_node_paused_past_its_lease_writes_nothing_its_slots_new_owners
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_wait_answers_one_once_the_bucket_log_holds_the_writes(tmp_path):
+    """WAIT numreplicas timeout: the bucket log stands for a replica (1 once it holds the
+    writes acknowledged before the call); a node that ships to no bucket answers 0, as a
+    Redis without replicas does."""
+    shipping = StrataProcess({"durability": "bucket", "cold_url": f'"file://{tmp_path}"'})
+    plain = StrataProcess()
+    try:
+        for node, want in ((shipping, 1), (plain, 0)):
+            c = node.client()
+            c.set("k", "v")
+            assert c.execute_command("WAIT", 1, 2000) == want
+            assert c.execute_command("WAIT", 0, 0) == 0
+            with pytest.raises(ResponseError, match="timeout is negative"):
+                c.execute_command("WAIT", 1, -1)
+        logs = list(tmp_path.glob("epochs/0000000000/log/*.log"))
+        assert logs, "the shipping node wrote no log object"
+    finally:
+        shipping.stop()
+        plain.stop()

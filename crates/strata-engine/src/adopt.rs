@@ -13,6 +13,7 @@ use strata_format::{BlockRef, Key, Kind};
 
 use crate::commit::Change;
 use crate::core::Core;
+use crate::durability::Ticket;
 use crate::{Error, Result};
 
 /// What the log says a key holds, last.
@@ -26,6 +27,9 @@ enum Last {
     Gone,
 }
 
+/// Strings adopted with one call of the write path (one batch, one log record).
+const STRINGS_PER_CALL: usize = 512;
+
 /// Writes into `core` what the log `objects` (in order) leave the keys whose slot `wanted`
 /// accepts holding; returns how many keys it wrote or deleted.
 pub(crate) async fn adopt(
@@ -34,30 +38,22 @@ pub(crate) async fn adopt(
     wanted: &(dyn Fn(u16) -> bool + Sync),
 ) -> Result<u64> {
     let last = last_states(objects, wanted)?;
-    let mut n = 0;
-    let mut ticket = crate::durability::Ticket::NONE;
+    let n = last.len() as u64;
+    let mut ticket = Ticket::NONE;
+    // Strings without an expiry go in runs (most of what a node holds); the rest one by one.
+    let mut strings: Vec<(Key, Bytes)> = Vec::new();
     for (stored, state) in last {
         let key = Key::from_stored(&stored)?;
-        let change = match state {
-            Last::Put {
-                kind,
-                expire_ms,
-                value,
-            } => Change::Put {
-                kind,
-                value,
-                expire_ms,
-            },
-            Last::Cold(r) => {
-                let (value, _) = core.fetch_cold(&key, &r).await?;
-                Change::Put {
-                    kind: r.kind,
-                    value,
-                    expire_ms: r.expire_ms,
-                }
-            }
-            Last::Gone => Change::Delete,
-        };
+        let change = change_of(core, &key, state).await?;
+        if let Change::Put {
+            kind: Kind::String,
+            value,
+            expire_ms: 0,
+        } = change
+        {
+            strings.push((key, value));
+            continue;
+        }
         let written = crate::write::update(core, &key, false, |cur| {
             let change = match (&change, cur) {
                 (Change::Delete, None) => None,
@@ -68,10 +64,39 @@ pub(crate) async fn adopt(
         .await?;
         // One wait at the end covers every write before it.
         ticket = ticket.max(written.ticket);
-        n += 1;
+    }
+    for run in strings.chunks(STRINGS_PER_CALL) {
+        let pairs: Vec<(&Key, Bytes)> = run.iter().map(|(k, v)| (k, v.clone())).collect();
+        let written = crate::write::put_many(core, &pairs, 0).await?;
+        ticket = ticket.max(written.ticket);
     }
     core.wait(ticket).await?;
     Ok(n)
+}
+
+/// The change that leaves `key` as the log's `state` says (a cold key's value fetched from
+/// the lost node's segment).
+async fn change_of(core: &Core, key: &Key, state: Last) -> Result<Change> {
+    Ok(match state {
+        Last::Put {
+            kind,
+            expire_ms,
+            value,
+        } => Change::Put {
+            kind,
+            value,
+            expire_ms,
+        },
+        Last::Cold(r) => {
+            let (value, _) = core.fetch_cold(key, &r).await?;
+            Change::Put {
+                kind: r.kind,
+                value,
+                expire_ms: r.expire_ms,
+            }
+        }
+        Last::Gone => Change::Delete,
+    })
 }
 
 /// Each wanted key's last state in `objects`, flushes applied in their place.

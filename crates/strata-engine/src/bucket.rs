@@ -11,7 +11,7 @@
 //! keeps its data in RocksDB and its segments, and ships each changed key's state.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,10 @@ pub(crate) struct BucketLog {
     /// The highest ticket every write of which the log holds, and why no higher one will be.
     shipped: watch::Sender<(u64, Option<String>)>,
     fenced: AtomicBool,
+    /// Rounds begun, and rounds done (in order: one task runs them): a round that begins
+    /// after a write was acknowledged ships it.
+    begun: AtomicU64,
+    done: watch::Sender<u64>,
 }
 
 /// The prefix of writer epoch `epoch`'s log objects.
@@ -190,6 +194,8 @@ impl BucketLog {
             changed: Mutex::default(),
             shipped: watch::channel((0, None)).0,
             fenced: AtomicBool::new(false),
+            begun: AtomicU64::new(0),
+            done: watch::channel(0).0,
         })
     }
 
@@ -208,6 +214,26 @@ impl BucketLog {
     /// What changed since the last call.
     pub(crate) fn take(&self) -> Changed {
         std::mem::take(&mut *self.changed.lock())
+    }
+
+    /// A round begins: its number.
+    pub(crate) fn begin_round(&self) -> u64 {
+        self.begun.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Round `n` shipped everything it took.
+    pub(crate) fn end_round(&self, n: u64) {
+        self.done.send_modify(|d| *d = (*d).max(n));
+    }
+
+    /// Waits (at most `timeout`) until a round that began after the call is done: every
+    /// write acknowledged before the call is in the log then. Whether one was.
+    pub(crate) async fn flushed_within(&self, timeout: Duration) -> bool {
+        let after = self.begun.load(Ordering::Acquire) + 1;
+        let mut rx = self.done.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|&d| d >= after))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Whether the cluster fenced this writer.

@@ -974,6 +974,16 @@ impl Engine {
         crate::adopt::adopt(&self.core, objects, wanted).await
     }
 
+    /// Waits (at most `timeout`) until the bucket log holds every write acknowledged
+    /// before the call (`WAIT`); whether it does. `false` at once for a store that ships
+    /// to no bucket.
+    pub async fn wait_bucket(&self, timeout: std::time::Duration) -> bool {
+        match &self.core.bucket {
+            Some(b) => b.flushed_within(timeout).await,
+            None => false,
+        }
+    }
+
     /// The object store of the cold tier (and of the bucket log).
     pub fn bucket(&self) -> Arc<dyn ObjectStore> {
         self.core.cold.store()

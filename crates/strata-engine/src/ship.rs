@@ -48,11 +48,14 @@ pub(crate) fn start(core: &Arc<Core>, mut shutdown: tokio::sync::watch::Receiver
     };
     let core = Arc::clone(core);
     tokio::spawn(async move {
-        let every = period(&core);
+        // A round starts every period, however long the last took (its PUT's time is
+        // inside the period, not added to it).
+        let mut tick = tokio::time::interval(period(&core));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(every) => {}
+                _ = tick.tick() => {}
             }
             if let Err(e) = round(&core, &log).await {
                 if log.fenced() {
@@ -68,11 +71,13 @@ pub(crate) fn start(core: &Arc<Core>, mut shutdown: tokio::sync::watch::Receiver
 
 /// One round: what changed since the last, as it stands now, into the log's next object.
 pub(crate) async fn round(core: &Arc<Core>, log: &BucketLog) -> Result<()> {
+    let this = log.begin_round();
     // Tickets up to here belong to writes that marked their keys before taking them.
     let target = core.group.as_ref().map_or(0, |g| g.requested());
     let changed = log.take();
     if changed.is_empty() {
         log.shipped(target);
+        log.end_round(this);
         return Ok(());
     }
     let states = match states_of(core, &changed).await {
@@ -89,6 +94,7 @@ pub(crate) async fn round(core: &Arc<Core>, log: &BucketLog) -> Result<()> {
     }
     add(&core.counters.bucket_log_objects);
     log.shipped(target);
+    log.end_round(this);
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use strata_engine::glob::glob_match;
 use strata_resp::Reply;
 
-use super::ctx::{lower, Commands, Ctx};
+use super::ctx::{lower, not_integer, parse_int, Commands, Ctx};
 
 pub(crate) async fn command(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     command_reply(ctx.commands, a)
@@ -58,8 +58,34 @@ pub(crate) async fn time(_ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
     ])
 }
 
-pub(crate) async fn wait(_ctx: &mut Ctx<'_>, _a: &[Bytes]) -> Reply {
-    Reply::Integer(0)
+/// Longest `WAIT` (its timeout of 0 means as long as it takes: here, this long). It holds
+/// the server's gate for reading meanwhile, as every command does, so commands that run
+/// alone wait for it; a bucket log that answers ships within its `bucket_flush_ms` or
+/// `bucket_lag_ms_max`.
+const WAIT_MS_MAX: u64 = 10_000;
+
+/// `WAIT numreplicas timeout`: the bucket log stands for a replica. 1 once it holds every
+/// write acknowledged before the call (within `timeout` ms; 0: as long as it takes), 0 if
+/// it did not in time, or for a node that ships to no bucket (as a Redis without replicas
+/// answers).
+pub(crate) async fn wait(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
+    let (Some(wanted), Some(ms)) = (parse_int(&a[1]), parse_int(&a[2])) else {
+        return not_integer();
+    };
+    if ms < 0 {
+        return Reply::err("ERR timeout is negative");
+    }
+    let ms = match (wanted, ms) {
+        (..=0, _) => 0,
+        (_, 0) => WAIT_MS_MAX,
+        (_, ms) => (ms as u64).min(WAIT_MS_MAX),
+    };
+    let held = ctx
+        .shared
+        .engine
+        .wait_bucket(std::time::Duration::from_millis(ms))
+        .await;
+    Reply::Integer(held as i64)
 }
 
 /// `LASTSAVE`: when the last `SAVE` finished, or, before any, when the server started
