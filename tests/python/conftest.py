@@ -99,7 +99,8 @@ class StrataProcess:
                 break
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"strata exited with {self.proc.returncode}")
+                    said = open(self.log.name, errors="replace").read()[-2000:]
+                    raise RuntimeError(f"strata exited with {self.proc.returncode}: {said}")
                 if time.time() > deadline:
                     raise RuntimeError("strata did not start")
                 time.sleep(0.05)

@@ -744,7 +744,9 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
     """Issue 67: three nodes sharing a bucket (a local directory) with durability=bucket, a
     RedisCluster writer, one node SIGKILLed after the 2,000th acknowledged write while the
     writer goes on: every acknowledged write is served by the survivors with its bytes,
-    those demoted to segments too; the killed node comes back and takes slots again."""
+    those demoted to segments too; the killed node comes back and takes slots again. The
+    logs are snapshotted as they grow (the objects a snapshot covers deleted), and once the
+    survivors adopted the killed node's slots, what it wrote is deleted from the bucket."""
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     name = f"b{os.getpid()}{free_port()}"
@@ -759,6 +761,7 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
         "warm_bytes_hard_max": "64MiB",
         "background_interval_ms": 50,
         "block_bytes": 4096,
+        "bucket_snapshot_bytes_min": "4KiB",
     }
     dirs = [tmp_path / f"node{i}" for i in range(3)]
     nodes = [StrataProcess(settings, data_dir=str(d)) for d in dirs]
@@ -775,6 +778,7 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
             retrying(lambda: rc.set(f"k:{i}", value))
             acked[f"k:{i}"] = value
             if i == 1999:
+                before = [e for e, files in epochs_holding(bucket).items() if files]
                 nodes[2].proc.kill()
                 nodes[2].proc.wait()
         # Every acknowledged write, from the two survivors.
@@ -783,6 +787,16 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged writes lost: {lost[:5]}"
         segments = list(bucket.glob("epochs/*/segments/*.seg"))
         assert segments, "no key reached a segment"
+        assert list(bucket.glob("epochs/*/snapshots/*/*.log")), "no log was snapshotted"
+        for log in bucket.glob("epochs/*/log"):
+            first = min(log.glob("*.log"), default=None)
+            assert first is None or first.name != f"{1:020}.log", f"{log} was never cut"
+        # The killed node's epoch: adopted, then deleted but for its fence.
+        assert len(before) == 3, before
+        deadline = time.time() + 30
+        while not fenced_only(bucket):
+            assert time.time() < deadline, f"the lost node's epoch stays: {epochs_holding(bucket)}"
+            time.sleep(0.2)
         # The killed node comes back, throws away what it held, and takes slots again.
         nodes[2] = StrataProcess(settings, data_dir=str(dirs[2]))
         out = cluster_cmd(etcd, name, "rebalance").stdout
@@ -798,10 +812,24 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
             n.stop()
 
 
+def epochs_holding(bucket):
+    """The writer epochs of `bucket`, each with the objects it holds."""
+    return {p.name: [f for f in p.rglob("*") if f.is_file()] for p in bucket.glob("epochs/*")}
+
+
+def fenced_only(bucket):
+    """The writer epochs of `bucket` that hold nothing but a fence (retired)."""
+    return [
+        e for e, files in epochs_holding(bucket).items()
+        if len(files) == 1 and files[0].read_bytes()[:8] == b"STRFENCE"
+    ]
+
+
 def test_a_fenced_node_paused_past_its_lease_writes_nothing_its_slots_new_owners_read(etcd, tmp_path):
     """Issue 67: with a shared bucket, a node paused past its lease is fenced before its
     slots go to the live nodes; resumed, every write it is sent is refused, and its log in
-    the bucket ends at the fence (no object of its epoch lies beyond it)."""
+    the bucket ends at the fence (no object of its epoch lies beyond it). Once its slots'
+    new owners adopted it, its epoch holds the fence alone."""
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     name = f"f{os.getpid()}{free_port()}"
@@ -846,6 +874,10 @@ def test_a_fenced_node_paused_past_its_lease_writes_nothing_its_slots_new_owners
                 fences += 1
                 assert logs[-1] == fenced[0], f"objects beyond the fence in {epoch}"
         assert fences >= 1, "the lost node's log was not fenced"
+        deadline = time.time() + 30
+        while not fenced_only(bucket):
+            assert time.time() < deadline, f"the lost node's epoch stays: {epochs_holding(bucket)}"
+            time.sleep(0.2)
         rc3 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
         assert all(retrying(lambda: rc3.get(f"k:{i}")) == f"v{i}".encode() for i in range(300))
     finally:

@@ -9,6 +9,7 @@
 //! slots split evenly over the live nodes) or plans moves that even it out, and
 //! `remove-node` plans moves that empty a node; each is answered once no slot moves.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::member::Inner;
-use crate::slots::SlotMap;
+use crate::slots::{NodeAddr, SlotMap};
 use crate::Result;
 
 /// An operator's request, and the controller's answer to it (same `id`).
@@ -158,32 +159,73 @@ async fn duties(inner: &Inner) -> Result<()> {
     };
     let rebalance = pending(inner, "rebalance").await?;
     let remove = pending(inner, "remove-node").await?;
-    let prefix = inner.keys.moved_prefix();
-    let reports = etcd
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    let mut consumed = Vec::new();
-
     let Some(map) = map else {
-        // No map yet: a rebalance creates it over the live nodes.
-        if let Some(p) = rebalance {
-            if live.is_empty() {
-                return answer(inner, p, false, "no node is live to take the slots".into()).await;
-            }
-            let first = SlotMap::even(1, &live);
-            if commit(inner, &first, 0, &[]).await? {
-                let msg = summary(&first);
-                answer(inner, p, true, msg).await?;
-            }
-        }
-        return Ok(());
+        return first_map(inner, &live, rebalance).await;
     };
     // A lost node's writer is fenced before any slot of it goes elsewhere.
     let lost = crate::failover::fence_lost(inner, &map, &live).await?;
     let repaired = map.repaired(&live).unwrap_or_else(|| map.clone());
     let next = crate::failover::mark_adoptions(&map, repaired, lost, &live);
-    let (mut next, adopted) = crate::failover::apply_adopted(inner, next).await?;
-    consumed.extend(adopted);
+    let (next, mut consumed) = crate::failover::apply_adopted(inner, next).await?;
+    let (retired, records) = crate::failover::retired(inner, &map, &next);
+    consumed.extend(records);
+    let mut next = apply_moved(inner, next, &mut consumed).await?;
+    if !next.is_moving() {
+        next = plan(next, remove.as_ref(), rebalance.is_some());
+    }
+    // However many changes this round made, the map's epoch moves by one.
+    next.epoch = map.epoch + 1;
+    if !next.same_as(&map) || !consumed.is_empty() {
+        if !commit(inner, &next, revision, &consumed).await? {
+            // Another controller, or a newer map: the next round reads again.
+            return Ok(());
+        }
+        crate::failover::delete_retired(inner, retired);
+        tracing::info!(
+            epoch = next.epoch,
+            moving = next.moves().len(),
+            "controller committed a new slot map"
+        );
+    }
+    if next.is_moving() {
+        return Ok(());
+    }
+    answer_pending(inner, &next, remove, rebalance).await
+}
+
+/// No map yet: a pending rebalance creates it over the live nodes.
+async fn first_map(
+    inner: &Inner,
+    live: &BTreeMap<String, NodeAddr>,
+    rebalance: Option<Pending>,
+) -> Result<()> {
+    let Some(p) = rebalance else {
+        return Ok(());
+    };
+    if live.is_empty() {
+        return answer(inner, p, false, "no node is live to take the slots".into()).await;
+    }
+    let first = SlotMap::even(1, live);
+    if commit(inner, &first, 0, &[]).await? {
+        let msg = summary(&first);
+        answer(inner, p, true, msg).await?;
+    }
+    Ok(())
+}
+
+/// `next` with the moves its sources reported done flipped to their targets; the reports'
+/// keys go into `consumed`.
+async fn apply_moved(
+    inner: &Inner,
+    mut next: SlotMap,
+    consumed: &mut Vec<String>,
+) -> Result<SlotMap> {
+    let prefix = inner.keys.moved_prefix();
+    let reports = inner
+        .etcd
+        .clone()
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await?;
     for kv in reports.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         let Some((from, range)) = key[prefix.len()..].split_once('/') else {
@@ -197,68 +239,52 @@ async fn duties(inner: &Inner) -> Result<()> {
         }
         consumed.push(key);
     }
-    if !next.is_moving() {
-        if let Some(p) = &remove {
+    Ok(next)
+}
+
+/// `next` (no slot moving) with the moves a pending removal or rebalance asks for planned.
+fn plan(next: SlotMap, remove: Option<&Pending>, rebalance: bool) -> SlotMap {
+    let planned = match remove {
+        Some(p) => {
             let node = p.req.node.as_deref().unwrap_or_default();
-            if let Some(plan) = next.index_of(node).and_then(|i| next.plan_remove(i)) {
-                next = plan;
-            }
-        } else if rebalance.is_some() {
-            if let Some(plan) = next.plan_even() {
-                next = plan;
-            }
+            next.index_of(node).and_then(|i| next.plan_remove(i))
         }
-    }
-    // However many changes this round made, the map's epoch moves by one.
-    next.epoch = map.epoch + 1;
-    if !next.same_as(&map) || !consumed.is_empty() {
-        if !commit(inner, &next, revision, &consumed).await? {
-            // Another controller, or a newer map: the next round reads again.
-            return Ok(());
-        }
-        tracing::info!(
-            epoch = next.epoch,
-            moving = next.moves().len(),
-            "controller committed a new slot map"
-        );
-    }
-    if next.is_moving() {
-        return Ok(());
-    }
+        None if rebalance => next.plan_even(),
+        None => None,
+    };
+    planned.unwrap_or(next)
+}
+
+/// Answers a pending removal or rebalance once `next` (no slot moving) settles it.
+async fn answer_pending(
+    inner: &Inner,
+    next: &SlotMap,
+    remove: Option<Pending>,
+    rebalance: Option<Pending>,
+) -> Result<()> {
     if let Some(p) = remove {
         let node = p.req.node.clone().unwrap_or_default();
-        match next.index_of(&node) {
-            Some(i) if next.slot_counts()[i] > 0 => {
-                answer(
-                    inner,
-                    p,
-                    false,
-                    format!("node {node} is the only node; its slots have nowhere to go"),
-                )
-                .await?
-            }
-            _ => {
-                let msg = format!(
-                    "node {node} holds no slots: stop it now; {}",
-                    summary(&next)
-                );
-                answer(inner, p, true, msg).await?
-            }
-        }
+        let (ok, msg) = match next.index_of(&node) {
+            Some(i) if next.slot_counts()[i] > 0 => (
+                false,
+                format!("node {node} is the only node; its slots have nowhere to go"),
+            ),
+            _ => (
+                true,
+                format!("node {node} holds no slots: stop it now; {}", summary(next)),
+            ),
+        };
+        answer(inner, p, ok, msg).await
     } else if let Some(p) = rebalance {
         if next.is_even() {
-            answer(inner, p, true, summary(&next)).await?;
+            answer(inner, p, true, summary(next)).await
         } else {
-            answer(
-                inner,
-                p,
-                false,
-                format!("cannot even out the slots: {}", summary(&next)),
-            )
-            .await?;
+            let msg = format!("cannot even out the slots: {}", summary(next));
+            answer(inner, p, false, msg).await
         }
+    } else {
+        Ok(())
     }
-    Ok(())
 }
 
 fn summary(m: &SlotMap) -> String {

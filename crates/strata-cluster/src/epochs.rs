@@ -4,9 +4,10 @@
 //! other's. The record of each epoch (`epochs/<e>` → the node that holds it) outlives the
 //! node's lease, so the controller can find a lost node's epochs.
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 
 use crate::keys::{connect, Keys};
+use crate::slots::SlotMap;
 use crate::{ClusterSettings, Error, Result};
 
 /// Attempts at taking the next epoch before giving up (each loses only to another node
@@ -60,6 +61,53 @@ pub async fn epoch_holder(settings: &ClusterSettings, epoch: u64) -> Result<Opti
         .kvs()
         .first()
         .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+}
+
+/// The writer epochs of node `node_id` before `current` whose data its store holds: every
+/// one it took but those its slots' new owners adopt or adopted (a node the cluster lost
+/// and that came back holds none of their slots' keys).
+pub async fn earlier_epochs(
+    settings: &ClusterSettings,
+    node_id: &str,
+    current: u64,
+) -> Result<Vec<u64>> {
+    let timeout = std::time::Duration::from_millis(settings.cluster_lease_ttl_s * 1000 / 4);
+    let mut etcd = connect(&settings.endpoints(), timeout).await?;
+    let keys = Keys::new(&settings.cluster_name);
+    let adopted: Vec<u64> = match etcd.get(keys.slots(), None).await?.kvs().first() {
+        Some(kv) => SlotMap::decode(kv.value())?
+            .lost_nodes()
+            .iter()
+            .filter(|n| n.id == node_id)
+            .flat_map(|n| n.epochs.iter().map(|&(e, _)| e))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut out = epochs_of(&etcd, &keys, node_id).await?;
+    out.retain(|e| *e < current && !adopted.contains(e));
+    Ok(out)
+}
+
+/// The writer epochs node `id` took, oldest first (those the cluster still records).
+pub(crate) async fn epochs_of(etcd: &Client, keys: &Keys, id: &str) -> Result<Vec<u64>> {
+    let prefix = keys.epochs();
+    let r = etcd
+        .clone()
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    let mut out: Vec<u64> = r
+        .kvs()
+        .iter()
+        .filter(|kv| kv.value() == id.as_bytes())
+        .filter_map(|kv| {
+            std::str::from_utf8(&kv.key()[prefix.len()..])
+                .ok()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    out.sort_unstable();
+    Ok(out)
 }
 
 fn parse_epoch(v: &[u8]) -> Result<u64> {

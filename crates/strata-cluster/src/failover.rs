@@ -2,7 +2,10 @@
 //! each of its writer epochs is fenced in the bucket the nodes share (so nothing it writes
 //! later can land where its slots' new owners read), and the slots are marked adopted from
 //! it; each new owner reads the lost node's bucket log, writes it into its store, and
-//! reports the slots adopted, which clears their marks.
+//! reports the slots adopted, which clears their marks. Once no slot is adopted from a
+//! lost node any more, its epochs are retired: their records go with the map's commit (a
+//! later loss of the node, back under a new epoch, never replays them) and what it wrote
+//! under them is deleted from the bucket.
 
 use std::collections::BTreeMap;
 
@@ -14,14 +17,13 @@ use crate::slots::{LostNode, NodeAddr, SlotMap};
 use crate::{Error, Result};
 
 /// The nodes of `map` that own slots and are not `live`, each fenced: its index in `map`
-/// and what its slots' new owners adopt. Empty when this node has no fencer (the nodes
-/// share no bucket).
+/// and what its slots' new owners adopt. Empty when the nodes share no bucket.
 pub(crate) async fn fence_lost(
     inner: &Inner,
     map: &SlotMap,
     live: &BTreeMap<String, NodeAddr>,
 ) -> Result<Vec<(usize, LostNode)>> {
-    let Some(fencer) = &inner.fencer else {
+    let Some(bucket) = &inner.bucket else {
         return Ok(Vec::new());
     };
     let counts = map.slot_counts();
@@ -32,8 +34,8 @@ pub(crate) async fn fence_lost(
             continue;
         }
         let mut epochs = Vec::new();
-        for e in epochs_of(inner, id).await? {
-            let at = fencer(e).await.map_err(|why| {
+        for e in crate::epochs::epochs_of(&inner.etcd, &inner.keys, id).await? {
+            let at = bucket.fence(e).await.map_err(|why| {
                 Error::Etcd(format!("cannot fence epoch {e} of lost node {id}: {why}"))
             })?;
             epochs.push((e, at));
@@ -51,29 +53,6 @@ pub(crate) async fn fence_lost(
             },
         ));
     }
-    Ok(out)
-}
-
-/// The writer epochs node `id` took, oldest first.
-async fn epochs_of(inner: &Inner, id: &str) -> Result<Vec<u64>> {
-    let prefix = inner.keys.epochs();
-    let r = inner
-        .etcd
-        .clone()
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    let mut out: Vec<u64> = r
-        .kvs()
-        .iter()
-        .filter(|kv| kv.value() == id.as_bytes())
-        .filter_map(|kv| {
-            std::str::from_utf8(&kv.key()[prefix.len()..])
-                .ok()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    out.sort_unstable();
     Ok(out)
 }
 
@@ -124,4 +103,40 @@ pub(crate) async fn apply_adopted(
         consumed.push(key);
     }
     Ok((next, consumed))
+}
+
+/// The writer epochs of the lost nodes `map` adopts from and `next` no longer does (their
+/// slots' new owners adopted everything), with the etcd keys that record them.
+pub(crate) fn retired(inner: &Inner, map: &SlotMap, next: &SlotMap) -> (Vec<u64>, Vec<String>) {
+    let epochs: Vec<u64> = map
+        .lost_nodes()
+        .iter()
+        .filter(|n| !next.lost_nodes().iter().any(|m| m.id == n.id))
+        .flat_map(|n| n.epochs.iter().map(|&(e, _)| e))
+        .collect();
+    let keys = epochs.iter().map(|&e| inner.keys.epoch(e)).collect();
+    (epochs, keys)
+}
+
+/// Deletes from the bucket what retired `epochs` wrote, behind the controller's round (a
+/// failure leaves objects no one reads, and says so).
+pub(crate) fn delete_retired(inner: &Inner, epochs: Vec<u64>) {
+    let Some(bucket) = inner.bucket.clone() else {
+        return;
+    };
+    tokio::spawn(async move {
+        for e in epochs {
+            match bucket.retire(e).await {
+                Ok(()) => tracing::info!(
+                    epoch = e,
+                    "deleted a lost node's adopted epoch from the bucket"
+                ),
+                Err(why) => tracing::warn!(
+                    epoch = e,
+                    error = why,
+                    "cannot delete a lost node's adopted epoch from the bucket"
+                ),
+            }
+        }
+    });
 }

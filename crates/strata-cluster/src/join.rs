@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::controller;
-use crate::member::{Cluster, Fencer, Inner};
+use crate::member::{Cluster, Inner, SharedBucket};
 use crate::slots::NodeAddr;
 use crate::{ClusterSettings, Result};
 
@@ -12,15 +12,15 @@ impl Cluster {
     /// Joins the cluster: connects to etcd, takes a lease, registers this node's address,
     /// reads the slot map, then keeps the lease alive, watches the map and stands for
     /// controller in tasks of its own until the process ends. As controller it fences a
-    /// lost node's writer epochs with `fencer` before its slots go to others, whose new
-    /// owners then adopt them from its bucket log.
+    /// lost node's writer epochs in `bucket` before its slots go to others, whose new
+    /// owners then adopt them from its bucket log, and deletes them once they have.
     pub async fn join(
         settings: &ClusterSettings,
         id: String,
         addr: NodeAddr,
-        fencer: Option<Fencer>,
+        bucket: Option<Arc<dyn SharedBucket>>,
     ) -> Result<Cluster> {
-        let inner = Inner::start(settings, id, addr, fencer).await?;
+        let inner = Inner::start(settings, id, addr, bucket).await?;
         tokio::spawn(controller::run(Arc::clone(&inner)));
         Ok(Cluster { inner })
     }

@@ -49,22 +49,24 @@ struct View {
     revision: i64,
 }
 
-/// Ends a lost node's writer epoch in the bucket the nodes share (a fence object at its
-/// log's first free number); gives that number. Handed to `Cluster::join` by whoever holds
-/// the bucket (the binary, through its store).
-pub type Fencer = Arc<
-    dyn Fn(
-            u64,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = std::result::Result<u64, String>> + Send>,
-        > + Send
-        + Sync,
->;
+/// A future of the bucket's answer.
+pub type BucketFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::result::Result<T, String>> + Send>>;
+
+/// The bucket the nodes share, as the controller acts on it. Handed to `Cluster::join` by
+/// whoever holds the bucket (the binary, through its store).
+pub trait SharedBucket: Send + Sync {
+    /// Ends a lost node's writer epoch (a fence object at its log's first free number);
+    /// gives that number.
+    fn fence(&self, epoch: u64) -> BucketFuture<u64>;
+    /// Deletes what a lost node wrote under `epoch` once its slots' new owners adopted it.
+    fn retire(&self, epoch: u64) -> BucketFuture<()>;
+}
 
 pub(crate) struct Inner {
     /// Fences a lost node's epochs before its slots go to others; `None`: the nodes share
     /// no bucket, and a lost node's slots start empty.
-    pub(crate) fencer: Option<Fencer>,
+    pub(crate) bucket: Option<Arc<dyn SharedBucket>>,
     pub(crate) settings: ClusterSettings,
     pub(crate) keys: Keys,
     pub(crate) id: String,
@@ -135,7 +137,7 @@ impl Inner {
         settings: &ClusterSettings,
         id: String,
         addr: NodeAddr,
-        fencer: Option<Fencer>,
+        bucket: Option<Arc<dyn SharedBucket>>,
     ) -> Result<Arc<Inner>> {
         settings.validate()?;
         check_node_id(&id)?;
@@ -148,7 +150,7 @@ impl Inner {
                 ))
             })?;
         let inner = Arc::new(Inner {
-            fencer,
+            bucket,
             keys: Keys::new(&settings.cluster_name),
             settings: settings.clone(),
             id,

@@ -402,6 +402,11 @@ impl SlotMap {
         next
     }
 
+    /// The lost nodes some slot's owner adopts from.
+    pub fn lost_nodes(&self) -> &[LostNode] {
+        &self.lost
+    }
+
     /// The lost node whose bucket log `slot`'s owner adopts the slot from, while it does.
     pub fn adopting(&self, slot: u16) -> Option<&LostNode> {
         match self.adopt[slot as usize] {

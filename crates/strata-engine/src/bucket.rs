@@ -4,7 +4,9 @@
 //! numbered from the first free number with no gaps, create-only: if a name is taken, the
 //! object there is this writer's own (a PUT that landed after it timed out: the same
 //! nonce), or the writer is fenced (the cluster gave its slots to others) and never writes
-//! or acknowledges again. What a round ships, and when, is `ship`'s.
+//! or acknowledges again. What a round ships, and when, is `ship`'s; `snapshot` bounds
+//! the log (a snapshot of every key, then the objects it covers deleted), and `replay`
+//! here reads what a lost node's new owners replay.
 //!
 //! The protocol is SlateDB's for its write-ahead log (numbered create-only objects, a fence
 //! object at the first free number ends a writer), without the rest of that engine: Strata
@@ -66,6 +68,10 @@ pub(crate) struct BucketLog {
     /// after a write was acknowledged ships it.
     begun: AtomicU64,
     done: watch::Sender<u64>,
+    /// Bytes of log objects written since the last snapshot began, and that snapshot's
+    /// bytes: the next is due once the log has grown by as much (`snapshot_due`).
+    since_snapshot: AtomicU64,
+    snapshot_bytes: AtomicU64,
 }
 
 /// The prefix of writer epoch `epoch`'s log objects.
@@ -98,18 +104,12 @@ pub(crate) async fn numbers(store: &dyn ObjectStore, epoch: u64) -> Result<Vec<u
     Ok(ns)
 }
 
-/// The first number of `epoch`'s log with no object: the log has no gaps, so it follows
-/// the run from 1.
+/// The number after the highest of `epoch`'s log (1 if it has none). The log has no gaps
+/// above its start (a snapshot's clean-up deletes the objects below it, lowest first), and
+/// a writer only ever writes above what it wrote: nothing can be written below this number
+/// again.
 pub(crate) async fn first_free(store: &dyn ObjectStore, epoch: u64) -> Result<u64> {
-    let mut next = 1;
-    for n in numbers(store, epoch).await? {
-        if n == next {
-            next += 1;
-        } else if n > next {
-            break;
-        }
-    }
-    Ok(next)
+    Ok(numbers(store, epoch).await?.last().map_or(1, |n| n + 1))
 }
 
 /// Ends writer epoch `epoch`'s log: a fence object (by `by`) at its first free number, so
@@ -143,6 +143,31 @@ pub async fn fence(store: &dyn ObjectStore, epoch: u64, by: &str) -> Result<u64>
     }
 }
 
+/// Deletes what writer epoch `epoch` wrote to the bucket (its log, snapshots and
+/// segments) once no one reads it: its node was lost, and its slots' new owners adopted
+/// it. The fence, the log's last object, stays: were the node only paused, a write it
+/// took before the pause must still find its log ended.
+pub async fn retire(store: &dyn ObjectStore, epoch: u64) -> Result<()> {
+    let fence = numbers(store, epoch)
+        .await?
+        .last()
+        .map(|&n| log_path(epoch, n));
+    let prefix = Path::from(format!("epochs/{epoch:010}"));
+    let paths: Vec<Path> = store
+        .list(Some(&prefix))
+        .map_ok(|m| m.location)
+        .try_collect()
+        .await
+        .map_err(|e| store_error("list", e))?;
+    for path in paths.into_iter().filter(|p| Some(p) != fence.as_ref()) {
+        match store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(store_error("delete", e)),
+        }
+    }
+    Ok(())
+}
+
 fn is_fence(bytes: &[u8]) -> bool {
     matches!(bucket_log::decode(bytes), Ok(Object::Fence { .. }))
 }
@@ -152,23 +177,92 @@ async fn get(store: &dyn ObjectStore, path: &Path) -> Result<Bytes> {
     got.bytes().await.map_err(|e| store_error("read", e))
 }
 
-/// The objects of writer epoch `epoch`'s log up to its fence (or its last object), in
-/// order, from number `from` on.
-pub async fn read(store: &dyn ObjectStore, epoch: u64, from: u64) -> Result<Vec<Bytes>> {
-    let mut out = Vec::new();
-    let mut n = from.max(1);
-    loop {
-        let bytes = match store.get(&log_path(epoch, n)).await {
-            Ok(got) => got.bytes().await.map_err(|e| store_error("read", e))?,
-            Err(object_store::Error::NotFound { .. }) => return Ok(out),
-            Err(e) => return Err(store_error("read", e)),
-        };
-        match bucket_log::decode(&bytes).map_err(|e| Error::Data(format!("bucket log {n}: {e}")))? {
-            Object::Fence { .. } => return Ok(out),
-            Object::Log { .. } => out.push(bytes),
+/// What a new owner replays of a lost node's log, in order: `epochs` are the node's writer
+/// epochs, oldest first, each read up to its fence; the replay starts at the last snapshot
+/// among them (its parts, then the objects after what it covers), or at the start.
+pub async fn replay(store: &dyn ObjectStore, epochs: &[u64]) -> Result<Vec<Bytes>> {
+    let mut newer: Vec<Bytes> = Vec::new();
+    for &epoch in epochs.iter().rev() {
+        let (snapshot, mut objects) = tail(store, epoch).await?;
+        objects.append(&mut newer);
+        match snapshot {
+            Some((covers, parts)) => {
+                let mut out = read_snapshot(store, epoch, covers, parts).await?;
+                out.append(&mut objects);
+                return Ok(out);
+            }
+            None => newer = objects,
         }
-        n += 1;
     }
+    Ok(newer)
+}
+
+/// The objects of `epoch`'s log after its last snapshot (every one, without a snapshot) up
+/// to its fence, in order; and that snapshot's record (what it covers, its parts). Read
+/// from the highest number down, so that a clean-up below the snapshot (its writer's,
+/// running on) never stands in the way.
+async fn tail(store: &dyn ObjectStore, epoch: u64) -> Result<(Option<(u64, u32)>, Vec<Bytes>)> {
+    let numbers = numbers(store, epoch).await?;
+    let mut out = Vec::new();
+    let mut snapshot: Option<(u64, u32)> = None;
+    for &n in numbers.iter().rev() {
+        if snapshot.is_some_and(|(covers, _)| n <= covers) {
+            break;
+        }
+        let bytes = get(store, &log_path(epoch, n)).await?;
+        let decoded = bucket_log::decode(&bytes)
+            .map_err(|e| Error::Data(format!("bucket log {epoch}/{n}: {e}")))?;
+        match decoded {
+            // Nothing lies beyond a fence.
+            Object::Fence { .. } => out.clear(),
+            Object::Log { records, .. } => {
+                if snapshot.is_none() {
+                    snapshot = last_snapshot(&records);
+                }
+                out.push(bytes);
+            }
+        }
+    }
+    if snapshot.is_none() && numbers.first().is_some_and(|&n| n > 1) {
+        return Err(Error::Data(format!(
+            "the bucket log of epoch {epoch} starts at object {} and holds no snapshot",
+            numbers[0]
+        )));
+    }
+    out.reverse();
+    Ok((snapshot, out))
+}
+
+fn last_snapshot(records: &[Record<'_>]) -> Option<(u64, u32)> {
+    records.iter().rev().find_map(|r| match *r {
+        Record::Snapshot { covers, parts } => Some((covers, parts)),
+        _ => None,
+    })
+}
+
+/// The prefix of writer epoch `epoch`'s snapshots.
+pub(crate) fn snapshots_prefix(epoch: u64) -> Path {
+    Path::from(format!("epochs/{epoch:010}/snapshots"))
+}
+
+/// Part `i` of the snapshot of `epoch` that covers its log up to `covers`.
+pub(crate) fn snapshot_part(epoch: u64, covers: u64, i: u32) -> Path {
+    snapshots_prefix(epoch)
+        .join(format!("{covers:020}"))
+        .join(format!("{i:06}.log"))
+}
+
+async fn read_snapshot(
+    store: &dyn ObjectStore,
+    epoch: u64,
+    covers: u64,
+    parts: u32,
+) -> Result<Vec<Bytes>> {
+    let mut out = Vec::with_capacity(parts as usize);
+    for i in 0..parts {
+        out.push(get(store, &snapshot_part(epoch, covers, i)).await?);
+    }
+    Ok(out)
 }
 
 impl BucketLog {
@@ -196,15 +290,52 @@ impl BucketLog {
             fenced: AtomicBool::new(false),
             begun: AtomicU64::new(0),
             done: watch::channel(0).0,
+            since_snapshot: AtomicU64::new(0),
+            snapshot_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// Whether the log carries `key` (KV-cache chunks only with `bucket_kvcache`).
+    pub(crate) fn carries(&self, key: &Key) -> bool {
+        self.kvcache || !key.client().starts_with(b"kvc:")
     }
 
     /// Notes that `key` changed (under its stripe lock, before the write's ticket).
     pub(crate) fn mark(&self, key: &Key) {
-        if !self.kvcache && key.client().starts_with(b"kvc:") {
-            return;
+        if self.carries(key) {
+            self.changed.lock().keys.insert(key.clone());
         }
-        self.changed.lock().keys.insert(key.clone());
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The highest number written (0 before the first object): every round that wrote at
+    /// or below it is done.
+    pub(crate) async fn written(&self) -> u64 {
+        *self.next.lock().await - 1
+    }
+
+    /// Whether the log grew, since the last snapshot began, by as much as that snapshot
+    /// held (and by `min` at least).
+    pub(crate) fn snapshot_due(&self, min: u64) -> bool {
+        let last = self.snapshot_bytes.load(Ordering::Relaxed);
+        self.since_snapshot.load(Ordering::Relaxed) >= last.max(min)
+    }
+
+    /// A snapshot begins: the log's growth is counted from here.
+    pub(crate) fn snapshot_begins(&self) {
+        self.since_snapshot.store(0, Ordering::Relaxed);
+    }
+
+    /// A snapshot of `bytes` is complete.
+    pub(crate) fn snapshot_done(&self, bytes: u64) {
+        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
     }
 
     pub(crate) fn mark_flush(&self, f: Flush) {
@@ -257,6 +388,7 @@ impl BucketLog {
                 nonce: self.nonce,
             };
             let body = bucket_log::encode_log(&header, records);
+            let bytes = body.len() as u64;
             let path = log_path(self.epoch, *next);
             let put = self
                 .store
@@ -264,6 +396,7 @@ impl BucketLog {
             match tokio::time::timeout(self.timeout, put).await {
                 Ok(Ok(_)) => {
                     *next += 1;
+                    self.since_snapshot.fetch_add(bytes, Ordering::Relaxed);
                     return Ok(());
                 }
                 Ok(Err(object_store::Error::AlreadyExists { .. })) => {

@@ -264,6 +264,7 @@ impl Engine {
             tokio::spawn(flush);
         }
         crate::ship::start(&core, rx.clone());
+        crate::snapshot::start(&core, rx.clone());
         let handle =
             background.then(|| tokio::spawn(crate::background::run(Arc::clone(&core), rx)));
         crate::prefetch::start(&core);
@@ -962,9 +963,8 @@ impl Engine {
     }
 
     /// Writes into this store what a lost node's bucket log leaves the keys of the slots
-    /// `wanted` accepts holding: `objects` are its log objects in order (every writer epoch
-    /// of the node, oldest first, each read with [`crate::read_bucket_log`] up to its
-    /// fence). Each key is written as this node's own write, and acknowledged as durable.
+    /// `wanted` accepts holding: `objects` are what [`crate::bucket_replay`] reads of its
+    /// log. Each key is written as this node's own write, and acknowledged as durable.
     /// Returns how many keys it wrote or deleted.
     pub async fn adopt(
         &self,

@@ -61,6 +61,7 @@ mod scan;
 pub mod settings;
 mod settle;
 mod ship;
+mod snapshot;
 pub mod stats;
 mod tier;
 mod vlog;
@@ -69,7 +70,9 @@ mod write;
 mod writeback;
 
 pub use backup::{restore, BackupSummary, Progress};
-pub use bucket::{fence as fence_bucket_log, read as read_bucket_log};
+pub use bucket::{
+    fence as fence_bucket_log, replay as bucket_replay, retire as retire_bucket_epoch,
+};
 pub use changes::{ChangeEvent, KeyChange};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cold::open_store;

@@ -313,6 +313,12 @@ pub struct BucketSettings {
     pub bucket_lag_ms_max: u64,
     /// Ship KV-cache chunks (`kvc:` keys) too; off by default: they can be recomputed.
     pub bucket_kvcache: bool,
+    /// The bucket log is snapshotted (every key the node holds written to the bucket, and
+    /// the log objects before it deleted) once it has grown by as much as the last
+    /// snapshot held, and by this much at least: a lost node's new owners read at most a
+    /// snapshot and about as much log again.
+    #[serde(with = "strata_settings::size")]
+    pub bucket_snapshot_bytes_min: u64,
 }
 
 impl Default for BucketSettings {
@@ -321,6 +327,7 @@ impl Default for BucketSettings {
             bucket_flush_ms: 10,
             bucket_lag_ms_max: 1000,
             bucket_kvcache: false,
+            bucket_snapshot_bytes_min: 64 << 20,
         }
     }
 }
@@ -386,6 +393,11 @@ pub struct Settings {
     /// its own: the binary sets it when the node joins a cluster.
     #[serde(skip)]
     pub writer_epoch: u64,
+    /// This node's earlier writer epochs whose data its store holds (it was not lost in
+    /// them): its first snapshot in `writer_epoch` holds what their logs say, and deletes
+    /// them. Set by the binary, as `writer_epoch`.
+    #[serde(skip)]
+    pub earlier_epochs: Vec<u64>,
 }
 
 impl Settings {
@@ -444,6 +456,9 @@ impl Settings {
             || !(1..=60_000).contains(&b.bucket_lag_ms_max)
         {
             return bad("bucket_flush_ms must be between 1 and 10000, bucket_lag_ms_max between 1 and 60000");
+        }
+        if b.bucket_snapshot_bytes_min < 4096 {
+            return bad("bucket_snapshot_bytes_min must be at least 4 KiB");
         }
         if !(0.0..=1.0).contains(&c.segment_live_fraction_min) {
             return bad("segment_live_fraction_min must be between 0 and 1");

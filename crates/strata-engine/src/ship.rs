@@ -22,7 +22,7 @@ use crate::warm::{Loc, Want};
 use crate::Result;
 
 /// A key's state as a round reads it.
-enum State {
+pub(crate) enum State {
     Put {
         kind: Kind,
         expire_ms: u64,
@@ -80,7 +80,7 @@ pub(crate) async fn round(core: &Arc<Core>, log: &BucketLog) -> Result<()> {
         log.end_round(this);
         return Ok(());
     }
-    let states = match states_of(core, &changed).await {
+    let states = match states_of(core, &changed.keys).await {
         Ok(s) => s,
         Err(e) => {
             remark(log, changed);
@@ -113,30 +113,37 @@ fn records<'a>(changed: &'a Changed, states: &'a [(Key, State)]) -> Vec<Record<'
         Flush::Db(db) => Record::FlushDb { db: *db },
         Flush::All => Record::FlushAll,
     });
-    let keys = states.iter().map(|(k, s)| match s {
+    flushes.chain(states.iter().map(record_of)).collect()
+}
+
+/// The record that says `key` is in `state`.
+pub(crate) fn record_of((key, state): &(Key, State)) -> Record<'_> {
+    match state {
         State::Put {
             kind,
             expire_ms,
             value,
         } => Record::Put {
-            key: k.stored(),
+            key: key.stored(),
             kind: *kind,
             expire_ms: *expire_ms,
             value,
         },
-        State::Delete => Record::Delete { key: k.stored() },
+        State::Delete => Record::Delete { key: key.stored() },
         State::Cold(entry) => Record::Cold {
-            key: k.stored(),
+            key: key.stored(),
             entry,
         },
-    });
-    flushes.chain(keys).collect()
+    }
 }
 
-/// Each changed key's state now.
-async fn states_of(core: &Arc<Core>, changed: &Changed) -> Result<Vec<(Key, State)>> {
-    let mut out = Vec::with_capacity(changed.keys.len());
-    for key in &changed.keys {
+/// Each key's state now.
+pub(crate) async fn states_of<'k>(
+    core: &Arc<Core>,
+    keys: impl IntoIterator<Item = &'k Key>,
+) -> Result<Vec<(Key, State)>> {
+    let mut out = Vec::new();
+    for key in keys {
         let state = match state_now(core, key)? {
             Some(s) => s,
             // Stored as parts: put together outside the stripe lock.

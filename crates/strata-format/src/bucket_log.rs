@@ -7,12 +7,20 @@
 //! cluster's controller at the first free number of a lost node's epoch, ends that log:
 //! the node's next object cannot be written, and readers stop there.
 //!
+//! A *snapshot* bounds what a reader replays: the state of every key the node held, in
+//! log objects of its own (`parts`, each an object of put and cold records, written under
+//! the snapshot's directory), made once the log numbered up to `covers` was written, and
+//! named by a snapshot record in a log object written after the parts (create-only like
+//! any: a fenced writer cannot add one). A reader starts at the last snapshot record it
+//! finds: its parts, then the log objects numbered above `covers`.
+//!
 //! ```text
 //! log object   = "STRBLOG1" | epoch u64 | number u64 | nonce u64 | count u32 | record × count
 //!                | crc32c(everything before) u32
 //! record       = op u8 | kind u8 | expire_ms u64 | key_len u32 | key | value_len u32 | value
 //!                op 1 put (key: stored key, value: the value), 2 delete, 3 cold (value: the
-//!                index entry, `BlockRef::encode`), 4 flush db (key: [db]), 5 flush all
+//!                index entry, `BlockRef::encode`), 4 flush db (key: [db]), 5 flush all,
+//!                6 snapshot (expire_ms: the last log number it covers, value: parts u32)
 //! fence object = "STRFENCE" | epoch u64 | number u64 | by_len u32 | by | crc32c u32
 //! ```
 //!
@@ -34,6 +42,7 @@ const OP_DELETE: u8 = 2;
 const OP_COLD: u8 = 3;
 const OP_FLUSH_DB: u8 = 4;
 const OP_FLUSH_ALL: u8 = 5;
+const OP_SNAPSHOT: u8 = 6;
 
 /// Who wrote a log object, and where it stands in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +73,9 @@ pub enum Record<'a> {
     FlushDb { db: u8 },
     /// Every key went.
     FlushAll,
+    /// A snapshot of every key the writer held, made once its log up to number `covers`
+    /// was written, is complete in `parts` objects.
+    Snapshot { covers: u64, parts: u32 },
 }
 
 /// A decoded object of the log.
@@ -108,7 +120,8 @@ pub fn encode_fence(epoch: u64, number: u64, by: &str) -> Vec<u8> {
 
 fn record_bytes(r: &Record<'_>) -> usize {
     let (key, value) = parts_of(r);
-    1 + 1 + 8 + 4 + key.len() + 4 + value.len()
+    // A snapshot record's four bytes of count are not in its fields.
+    1 + 1 + 8 + 4 + key.len() + 4 + value.len().max(4)
 }
 
 /// A record's op, kind, expiry, key and value, as written.
@@ -124,6 +137,8 @@ fn fields<'r>(r: &'r Record<'_>) -> (u8, Kind, u64, &'r [u8], &'r [u8]) {
         Record::Cold { key, entry } => (OP_COLD, Kind::String, 0, key, entry),
         Record::FlushDb { ref db } => (OP_FLUSH_DB, Kind::String, 0, std::slice::from_ref(db), &[]),
         Record::FlushAll => (OP_FLUSH_ALL, Kind::String, 0, &[], &[]),
+        // Its part count is written by `put_record`.
+        Record::Snapshot { covers, .. } => (OP_SNAPSHOT, Kind::String, covers, &[], &[]),
     }
 }
 
@@ -133,7 +148,12 @@ fn parts_of<'r>(r: &'r Record<'_>) -> (&'r [u8], &'r [u8]) {
 }
 
 fn put_record(out: &mut Vec<u8>, r: &Record<'_>) {
-    let (op, kind, expire_ms, key, value) = fields(r);
+    let (op, kind, expire_ms, key, mut value) = fields(r);
+    let parts;
+    if let Record::Snapshot { parts: n, .. } = r {
+        parts = n.to_le_bytes();
+        value = &parts;
+    }
     out.push(op);
     out.push(kind as u8);
     out.extend_from_slice(&expire_ms.to_le_bytes());
@@ -208,6 +228,10 @@ fn decode_record<'a>(r: &mut Reader<'a>) -> Result<Record<'a>> {
         OP_COLD => Record::Cold { key, entry: value },
         OP_FLUSH_DB if key.len() == 1 => Record::FlushDb { db: key[0] },
         OP_FLUSH_ALL => Record::FlushAll,
+        OP_SNAPSHOT if value.len() == 4 => Record::Snapshot {
+            covers: expire_ms,
+            parts: u32::from_le_bytes(value.try_into().expect("four bytes")),
+        },
         _ => return Err(bad(format!("record op {op}"))),
     })
 }
@@ -237,6 +261,10 @@ mod tests {
             },
             Record::FlushDb { db: 3 },
             Record::FlushAll,
+            Record::Snapshot {
+                covers: 11,
+                parts: 3,
+            },
         ];
         let bytes = encode_log(&h, &records);
         let Object::Log {

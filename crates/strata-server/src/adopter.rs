@@ -1,9 +1,9 @@
 //! A lost node's slots, on their new owner: the map marks them adopted from the lost node
 //! (the controller fenced its bucket log first), and until this node reports them adopted
-//! they answer `-TRYAGAIN`. This task reads the lost node's log (every writer epoch of it,
-//! oldest first, each up to its fence), writes what it leaves the slots' keys holding into
-//! the store as this node's own writes, and reports the slots adopted; the controller
-//! clears their marks and they are served.
+//! they answer `-TRYAGAIN`. This task reads the lost node's log (from its last snapshot,
+//! through every later writer epoch of it, each up to its fence), writes what it leaves
+//! the slots' keys holding into the store as this node's own writes, and reports the
+//! slots adopted; the controller clears their marks and they are served.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -61,13 +61,10 @@ async fn adopt(
     runs: &[(u16, u16)],
 ) -> Result<(), String> {
     let store = shared.engine.bucket();
-    let mut objects = Vec::new();
-    for &(epoch, _fence) in &node.epochs {
-        let log = strata_engine::read_bucket_log(store.as_ref(), epoch, 1)
-            .await
-            .map_err(|e| e.to_string())?;
-        objects.extend(log);
-    }
+    let epochs: Vec<u64> = node.epochs.iter().map(|&(e, _)| e).collect();
+    let objects = strata_engine::bucket_replay(store.as_ref(), &epochs)
+        .await
+        .map_err(|e| e.to_string())?;
     let wanted = |slot: u16| runs.iter().any(|&(f, l)| (f..=l).contains(&slot));
     let keys = shared
         .engine

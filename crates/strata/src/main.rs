@@ -392,106 +392,114 @@ fn bind_unix(path: &str, mode: u32) -> Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// Fences a lost node's writer epoch in this node's bucket (shared by the cluster), for the
-/// cluster's controller.
-fn fencer(engine: &strata_engine::Engine, id: &str) -> strata_cluster::Fencer {
-    let store = engine.bucket();
-    let by = format!("controller {id}");
-    std::sync::Arc::new(move |epoch| {
-        let (store, by) = (std::sync::Arc::clone(&store), by.clone());
+/// The bucket the cluster's nodes share, through this node's store, for the controller.
+struct ClusterBucket {
+    store: std::sync::Arc<dyn object_store::ObjectStore>,
+    /// Who fences: this node as controller.
+    by: String,
+}
+
+impl strata_cluster::SharedBucket for ClusterBucket {
+    fn fence(&self, epoch: u64) -> strata_cluster::BucketFuture<u64> {
+        let (store, by) = (std::sync::Arc::clone(&self.store), self.by.clone());
         Box::pin(async move {
             strata_engine::fence_bucket_log(store.as_ref(), epoch, &by)
                 .await
                 .map_err(|e| e.to_string())
         })
-    })
+    }
+
+    fn retire(&self, epoch: u64) -> strata_cluster::BucketFuture<()> {
+        let store = std::sync::Arc::clone(&self.store);
+        Box::pin(async move {
+            strata_engine::retire_bucket_epoch(store.as_ref(), epoch)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
-async fn serve(mut cfg: Config) -> Result<()> {
-    raise_fd_limit(cfg.server.maxclients);
-    let server_cfg = cfg.server.clone();
-    // Read the TLS files before opening the store, so a bad path fails fast.
-    cfg.tls_config()?;
-    if cfg.cluster.enabled() {
-        // Before the store opens: its segments go under this start's own epoch.
-        let id = strata_cluster::node_id(&cfg.node.data_dir)?;
-        cfg.engine.writer_epoch = strata_cluster::claim_epoch(&cfg.cluster, &id)
-            .await
-            .context("cannot take a writer epoch from the cluster")?;
-    }
-    let engine = cfg
-        .open_engine()
+/// Takes this start's writer epoch from the cluster, before the store opens (its segments
+/// go under it), and notes the node's earlier epochs.
+async fn take_epoch(cfg: &mut Config) -> Result<()> {
+    let id = strata_cluster::node_id(&cfg.node.data_dir)?;
+    let epoch = strata_cluster::claim_epoch(&cfg.cluster, &id)
         .await
-        .with_context(|| format!("cannot open the store in {}", cfg.node.data_dir.display()))?;
-    // Past here an error closes the store before it ends the process: an open store's
-    // threads would run on into the process's exit (which then died of a signal).
-    let addr = format!("{}:{}", cfg.node.bind, cfg.node.port);
-    let bound = async {
-        let listener = tokio::net::TcpListener::bind(&addr)
+        .context("cannot take a writer epoch from the cluster")?;
+    cfg.engine.writer_epoch = epoch;
+    cfg.engine.earlier_epochs = strata_cluster::earlier_epochs(&cfg.cluster, &id, epoch)
         .await
-        .with_context(|| format!("cannot listen on {addr} (is another server using the port? set port or STRATA_PORT)"))?;
-        let metrics = if cfg.node.metrics_port == 0 {
-            None
-        } else {
-            let maddr = format!("{}:{}", cfg.node.bind, cfg.node.metrics_port);
-            Some(
-                tokio::net::TcpListener::bind(&maddr)
-                    .await
-                    .with_context(|| {
-                        format!(
-                        "cannot listen on {maddr} for metrics (set metrics_port, 0 disables it)"
-                    )
-                    })?,
-            )
-        };
-        let tls = match cfg.tls_config()? {
-            Some(tls_cfg) => {
-                let taddr = format!("{}:{}", cfg.node.bind, cfg.node.tls_port);
-                let l = tokio::net::TcpListener::bind(&taddr)
-                    .await
-                    .with_context(|| {
-                        format!("cannot listen on {taddr} for TLS (set tls_port, 0 disables it)")
-                    })?;
-                Some((l, tls_cfg))
-            }
-            None => None,
-        };
-        let unix = match cfg.node.unixsocket.as_str() {
-            "" => None,
-            path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
-        };
-        let cluster = if cfg.cluster.enabled() {
-            let id = strata_cluster::node_id(&cfg.node.data_dir)?;
-            let addr = cfg.announce_addr();
-            let c = strata_cluster::Cluster::join(
-                &cfg.cluster,
-                id.clone(),
-                addr,
-                Some(fencer(&engine, &id)),
-            )
-            .await
-            .context("cannot join the cluster")?;
-            eprintln!(
-                "Strata cluster node {} of '{}' (etcd {})",
-                c.id(),
-                cfg.cluster.cluster_name,
-                cfg.cluster.cluster_etcd
-            );
-            Some(c)
-        } else {
-            None
-        };
-        anyhow::Ok((listener, metrics, tls, unix, cluster))
-    };
-    let (listener, metrics, tls, unix, cluster) = match bound.await {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = engine.close().await;
-            return Err(e);
+        .context("cannot read this node's earlier writer epochs from the cluster")?;
+    Ok(())
+}
+
+/// Binds every listener `cfg` asks for, `addr` first, and joins the cluster if it names one.
+async fn bind(
+    cfg: &Config,
+    addr: &str,
+    engine: &strata_engine::Engine,
+) -> Result<(strata_server::Listeners, Option<strata_cluster::Cluster>)> {
+    let tcp = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "cannot listen on {addr} (is another server using the port? set port or STRATA_PORT)"
+        )
+    })?;
+    let listen = |port: u16, what: &'static str| {
+        let a = format!("{}:{}", cfg.node.bind, port);
+        async move {
+            tokio::net::TcpListener::bind(&a)
+                .await
+                .with_context(|| format!("cannot listen on {a} for {what}"))
         }
     };
-    let server = strata_server::Server::with_cluster(engine.clone(), server_cfg, cluster);
-    let stopper = server.clone();
+    let metrics = match cfg.node.metrics_port {
+        0 => None,
+        port => Some(listen(port, "metrics (set metrics_port, 0 disables it)").await?),
+    };
+    let tls = match cfg.tls_config()? {
+        Some(tls_cfg) => {
+            let what = "TLS (set tls_port, 0 disables it)";
+            Some((listen(cfg.node.tls_port, what).await?, tls_cfg))
+        }
+        None => None,
+    };
+    let unix = match cfg.node.unixsocket.as_str() {
+        "" => None,
+        path => Some(bind_unix(path, cfg.unixsocket_mode()?)?),
+    };
+    let cluster = match cfg.cluster.enabled() {
+        true => Some(join(cfg, engine).await?),
+        false => None,
+    };
+    let listeners = strata_server::Listeners {
+        tcp,
+        tls,
+        unix,
+        metrics,
+    };
+    Ok((listeners, cluster))
+}
+
+async fn join(cfg: &Config, engine: &strata_engine::Engine) -> Result<strata_cluster::Cluster> {
+    let id = strata_cluster::node_id(&cfg.node.data_dir)?;
+    let bucket = std::sync::Arc::new(ClusterBucket {
+        store: engine.bucket(),
+        by: format!("controller {id}"),
+    });
+    let c = strata_cluster::Cluster::join(&cfg.cluster, id, cfg.announce_addr(), Some(bucket))
+        .await
+        .context("cannot join the cluster")?;
+    eprintln!(
+        "Strata cluster node {} of '{}' (etcd {})",
+        c.id(),
+        cfg.cluster.cluster_name,
+        cfg.cluster.cluster_etcd
+    );
+    Ok(c)
+}
+
+/// Shuts `server` down on SIGTERM or SIGINT.
+fn stop_on_signals(server: strata_server::Server) {
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut term), Ok(mut int)) = (
@@ -504,8 +512,34 @@ async fn serve(mut cfg: Config) -> Result<()> {
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
-        stopper.shutdown();
+        server.shutdown();
     });
+}
+
+async fn serve(mut cfg: Config) -> Result<()> {
+    raise_fd_limit(cfg.server.maxclients);
+    let server_cfg = cfg.server.clone();
+    // Read the TLS files before opening the store, so a bad path fails fast.
+    cfg.tls_config()?;
+    if cfg.cluster.enabled() {
+        take_epoch(&mut cfg).await?;
+    }
+    let engine = cfg
+        .open_engine()
+        .await
+        .with_context(|| format!("cannot open the store in {}", cfg.node.data_dir.display()))?;
+    // Past here an error closes the store before it ends the process: an open store's
+    // threads would run on into the process's exit (which then died of a signal).
+    let addr = format!("{}:{}", cfg.node.bind, cfg.node.port);
+    let (listeners, cluster) = match bind(&cfg, &addr, &engine).await {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = engine.close().await;
+            return Err(e);
+        }
+    };
+    let server = strata_server::Server::with_cluster(engine.clone(), server_cfg, cluster);
+    stop_on_signals(server.clone());
     tracing::info!(
         addr = %addr,
         metrics_port = cfg.node.metrics_port,
@@ -521,12 +555,6 @@ async fn serve(mut cfg: Config) -> Result<()> {
         "Strata ready: redis://{addr}{on_unix} (metrics on port {})",
         cfg.node.metrics_port
     );
-    let listeners = strata_server::Listeners {
-        tcp: listener,
-        tls,
-        unix,
-        metrics,
-    };
     let served = server.serve(listeners).await;
     if !cfg.node.unixsocket.is_empty() {
         let _ = std::fs::remove_file(&cfg.node.unixsocket);

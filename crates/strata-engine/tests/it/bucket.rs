@@ -24,9 +24,9 @@ fn sharing(dir: &Path, bucket: &Path, epoch: u64, durability: Durability) -> Opt
     o
 }
 
-/// Every object of `epoch`'s log, in order, up to its fence.
+/// What a new owner replays of `epoch`'s log, in order, up to its fence.
 async fn log_of(bucket: &Path, epoch: u64) -> Vec<Bytes> {
-    strata_engine::read_bucket_log(bucket_store(bucket).as_ref(), epoch, 1)
+    strata_engine::bucket_replay(bucket_store(bucket).as_ref(), &[epoch])
         .await
         .unwrap()
 }
@@ -313,5 +313,128 @@ async fn in_a_cluster_writes_reach_the_bucket_behind_the_reply() {
     assert_eq!(b.get(&key("k")).await.unwrap().as_deref(), Some(&b"v"[..]));
     assert!(b.tier_of(&key("k")).await.unwrap().is_some());
     a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// The names of the files under `dir` (none if it is absent).
+fn names_under(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            let mut out: Vec<String> = entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            out.sort();
+            out
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Waits until `e` has written `n` snapshots of its bucket log.
+async fn snapshots_reach(e: &Engine, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while e.stats().bucket_snapshots < n {
+        assert!(std::time::Instant::now() < deadline, "no snapshot {n}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+async fn acked_put(e: &Engine, k: &str, v: Vec<u8>, want: &mut Expect) {
+    e.put(&key(k), v.clone().into(), Default::default())
+        .await
+        .unwrap()
+        .durable(e)
+        .await
+        .unwrap();
+    want.retain(|(w, _)| w != k);
+    want.push((k.into(), Some((Kind::String, v))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_bounds_the_log_and_replays_to_the_same_keys() {
+    let root = tempfile::tempdir().unwrap();
+    let bucket = root.path().join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let dir = root.path().join("a");
+    // The node's first start, epoch 19: its log holds everything below.
+    let first = open(sharing(&dir, &bucket, 19, Durability::Bucket))
+        .await
+        .unwrap();
+    let mut want = write_everything(&first).await;
+    first.close().await.unwrap();
+    drop(first);
+    // Started again under epoch 20: its store holds epoch 19's data.
+    let mut o = sharing(&dir, &bucket, 20, Durability::Bucket);
+    o.s.bucket.bucket_snapshot_bytes_min = 4096;
+    o.s.earlier_epochs = vec![19];
+    let a = open(o).await.unwrap();
+    for i in 0..8 {
+        acked_put(&a, &format!("fill:{i}"), vec![b'f'; 1024], &mut want).await;
+    }
+    // Some keys cold: the snapshot names them by their index entries.
+    a.run_background_once().await.unwrap();
+    snapshots_reach(&a, 1).await;
+    // Epoch 19's log is gone, and epoch 20's up to the snapshot.
+    let logs = |e: u64| names_under(&bucket.join(format!("epochs/{e:010}/log")));
+    assert_eq!(logs(19), Vec::<String>::new());
+    let first_left = logs(20).first().cloned().unwrap();
+    assert_ne!(first_left, format!("{:020}.log", 1), "{:?}", logs(20));
+    // After the snapshot: an overwrite, a delete, and enough for a second snapshot.
+    acked_put(&a, "s:5", b"after".to_vec(), &mut want).await;
+    a.delete(&key("s:6"))
+        .await
+        .unwrap()
+        .durable(&a)
+        .await
+        .unwrap();
+    want.retain(|(k, _)| k != "s:6");
+    want.push(("s:6".into(), None));
+    acked_put(&a, "big2", vec![9u8; 400 << 10], &mut want).await;
+    snapshots_reach(&a, 2).await;
+    acked_put(&a, "s:7", b"last".to_vec(), &mut want).await;
+    // Only the newest snapshot is left (the local store leaves emptied folders).
+    let snapshots_dir = bucket.join("epochs/0000000020/snapshots");
+    let mut snapshots = names_under(&snapshots_dir);
+    snapshots.retain(|s| !names_under(&snapshots_dir.join(s)).is_empty());
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    // A new owner replays the node's epochs: the snapshot, then the log after it.
+    let objects = strata_engine::bucket_replay(bucket_store(&bucket).as_ref(), &[19, 20])
+        .await
+        .unwrap();
+    let b = open(sharing(
+        &root.path().join("b"),
+        &bucket,
+        21,
+        Durability::Bucket,
+    ))
+    .await
+    .unwrap();
+    b.adopt(&objects, &|_| true).await.unwrap();
+    holds_exactly(&b, &want).await;
+    // Fenced and retired: nothing of epoch 20 is left in the bucket but its fence.
+    let segments = bucket.join("epochs/0000000020/segments");
+    assert!(!names_under(&segments).is_empty(), "nothing went cold");
+    let store = bucket_store(&bucket);
+    let at = strata_engine::fence_bucket_log(store.as_ref(), 20, "controller")
+        .await
+        .unwrap();
+    strata_engine::retire_bucket_epoch(store.as_ref(), 20)
+        .await
+        .unwrap();
+    assert_eq!(logs(20), vec![format!("{at:020}.log")]);
+    assert!(names_under(&segments).is_empty());
+    let mut snapshots = names_under(&snapshots_dir);
+    snapshots.retain(|s| !names_under(&snapshots_dir.join(s)).is_empty());
+    assert!(snapshots.is_empty(), "{snapshots:?}");
+    // The writer, still running, acknowledges nothing more.
+    let late = a
+        .put(&key("late"), Bytes::from_static(b"x"), Default::default())
+        .await;
+    let acked = match late {
+        Ok(w) => w.durable(&a).await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!acked, "a write after the retired fence was acknowledged");
+    std::mem::forget(a);
     b.close().await.unwrap();
 }
