@@ -125,8 +125,10 @@ def writes(strata, rounds, requests):
     return rows, med
 
 
-def failover(strata, keys, ttl_s):
-    """Seconds from killing one of three nodes until every key of its slots reads back."""
+def failover(strata, keys, ttl_s, history=1, extra=()):
+    """Seconds from killing one of three nodes until every key of its slots reads back, and
+    the bytes of the lost node's epoch in the bucket at the kill. Each key is written
+    `history` times (the last value is the one read back); `extra`: more settings."""
     import redis
     from redis.cluster import ClusterNode, RedisCluster
     work = Path(tempfile.mkdtemp(prefix="bb-failover-"))
@@ -142,7 +144,7 @@ def failover(strata, keys, ttl_s):
     try:
         time.sleep(2)
         settings = [f'cluster_etcd="http://127.0.0.1:{etcd_port}"', 'cluster_name="bench"',
-                    f"cluster_lease_ttl_s={ttl_s}", f'cold_url="file://{work / "bucket"}"']
+                    f"cluster_lease_ttl_s={ttl_s}", f'cold_url="file://{work / "bucket"}"', *extra]
         (work / "bucket").mkdir()
         for i in range(3):
             nodes.append(start("bucket", strata, work / f"n{i}", settings, pin=False))
@@ -151,14 +153,20 @@ def failover(strata, keys, ttl_s):
         time.sleep(1)
         rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0][1])])
         pipe = rc.pipeline()
-        for i in range(keys):
-            pipe.set(f"k:{i}", f"v{i}")
-            if i % 1000 == 999:
-                pipe.execute()
-        pipe.execute()
+        pad = "x" * 200
+        for round_ in range(history):
+            last = round_ == history - 1
+            for i in range(keys):
+                pipe.set(f"k:{i}", f"v{i}" if last else f"v{i}{pad}{round_}")
+                if i % 1000 == 999:
+                    pipe.execute()
+            pipe.execute()
+            log(f"[failover] {keys} keys: write {round_ + 1} of {history} done")
         victim = nodes[2]
         lost_keys = [f"k:{i}" for i in range(keys)
                      if rc.keyslot(f"k:{i}") in owned_slots(nodes[0][1], victim[1])]
+        before = {e: sum(f.stat().st_size for f in e.rglob("*") if f.is_file())
+                  for e in (work / "bucket" / "epochs").iterdir()}
         victim[0].kill()
         t0 = time.time()
         rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0][1])])
@@ -175,12 +183,41 @@ def failover(strata, keys, ttl_s):
             pending = still
             if pending:
                 time.sleep(0.1)
-        return time.time() - t0, len(lost_keys)
+        secs = time.time() - t0
+        after = {e: sum(f.stat().st_size for f in e.rglob("*") if f.is_file())
+                 for e in (work / "bucket" / "epochs").iterdir()}
+        # The lost node's epoch: the one its retirement emptied (or, before that, any).
+        gone = [e for e in before if after.get(e, 0) < before[e] / 10] or list(before)
+        return secs, len(lost_keys), before[gone[0]]
     finally:
         for p, _ in nodes:
             p.kill()
         etcd.kill()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def history(a):
+    """Failover after a long history: 100,000 keys each written five times (four values of
+    about 210 bytes, then the short one read back), with snapshots and without."""
+    cmd = "python3 scripts/bench-bucket.py " + " ".join(sys.argv[1:])
+    keys = 10_000 if a.quick else 100_000
+    rows = []
+    for label, extra in [("snapshots from 8 MiB", ("bucket_snapshot_bytes_min=8MiB",)),
+                         ("no snapshots", ("bucket_snapshot_bytes_min=1TiB",))]:
+        log(f"[history] {label}")
+        secs, lost, held = failover(a.strata, keys, 3, history=5, extra=extra)
+        rows.append((label, lost, held, secs))
+        log(f"[history] {label}: {secs:.1f} s, the lost node's epoch held {held / 1e6:.1f} MB")
+    md = ["# Failover after a long history", "",
+          f"Command: `{cmd}`. Three nodes, `durability=bucket`, lease 3 s; {keys} keys each "
+          "written five times through a RedisCluster pipeline; one node SIGKILLed; seconds "
+          "until every key of its slots reads back its last value from the survivors.", "",
+          "| bucket log | keys on the lost node | lost node's bytes in the bucket | seconds |",
+          "|---|---:|---:|---:|"]
+    md += [f"| {l} | {n} | {h / 1e6:.1f} MB | {s:.1f} |" for l, n, h, s in rows]
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "bucket-history.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
 
 
 def owned_slots(any_port, port):
@@ -201,7 +238,12 @@ def main():
     p.add_argument("--out", type=Path, default=ROOT / "reports")
     p.add_argument("--failover-only", action="store_true",
                    help="only the failover rows (the report keeps the writes table of an earlier run)")
+    p.add_argument("--history", action="store_true",
+                   help="only failover after each key was written five times, with snapshots "
+                        "(bucket_snapshot_bytes_min = 8 MiB) and without")
     a = p.parse_args()
+    if a.history:
+        return history(a)
     started = time.time()
     rounds, requests = (1, 10_000) if a.quick else (a.rounds, a.requests)
     rows, med = ([], {}) if a.failover_only else writes(a.strata, rounds, requests)
@@ -209,7 +251,7 @@ def main():
     fails = []
     for n in ([2_000] if a.quick else [10_000, 100_000]):
         log(f"[failover] {n} keys")
-        secs, lost = failover(a.strata, n, ttl)
+        secs, lost, _ = failover(a.strata, n, ttl)
         fails.append({"keys": n, "keys_on_lost_node": lost, "seconds": secs})
         log(f"[failover] {n} keys: every key of the lost node back after {secs:.1f} s")
     cmd = "python3 scripts/bench-bucket.py " + " ".join(sys.argv[1:])

@@ -885,6 +885,83 @@ def test_a_fenced_node_paused_past_its_lease_writes_nothing_its_slots_new_owners
             n.stop()
 
 
+@pytest.mark.parametrize("killed", ["source", "target"])
+def test_a_node_killed_during_a_slot_move_loses_no_acknowledged_write(etcd, tmp_path, killed):
+    """Issue 67: two nodes sharing a bucket with durability=bucket, a third added and the
+    slots moving to it slowly while a writer goes on; one end of the move (a source, or the
+    new node) is SIGKILLed once it has handed some slots over and not others. The slots it
+    was moving are adopted by whoever holds them next, from its log where its keys are the
+    newest: every acknowledged write reads back."""
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    name = f"m{os.getpid()}{free_port()}"
+    settings = {
+        "cluster_etcd": f'"{etcd.url}"',
+        "cluster_name": f'"{name}"',
+        "cluster_lease_ttl_s": LEASE_TTL_S,
+        "durability": "bucket",
+        "cold_url": f'"file://{bucket}"',
+        # Slow moves: the kill lands in the middle of one.
+        "cluster_move_bytes_per_s": "64KiB",
+    }
+    nodes = [StrataProcess(settings) for _ in range(2)]
+    rebalance = None
+    try:
+        assert "16384 slots over 2 nodes" in cluster_cmd(etcd, name, "rebalance").stdout
+        c = StrataCluster.__new__(StrataCluster)
+        c.nodes = nodes
+        c.wait_served()
+        rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
+        acked = {}
+
+        def write(i):
+            value = (f"{i:06d}:" * 74)[:512].encode()
+            retrying(lambda: rc.set(f"k:{i}", value))
+            acked[f"k:{i}"] = value
+
+        for i in range(3000):
+            write(i)
+        nodes.append(StrataProcess(settings))
+        rebalance = subprocess.Popen(
+            [strata_bin(), "cluster", "rebalance", "--etcd", etcd.url, "--name", name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        # Write until the new node serves some slots, then kill one end of the move.
+        i = 3000
+        deadline = time.time() + 60
+        while True:
+            write(i)
+            i += 1
+            owners = {row[2][1] for row in nodes[0].client().execute_command("CLUSTER", "SLOTS")}
+            if nodes[2].port in owners:
+                break
+            assert time.time() < deadline, "no slot reached the new node"
+        moving = int(nodes[0].client().info("cluster").get("cluster_slots_moving_out", 0))
+        moving += int(nodes[1].client().info("cluster").get("cluster_slots_moving_out", 0))
+        assert moving > 0, "the move ended before the kill"
+        victim = nodes[0] if killed == "source" else nodes[2]
+        victim.proc.kill()
+        victim.proc.wait()
+        for j in range(i, i + 1000):
+            write(j)
+        survivor = nodes[1]
+        rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", survivor.port)])
+        lost = [k for k, v in acked.items() if retrying(lambda: rc2.get(k)) != v]
+        seen = [(k, rc2.keyslot(k), (rc2.get(k) or b"")[:8]) for k in lost[:5]]
+        slots = survivor.client().execute_command("CLUSTER", "SLOTS")
+        if lost:
+            for n in nodes:
+                print("=== node", n.port)
+                print(open(n.log.name).read()[-6000:])
+        assert not lost, f"{len(lost)} of {len(acked)} acknowledged writes lost: {seen} {slots}"
+    finally:
+        if rebalance:
+            rebalance.kill()
+        for n in nodes:
+            n.stop()
+
+
 def test_wait_answers_one_once_the_bucket_log_holds_the_writes(tmp_path):
     """WAIT numreplicas timeout: the bucket log stands for a replica (1 once it holds the
     writes acknowledged before the call); a node that ships to no bucket answers 0, as a

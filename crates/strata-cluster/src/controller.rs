@@ -165,12 +165,14 @@ async fn duties(inner: &Inner) -> Result<()> {
     // A lost node's writer is fenced before any slot of it goes elsewhere.
     let lost = crate::failover::fence_lost(inner, &map, &live).await?;
     let repaired = map.repaired(&live).unwrap_or_else(|| map.clone());
-    let next = crate::failover::mark_adoptions(&map, repaired, lost, &live);
+    let next = crate::failover::mark_adoptions(&map, repaired, lost);
     let (next, mut consumed) = crate::failover::apply_adopted(inner, next).await?;
     let (retired, records) = crate::failover::retired(inner, &map, &next);
     consumed.extend(records);
     let mut next = apply_moved(inner, next, &mut consumed).await?;
-    if !next.is_moving() {
+    // No slot moves while one is adopted: a move would copy what its owner holds before
+    // the adoption wrote the lost node's keys.
+    if !next.is_moving() && !next.is_adopting() {
         next = plan(next, remove.as_ref(), rebalance.is_some());
     }
     // However many changes this round made, the map's epoch moves by one.
@@ -187,7 +189,7 @@ async fn duties(inner: &Inner) -> Result<()> {
             "controller committed a new slot map"
         );
     }
-    if next.is_moving() {
+    if next.is_moving() || next.is_adopting() {
         return Ok(());
     }
     answer_pending(inner, &next, remove, rebalance).await

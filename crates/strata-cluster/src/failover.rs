@@ -16,8 +16,9 @@ use crate::member::Inner;
 use crate::slots::{LostNode, NodeAddr, SlotMap};
 use crate::{Error, Result};
 
-/// The nodes of `map` that own slots and are not `live`, each fenced: its index in `map`
-/// and what its slots' new owners adopt. Empty when the nodes share no bucket.
+/// The nodes of `map` that own slots or are taking some and are not `live`, each fenced:
+/// its index in `map` and what its slots' new owners adopt. Empty when the nodes share no
+/// bucket.
 pub(crate) async fn fence_lost(
     inner: &Inner,
     map: &SlotMap,
@@ -27,10 +28,11 @@ pub(crate) async fn fence_lost(
         return Ok(Vec::new());
     };
     let counts = map.slot_counts();
+    let targets: Vec<usize> = map.moves().iter().map(|m| m.to).collect();
     let mut out = Vec::new();
     for (i, &n) in counts.iter().enumerate() {
         let id = map.id(i);
-        if n == 0 || live.contains_key(id) {
+        if (n == 0 && !targets.contains(&i)) || live.contains_key(id) {
             continue;
         }
         let mut epochs = Vec::new();
@@ -57,23 +59,22 @@ pub(crate) async fn fence_lost(
 }
 
 /// `next` (the map repaired without the lost nodes of `map`) with the slots each of
-/// `lost` owned marked adopted from it, but those that were moving to a live node (that
-/// node holds their keys already).
+/// `lost` owned, or was taking over (marked kept), marked adopted from it. Where a slot
+/// was moving, only its two ends know whether it was handed over: the new owner decides
+/// whether the lost node's keys of it are the newest (`Cluster::adopts_from`).
 pub(crate) fn mark_adoptions(
     map: &SlotMap,
     mut next: SlotMap,
     lost: Vec<(usize, LostNode)>,
-    live: &BTreeMap<String, NodeAddr>,
 ) -> SlotMap {
     for (i, node) in lost {
         let slots: Vec<u16> = (0..SLOT_COUNT)
             .filter(|&s| map.owner(s) == Some(i))
-            .filter(|&s| {
-                map.moving_to(s)
-                    .is_none_or(|t| !live.contains_key(map.id(t)))
-            })
             .collect();
-        next = next.adopting_from(node, &slots);
+        let kept: Vec<u16> = (0..SLOT_COUNT)
+            .filter(|&s| map.moving_to(s) == Some(i))
+            .collect();
+        next = next.adopting_from(node, &slots, &kept);
     }
     next
 }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use admin::{rebalance, remove_node, status, Status};
 pub use epochs::{claim_epoch, earlier_epochs, epoch_holder};
-pub use member::{node_id, BucketFuture, Cluster, Route, SharedBucket, SlotState};
+pub use member::{node_id, BucketFuture, Cluster, MoveSeen, Route, SharedBucket, SlotState};
 pub use slots::{check_node_id, LostNode, Move, NodeAddr, SlotMap, SlotRange};
 
 /// The cluster settings of a node (flattened into the binary's configuration).

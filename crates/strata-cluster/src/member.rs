@@ -41,6 +41,19 @@ pub enum SlotState {
     Taken = 3,
 }
 
+/// What this node last did in a move of a slot, and with which node: kept past the map's
+/// change, so that when the other end is lost this node knows whose keys of the slot are
+/// the newest (see `adopts_from`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveSeen {
+    /// This node took the slot over from that node and served it since.
+    TookFrom(String),
+    /// This node was copying the slot to that node, and had not handed it over.
+    CopyingTo(String),
+    /// This node handed the slot over to that node, which served it since.
+    HandedTo(String),
+}
+
 /// The map as this node last saw it, and this node's index in it.
 struct View {
     map: Arc<SlotMap>,
@@ -81,6 +94,8 @@ pub(crate) struct Inner {
     pub(crate) etcd: Client,
     /// Per slot, a [`SlotState`] (only slots moving away from this node leave `Serving`).
     slot_states: Vec<AtomicU8>,
+    /// Per slot, what this node last did in a move of it (forgotten once the slot leaves).
+    moves_seen: parking_lot::Mutex<std::collections::HashMap<u16, MoveSeen>>,
     /// Bumped with every map this node takes: the slot mover waits on it.
     map_changed: tokio::sync::watch::Sender<u64>,
 }
@@ -167,6 +182,7 @@ impl Inner {
             slot_states: (0..strata_format::keys::SLOT_COUNT)
                 .map(|_| AtomicU8::new(SlotState::Serving as u8))
                 .collect(),
+            moves_seen: Default::default(),
             map_changed: tokio::sync::watch::channel(0).0,
         });
         inner.register().await?;
@@ -248,6 +264,27 @@ impl Cluster {
 
     pub fn set_slot_state(&self, slot: u16, state: SlotState) {
         self.inner.slot_states[slot as usize].store(state as u8, Ordering::Release);
+    }
+
+    /// Notes what this node did in a move of `slot`; `None` forgets it.
+    pub fn note_move(&self, slot: u16, seen: Option<MoveSeen>) {
+        let mut m = self.inner.moves_seen.lock();
+        match seen {
+            Some(s) => m.insert(slot, s),
+            None => m.remove(&slot),
+        };
+    }
+
+    /// Whether this node, adopting `slot` from lost node `lost`, must take the lost node's
+    /// keys of it: not if it took the slot over from that node; if it was moving the slot
+    /// to that node (the map marks it kept), only if it had handed it over.
+    pub fn adopts_from(&self, slot: u16, lost: &str) -> bool {
+        let kept = self.inner.view.read().map.kept(slot);
+        match self.inner.moves_seen.lock().get(&slot) {
+            Some(MoveSeen::TookFrom(id)) if id == lost => false,
+            Some(MoveSeen::HandedTo(id)) if id == lost => true,
+            _ => !kept,
+        }
     }
 
     /// Changes whenever this node takes a new map.

@@ -41,6 +41,10 @@ struct Stored {
     /// Slots their owners adopt: `[first, last, id of the lost node]`.
     #[serde(default)]
     adopting: Vec<StoredRange>,
+    /// Of those, the slots whose owners keep their own keys unless they had handed them
+    /// over to the lost node: `[first, last]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    kept: Vec<(u16, u16)>,
 }
 
 /// A node the cluster lost: its writer epochs, oldest first, each with the number its
@@ -71,6 +75,9 @@ pub struct SlotMap {
     /// Per slot, the index in `lost` of the node its owner adopts it from, or
     /// [`UNASSIGNED`]: until its owner reports it adopted, the slot answers `-TRYAGAIN`.
     adopt: Vec<u16>,
+    /// Per slot adopted, whether its owner was moving it to the lost node: it keeps its
+    /// own keys unless it had handed the slot over.
+    kept: Vec<bool>,
 }
 
 impl Default for SlotMap {
@@ -83,6 +90,7 @@ impl Default for SlotMap {
             target: vec![UNASSIGNED; SLOT_COUNT as usize],
             lost: Vec::new(),
             adopt: vec![UNASSIGNED; SLOT_COUNT as usize],
+            kept: vec![false; SLOT_COUNT as usize],
         }
     }
 }
@@ -190,6 +198,11 @@ impl SlotMap {
                 m.adopt[slot as usize] = i as u16;
             }
         }
+        for (first, last) in s.kept {
+            for slot in first..=last.min(SLOT_COUNT - 1) {
+                m.kept[slot as usize] = m.adopt[slot as usize] != UNASSIGNED;
+            }
+        }
         Ok(m)
     }
 
@@ -217,6 +230,16 @@ impl SlotMap {
                 .into_iter()
                 .map(|(first, last, i)| (first, last, self.lost[i].id.clone()))
                 .collect(),
+            kept: runs(
+                &self
+                    .kept
+                    .iter()
+                    .map(|&k| if k { 0 } else { UNASSIGNED })
+                    .collect::<Vec<_>>(),
+            )
+            .into_iter()
+            .map(|(first, last, _)| (first, last))
+            .collect(),
         };
         serde_json::to_vec(&s).expect("a slot map encodes")
     }
@@ -415,6 +438,17 @@ impl SlotMap {
         }
     }
 
+    /// Whether any slot is still adopted from a lost node.
+    pub fn is_adopting(&self) -> bool {
+        self.adopt.iter().any(|&a| a != UNASSIGNED)
+    }
+
+    /// Whether `slot`, adopted, was moving from its owner to the lost node: the owner keeps
+    /// its own keys unless it had handed the slot over.
+    pub fn kept(&self, slot: u16) -> bool {
+        self.kept[slot as usize]
+    }
+
     /// The runs of node `node`'s slots it adopts, each with the lost node it adopts from.
     pub fn adoptions_of(&self, node: usize) -> Vec<(u16, u16, LostNode)> {
         runs(&self.adopt)
@@ -441,8 +475,9 @@ impl SlotMap {
             .collect()
     }
 
-    /// The map with `slots` adopted from `lost` by their owners.
-    pub(crate) fn adopting_from(&self, lost: LostNode, slots: &[u16]) -> SlotMap {
+    /// The map with `slots` adopted from `lost` by their owners; `kept`: those of them
+    /// that were moving from their owners to the lost node.
+    pub(crate) fn adopting_from(&self, lost: LostNode, slots: &[u16], kept: &[u16]) -> SlotMap {
         let mut next = self.clone();
         let i = match next.lost.iter().position(|n| n.id == lost.id) {
             Some(i) => i,
@@ -453,6 +488,11 @@ impl SlotMap {
         };
         for &slot in slots {
             next.adopt[slot as usize] = i as u16;
+            next.kept[slot as usize] = false;
+        }
+        for &slot in kept {
+            next.adopt[slot as usize] = i as u16;
+            next.kept[slot as usize] = true;
         }
         next
     }
@@ -463,6 +503,7 @@ impl SlotMap {
         let mut next = self.clone();
         for slot in first..=last.min(SLOT_COUNT - 1) {
             next.adopt[slot as usize] = UNASSIGNED;
+            next.kept[slot as usize] = false;
         }
         next.drop_unadopted();
         next
@@ -519,10 +560,12 @@ impl SlotMap {
                 Some(i) => {
                     next.owner[slot as usize] = i as u16;
                     load[i] += 1;
-                    // A move goes on only while both ends live.
+                    // A move goes on only while both ends live (a target that took the
+                    // slot from a lost source owns it: nothing moves).
                     if let Some(t) = self
                         .moving_to(slot)
                         .and_then(|t| next.index_of(&self.ids[t]))
+                        .filter(|&t| t != i)
                     {
                         next.target[slot as usize] = t as u16;
                     }
@@ -549,6 +592,7 @@ impl SlotMap {
         }
         next.lost = self.lost.clone();
         next.adopt = self.adopt.clone();
+        next.kept = self.kept.clone();
         let changed = !next.same_as(self);
         changed.then_some(next)
     }
@@ -702,6 +746,15 @@ mod tests {
         let repaired = plan.repaired(&without_new).unwrap();
         assert!(!repaired.is_moving());
         assert_eq!(repaired.slot_counts(), vec![5461, 5462, 5461]);
+        // A move whose source stops living ends too: its target owns the slots.
+        let mover = plan.moves()[0].clone();
+        let mut without_source = four.clone();
+        without_source.remove(plan.id(mover.from));
+        let repaired = plan.repaired(&without_source).unwrap();
+        let target = repaired.index_of(plan.id(mover.to)).unwrap();
+        assert!((mover.first..=mover.last)
+            .all(|s| repaired.owner(s) == Some(target) && repaired.moving_to(s).is_none()));
+        assert_eq!(repaired.moves().len(), 2, "the other sources' moves go on");
     }
 
     #[test]
@@ -729,7 +782,7 @@ mod tests {
         let next = m
             .repaired(&live)
             .unwrap()
-            .adopting_from(lost.clone(), &slots);
+            .adopting_from(lost.clone(), &slots, &[]);
         let back = SlotMap::decode(&next.encode()).unwrap();
         assert!(back.same_as(&next));
         assert_eq!(back.adopting(slots[0]), Some(&lost));
@@ -752,5 +805,23 @@ mod tests {
         let done = runs.iter().fold(again, |m, &(f, l)| m.adopted(f, l));
         assert!(slots.iter().all(|&s| done.adopting(s).is_none()));
         assert!(!String::from_utf8(done.encode()).unwrap().contains(&lost_id));
+        // Slots that were moving to the lost node are marked kept, and stay so through
+        // the JSON until reported.
+        let own: Vec<u16> = (0..SLOT_COUNT)
+            .filter(|&s| m.owner(s) == Some(0))
+            .take(10)
+            .collect();
+        let with_kept = m
+            .repaired(&live)
+            .unwrap()
+            .adopting_from(lost.clone(), &slots, &own);
+        let back = SlotMap::decode(&with_kept.encode()).unwrap();
+        assert!(back.same_as(&with_kept));
+        assert!(own
+            .iter()
+            .all(|&s| back.kept(s) && back.adopting(s) == Some(&lost)));
+        assert!(!back.kept(slots[0]));
+        let done = back.adopted(own[0], own[9]);
+        assert!(!done.kept(own[0]));
     }
 }

@@ -53,28 +53,31 @@ pub(crate) async fn run(shared: Arc<Shared>, cluster: Cluster) {
     }
 }
 
-/// Adopts `runs` of slots from lost node `node`'s bucket log, and reports them.
+/// Adopts `runs` of slots from lost node `node`'s bucket log, and reports them. A slot
+/// whose newest keys are this node's own (it was moving between the two) keeps them; every
+/// other is cleared of what this node held of it (copies of an earlier move), then takes
+/// what the log leaves it.
 async fn adopt(
     shared: &Shared,
     cluster: &Cluster,
     node: &LostNode,
     runs: &[(u16, u16)],
 ) -> Result<(), String> {
-    let store = shared.engine.bucket();
-    let epochs: Vec<u64> = node.epochs.iter().map(|&(e, _)| e).collect();
-    let objects = strata_engine::bucket_replay(store.as_ref(), &epochs)
-        .await
-        .map_err(|e| e.to_string())?;
-    let wanted = |slot: u16| runs.iter().any(|&(f, l)| (f..=l).contains(&slot));
-    let keys = shared
-        .engine
-        .adopt(&objects, &wanted)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut slots: Vec<u16> = runs
+        .iter()
+        .flat_map(|&(f, l)| f..=l)
+        .filter(|&s| cluster.adopts_from(s, &node.id))
+        .collect();
+    slots.sort_unstable();
+    let keys = if slots.is_empty() {
+        0
+    } else {
+        replay_into(shared, node, &slots).await?
+    };
     tracing::info!(
         lost = node.id,
         keys,
-        objects = objects.len(),
+        slots = slots.len(),
         "adopted a lost node's slots"
     );
     for &(first, last) in runs {
@@ -82,6 +85,30 @@ async fn adopt(
             .report_adopted(first, last)
             .await
             .map_err(|e| e.to_string())?;
+        for slot in first..=last {
+            cluster.note_move(slot, None);
+        }
     }
     Ok(())
+}
+
+/// Clears `slots` (sorted) here, then writes what lost node `node`'s log leaves their keys
+/// holding; how many keys it wrote or deleted.
+async fn replay_into(shared: &Shared, node: &LostNode, slots: &[u16]) -> Result<u64, String> {
+    for &slot in slots {
+        crate::cmd::clear_slot(&shared.engine, slot)
+            .await
+            .map_err(|e| format!("cannot clear slot {slot} before adopting it: {e}"))?;
+    }
+    let store = shared.engine.bucket();
+    let epochs: Vec<u64> = node.epochs.iter().map(|&(e, _)| e).collect();
+    let objects = strata_engine::bucket_replay(store.as_ref(), &epochs)
+        .await
+        .map_err(|e| e.to_string())?;
+    let wanted = |slot: u16| slots.binary_search(&slot).is_ok();
+    shared
+        .engine
+        .adopt(&objects, &wanted)
+        .await
+        .map_err(|e| e.to_string())
 }

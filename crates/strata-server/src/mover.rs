@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strata_cluster::{Cluster, SlotState};
+use strata_cluster::{Cluster, MoveSeen, SlotState};
 use strata_format::keys::SLOT_COUNT;
 use strata_resp::Reply;
 
@@ -58,6 +58,7 @@ async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> 
         }
         if !mine {
             drop_slot(shared, slot).await?;
+            cluster.note_move(slot, None);
         }
         cluster.set_slot_state(slot, SlotState::Serving);
     }
@@ -97,7 +98,8 @@ async fn round(shared: &Arc<Shared>, cluster: &Cluster, internal: &mut Conn) -> 
                 return Ok(());
             }
             let started = Instant::now();
-            let bytes = copy_slots(shared, cluster, internal, &mut link, chunk).await?;
+            let to = now.id(mv.to).to_string();
+            let bytes = copy_slots(shared, cluster, internal, (&mut link, to), chunk).await?;
             // Chunks of consecutive slots: report each run of the chunk.
             for (a, b) in runs(chunk) {
                 cluster
@@ -135,21 +137,27 @@ const FLUSH_BYTES: usize = 1 << 20;
 /// Copies `slots` to the target of `link`, one after the other; the value bytes sent. Each
 /// slot blocks its writes only from the start of its copy to the round trip that carries
 /// its last key and `STRATA.SLOTTAKE`: commands for several slots share round trips. On
-/// an error every slot not handed over is served here again.
+/// an error every slot not handed over is served here again. `target`: the link to the
+/// node the slots move to, and its id.
 async fn copy_slots(
     shared: &Arc<Shared>,
     cluster: &Cluster,
     internal: &mut Conn,
-    link: &mut Link,
+    target: (&mut Link, String),
     slots: &[u16],
 ) -> Result<u64, String> {
-    let mut out = Outbox::default();
+    let (link, to) = target;
+    let mut out = Outbox {
+        to,
+        ..Outbox::default()
+    };
     let result = async {
         let rate = cluster.settings().cluster_move_bytes_per_s.max(1);
         let started = Instant::now();
         let mut sent = 0u64;
         for &slot in slots {
             cluster.set_slot_state(slot, SlotState::Copying);
+            cluster.note_move(slot, Some(MoveSeen::CopyingTo(out.to.clone())));
             // Commands that passed the routing check before the state changed run under
             // the gate: once it is ours, none is left, and later writes get -TRYAGAIN.
             drop(shared.gate.write().await);
@@ -228,6 +236,8 @@ struct Outbox {
     cmds: Vec<Vec<Bytes>>,
     bytes: usize,
     taking: Vec<u16>,
+    /// The id of the node the slots move to.
+    to: String,
 }
 
 impl Outbox {
@@ -245,6 +255,7 @@ impl Outbox {
         link.pipeline(&self.cmds).await?;
         for &slot in &self.taking {
             cluster.set_slot_state(slot, SlotState::Handed);
+            cluster.note_move(slot, Some(MoveSeen::HandedTo(self.to.clone())));
         }
         self.cmds.clear();
         self.bytes = 0;

@@ -115,6 +115,11 @@ pub(crate) async fn slottake(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match incoming_slot(ctx, &a[1]) {
         Ok((cluster, slot)) => {
             cluster.set_slot_state(slot, strata_cluster::SlotState::Taken);
+            let map = cluster.map();
+            if let Some(from) = map.owner(slot) {
+                let from = map.id(from).to_string();
+                cluster.note_move(slot, Some(strata_cluster::MoveSeen::TookFrom(from)));
+            }
             Reply::ok()
         }
         Err(r) => r,
@@ -138,7 +143,10 @@ fn incoming_slot(ctx: &Ctx<'_>, arg: &[u8]) -> Result<(Cluster, u16), Reply> {
 /// whatever it holds of it (copies left by an earlier move) before it sends the keys.
 pub(crate) async fn slotclear(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let slot = match incoming_slot(ctx, &a[1]) {
-        Ok((_, slot)) => slot,
+        Ok((cluster, slot)) => {
+            cluster.note_move(slot, None);
+            slot
+        }
         Err(r) => return r,
     };
     match clear_slot(&ctx.shared.engine, slot).await {
