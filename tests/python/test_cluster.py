@@ -740,13 +740,9 @@ def retrying(f, seconds=60):
             time.sleep(0.1)
 
 
-def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_durability(etcd, tmp_path):
-    """Issue 67: three nodes sharing a bucket (a local directory) with durability=bucket, a
-    RedisCluster writer, one node SIGKILLed after the 2,000th acknowledged write while the
-    writer goes on: every acknowledged write is served by the survivors with its bytes,
-    those demoted to segments too; the killed node comes back and takes slots again. The
-    logs are snapshotted as they grow (the objects a snapshot covers deleted), and once the
-    survivors adopted the killed node's slots, what it wrote is deleted from the bucket."""
+def sharing_a_bucket(etcd, tmp_path, **extra):
+    """A cluster's name, its bucket (a local directory) and the settings of nodes that share
+    it with durability=bucket (and `extra`)."""
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     name = f"b{os.getpid()}{free_port()}"
@@ -756,21 +752,36 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
         "cluster_lease_ttl_s": LEASE_TTL_S,
         "durability": "bucket",
         "cold_url": f'"file://{bucket}"',
-        # Small budgets: most keys reach the bucket's segments as well as its log.
-        "warm_bytes_max": 262144,
-        "warm_bytes_hard_max": "64MiB",
-        "background_interval_ms": 50,
-        "block_bytes": 4096,
-        "bucket_snapshot_bytes_min": "4KiB",
+        **extra,
     }
+    return name, bucket, settings
+
+
+def served(etcd, name, nodes):
+    """Spreads the slots over `nodes` and waits until each sees them all served."""
+    out = cluster_cmd(etcd, name, "rebalance").stdout
+    assert f"16384 slots over {len(nodes)} nodes" in out, out
+    c = StrataCluster.__new__(StrataCluster)
+    c.nodes = nodes
+    c.wait_served()
+    return c
+
+
+def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_durability(etcd, tmp_path):
+    """Issue 67: three nodes sharing a bucket (a local directory) with durability=bucket, a
+    RedisCluster writer, one node SIGKILLed after the 2,000th acknowledged write while the
+    writer goes on: every acknowledged write is served by the survivors with its bytes,
+    those demoted to segments too; the killed node comes back and takes slots again. The
+    logs are snapshotted as they grow (the objects a snapshot covers deleted), and once the
+    survivors adopted the killed node's slots, what it wrote is deleted from the bucket."""
+    # Small budgets: most keys reach the bucket's segments as well as its log.
+    name, bucket, settings = sharing_a_bucket(
+        etcd, tmp_path, warm_bytes_max=262144, warm_bytes_hard_max="64MiB",
+        background_interval_ms=50, block_bytes=4096, bucket_snapshot_bytes_min="4KiB")
     dirs = [tmp_path / f"node{i}" for i in range(3)]
     nodes = [StrataProcess(settings, data_dir=str(d)) for d in dirs]
     try:
-        out = cluster_cmd(etcd, name, "rebalance").stdout
-        assert "16384 slots over 3 nodes" in out, out
-        c = StrataCluster.__new__(StrataCluster)
-        c.nodes = nodes
-        c.wait_served()
+        c = served(etcd, name, nodes)
         rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
         acked = {}
         for i in range(6000):
@@ -785,6 +796,8 @@ def test_a_node_killed_under_writes_loses_no_acknowledged_write_with_bucket_dura
         rc2 = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
         lost = [k for k, v in acked.items() if retrying(lambda: rc2.get(k)) != v]
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged writes lost: {lost[:5]}"
+        assert all(n.client().info("cluster")["cluster_slots_adopting"] == 0 for n in nodes[:2])
+        assert "adopting" not in cluster_cmd(etcd, name, "status").stdout
         segments = list(bucket.glob("epochs/*/segments/*.seg"))
         assert segments, "no key reached a segment"
         assert list(bucket.glob("epochs/*/snapshots/*/*.log")), "no log was snapshotted"
@@ -830,22 +843,10 @@ def test_a_fenced_node_paused_past_its_lease_writes_nothing_its_slots_new_owners
     slots go to the live nodes; resumed, every write it is sent is refused, and its log in
     the bucket ends at the fence (no object of its epoch lies beyond it). Once its slots'
     new owners adopted it, its epoch holds the fence alone."""
-    bucket = tmp_path / "bucket"
-    bucket.mkdir()
-    name = f"f{os.getpid()}{free_port()}"
-    settings = {
-        "cluster_etcd": f'"{etcd.url}"',
-        "cluster_name": f'"{name}"',
-        "cluster_lease_ttl_s": LEASE_TTL_S,
-        "durability": "bucket",
-        "cold_url": f'"file://{bucket}"',
-    }
+    name, bucket, settings = sharing_a_bucket(etcd, tmp_path)
     nodes = [StrataProcess(settings) for _ in range(3)]
     try:
-        assert "16384 slots over 3 nodes" in cluster_cmd(etcd, name, "rebalance").stdout
-        c = StrataCluster.__new__(StrataCluster)
-        c.nodes = nodes
-        c.wait_served()
+        served(etcd, name, nodes)
         rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
         for i in range(300):
             rc.set(f"k:{i}", f"v{i}")
@@ -892,25 +893,12 @@ def test_a_node_killed_during_a_slot_move_loses_no_acknowledged_write(etcd, tmp_
     new node) is SIGKILLed once it has handed some slots over and not others. The slots it
     was moving are adopted by whoever holds them next, from its log where its keys are the
     newest: every acknowledged write reads back."""
-    bucket = tmp_path / "bucket"
-    bucket.mkdir()
-    name = f"m{os.getpid()}{free_port()}"
-    settings = {
-        "cluster_etcd": f'"{etcd.url}"',
-        "cluster_name": f'"{name}"',
-        "cluster_lease_ttl_s": LEASE_TTL_S,
-        "durability": "bucket",
-        "cold_url": f'"file://{bucket}"',
-        # Slow moves: the kill lands in the middle of one.
-        "cluster_move_bytes_per_s": "64KiB",
-    }
+    # Slow moves: the kill lands in the middle of one.
+    name, _, settings = sharing_a_bucket(etcd, tmp_path, cluster_move_bytes_per_s="64KiB")
     nodes = [StrataProcess(settings) for _ in range(2)]
     rebalance = None
     try:
-        assert "16384 slots over 2 nodes" in cluster_cmd(etcd, name, "rebalance").stdout
-        c = StrataCluster.__new__(StrataCluster)
-        c.nodes = nodes
-        c.wait_served()
+        served(etcd, name, nodes)
         rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", nodes[0].port)])
         acked = {}
 
@@ -981,3 +969,68 @@ def test_wait_answers_one_once_the_bucket_log_holds_the_writes(tmp_path):
     finally:
         shipping.stop()
         plain.stop()
+
+
+def test_every_write_path_survives_a_sigkill_of_its_node_with_bucket_durability(etcd, tmp_path):
+    """Issue 67: in `bucket` mode each write path (a SET, HSETs on a live hash, a hash stored
+    as parts, a 1 MiB value, a script, a MULTI) is in the bucket log once acknowledged: the
+    node that took them is SIGKILLed and the survivor serves every one with its bytes."""
+    name, _, settings = sharing_a_bucket(etcd, tmp_path, parts_bytes_min="16KiB")
+    nodes = [StrataProcess(settings) for _ in range(2)]
+    try:
+        served(etcd, name, nodes)
+        victim, survivor = nodes
+        owned = owned_slots(victim)
+        rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", survivor.port)])
+        tag = next(t for t in (f"t{i}" for i in range(10_000)) if rc.keyslot(f"{{{t}}}") in owned)
+        k = lambda s: f"{{{tag}}}:{s}"
+        v = victim.client()
+        v.set(k("string"), b"\x00bytes\xff")
+        for i in range(300):
+            v.hset(k("live"), f"f{i % 50}", f"value-{i}")
+        v.hset(k("parts"), mapping={f"field-{i:05d}": os.urandom(64) for i in range(1000)})
+        v.hset(k("parts"), "field-00007", b"changed")
+        big = os.urandom(1 << 20)
+        v.set(k("big"), big)
+        v.eval("redis.call('SET', KEYS[1], 'from-lua'); redis.call('RPUSH', KEYS[2], 'a', 'b')",
+               2, k("lua"), k("list"))
+        pipe = v.pipeline(transaction=True)
+        pipe.incrby(k("counter"), 41).incr(k("counter")).sadd(k("set"), "x", "y").delete(k("string"))
+        pipe.execute()
+        want = {
+            "live": v.hgetall(k("live")),
+            "parts": v.hgetall(k("parts")),
+            "lua": v.get(k("lua")),
+            "list": v.lrange(k("list"), 0, -1),
+            "counter": v.get(k("counter")),
+            "set": v.smembers(k("set")),
+        }
+        assert len(want["parts"]) == 1000 and want["parts"][b"field-00007"] == b"changed"
+        figures = v.info("strata")
+        assert figures["live_writes"] >= 300 and figures["parts_written"] >= 1000, figures
+        victim.proc.kill()
+        victim.proc.wait()
+        got = {
+            "live": retrying(lambda: rc.hgetall(k("live"))),
+            "parts": retrying(lambda: rc.hgetall(k("parts"))),
+            "lua": retrying(lambda: rc.get(k("lua"))),
+            "list": retrying(lambda: rc.lrange(k("list"), 0, -1)),
+            "counter": retrying(lambda: rc.get(k("counter"))),
+            "set": retrying(lambda: rc.smembers(k("set"))),
+        }
+        assert got == want
+        assert retrying(lambda: rc.get(k("big"))) == big
+        assert retrying(lambda: rc.exists(k("string"))) == 0, "a delete inside MULTI was lost"
+        assert survivor.client().info("cluster")["cluster_slots_adopting"] == 0
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def owned_slots(node):
+    """The slots `node` serves, by its own CLUSTER SLOTS."""
+    out = set()
+    for first, last, owner, *_ in node.client().execute_command("CLUSTER", "SLOTS"):
+        if owner[1] == node.port:
+            out.update(range(first, last + 1))
+    return out

@@ -76,6 +76,16 @@ impl std::fmt::Display for Status {
                 map.addr(i).endpoint()
             )?;
         }
+        for lost in map.lost_nodes() {
+            let n = (0..16384u16)
+                .filter(|&s| map.adopting(s).is_some_and(|l| l.id == lost.id))
+                .count();
+            writeln!(
+                f,
+                "  adopting {n} slots from lost node {} (its bucket log; they answer -TRYAGAIN until adopted)",
+                lost.id
+            )?;
+        }
         for mv in map.moves() {
             writeln!(
                 f,

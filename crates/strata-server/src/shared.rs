@@ -36,6 +36,7 @@ strata_engine::define_stats! {
         cluster_slots_served: "strata_cluster_slots" "state=\"served\"" "This node's slots: served, moving away, moving here.",
         cluster_slots_moving_out: "strata_cluster_slots" "state=\"moving_out\"" "This node's slots: served, moving away, moving here.",
         cluster_slots_moving_in: "strata_cluster_slots" "state=\"moving_in\"" "This node's slots: served, moving away, moving here.",
+        cluster_slots_adopting: "strata_cluster_slots" "state=\"adopting\"" "This node's slots still adopted from a lost node's bucket log (they answer -TRYAGAIN until adopted).",
     }
 }
 
@@ -143,6 +144,9 @@ fn cluster_figures(cluster: &strata_cluster::Cluster, s: &mut ServerStats) {
     s.cluster_lease_live = cluster.live() as u64;
     s.cluster_epoch = map.epoch;
     s.cluster_slots_served = me.map_or(0, |i| map.slot_counts()[i]) as u64;
+    s.cluster_slots_adopting = (0..strata_format::keys::SLOT_COUNT)
+        .filter(|&slot| me.is_some() && map.owner(slot) == me && map.adopting(slot).is_some())
+        .count() as u64;
     for m in map.moves() {
         let n = (m.last - m.first + 1) as u64;
         if Some(m.from) == me {

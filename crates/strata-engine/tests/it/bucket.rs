@@ -108,6 +108,26 @@ async fn write_everything(e: &Engine) -> Expect {
     want
 }
 
+/// Whether `e` acknowledges a write of `k` (as durable).
+async fn acknowledged(e: &Engine, k: &str) -> bool {
+    match e
+        .put(&key(k), Bytes::from_static(b"x"), Default::default())
+        .await
+    {
+        Ok(w) => w.durable(e).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// A store in `dir` sharing `bucket` under writer epoch `epoch` that adopted `objects`.
+async fn adopted_by(dir: &Path, bucket: &Path, epoch: u64, objects: &[Bytes]) -> Engine {
+    let e = open(sharing(dir, bucket, epoch, Durability::Bucket))
+        .await
+        .unwrap();
+    e.adopt(objects, &|_| true).await.unwrap();
+    e
+}
+
 async fn holds_exactly(e: &Engine, want: &Expect) {
     for (k, v) in want {
         let got = e.get_value(&key(k)).await.unwrap();
@@ -189,29 +209,17 @@ async fn a_fenced_writer_acknowledges_nothing_more() {
         .unwrap();
     assert_eq!(at, again);
     // The writer's next write cannot reach its log: it is refused, never acknowledged.
-    let late = a
-        .put(&key("late"), Bytes::from_static(b"x"), Default::default())
-        .await;
-    let acked = match late {
-        Ok(w) => w.durable(&a).await.is_ok(),
-        Err(_) => false,
-    };
-    assert!(!acked, "a write after the fence was acknowledged");
+    assert!(
+        !acknowledged(&a, "late").await,
+        "a write after the fence was acknowledged"
+    );
     let refused = a
         .put(&key("later"), Bytes::from_static(b"x"), Default::default())
         .await;
     assert!(refused.is_err(), "a fenced writer refuses writes");
     // The log up to the fence holds everything acknowledged, and nothing after it.
     let objects = log_of(&bucket, 9).await;
-    let b = open(sharing(
-        &root.path().join("b"),
-        &bucket,
-        10,
-        Durability::Bucket,
-    ))
-    .await
-    .unwrap();
-    b.adopt(&objects, &|_| true).await.unwrap();
+    let b = adopted_by(&root.path().join("b"), &bucket, 10, &objects).await;
     holds_exactly(&b, &want).await;
     assert_eq!(b.get(&key("late")).await.unwrap(), None);
     std::mem::forget(a);
@@ -401,15 +409,7 @@ async fn a_snapshot_bounds_the_log_and_replays_to_the_same_keys() {
     let objects = strata_engine::bucket_replay(bucket_store(&bucket).as_ref(), &[19, 20])
         .await
         .unwrap();
-    let b = open(sharing(
-        &root.path().join("b"),
-        &bucket,
-        21,
-        Durability::Bucket,
-    ))
-    .await
-    .unwrap();
-    b.adopt(&objects, &|_| true).await.unwrap();
+    let b = adopted_by(&root.path().join("b"), &bucket, 21, &objects).await;
     holds_exactly(&b, &want).await;
     // Fenced and retired: nothing of epoch 20 is left in the bucket but its fence.
     let segments = bucket.join("epochs/0000000020/segments");
@@ -427,14 +427,10 @@ async fn a_snapshot_bounds_the_log_and_replays_to_the_same_keys() {
     snapshots.retain(|s| !names_under(&snapshots_dir.join(s)).is_empty());
     assert!(snapshots.is_empty(), "{snapshots:?}");
     // The writer, still running, acknowledges nothing more.
-    let late = a
-        .put(&key("late"), Bytes::from_static(b"x"), Default::default())
-        .await;
-    let acked = match late {
-        Ok(w) => w.durable(&a).await.is_ok(),
-        Err(_) => false,
-    };
-    assert!(!acked, "a write after the retired fence was acknowledged");
+    assert!(
+        !acknowledged(&a, "late").await,
+        "a write after the retired fence was acknowledged"
+    );
     std::mem::forget(a);
     b.close().await.unwrap();
 }
