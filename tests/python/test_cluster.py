@@ -92,8 +92,8 @@ def cluster_cmd(etcd, name, *args, check=True):
 
 
 class StrataCluster:
-    def __init__(self, etcd, n, name):
-        self.etcd, self.name = etcd, name
+    def __init__(self, etcd, n, name, extra=None):
+        self.etcd, self.name, self.extra = etcd, name, extra or {}
         self.nodes = [self.add_node() for _ in range(n)]
 
     def add_node(self):
@@ -102,6 +102,7 @@ class StrataCluster:
                 "cluster_etcd": f'"{self.etcd.url}"',
                 "cluster_name": f'"{self.name}"',
                 "cluster_lease_ttl_s": LEASE_TTL_S,
+                **self.extra,
             }
         )
 
@@ -401,9 +402,13 @@ def test_a_node_paused_past_its_lease_refuses_writes_and_its_slots_go_to_the_liv
     assert all(rc2.get(f"k:{i}") != b"stale" for i in range(50))
 
 
-def test_etcd_down_shorter_than_the_lease_changes_nothing_longer_gives_clusterdown(etcd):
+@pytest.mark.parametrize("durability", ["group", "bucket"])
+def test_etcd_down_shorter_than_the_lease_changes_nothing_longer_gives_clusterdown(etcd, tmp_path, durability):
+    """Also with a shared bucket (issue 67): etcd back after every lease expired, the nodes
+    take their slots again and serve what they held."""
     global LEASE_TTL_S
-    c = StrataCluster(etcd, 2, f"e{os.getpid()}{free_port()}")
+    shared = {"durability": durability, "cold_url": f'"file://{tmp_path}"'} if durability == "bucket" else {}
+    c = StrataCluster(etcd, 2, f"e{os.getpid()}{free_port()}", shared)
     try:
         c.rebalance()
         c.wait_served()
@@ -438,6 +443,8 @@ def test_etcd_down_shorter_than_the_lease_changes_nothing_longer_gives_clusterdo
                 assert time.time() < deadline, f"the cluster did not come back: {e}"
                 time.sleep(0.3)
         assert rc2.get("after") == b"1"
+        for j in range(i):
+            assert rc2.get(f"during:{j}") == str(j).encode()
     finally:
         c.stop()
 
