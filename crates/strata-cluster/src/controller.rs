@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::member::Inner;
@@ -222,24 +222,14 @@ async fn apply_moved(
     mut next: SlotMap,
     consumed: &mut Vec<String>,
 ) -> Result<SlotMap> {
-    let prefix = inner.keys.moved_prefix();
-    let reports = inner
-        .etcd
-        .clone()
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    for kv in reports.kvs() {
-        let key = String::from_utf8_lossy(kv.key()).into_owned();
-        let Some((from, range)) = key[prefix.len()..].split_once('/') else {
+    for report in crate::keys::reports(&inner.etcd, &inner.keys.moved_prefix()).await? {
+        let Some(from) = &report.from else {
             continue;
         };
-        let range: Option<(u16, u16)> = range
-            .split_once('-')
-            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
-        if let (Some(f), Some((first, last))) = (next.index_of(from), range) {
+        if let (Some(f), Some((first, last))) = (next.index_of(from), report.range) {
             next = next.flipped(f, first, last);
         }
-        consumed.push(key);
+        consumed.push(report.key);
     }
     Ok(next)
 }

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::GetOptions;
 use strata_format::keys::SLOT_COUNT;
 
 use crate::member::Inner;
@@ -85,23 +84,12 @@ pub(crate) async fn apply_adopted(
     inner: &Inner,
     mut next: SlotMap,
 ) -> Result<(SlotMap, Vec<String>)> {
-    let prefix = inner.keys.adopted_prefix();
-    let r = inner
-        .etcd
-        .clone()
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-        .await?;
     let mut consumed = Vec::new();
-    for kv in r.kvs() {
-        let key = String::from_utf8_lossy(kv.key()).into_owned();
-        let range = key[prefix.len()..]
-            .split_once('/')
-            .and_then(|(_, r)| r.split_once('-'))
-            .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)));
-        if let Some((first, last)) = range {
+    for report in crate::keys::reports(&inner.etcd, &inner.keys.adopted_prefix()).await? {
+        if let Some((first, last)) = report.range {
             next = next.adopted(first, last);
         }
-        consumed.push(key);
+        consumed.push(report.key);
     }
     Ok((next, consumed))
 }

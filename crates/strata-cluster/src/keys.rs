@@ -77,3 +77,31 @@ pub(crate) async fn connect(endpoints: &[String], timeout: Duration) -> Result<C
         .with_timeout(timeout);
     Ok(Client::connect(endpoints, Some(opts)).await?)
 }
+
+/// A report a node left under a prefix (`<prefix><node>/<first>-<last>`): its key, the
+/// node, and the slot range (`None` where the key does not parse).
+pub(crate) struct Report {
+    pub(crate) key: String,
+    pub(crate) from: Option<String>,
+    pub(crate) range: Option<(u16, u16)>,
+}
+
+/// Every report under `prefix`.
+pub(crate) async fn reports(etcd: &Client, prefix: &str) -> Result<Vec<Report>> {
+    let r = etcd
+        .clone()
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await?;
+    Ok(r.kvs()
+        .iter()
+        .map(|kv| {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let split = key[prefix.len()..].split_once('/');
+            let range = split
+                .and_then(|(_, r)| r.split_once('-'))
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+            let from = split.map(|(f, _)| f.to_string());
+            Report { key, from, range }
+        })
+        .collect())
+}
