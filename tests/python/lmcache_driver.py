@@ -1,6 +1,7 @@
 """Drives one of LMCache's own remote connectors against a server; runs in the LMCache venv.
 
-    lmcache_driver.py HOST:PORT CONNECTOR     (CONNECTOR: redis, resp, strata or strata-local)
+    lmcache_driver.py HOST:PORT CONNECTOR     (CONNECTOR: redis, resp, strata, strata-local
+                                               or strata-tokens)
 
 `redis` is LMCache's stock `redis://` connector, `resp` its native `resp://` client, `strata`
 our plugin (`strata_client.lmcache_plugin`, loaded through LMCache's remote storage plugin
@@ -19,8 +20,31 @@ import redis
 from lmcache_harness import MODEL, Harness, key
 
 
+def store_with_tokens(host_port):
+    """Chunks hashed by LMCache's own token database inside a store, then put through our
+    plugin: they carry their tokens (what `LMCacheEngine.store` does, without a GPU)."""
+    import torch
+    from lmcache.v1.cache_engine import LMCacheEngine
+    from lmcache.v1.token_database import ChunkedTokenDatabase
+    from strata_client import lmcache_tokens
+
+    h = Harness("strata", host_port, chunk_tokens=16)
+    db = ChunkedTokenDatabase(h.config, h.metadata)
+    tokens = list(range(1000, 1000 + 16 * 3))
+    with lmcache_tokens.storing():
+        keys = [k for _, _, k in db.process_tokens(tokens=torch.tensor(tokens))]
+    h.run(h.conn.batched_put(keys, [h.chunk(i) for i in range(3)]))
+    seen = {"tokens": tokens, "hashes": [k.chunk_hash_hex for k in keys],
+            "store_wrapped": getattr(LMCacheEngine.store, "_strata", False)}
+    print(json.dumps(seen))
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main():
     host_port, kind = sys.argv[1], sys.argv[2]
+    if kind == "strata-tokens":
+        store_with_tokens(host_port)
     h = Harness(kind, host_port, chunk_tokens=16)
     conn, run = h.conn, h.run
     seen = {"connector": type(conn.getWrappedConnector()).__name__}

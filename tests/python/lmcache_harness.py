@@ -56,6 +56,7 @@ class Harness:
         allocator = TensorMemoryAllocator(torch.empty(pool_bytes, dtype=torch.uint8))
         self.backend = LocalCPUBackend(config=config, metadata=metadata, memory_allocator=allocator)
         self.conn = CreateConnector(remote_url, self.loop, self.backend, config, metadata)
+        self.config, self.metadata = config, metadata
         self.shape = torch.Size([2, LAYERS, chunk_tokens, HEADS * HEAD_SIZE])
 
     def run(self, coro, timeout: float = 120):

@@ -1069,3 +1069,46 @@ def test_with_group_durability_a_killed_node_loses_only_its_last_bucket_lag(etcd
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_a_node_that_takes_slots_over_announces_their_kv_chunks(etcd, tmp_path):
+    """KV event feed in a cluster: chunks stored on one node, then a node added with a feed;
+    the slots that move to it bring their chunks, and it announces them with their tokens."""
+    import msgpack
+    import zmq
+
+    c = StrataCluster(etcd, 1, f"t{os.getpid()}{free_port()}")
+    ctx = zmq.Context()
+    try:
+        c.rebalance()
+        c.wait_served()
+        ns = Namespace("meta-llama/Llama-3.1-8B-Instruct", "main", "bf16", "vllm-paged", 1, 0, chunk_tokens=16)
+        kv = KVCacheClient(f"redis://127.0.0.1:{c.nodes[0].port}", ns, cluster=True)
+        prompts = [list(range(p * 1000, p * 1000 + 16 * 20)) for p in range(8)]
+        for p in prompts:
+            kv.store(p, [b"c"] * 20)
+        c.extra = {"kv_events_endpoint": f"ipc://{tmp_path}/kv-events"}
+        c.nodes.append(c.add_node())
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.setsockopt(zmq.RCVTIMEO, 500)
+        sub.connect(f"ipc://{tmp_path}/kv-events")
+        time.sleep(0.3)
+        out = cluster_cmd(etcd, c.name, "add-node", "--addr", f"127.0.0.1:{c.nodes[1].port}")
+        assert "over 2 nodes" in out.stdout, out.stdout + out.stderr
+        c.wait_served()
+        mine = set(owned_slots(c.nodes[1]))
+        rc = c.client()
+        want = sorted(t for p in prompts for g, tag in enumerate(ns.chunk_hashes(p)[::16])
+                      if rc.keyslot(tag) in mine for t in p[g * 256 : (g + 1) * 256])
+        assert want, "some groups moved"
+        got, deadline = [], time.time() + 20
+        while len(got) < len(want) and time.time() < deadline:
+            try:
+                got += [t for e in msgpack.unpackb(sub.recv_multipart()[2])[1] for t in e[3]]
+            except zmq.Again:
+                pass
+        assert sorted(got) == want
+    finally:
+        ctx.destroy(linger=0)
+        c.stop()

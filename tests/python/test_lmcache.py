@@ -9,10 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import redis
+
+from conftest import StrataProcess
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE.parents[1] / "clients" / "python"
@@ -98,3 +101,31 @@ def test_lmcache_loads_the_strata_plugin(strata, kind):
         assert seen["kvc_locate_calls"] > 0 and seen["kvc_get_calls"] == 0, seen
     else:
         assert seen["kvc_get_calls"] > 0 and seen["kvc_locate_calls"] == 0, seen
+
+
+def test_the_strata_plugin_sends_the_tokens_lmcache_hashed(tmp_path):
+    """Chunks hashed by LMCache's token database while it stores go out with their tokens,
+    and Strata announces them on its KV event feed (test_kvevents.py has the feed itself)."""
+    import msgpack
+    import zmq
+
+    s = StrataProcess({"kv_events_endpoint": f"ipc://{tmp_path}/kv-events"})
+    ctx = zmq.Context()
+    try:
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.setsockopt(zmq.RCVTIMEO, 10000)
+        sub.connect(f"ipc://{tmp_path}/kv-events")
+        time.sleep(0.3)
+        seen = drive(s.port, "strata-tokens")
+        assert seen["store_wrapped"]
+        events = []
+        while len(events) < 3:
+            events += msgpack.unpackb(sub.recv_multipart()[2])[1]
+    finally:
+        ctx.destroy(linger=0)
+        s.stop()
+    assert [e[0] for e in events] == ["BlockStored"] * 3
+    assert [t for e in events for t in e[3]] == seen["tokens"]
+    assert events[0][2] is None
+    assert [e[2] for e in events[1:]] == [events[0][1][-1], events[1][1][-1]]

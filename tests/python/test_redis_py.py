@@ -351,7 +351,7 @@ def test_redis_cli_help_reads_each_commands_arguments_as_redis_server_gives_them
     assert len(both) > 150
     assert_same_help(strata.port, redis_server, both)
     assert cli_help(strata.port, "kvc.put") == \
-        "KVC.PUT namespace [TAG tag] hash value [hash value ...] [TTL seconds]"
+        "KVC.PUT namespace [TAG tag] [TOKENS parent] hash value [tokens] [hash value [tokens] ...] [TTL seconds]"
     assert cli_help(strata.port, "hexpire") == \
         "HEXPIRE key seconds [NX|XX|GT|LT] FIELDS numfields field [field ...]"
 

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import redis
 
-from .kvcache import GROUP_CHUNKS_DEFAULT, Namespace, groups, key_for
+from .kvcache import GROUP_CHUNKS_DEFAULT, Namespace, groups, key_for, tokens_le
 from .wire import Wire
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -285,11 +285,19 @@ class KVCacheClient:
         }
 
     def store(self, tokens: Sequence[int], chunks: Sequence[Buffer], ttl_s: Optional[int] = None) -> int:
-        """Stores one buffer per whole chunk of ``tokens``; returns the number stored."""
+        """Stores one buffer per whole chunk of ``tokens``; returns the number stored. Each
+        chunk carries its tokens and its parent's hash (``KVC.PUT ... TOKENS``), so the
+        server can announce it on its KV event feed."""
         hashes = self.ns.chunk_hashes(tokens)
         if len(chunks) != len(hashes):
             raise ValueError(f"{len(hashes)} whole chunks in the tokens but {len(chunks)} buffers given")
-        parts = [(tag, [x for h, c in pairs for x in (h, byte_view(c))]) for tag, pairs in self._parts(list(zip(hashes, chunks)))]
+        n = self.ns.chunk_tokens
+        items = [(h, c, tokens_le(tokens[i * n : (i + 1) * n])) for i, (h, c) in enumerate(zip(hashes, chunks))]
+        before = dict(zip(hashes, [""] + hashes[:-1]))
+        parts = [
+            (tag, ["TOKENS", before[b[0][0]]] + [x for h, c, t in b for x in (h, byte_view(c), t)])
+            for tag, b in self._parts(items)
+        ]
         extra = ["TTL", int(ttl_s)] if ttl_s else []
         return sum(int(n) for n in self._run("KVC.PUT", parts, extra))
 

@@ -30,6 +30,12 @@ def key_for(ns_id: str, chunk_hash: str, tag: Optional[str] = None) -> str:
     return f"kvc:{ns_id}:{chunk_hash}" if tag is None else f"kvc:{ns_id}:{{{tag}}}{chunk_hash}"
 
 
+def tokens_le(tokens: Sequence[int]) -> bytes:
+    """Tokens as 32-bit little-endian integers: how chunk hashes take them, and how
+    ``KVC.PUT ... TOKENS`` carries them."""
+    return struct.pack(f"<{len(tokens)}I", *tokens)
+
+
 def group_start(i: int, group_chunks: int) -> int:
     """The index of the first chunk of chunk ``i``'s group: its hash is chunk ``i``'s tag."""
     g = max(1, int(group_chunks))
@@ -63,7 +69,7 @@ class Namespace:
         whole = len(tokens) - len(tokens) % self.chunk_tokens
         for i in range(0, whole, self.chunk_tokens):
             chunk = tokens[i : i + self.chunk_tokens]
-            h = hashlib.sha256(h + struct.pack(f"<{len(chunk)}I", *chunk)).digest()
+            h = hashlib.sha256(h + tokens_le(chunk)).digest()
             out.append(h.hex())
         return out
 

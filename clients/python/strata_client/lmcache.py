@@ -176,12 +176,15 @@ class StrataConnector:
         max_connections: int = 16,
         local: bool = False,
         cluster: bool = False,
+        tokens_of=None,
     ):
         """With ``local`` (a client on the server's machine that may read its files), reads
         map the chunks from the server's value log (``KVC.LOCATE``) instead of receiving
         them through the socket; chunks not there are read with ``KVC.GET``. With
         ``cluster``, ``url`` names any node of a Strata cluster (``local`` is for a single
-        node)."""
+        node). ``tokens_of(chunk_hash)`` gives a chunk's parent hash and tokens if known
+        (``strata_client.lmcache_tokens``): such chunks are stored with ``KVC.PUT ...
+        TOKENS``, so the server announces them on its KV event feed."""
         if cluster and local:
             raise ValueError("local reads map one server's files: use them with a single node, not a cluster")
         self.routes = Routes(url, max_connections) if cluster else None
@@ -189,6 +192,7 @@ class StrataConnector:
         self.r = None if cluster else aioredis.Redis(connection_pool=self.pool)
         self.lease_ms = lease_ms
         self.maps = FileMaps() if local else None
+        self.tokens_of = tokens_of
 
     @staticmethod
     def _group(keys: Sequence) -> Tuple[str, List[str]]:
@@ -298,9 +302,36 @@ class StrataConnector:
         if not keys:
             return
         ns, hashes = self._group(keys)
-        pairs = list(zip(hashes, chunks))
-        parts = [(tag, [x for h, (meta, kv) in ps for x in (h, encode(meta, kv))]) for tag, ps in self._parts(pairs)]
+        known = [self.tokens_of(h) for h in hashes] if self.tokens_of else [None] * len(hashes)
+        parts = []
+        for run in self._chained_runs(hashes, known):
+            pairs = [(hashes[i], chunks[i]) for i in run]
+            if known[run[0]] is None:
+                parts += [(tag, [x for h, (meta, kv) in ps for x in (h, encode(meta, kv))]) for tag, ps in self._parts(pairs)]
+                continue
+            at = dict(zip(hashes, range(len(hashes))))
+            for tag, ps in self._parts(pairs):
+                first = at[ps[0][0]]
+                args = ["TOKENS", known[first][0]]
+                for h, (meta, kv) in ps:
+                    args += [h, encode(meta, kv), known[at[h]][1]]
+                parts.append((tag, args))
         await self._run("KVC.PUT", ns, parts, ["TTL", int(ttl_s)] if ttl_s else [])
+
+    @staticmethod
+    def _chained_runs(hashes: Sequence[str], known: Sequence) -> List[List[int]]:
+        """Indexes of ``hashes`` in runs one request can carry: chunks with tokens whose
+        parents are the chunks before them (``KVC.PUT ... TOKENS`` chains them so), or
+        chunks without tokens."""
+        runs: List[List[int]] = []
+        for i, k in enumerate(known):
+            prev = runs[-1][-1] if runs else None
+            same = prev is not None and (known[prev] is None) == (k is None)
+            if same and (k is None or k[0] == hashes[prev]):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        return runs
 
     async def list(self) -> List[str]:
         """Every chunk key, in LMCache's form (walks the keyspace of every node with SCAN)."""

@@ -19,7 +19,9 @@ loads the connector from its configuration, for example::
 Each chunk is one Strata value (LMCache's ``RemoteMetadata`` and the chunk's bytes), so
 metadata and bytes cannot disagree; a lookup of N chunks is one ``KVC.MATCH`` (leasing the
 matched chunks when LMCache asks to pin them), and reads and writes are pipelined
-``KVC.GET`` / ``KVC.PUT`` of up to 64 chunks each (see ``strata_client.lmcache``).
+``KVC.GET`` / ``KVC.PUT`` of up to 64 chunks each (see ``strata_client.lmcache``). Chunks
+hashed by ``LMCacheEngine.store`` carry their tokens (``strata_client.lmcache_tokens``), so a
+Strata server with a KV event feed announces them to KV-aware routers.
 """
 
 import asyncio
@@ -30,6 +32,7 @@ from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.protocol import RemoteMetadata
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
+from . import lmcache_tokens
 from .lmcache import Chunk, StrataConnector
 
 PREFIX = "remote_storage_plugin.strata."
@@ -59,7 +62,10 @@ class StrataRemoteConnector(RemoteConnector):
         self.local_cpu_backend = local_cpu_backend
         self.lease_ms = int(extra.get(PREFIX + "lease_ms", DEFAULT_LEASE_MS))
         flag = lambda name: str(extra.get(PREFIX + name, "false")).lower() in ("1", "true", "yes")  # noqa: E731
-        self.strata = StrataConnector(url, local=flag("local"), cluster=flag("cluster"))
+        lmcache_tokens.install()
+        self.strata = StrataConnector(
+            url, local=flag("local"), cluster=flag("cluster"), tokens_of=lmcache_tokens.tokens_of
+        )
 
     def _to_chunk(self, memory_obj: MemoryObj) -> Chunk:
         kv = _byte_view(memory_obj)

@@ -67,7 +67,7 @@ pub(crate) async fn adopt(
     }
     for run in strings.chunks(STRINGS_PER_CALL) {
         let pairs: Vec<(&Key, Bytes)> = run.iter().map(|(k, v)| (k, v.clone())).collect();
-        let written = crate::write::put_many(core, &pairs, 0).await?;
+        let written = crate::write::put_many(core, &pairs, |_| 0).await?;
         ticket = ticket.max(written.ticket);
     }
     core.wait(ticket).await?;

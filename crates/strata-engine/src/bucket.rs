@@ -56,7 +56,7 @@ pub(crate) struct BucketLog {
     epoch: u64,
     nonce: u64,
     timeout: Duration,
-    /// Ship `kvc:` keys too.
+    /// Ship `kvc:` (and `kvt:`) keys too.
     kvcache: bool,
     /// The next object's number; held by the one round that writes at a time.
     next: tokio::sync::Mutex<u64>,
@@ -295,9 +295,11 @@ impl BucketLog {
         })
     }
 
-    /// Whether the log carries `key` (KV-cache chunks only with `bucket_kvcache`).
+    /// Whether the log carries `key` (KV-cache chunks, and the tokens kept beside them, only
+    /// with `bucket_kvcache`).
     pub(crate) fn carries(&self, key: &Key) -> bool {
-        self.kvcache || !key.client().starts_with(b"kvc:")
+        let k = key.client();
+        self.kvcache || !(k.starts_with(b"kvc:") || k.starts_with(b"kvt:"))
     }
 
     /// Notes that `key` changed (under its stripe lock, before the write's ticket).

@@ -52,6 +52,8 @@ pub(crate) struct Staged<'k> {
     new_expire: u64,
     /// A value bound for the value log: value, expiry, write sequence.
     to_log: Option<(Bytes, u64, u64)>,
+    /// Whether the change deletes a key that was there.
+    deletes: bool,
 }
 
 /// Refuses keys and values past the format's limits.
@@ -112,6 +114,7 @@ pub(crate) fn stage<'k>(
         kind: old.map_or(Kind::String, |s| s.kind),
         new_expire: 0,
         to_log: None,
+        deletes: false,
     };
     match (&change, old.map(|s| &s.loc)) {
         (Change::SetExpire(_), None) => return Ok(None),
@@ -133,7 +136,10 @@ pub(crate) fn stage<'k>(
             stage_put(core, &mut staged, *kind, value, *expire_ms, batch, d)?;
             remove_old(batch, d, key, loc, false);
         }
-        (Change::Delete, loc) => remove_old(batch, d, key, loc, true),
+        (Change::Delete, loc) => {
+            staged.deletes = loc.is_some();
+            remove_old(batch, d, key, loc, true)
+        }
     }
     index_expiry(batch, &staged, &change, old_expire, fields_expire);
     Ok(Some(staged))
@@ -625,6 +631,11 @@ fn commit(
     if let Err(e) = committed {
         count_unreferenced(core, &appended);
         return Err(e);
+    }
+    if let Some(w) = core.tier_watch.get() {
+        for s in staged.iter().filter(|s| s.deletes) {
+            w.note(s.key, crate::tierwatch::Move::Deleted);
+        }
     }
     // Writes already acknowledged (write-back's values settling) are in DRAM already.
     for s in staged.into_iter().filter(|_| !acknowledged) {

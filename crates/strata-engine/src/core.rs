@@ -130,6 +130,8 @@ pub(crate) struct Core {
     pub(crate) pins: parking_lot::RwLock<Vec<Bytes>>,
     /// Keys that may not be demoted before the given Unix ms (KV-cache leases).
     pub(crate) leases: Mutex<std::collections::HashMap<Key, u64>>,
+    /// Whoever watches the tier changes of a key prefix (`Engine::watch_tiers`).
+    pub(crate) tier_watch: std::sync::OnceLock<crate::tierwatch::TierWatch>,
     pub(crate) load_model: LoadModel,
     pub(crate) disk: DiskGuard,
     /// Held for reading by a backup while it copies; segment collection skips its round

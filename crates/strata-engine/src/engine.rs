@@ -236,6 +236,7 @@ impl Engine {
             rounds: tokio::sync::Mutex::new(()),
             background_error: Mutex::new(None),
             leases: Mutex::new(std::collections::HashMap::new()),
+            tier_watch: Default::default(),
             load_model: Default::default(),
             gc_gate: tokio::sync::RwLock::new(()),
             after_read: Default::default(),
@@ -687,7 +688,19 @@ impl Engine {
     /// all of them are there or none; and the batch costs one write and one durability wait
     /// instead of one per key.
     pub async fn put_many(&self, pairs: &[(&Key, Bytes)], expire_ms: u64) -> Result<Written<()>> {
-        crate::write::put_many(&self.core, pairs, expire_ms).await
+        crate::write::put_many(&self.core, pairs, |_| expire_ms).await
+    }
+
+    /// [`Engine::put_many`] where only the first `expiring` pairs expire at `expire_ms`; the
+    /// rest never do (a KV chunk's tokens, kept until the chunk's deletion is announced).
+    pub async fn put_many_lasting(
+        &self,
+        pairs: &[(&Key, Bytes)],
+        expire_ms: u64,
+        expiring: usize,
+    ) -> Result<Written<()>> {
+        let expire_of = |i: usize| if i < expiring { expire_ms } else { 0 };
+        crate::write::put_many(&self.core, pairs, expire_of).await
     }
 
     /// Deletes `key`; returns whether it held a live value.
@@ -832,6 +845,27 @@ impl Engine {
     /// The current pins.
     pub fn pins(&self) -> Vec<Bytes> {
         self.core.pins.read().clone()
+    }
+
+    /// Watches the keys starting with `prefix`: each one deleted, demoted to the object store
+    /// or returned from it is handed to the receiver once committed (at most `bound` wait;
+    /// more are dropped and counted, [`Engine::tier_changes_dropped`]). One watch per
+    /// engine: `None` if there is one already.
+    pub fn watch_tiers(
+        &self,
+        prefix: &[u8],
+        bound: usize,
+    ) -> Option<tokio::sync::mpsc::Receiver<crate::TierChange>> {
+        let (w, rx) = crate::tierwatch::TierWatch::new(prefix, bound);
+        self.core.tier_watch.set(w).ok().map(|_| rx)
+    }
+
+    /// Tier changes the watch dropped because its receiver fell behind.
+    pub fn tier_changes_dropped(&self) -> u64 {
+        self.core
+            .tier_watch
+            .get()
+            .map_or(0, |w| w.dropped.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Keeps `keys` from being demoted to the cold tier until `until_ms` (a lease taken by

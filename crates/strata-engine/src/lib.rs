@@ -64,6 +64,7 @@ mod ship;
 mod snapshot;
 pub mod stats;
 mod tier;
+mod tierwatch;
 mod vlog;
 mod warm;
 mod write;
@@ -89,6 +90,7 @@ pub use stats::Stats;
 pub use strata_format::{Key, Kind};
 pub use strata_warm::MemoryShares;
 pub use tier::Tier;
+pub use tierwatch::{Move, TierChange};
 pub use warm::warm_dir;
 pub use write::{parse_i64, Condition, Existing, Expire, PutOptions, PutResult};
 /// Bytes the DRAM tier charges per entry on top of key and value.

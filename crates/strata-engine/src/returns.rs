@@ -79,6 +79,9 @@ fn return_locked(core: &Core, key: &Key, stored: &Stored, value: &Bytes) -> bool
         // Nobody is told of this write: its ticket needs no wait.
         Ok(_ticket) => {
             add(&core.counters.returns_to_warm);
+            if let Some(w) = core.tier_watch.get() {
+                w.note(key, crate::tierwatch::Move::Returned);
+            }
             true
         }
         Err(e) => {

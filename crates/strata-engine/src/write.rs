@@ -415,22 +415,24 @@ pub(crate) async fn put(
     .await
 }
 
-/// Stores every pair, expiring at `expire_ms`, in one batch (see [`crate::Engine::put_many`]).
+/// Stores every pair in one batch, pair `i` expiring at `expire_of(i)` (see
+/// [`crate::Engine::put_many`]).
 pub(crate) async fn put_many(
     core: &Core,
     pairs: &[(&Key, Bytes)],
-    expire_ms: u64,
+    expire_of: impl Fn(usize) -> u64,
 ) -> Result<Written<()>> {
     for (k, v) in pairs {
         check_sizes(k, Some(v))?;
     }
     let refs: Vec<(&Key, &[u8])> = pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
-    if writeback::takes(core, &refs, expire_ms) {
+    let soonest = (0..pairs.len()).map(&expire_of).filter(|&e| e != 0).min();
+    if writeback::takes(core, &refs, soonest.unwrap_or(0)) {
         core.check_writable()?;
         let _locks = core.locks.lock_many(pairs.iter().map(|(k, _)| *k));
         writeback::look_ahead(core, pairs.iter().map(|(k, _)| *k));
-        for (k, v) in pairs {
-            writeback::put_locked(core, k, Kind::String, v, expire_ms);
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            writeback::put_locked(core, k, Kind::String, v, expire_of(i));
         }
         return Ok(Written::new((), core.ticket()));
     }
@@ -460,7 +462,7 @@ pub(crate) async fn put_many(
             let change = Change::Put {
                 kind: Kind::String,
                 value: v.clone(),
-                expire_ms,
+                expire_ms: expire_of(i),
             };
             staged.extend(stage(core, k, old.as_ref(), change, &mut batch, &mut d)?);
         }

@@ -169,6 +169,82 @@ pub fn key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
 }
 
 /// A key whose cluster slot is that of group tag `tag` (every chunk key with this tag has it).
+/// The key a chunk's tokens are kept under, beside the chunk (`kvt:` for `kvc:`, the same
+/// group tag, so the same slot): the chunk's own value stays the client's bytes.
+pub fn tokens_key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
+    tokens_key_of(&key_for(ns_id, tag, chunk_hash))
+}
+
+/// The key of the tokens of the chunk stored under `chunk_key` (`kvc:...`).
+pub fn tokens_key_of(chunk_key: &[u8]) -> Vec<u8> {
+    let mut k = chunk_key.to_vec();
+    k[2] = b't';
+    k
+}
+
+/// The parts of a chunk key `kvc:<ns>:[{<tag>}]<hash>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkKey<'a> {
+    pub ns: &'a [u8],
+    pub tag: Option<&'a [u8]>,
+    pub hash: &'a [u8],
+}
+
+/// A chunk key's parts (the namespace ends at its first `:`); `None` for a key that is not
+/// a chunk's.
+pub fn split_chunk_key(key: &[u8]) -> Option<ChunkKey<'_>> {
+    let rest = key.strip_prefix(b"kvc:")?;
+    let colon = rest.iter().position(|&b| b == b':')?;
+    let (ns, rest) = (&rest[..colon], &rest[colon + 1..]);
+    let (tag, hash) = match rest.iter().position(|&b| b == b'}') {
+        Some(end) if rest.first() == Some(&b'{') => (Some(&rest[1..end]), &rest[end + 1..]),
+        _ => (None, rest),
+    };
+    Some(ChunkKey { ns, tag, hash })
+}
+
+/// What is kept under a chunk's [`tokens_key_for`]: the hash of the chunk before it (empty
+/// for a prompt's first chunk) and its tokens, as `parent length (u16 LE) || parent ||
+/// tokens (u32 LE each)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkTokens {
+    pub parent: Vec<u8>,
+    pub tokens: Vec<u32>,
+}
+
+impl ChunkTokens {
+    /// The record of `parent` and `tokens`, given as u32 LE bytes.
+    pub fn encode(parent: &[u8], tokens_le: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(2 + parent.len() + tokens_le.len());
+        v.extend_from_slice(&(parent.len() as u16).to_le_bytes());
+        v.extend_from_slice(parent);
+        v.extend_from_slice(tokens_le);
+        v
+    }
+
+    pub fn decode(record: &[u8]) -> Option<ChunkTokens> {
+        let n = u16::from_le_bytes(record.get(..2)?.try_into().ok()?) as usize;
+        let parent = record.get(2..2 + n)?.to_vec();
+        Some(ChunkTokens {
+            parent,
+            tokens: tokens_from_le(&record[2 + n..])?,
+        })
+    }
+}
+
+/// Tokens given as u32 little-endian bytes (how `KVC.PUT ... TOKENS` takes them).
+pub fn tokens_from_le(bytes: &[u8]) -> Option<Vec<u32>> {
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect(),
+    )
+}
+
 pub fn group_key(tag: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(tag.len() + 2);
     k.push(b'{');
@@ -180,6 +256,29 @@ pub fn group_key(tag: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_tokens_round_trip_beside_their_chunk() {
+        assert_eq!(tokens_key_for(b"ns", Some(b"g"), b"h"), b"kvt:ns:{g}h");
+        let k = split_chunk_key(b"kvc:ns:{g}h1").unwrap();
+        assert_eq!(
+            (k.ns, k.tag, k.hash),
+            (&b"ns"[..], Some(&b"g"[..]), &b"h1"[..])
+        );
+        let k = split_chunk_key(b"kvc:ns:h2").unwrap();
+        assert_eq!((k.ns, k.tag, k.hash), (&b"ns"[..], None, &b"h2"[..]));
+        assert_eq!(split_chunk_key(b"kvt:ns:h2"), None);
+        let le: Vec<u8> = [5u32, 70_000]
+            .iter()
+            .flat_map(|t| t.to_le_bytes())
+            .collect();
+        let rec = ChunkTokens::encode(b"parent", &le);
+        let got = ChunkTokens::decode(&rec).unwrap();
+        assert_eq!(got.parent, b"parent");
+        assert_eq!(got.tokens, [5, 70_000]);
+        assert!(ChunkTokens::decode(&rec[..rec.len() - 1]).is_none());
+        assert!(ChunkTokens::decode(&[9, 0, 1]).is_none());
+    }
 
     #[test]
     fn shared_test_vectors_match() {

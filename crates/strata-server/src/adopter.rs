@@ -58,7 +58,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cluster: Cluster) {
 /// other is cleared of what this node held of it (copies of an earlier move), then takes
 /// what the log leaves it.
 async fn adopt(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     cluster: &Cluster,
     node: &LostNode,
     runs: &[(u16, u16)],
@@ -80,6 +80,7 @@ async fn adopt(
         slots = slots.len(),
         "adopted a lost node's slots"
     );
+    crate::kvchunks::announce_slots(shared, slots);
     for &(first, last) in runs {
         cluster
             .report_adopted(first, last)

@@ -22,6 +22,7 @@ mod cmd;
 mod config;
 mod conn;
 mod http;
+mod kvchunks;
 mod link;
 mod longdouble;
 mod memory;
@@ -79,6 +80,12 @@ pub struct Server {
 }
 
 impl Server {
+    /// Announces the KV-cache pool's chunks on `feed` from now on.
+    pub fn set_kv_feed(&self, feed: strata_kvfeed::Feed) {
+        feed.on_listing(kvchunks::listing_hook(&self.shared));
+        let _ = self.shared.kv_feed.set(feed);
+    }
+
     pub fn new(engine: Engine, cfg: ServerConfig) -> Server {
         Server::with_cluster(engine, cfg, None)
     }
@@ -133,6 +140,8 @@ impl Server {
                 script_busy,
                 running_script: Mutex::new(None),
                 cluster,
+                kv_feed: Default::default(),
+                kvc_drops_running: Default::default(),
                 links: Default::default(),
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),
@@ -166,6 +175,7 @@ impl Server {
         if let Some(m) = metrics {
             tokio::spawn(http::serve_http(Arc::clone(&self.shared), m));
         }
+        kvchunks::start(&self.shared);
         if let Some(c) = &self.shared.cluster {
             tokio::spawn(mover::run(Arc::clone(&self.shared), c.clone()));
             tokio::spawn(adopter::run(Arc::clone(&self.shared), c.clone()));

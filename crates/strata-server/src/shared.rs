@@ -27,16 +27,23 @@ strata_engine::define_stats! {
         protected_mode_denied: "strata_clients_cut_off_total" "reason=\"protected_mode\"" "Connections refused by protected mode.",
         clients_cut_off_slow_request: "strata_clients_cut_off_total" "reason=\"slow_request\"" "Clients cut off for a request that did not arrive in time.",
         clients_cut_off_not_reading: "strata_clients_cut_off_total" "reason=\"not_reading\"" "Clients cut off for not reading their replies.",
+        kvc_chunks_dropped: "strata_kvc_chunks_dropped_total" "" "KV-cache chunks deleted by KVC.DROP.",
         clients_cut_off_protocol_error: "strata_clients_cut_off_total" "reason=\"protocol_error\"" "Clients cut off for a malformed or oversized request.",
     }
     gauges {
         connected_clients: "strata_connected_clients" "" "Open client connections.",
+        kvc_drops_running: "strata_kvc_drops_running" "" "KVC.DROP namespaces still being deleted.",
         cluster_lease_live: "strata_cluster_lease_live" "" "1 while this cluster node's lease surely lives (0 outside a cluster).",
         cluster_epoch: "strata_cluster_epoch" "" "The epoch of the slot map this node last saw.",
         cluster_slots_served: "strata_cluster_slots" "state=\"served\"" "This node's slots: served, moving away, moving here.",
         cluster_slots_moving_out: "strata_cluster_slots" "state=\"moving_out\"" "This node's slots: served, moving away, moving here.",
         cluster_slots_moving_in: "strata_cluster_slots" "state=\"moving_in\"" "This node's slots: served, moving away, moving here.",
         cluster_slots_adopting: "strata_cluster_slots" "state=\"adopting\"" "This node's slots still adopted from a lost node's bucket log (they answer -TRYAGAIN until adopted).",
+        kv_events_sent: "strata_kv_events_total" "" "Events sent on the KV event feed (kv_events_endpoint).",
+        kv_events_batches: "strata_kv_event_batches_total" "" "Batches sent on the KV event feed, each with the next sequence number.",
+        kv_events_dropped: "strata_kv_events_dropped_total" "" "KV events dropped because kv_events_queue_bytes_max of them were waiting.",
+        kv_events_replays: "strata_kv_event_replays_total" "" "Replay requests answered on kv_events_replay_endpoint.",
+        kv_events_listings: "strata_kv_event_listings_total" "" "Listings of every chunk asked for (LIST) on kv_events_replay_endpoint.",
     }
 }
 
@@ -117,6 +124,10 @@ pub(crate) struct Shared {
     pub(crate) running_script: Mutex<Option<RunningScript>>,
     /// This node's membership of a cluster (`None`: a single node).
     pub(crate) cluster: Option<strata_cluster::Cluster>,
+    /// The KV-cache pool's event feed, when `kv_events_endpoint` is set.
+    pub(crate) kv_feed: std::sync::OnceLock<strata_kvfeed::Feed>,
+    /// `KVC.DROP`s still deleting their namespace.
+    pub(crate) kvc_drops_running: AtomicU64,
     /// Idle connections to the other nodes of the cluster.
     pub(crate) links: crate::link::Links,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).
@@ -129,8 +140,17 @@ impl Shared {
         let mut s = ServerStats::default();
         self.counters.load_into(&mut s);
         s.connected_clients = self.clients_open.load(Ordering::Relaxed) as u64;
+        s.kvc_drops_running = self.kvc_drops_running.load(Ordering::Relaxed);
         if let Some(c) = &self.cluster {
             cluster_figures(c, &mut s);
+        }
+        if let Some(f) = self.kv_feed.get() {
+            let f = f.stats();
+            s.kv_events_sent = f.events.load(Ordering::Relaxed);
+            s.kv_events_batches = f.batches.load(Ordering::Relaxed);
+            s.kv_events_dropped = f.dropped.load(Ordering::Relaxed);
+            s.kv_events_replays = f.replays.load(Ordering::Relaxed);
+            s.kv_events_listings = f.listings.load(Ordering::Relaxed);
         }
         s
     }

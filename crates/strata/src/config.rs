@@ -74,6 +74,8 @@ pub struct Config {
     pub server: strata_server::ServerConfig,
     #[serde(flatten)]
     pub cluster: strata_cluster::ClusterSettings,
+    #[serde(flatten)]
+    pub kv_events: strata_kvfeed::FeedSettings,
 }
 
 impl Config {
@@ -105,6 +107,9 @@ impl Config {
             bail!("bad configuration: tls_port needs tls_cert_file and tls_key_file");
         }
         cfg.unixsocket_mode()?;
+        cfg.kv_events
+            .validate()
+            .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
         if n.worker_threads > WORKER_THREADS_MAX {
             bail!("bad configuration: worker_threads must be at most {WORKER_THREADS_MAX} (0 chooses by the cores)");
         }

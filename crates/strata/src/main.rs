@@ -538,7 +538,17 @@ async fn serve(mut cfg: Config) -> Result<()> {
             return Err(e);
         }
     };
+    let feed = match strata_kvfeed::Feed::start(&cfg.kv_events) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = engine.close().await;
+            bail!("cannot start the KV event feed: {e}");
+        }
+    };
     let server = strata_server::Server::with_cluster(engine.clone(), server_cfg, cluster);
+    if let Some(f) = feed {
+        server.set_kv_feed(f);
+    }
     stop_on_signals(server.clone());
     tracing::info!(
         addr = %addr,

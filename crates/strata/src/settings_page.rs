@@ -11,12 +11,13 @@ use strata_tidy::settings::{flattened, structs, Field};
 use crate::config::Config;
 
 /// The files that declare the settings structs, from the workspace root.
-const SETTINGS_FILES: [&str; 5] = [
+const SETTINGS_FILES: [&str; 6] = [
     "crates/strata/src/config.rs",
     "crates/strata-engine/src/settings.rs",
     "crates/strata-rocks/src/lib.rs",
     "crates/strata-server/src/config.rs",
     "crates/strata-cluster/src/lib.rs",
+    "crates/strata-kvfeed/src/settings.rs",
 ];
 
 const PAGE: &str = "docs/configuration.md";

@@ -200,6 +200,7 @@ fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]
         let _locks = core.locks.lock_many(vs.iter().map(|v| &v.key));
         let mut batch = core.warm.batch();
         let mut d = Counts::default();
+        let mut swapped = Vec::new();
         for (v, (k, r)) in vs.iter().zip(rs) {
             give_way();
             assert_eq!(
@@ -225,6 +226,7 @@ fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]
             }
             batch.delete_record(&v.key);
             batch.put_cold(&v.key, r);
+            swapped.push(&v.key);
             d.warm_bytes -= v.charge as i64;
             d.warm_entries -= 1;
             d.cold_bytes += r.value_len as i64;
@@ -242,6 +244,11 @@ fn commit(core: &Core, id: u64, victims: &[Victim], refs: &[(Vec<u8>, BlockRef)]
         moved.entries += d.cold_entries as u64;
         moved.value_bytes += d.cold_bytes as u64;
         commit_batch(core, batch, &d, false)?;
+        if let Some(w) = core.tier_watch.get() {
+            for k in swapped {
+                w.note(k, crate::tierwatch::Move::Demoted);
+            }
+        }
         core.room.notify_waiters();
     }
     if moved.entries > 0 && moved != planned {

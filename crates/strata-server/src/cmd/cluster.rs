@@ -115,6 +115,7 @@ pub(crate) async fn slottake(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match incoming_slot(ctx, &a[1]) {
         Ok((cluster, slot)) => {
             cluster.set_slot_state(slot, strata_cluster::SlotState::Taken);
+            crate::kvchunks::announce_slots(ctx.shared, vec![slot]);
             let map = cluster.map();
             if let Some(from) = map.owner(slot) {
                 let from = map.id(from).to_string();

@@ -354,6 +354,9 @@ pub(crate) async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match ctx.shared.engine.flush_all().await {
         Ok(w) => {
             touch_each(ctx, &watched);
+            if let Some(feed) = ctx.shared.kv_feed.get() {
+                feed.send(strata_kvfeed::Event::AllCleared);
+            }
             ctx.defer(w);
             Reply::ok()
         }

@@ -4,7 +4,11 @@
 //! a cluster (where the tag is required) the request goes to the node serving it. See
 //! `strata-kvcache`.
 //!
-//! - `KVC.PUT ns h value [h value ...] [TTL seconds]` → number of chunks stored.
+//! - `KVC.PUT ns h value [h value ...] [TTL seconds]` → number of chunks stored. With
+//!   `KVC.PUT ns TOKENS parent h value tokens [h value tokens ...] [TTL seconds]` each chunk
+//!   carries its tokens (32-bit little-endian integers) and `parent` is the hash of the
+//!   chunk before the first (empty for a prompt's first chunk): they are kept beside the
+//!   chunk (`strata_kvcache::tokens_key_for`), and announced on the KV event feed.
 //! - `KVC.GET ns h1 .. hN` → the values of the leading chunks that are present, in order;
 //!   it stops at the first missing chunk (a KV prefix is usable only contiguously), so the
 //!   reply's length is the number of usable chunks. It also stops before the chunk that
@@ -84,6 +88,48 @@ fn keys(ctx: &Ctx<'_>, c: &Chunks<'_>, hashes: &[Bytes]) -> Vec<Key> {
         .collect()
 }
 
+/// A `KVC.PUT`'s chunks: hashes and values, and with `TOKENS` each one's tokens (u32 LE
+/// bytes) and the hash of the chunk before the first (empty: a prompt's first chunk).
+struct PutChunks<'a> {
+    hashes: Vec<Bytes>,
+    values: Vec<&'a Bytes>,
+    tokens: Option<(&'a Bytes, Vec<&'a Bytes>)>,
+}
+
+/// Parses what follows `ns [TAG t]` in a `KVC.PUT` (its `TTL` already taken off).
+fn put_chunks(rest: &[Bytes]) -> Result<PutChunks<'_>, Reply> {
+    let with_tokens = rest
+        .first()
+        .is_some_and(|a| a.eq_ignore_ascii_case(b"tokens"));
+    let (step, items) = if with_tokens {
+        (3, rest.get(2..).unwrap_or_default())
+    } else {
+        (2, rest)
+    };
+    if items.is_empty() || !items.len().is_multiple_of(step) || items.len() / step > CHUNKS_MAX {
+        return Err(syntax_error());
+    }
+    let hashes = items.iter().step_by(step).cloned().collect();
+    let values = items.iter().skip(1).step_by(step).collect();
+    let tokens = if with_tokens {
+        let t: Vec<&Bytes> = items.iter().skip(2).step_by(3).collect();
+        if t.iter().any(|t| t.is_empty() || !t.len().is_multiple_of(4)) {
+            return Err(Reply::err(
+                "ERR KVC.PUT TOKENS takes each chunk's tokens as 32-bit little-endian integers \
+                 (a non-empty multiple of 4 bytes)",
+            ));
+        }
+        Some((&rest[1], t))
+    } else {
+        None
+    };
+    Ok(PutChunks {
+        hashes,
+        values,
+        tokens,
+    })
+}
+
 pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     let c = match chunks(ctx, a) {
         Ok(c) => c,
@@ -103,25 +149,76 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         expire_ms = engine.now_ms() + secs as u64 * 1000;
         rest = &rest[..rest.len() - 2];
     }
-    if rest.is_empty() || !rest.len().is_multiple_of(2) || rest.len() / 2 > CHUNKS_MAX {
-        return syntax_error();
-    }
-    // All the chunks in one batch: stored together or not at all.
-    let hashes: Vec<Bytes> = rest.iter().step_by(2).cloned().collect();
-    let keys = keys(ctx, &c, &hashes);
-    let pairs: Vec<(&Key, Bytes)> = keys
+    let p = match put_chunks(rest) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    // All the chunks in one batch, their tokens with them: stored together or not at all.
+    let keys = keys(ctx, &c, &p.hashes);
+    let mut pairs: Vec<(&Key, Bytes)> = keys
         .iter()
-        .zip(rest.iter().skip(1).step_by(2))
-        .map(|(k, v)| (k, v.clone()))
+        .zip(&p.values)
+        .map(|(k, v)| (k, (*v).clone()))
         .collect();
-    match engine.put_many(&pairs, expire_ms).await {
+    let token_keys = p
+        .tokens
+        .as_ref()
+        .map(|(parent, t)| tokens_records(ctx, &c, &p.hashes, parent, t));
+    if let Some(tk) = &token_keys {
+        pairs.extend(tk.iter().map(|(k, v)| (k, v.clone())));
+    }
+    // The tokens outlive an expiring chunk: its removal is announced from them, and they go
+    // after (`kvchunks.rs`).
+    match engine.put_many_lasting(&pairs, expire_ms, keys.len()).await {
         Ok(w) => ctx.defer(w),
         Err(e) => return engine_error(&e),
     }
-    for k in &keys {
+    for (k, _) in &pairs {
         shared.watches.touch(k);
     }
-    Reply::Integer(pairs.len() as i64)
+    if let (Some(feed), Some((parent, tokens))) = (shared.kv_feed.get(), &p.tokens) {
+        announce_stored(feed, &p.hashes, parent, tokens);
+    }
+    Reply::Integer(keys.len() as i64)
+}
+
+/// The records of each chunk's tokens and parent, under their [`strata_kvcache::
+/// tokens_key_for`] keys.
+fn tokens_records(
+    ctx: &Ctx<'_>,
+    c: &Chunks<'_>,
+    hashes: &[Bytes],
+    parent: &Bytes,
+    tokens: &[&Bytes],
+) -> Vec<(Key, Bytes)> {
+    let tag = c.tag.map(|t| t.as_ref());
+    hashes
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let before = if i == 0 { parent } else { &hashes[i - 1] };
+            let key = ctx.key(&strata_kvcache::tokens_key_for(c.ns, tag, h));
+            (
+                key,
+                Bytes::from(strata_kvcache::ChunkTokens::encode(before, tokens[i])),
+            )
+        })
+        .collect()
+}
+
+/// Announces the chunks just stored, on this node's disk (see [`strata_kvfeed::Medium`]).
+fn announce_stored(
+    feed: &strata_kvfeed::Feed,
+    hashes: &[Bytes],
+    parent: &Bytes,
+    tokens: &[&Bytes],
+) {
+    for i in 0..hashes.len() {
+        let before = if i == 0 { parent } else { &hashes[i - 1] };
+        let t = strata_kvcache::tokens_from_le(tokens[i]).unwrap_or_default();
+        let before = (!before.is_empty()).then_some(&before[..]);
+        feed.stored(&hashes[i], before, &t, strata_kvfeed::Medium::Disk);
+    }
 }
 
 pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {

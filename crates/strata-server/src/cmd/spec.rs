@@ -47,7 +47,7 @@ pub(super) const fn group_of(module: &str, name: &str) -> &'static str {
     if same(name, "wait") {
         return "generic";
     }
-    const GROUPS: [(&str, &str); 17] = [
+    const GROUPS: [(&str, &str); 18] = [
         ("cn", "connection"),
         ("s", "string"),
         ("lcs", "string"),
@@ -65,6 +65,7 @@ pub(super) const fn group_of(module: &str, name: &str) -> &'static str {
         ("cluster", "cluster"),
         ("st", "strata"),
         ("kvc", "strata"),
+        ("kvcdrop", "strata"),
     ];
     let mut i = 0;
     while i < GROUPS.len() {
