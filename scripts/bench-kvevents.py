@@ -14,6 +14,7 @@ reports/<name>.md and .json; progress goes to stderr.
 """
 
 import argparse
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -164,7 +165,7 @@ def info_stats(port):
     return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
 
 
-def one_round(args, feed, puts, gets, chunks):
+def one_round(args, feed, puts, gets, chunks, consumer_on=True):
     with tempfile.TemporaryDirectory() as data:
         port = free_port()
         settings = ["--set", "metrics_port=0", "--set", "durability=none"]
@@ -186,7 +187,7 @@ def one_round(args, feed, puts, gets, chunks):
             if not args.unpinned:
                 os.sched_setaffinity(0, {1})
             seen = None
-            if feed:
+            if feed and consumer_on:
                 ready, stop, out = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Queue()
                 consumer = multiprocessing.Process(target=consume, args=(endpoint, ready, stop, out))
                 consumer.start()
@@ -194,7 +195,7 @@ def one_round(args, feed, puts, gets, chunks):
             put_s = run_pipelined(port, puts)
             get_s = run_pipelined(port, gets)
             stats = info_stats(port)
-            if feed:
+            if feed and consumer_on:
                 time.sleep(0.5)
                 stop.set()
                 seen = out.get(timeout=30)
@@ -208,6 +209,7 @@ def one_round(args, feed, puts, gets, chunks):
 
 
 def main():
+    faulthandler.dump_traceback_later(120, exit=True)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "strata"))
     ap.add_argument("--rounds", type=int, default=5)
@@ -222,22 +224,25 @@ def main():
     value = b"v" * args.value_bytes
     puts, plain, gets = workload(ns, args.prompts, args.chunks_per_prompt, args.chunk_tokens, value)
     chunks = args.prompts * args.chunks_per_prompt
-    rows = {"plain": [], "off": [], "on": []}
+    rows = {"plain": [], "off": [], "on": [], "unread": []}
     for r in range(args.rounds):
-        order = ("plain", "off", "on") if r % 2 == 0 else ("on", "off", "plain")
+        order = ("plain", "off", "unread", "on") if r % 2 == 0 else ("on", "unread", "off", "plain")
         for mode in order:
-            got = one_round(args, mode == "on", plain if mode == "plain" else puts, gets, chunks)
+            feed = mode in ("on", "unread")
+            got = one_round(args, feed, plain if mode == "plain" else puts, gets, chunks, mode == "on")
             rows[mode].append(got)
             seen = got["seen"]
             log(f"round {r + 1}/{args.rounds} feed {mode}: put {got['put']:,.0f} chunks/s, get {got['get']:,.0f} chunks/s"
                 + (f", consumer {seen['events']:,} of {seen['sent']:,} events, {seen['gaps']} gaps" if seen else ""))
     med = {m: {k: statistics.median(x[k] for x in rows[m]) for k in ("put", "get")} for m in rows}
     ratios = [{k: on[k] / off[k] for k in ("put", "get")} for on, off in zip(rows["on"], rows["off"])]
+    unread = [{k: u[k] / off[k] for k in ("put", "get")} for u, off in zip(rows["unread"], rows["off"])]
     kept = [off["put"] / p["put"] for off, p in zip(rows["off"], rows["plain"])]
     seen = [x["seen"] for x in rows["on"]]
     report = {
         "args": vars(args), "median": med,
         "ratio_on_off": {k: med["on"][k] / med["off"][k] for k in ("put", "get")},
+        "ratio_unread_off": {k: med["unread"][k] / med["off"][k] for k in ("put", "get")},
         "round_ratios": ratios, "consumer": seen,
         "tokens_kept_over_plain_put": statistics.median(kept), "tokens_kept_round_ratios": kept,
     }
@@ -252,12 +257,19 @@ def main():
         f"`KVC.PUT ... TOKENS` and one `KVC.GET` per prompt, 32 in flight, `durability=none`; the feed on "
         f"(a pyzmq SUB consumer in its own process) and off in alternating rounds of the same binary.",
         "",
+        "The consumer decodes every batch in Python on the client's core, so the rows with it also "
+        "measure what it takes from the client; the rows with no subscriber measure the server alone.",
+        "",
         "| | feed off (median) | feed on (median) | on / off | per round |",
         "|---|---:|---:|---:|---|",
     ]
     for k, name in (("put", "KVC.PUT chunks/s"), ("get", "KVC.GET chunks/s")):
         per = ", ".join(f"{x[k]:.3f}" for x in ratios)
         lines.append(f"| {name} | {med['off'][k]:,.0f} | {med['on'][k]:,.0f} | {report['ratio_on_off'][k]:.3f} | {per} |")
+    for k, name in (("put", "KVC.PUT chunks/s"), ("get", "KVC.GET chunks/s")):
+        per = ", ".join(f"{x[k]:.3f}" for x in unread)
+        lines.append(f"| {name}, feed on with no subscriber | {med['off'][k]:,.0f} | {med['unread'][k]:,.0f} | "
+                     f"{report['ratio_unread_off'][k]:.3f} | {per} |")
     lines += [
         "",
         f"`KVC.PUT ... TOKENS` with the feed off beside `KVC.PUT` without tokens (a record of the tokens "

@@ -6,15 +6,26 @@
 use sha2::{Digest, Sha256};
 
 /// The id of block `index` of the chunk whose hash (as the client names it) is `chunk`:
-/// the first 8 bytes of `sha256("strata-block" || chunk || index as u32 LE)`, big-endian,
-/// top bit cleared (so signed and unsigned decoders read the same number).
+/// `splitmix64(c + index)` with `c` the first 8 bytes (big-endian) of
+/// `sha256("strata-block" || chunk)`, top bit cleared (so signed and unsigned decoders read
+/// the same number). One SHA-256 per chunk, not per block.
 pub fn block_id(chunk: &[u8], index: u32) -> u64 {
+    block_id_of(chunk_seed(chunk), index)
+}
+
+fn chunk_seed(chunk: &[u8]) -> u64 {
     let mut d = Sha256::new();
     d.update(b"strata-block");
     d.update(chunk);
-    d.update(index.to_le_bytes());
-    let h = d.finalize();
-    u64::from_be_bytes(h[..8].try_into().expect("8 bytes")) & (u64::MAX >> 1)
+    u64::from_be_bytes(d.finalize()[..8].try_into().expect("8 bytes"))
+}
+
+/// SplitMix64's finalizer over the chunk's seed plus the block's index.
+fn block_id_of(seed: u64, index: u32) -> u64 {
+    let mut z = seed.wrapping_add(index as u64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) & (u64::MAX >> 1)
 }
 
 /// How many blocks a chunk of `tokens` tokens is announced as.
@@ -24,7 +35,8 @@ pub fn block_count(tokens: usize, block_size: u32) -> u32 {
 
 /// The ids of the `count` blocks of chunk `chunk`.
 pub fn block_ids(chunk: &[u8], count: u32) -> Vec<u64> {
-    (0..count).map(|i| block_id(chunk, i)).collect()
+    let seed = chunk_seed(chunk);
+    (0..count).map(|i| block_id_of(seed, i)).collect()
 }
 
 /// The parent of a chunk's first block: the last block of its parent chunk (of `count`

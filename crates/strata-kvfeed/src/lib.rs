@@ -89,7 +89,7 @@ impl Feed {
 
     /// Announces chunk `chunk` (its hash as the client names it), whose parent chunk is
     /// `parent`, holding `tokens`, as stored in `medium`.
-    pub fn stored(&self, chunk: &[u8], parent: Option<&[u8]>, tokens: &[u32], medium: Medium) {
+    pub fn stored(&self, chunk: &[u8], parent: Option<&[u8]>, tokens: Vec<u32>, medium: Medium) {
         self.send(self.stored_event(chunk, parent, tokens, medium));
     }
 
@@ -98,14 +98,14 @@ impl Feed {
         &self,
         chunk: &[u8],
         parent: Option<&[u8]>,
-        tokens: &[u32],
+        tokens: Vec<u32>,
         medium: Medium,
     ) -> Event {
         let n = blocks::block_count(tokens.len(), self.block_size);
         Event::Stored {
             block_hashes: blocks::block_ids(chunk, n),
             parent: blocks::parent_id(parent, n),
-            token_ids: tokens.to_vec(),
+            token_ids: tokens,
             block_size: self.block_size,
             medium,
         }
@@ -166,7 +166,12 @@ mod tests {
         sub.set_subscribe(b"kv@a").unwrap();
         std::thread::sleep(Duration::from_millis(300)); // the slow joiner
         for i in 0..5u32 {
-            feed.stored(format!("h{i}").as_bytes(), None, &[1, 2, 3], Medium::Disk);
+            feed.stored(
+                format!("h{i}").as_bytes(),
+                None,
+                vec![1, 2, 3],
+                Medium::Disk,
+            );
             std::thread::sleep(Duration::from_millis(30)); // one batch each
         }
         for want in 0..5u64 {

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,8 +15,12 @@ use crate::settings::{binds, FeedSettings};
 
 /// Most events one batch carries.
 const BATCH_EVENTS_MAX: usize = 1024;
-/// How long the thread waits for an event before it looks at the replay socket again.
-const TICK: Duration = Duration::from_millis(5);
+/// How long the thread sleeps between two looks at the queue and the replay socket while
+/// events come, and while none do. It sleeps rather than waits on the queue: a sender then
+/// never wakes it (a wake-up per event cost the server a third of its `KVC.PUT` rate on one
+/// core), and what came meanwhile goes out as one batch.
+const TICK_BUSY: Duration = Duration::from_millis(1);
+const TICK_IDLE: Duration = Duration::from_millis(5);
 /// The sequence a replay ends with: -1 as a signed 8-byte big-endian integer.
 pub const END_SEQ: [u8; 8] = [0xff; 8];
 
@@ -97,22 +101,23 @@ impl Publisher {
     pub fn run(mut self) {
         loop {
             self.answer_requests();
-            let first = match self.queue.recv_timeout(TICK) {
-                Ok(item) => item,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
             let mut events = Vec::new();
-            self.take(first, &mut events);
-            while events.len() < BATCH_EVENTS_MAX {
+            let mut busy = false;
+            loop {
                 match self.queue.try_recv() {
                     Ok(item) => self.take(item, &mut events),
-                    Err(_) => break,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+                busy = true;
+                if events.len() >= BATCH_EVENTS_MAX {
+                    self.publish(&std::mem::take(&mut events));
                 }
             }
             if !events.is_empty() {
                 self.publish(&events);
             }
+            std::thread::sleep(if busy { TICK_BUSY } else { TICK_IDLE });
         }
     }
 

@@ -64,11 +64,11 @@ async fn follow(shared: &Shared, change: &TierChange) -> strata_engine::Result<(
                 feed.removed(hash, n, Medium::External);
             }
             Move::Demoted => {
-                feed.stored(hash, parent, &rec.tokens, Medium::External);
+                feed.stored(hash, parent, rec.tokens, Medium::External);
                 feed.removed(hash, n, Medium::Disk);
             }
             Move::Returned => {
-                feed.stored(hash, parent, &rec.tokens, Medium::Disk);
+                feed.stored(hash, parent, rec.tokens, Medium::Disk);
                 feed.removed(hash, n, Medium::External);
             }
         }
@@ -150,7 +150,7 @@ async fn listed(
     let chunk = strata_kvcache::split_chunk_key(key.client());
     Ok(rec.zip(chunk).map(|(rec, chunk)| {
         let parent = (!rec.parent.is_empty()).then_some(&rec.parent[..]);
-        feed.stored_event(chunk.hash, parent, &rec.tokens, medium)
+        feed.stored_event(chunk.hash, parent, rec.tokens, medium)
     }))
 }
 

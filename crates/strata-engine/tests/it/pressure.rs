@@ -186,10 +186,11 @@ async fn rounds_run_on_request_beside_the_background_task_lose_no_segment() {
     let engine = open(o).await.unwrap();
     // The writer goes on until the rounds ran beside it, up to a cap: rounds run their
     // work at a low priority, and on a loaded machine (a full parallel test run) 3,000
-    // writes can end before ten rounds do; the check that counts is the read-back.
+    // writes (12,000 once, in CI) can end before two rounds do; the check that counts is
+    // the read-back.
     const KEYS_MIN: usize = 3000;
-    const KEYS_MAX: usize = 12_000;
-    const ROUNDS_WANTED: u64 = 20;
+    const KEYS_MAX: usize = 50_000;
+    const ROUNDS_WANTED: u64 = 5;
     let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let writer = {
         let (e, ran) = (engine.clone(), Arc::clone(&ran));

@@ -217,7 +217,7 @@ fn announce_stored(
         let before = if i == 0 { parent } else { &hashes[i - 1] };
         let t = strata_kvcache::tokens_from_le(tokens[i]).unwrap_or_default();
         let before = (!before.is_empty()).then_some(&before[..]);
-        feed.stored(&hashes[i], before, &t, strata_kvfeed::Medium::Disk);
+        feed.stored(&hashes[i], before, t, strata_kvfeed::Medium::Disk);
     }
 }
 
