@@ -27,17 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ab import free_port, log  # this folder's A/B script: the same helpers
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port, proc, seconds=60):

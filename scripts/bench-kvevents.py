@@ -14,7 +14,6 @@ reports/<name>.md and .json; progress goes to stderr.
 """
 
 import argparse
-import faulthandler
 import json
 import multiprocessing
 import os
@@ -28,17 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "clients" / "python"))
+from ab import free_port, log  # noqa: E402  (this folder's A/B script: the same helpers)
 from strata_client.kvcache import Namespace, tokens_le  # noqa: E402
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def resp(*args) -> bytes:
@@ -209,7 +199,6 @@ def one_round(args, feed, puts, gets, chunks, consumer_on=True):
 
 
 def main():
-    faulthandler.dump_traceback_later(120, exit=True)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "strata"))
     ap.add_argument("--rounds", type=int, default=5)

@@ -65,6 +65,23 @@ def receive(sub, want_events, decode):
     return got
 
 
+def ask_replay(ctx, tmp_path, request):
+    """Sends `request` (a start sequence, or b"LIST") to the replay socket as a DEALER;
+    returns the `(seq, payload)` pairs it answers with before the end marker."""
+    replay = ctx.socket(zmq.DEALER)
+    replay.setsockopt(zmq.RCVTIMEO, 5000)
+    replay.connect(f"ipc://{tmp_path}/kv-replay")
+    replay.send_multipart([b"", request])
+    got = []
+    while True:
+        empty, seq8, payload = replay.recv_multipart()
+        assert empty == b""
+        if seq8 == (-1).to_bytes(8, "big", signed=True):
+            assert payload == b""
+            return got
+        got.append((int.from_bytes(seq8, "big"), payload))
+
+
 def check_prompt(events, prompt):
     """The stored events of one prompt carry its tokens in order, in blocks that chain."""
     stored = [e for e in events if e["type"] == "BlockStored"]
@@ -120,19 +137,9 @@ def test_replay_after_a_gap_returns_exactly_the_missed_batches(tmp_path):
         kv.store(list(range(9000, 9032)), [b"c"])
         (_, seq, _), = receive(sub, 1, llmd_event)
         assert seq > first + 1, "the subscriber sees a gap"
-        replay = ctx.socket(zmq.DEALER)
-        replay.setsockopt(zmq.RCVTIMEO, 5000)
-        replay.connect(f"ipc://{tmp_path}/kv-replay")
-        replay.send_multipart([b"", (first + 1).to_bytes(8, "big")])
-        seqs, tokens = [], []
-        while True:
-            empty, seq8, payload = replay.recv_multipart()
-            if seq8 == (-1).to_bytes(8, "big", signed=True):
-                assert payload == b""
-                break
-            seqs.append(int.from_bytes(seq8, "big"))
-            tokens += [llmd_event(e)["token_ids"][0] for e in msgpack.unpackb(payload)[1]]
-        assert seqs == list(range(first + 1, seq + 1))
+        replayed = ask_replay(ctx, tmp_path, (first + 1).to_bytes(8, "big"))
+        tokens = [llmd_event(e)["token_ids"][0] for _, p in replayed for e in msgpack.unpackb(p)[1]]
+        assert [s for s, _ in replayed] == list(range(first + 1, seq + 1))
         assert tokens == [1000, 2000, 3000, 9000]
         assert kv.r.info("stats")["kv_events_replays"] == 1
     finally:
@@ -151,18 +158,9 @@ def test_a_router_that_lost_too_much_asks_for_a_listing(tmp_path):
         kv.r.execute_command("KVC.PUT", NS.id, "untokened", "v")  # not announced, not listed
         time.sleep(0.2)  # the prompts' batches go out (to no one)
         live = kv.r.info("stats")["kv_events_batches"]
-        replay = ctx.socket(zmq.DEALER)
-        replay.setsockopt(zmq.RCVTIMEO, 5000)
-        replay.connect(f"ipc://{tmp_path}/kv-replay")
-        replay.send_multipart([b"", b"LIST"])
-        events, seqs = [], set()
-        while True:
-            _, seq8, payload = replay.recv_multipart()
-            if seq8 == (-1).to_bytes(8, "big", signed=True):
-                break
-            seqs.add(int.from_bytes(seq8, "big"))
-            events += [llmd_event(e) for e in msgpack.unpackb(payload)[1]]
-        assert seqs == {live}, "a listing names the live sequence it stands at"
+        listed = ask_replay(ctx, tmp_path, b"LIST")
+        events = [llmd_event(e) for _, p in listed for e in msgpack.unpackb(p)[1]]
+        assert {s for s, _ in listed} == {live}, "a listing names the live sequence it stands at"
         assert sorted(t for e in events for t in e["token_ids"]) == sorted(t for p in prompts for t in p)
         assert {(e["type"], e["medium"], e["block_size"]) for e in events} == {("BlockStored", "DISK", BLOCK)}
         assert kv.r.info("stats")["kv_events_listings"] == 1

@@ -154,9 +154,14 @@ impl Namespace {
 /// The storage key for a namespace id, an optional group tag and a chunk hash given on the
 /// wire: `kvc:<ns>:<hash>`, or with a tag `kvc:<ns>:{<tag>}<hash>`, so that every chunk of
 /// one group hashes to the slot of `{<tag>}` in a cluster.
+/// What every chunk key starts with.
+pub const CHUNK_PREFIX: &[u8] = b"kvc:";
+/// What the key of every chunk's tokens starts with (then the rest of the chunk's key).
+pub const TOKENS_PREFIX: &[u8] = b"kvt:";
+
 pub fn key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + ns_id.len() + chunk_hash.len() + tag.map_or(0, |t| t.len()));
-    k.extend_from_slice(b"kvc:");
+    k.extend_from_slice(CHUNK_PREFIX);
     k.extend_from_slice(ns_id);
     k.push(b':');
     if let Some(t) = tag {
@@ -177,9 +182,8 @@ pub fn tokens_key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Ve
 
 /// The key of the tokens of the chunk stored under `chunk_key` (`kvc:...`).
 pub fn tokens_key_of(chunk_key: &[u8]) -> Vec<u8> {
-    let mut k = chunk_key.to_vec();
-    k[2] = b't';
-    k
+    let rest = chunk_key.get(CHUNK_PREFIX.len()..).unwrap_or_default();
+    [TOKENS_PREFIX, rest].concat()
 }
 
 /// The parts of a chunk key `kvc:<ns>:[{<tag>}]<hash>`.
@@ -193,7 +197,7 @@ pub struct ChunkKey<'a> {
 /// A chunk key's parts (the namespace ends at its first `:`); `None` for a key that is not
 /// a chunk's.
 pub fn split_chunk_key(key: &[u8]) -> Option<ChunkKey<'_>> {
-    let rest = key.strip_prefix(b"kvc:")?;
+    let rest = key.strip_prefix(CHUNK_PREFIX)?;
     let colon = rest.iter().position(|&b| b == b':')?;
     let (ns, rest) = (&rest[..colon], &rest[colon + 1..]);
     let (tag, hash) = match rest.iter().position(|&b| b == b'}') {
@@ -210,6 +214,12 @@ pub fn split_chunk_key(key: &[u8]) -> Option<ChunkKey<'_>> {
 pub struct ChunkTokens {
     pub parent: Vec<u8>,
     pub tokens: Vec<u32>,
+}
+
+/// A parent chunk's hash as `KVC.PUT ... TOKENS` and [`ChunkTokens`] carry it: empty for a
+/// prompt's first chunk, which has none.
+pub fn parent_hash(parent: &[u8]) -> Option<&[u8]> {
+    (!parent.is_empty()).then_some(parent)
 }
 
 impl ChunkTokens {
@@ -274,7 +284,8 @@ mod tests {
             .collect();
         let rec = ChunkTokens::encode(b"parent", &le);
         let got = ChunkTokens::decode(&rec).unwrap();
-        assert_eq!(got.parent, b"parent");
+        assert_eq!(parent_hash(&got.parent), Some(&b"parent"[..]));
+        assert_eq!(parent_hash(b""), None);
         assert_eq!(got.tokens, [5, 70_000]);
         assert!(ChunkTokens::decode(&rec[..rec.len() - 1]).is_none());
         assert!(ChunkTokens::decode(&[9, 0, 1]).is_none());

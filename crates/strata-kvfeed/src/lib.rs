@@ -20,9 +20,9 @@ mod settings;
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
 
 use queue::Item;
-use std::sync::Arc;
 
 pub use event::{Encoding, Event, Medium};
 pub use listing::{Lister, ListingHook};
@@ -30,8 +30,8 @@ pub use publisher::END_SEQ;
 pub use queue::FeedStats;
 pub use settings::{binds, FeedSettings};
 
-/// The sending side of the feed, shared by every connection. Dropping the last clone
-/// stops the thread once it has sent what is queued.
+/// The sending side of the feed, shared by every connection. Its thread runs for as long
+/// as the process.
 #[derive(Clone)]
 pub struct Feed {
     queue: Sender<Item>,
@@ -111,13 +111,16 @@ impl Feed {
         }
     }
 
-    /// Announces that chunk `chunk`, of `tokens` tokens, left `medium`.
-    pub fn removed(&self, chunk: &[u8], tokens: usize, medium: Medium) {
+    /// Announces that chunk `chunk`, of `tokens` tokens, left each of `media`.
+    pub fn removed(&self, chunk: &[u8], tokens: usize, media: &[Medium]) {
         let n = blocks::block_count(tokens, self.block_size);
-        self.send(Event::Removed {
-            block_hashes: blocks::block_ids(chunk, n),
-            medium,
-        });
+        let ids = blocks::block_ids(chunk, n);
+        for &medium in media {
+            self.send(Event::Removed {
+                block_hashes: ids.clone(),
+                medium,
+            });
+        }
     }
 
     /// Sets what answers a `LIST` on the replay socket (once; without it a listing is
@@ -128,10 +131,6 @@ impl Feed {
 
     pub fn stats(&self) -> &FeedStats {
         &self.stats
-    }
-
-    pub fn block_size(&self) -> u32 {
-        self.block_size
     }
 }
 
@@ -222,7 +221,7 @@ mod tests {
                 lister.finish();
             });
         }));
-        feed.removed(b"h", 16, Medium::Disk); // batch 0 goes out live
+        feed.removed(b"h", 16, &[Medium::Disk]); // batch 0 goes out live
         std::thread::sleep(Duration::from_millis(100));
         let ctx = zmq::Context::new();
         let req = ctx.socket(zmq::DEALER).unwrap();
@@ -252,7 +251,7 @@ mod tests {
             ..settings(dir.path())
         };
         let feed = Feed::start(&s).unwrap().unwrap();
-        feed.removed(b"h", 16, Medium::Disk);
+        feed.removed(b"h", 16, &[Medium::Disk]);
         assert_eq!(feed.stats().dropped.load(Ordering::Relaxed), 1);
         assert!(feed.stats().lost.load(Ordering::Relaxed));
     }

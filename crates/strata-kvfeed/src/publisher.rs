@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -103,12 +103,9 @@ impl Publisher {
             self.answer_requests();
             let mut events = Vec::new();
             let mut busy = false;
-            loop {
-                match self.queue.try_recv() {
-                    Ok(item) => self.take(item, &mut events),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return,
-                }
+            // Never disconnected: this thread holds a sender for its listers.
+            while let Ok(item) = self.queue.try_recv() {
+                self.take(item, &mut events);
                 busy = true;
                 if events.len() >= BATCH_EVENTS_MAX {
                     self.publish(&std::mem::take(&mut events));

@@ -17,7 +17,10 @@ const WAITING_MAX: usize = 65_536;
 
 /// Starts following the chunks' moves (once per engine).
 pub(crate) fn start(shared: &Arc<Shared>) {
-    let Some(mut rx) = shared.engine.watch_tiers(b"kvc:", WAITING_MAX) else {
+    let Some(mut rx) = shared
+        .engine
+        .watch_tiers(strata_kvcache::CHUNK_PREFIX, WAITING_MAX)
+    else {
         return;
     };
     let shared = Arc::downgrade(shared);
@@ -53,23 +56,17 @@ async fn follow(shared: &Shared, change: &TierChange) -> strata_engine::Result<(
             .and_then(strata_kvcache::ChunkTokens::decode),
         strata_kvcache::split_chunk_key(change.key.client()),
     ) {
-        let (hash, parent) = (
-            chunk.hash,
-            (!rec.parent.is_empty()).then_some(&rec.parent[..]),
-        );
-        let n = rec.tokens.len();
+        let (hash, n) = (chunk.hash, rec.tokens.len());
+        let parent = strata_kvcache::parent_hash(&rec.parent);
         match change.what {
-            Move::Deleted => {
-                feed.removed(hash, n, Medium::Disk);
-                feed.removed(hash, n, Medium::External);
-            }
+            Move::Deleted => feed.removed(hash, n, &[Medium::Disk, Medium::External]),
             Move::Demoted => {
                 feed.stored(hash, parent, rec.tokens, Medium::External);
-                feed.removed(hash, n, Medium::Disk);
+                feed.removed(hash, n, &[Medium::Disk]);
             }
             Move::Returned => {
                 feed.stored(hash, parent, rec.tokens, Medium::Disk);
-                feed.removed(hash, n, Medium::External);
+                feed.removed(hash, n, &[Medium::External]);
             }
         }
     }
@@ -114,7 +111,12 @@ async fn list(shared: &Shared, lister: &Lister) -> strata_engine::Result<()> {
     for db in 0..databases as u8 {
         let mut cursor: Option<Bytes> = None;
         loop {
-            let page = engine.scan_prefix(db, b"kvc:", cursor.as_deref(), LISTED_PER_BATCH)?;
+            let page = engine.scan_prefix(
+                db,
+                strata_kvcache::CHUNK_PREFIX,
+                cursor.as_deref(),
+                LISTED_PER_BATCH,
+            )?;
             let mut batch = Vec::with_capacity(page.items.len());
             for item in &page.items {
                 let key = engine.key(db, &item.key);
@@ -149,7 +151,7 @@ async fn listed(
         .and_then(strata_kvcache::ChunkTokens::decode);
     let chunk = strata_kvcache::split_chunk_key(key.client());
     Ok(rec.zip(chunk).map(|(rec, chunk)| {
-        let parent = (!rec.parent.is_empty()).then_some(&rec.parent[..]);
+        let parent = strata_kvcache::parent_hash(&rec.parent);
         feed.stored_event(chunk.hash, parent, rec.tokens, medium)
     }))
 }
@@ -179,7 +181,11 @@ async fn announce_slots_now(shared: &Shared, slots: &[u16]) -> strata_engine::Re
             let mut cursor: Option<Bytes> = None;
             loop {
                 let page = engine.scan_slot(db, slot, cursor.as_deref(), LISTED_PER_BATCH)?;
-                for item in page.items.iter().filter(|i| i.key.starts_with(b"kvc:")) {
+                for item in page
+                    .items
+                    .iter()
+                    .filter(|i| i.key.starts_with(strata_kvcache::CHUNK_PREFIX))
+                {
                     let key = engine.key(db, &item.key);
                     let medium = medium_of(item.tier);
                     if let Some(e) = listed(engine, feed, &key, medium).await? {

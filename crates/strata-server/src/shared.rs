@@ -44,6 +44,7 @@ strata_engine::define_stats! {
         kv_events_dropped: "strata_kv_events_dropped_total" "" "KV events dropped because kv_events_queue_bytes_max of them were waiting.",
         kv_events_replays: "strata_kv_event_replays_total" "" "Replay requests answered on kv_events_replay_endpoint.",
         kv_events_listings: "strata_kv_event_listings_total" "" "Listings of every chunk asked for (LIST) on kv_events_replay_endpoint.",
+        kv_chunk_moves_dropped: "strata_kv_chunk_moves_dropped_total" "" "KV chunks deleted, demoted or returned whose move was not followed (65,536 were waiting): not announced, their tokens kept.",
     }
 }
 
@@ -141,6 +142,7 @@ impl Shared {
         self.counters.load_into(&mut s);
         s.connected_clients = self.clients_open.load(Ordering::Relaxed) as u64;
         s.kvc_drops_running = self.kvc_drops_running.load(Ordering::Relaxed);
+        s.kv_chunk_moves_dropped = self.engine.tier_changes_dropped();
         if let Some(c) = &self.cluster {
             cluster_figures(c, &mut s);
         }

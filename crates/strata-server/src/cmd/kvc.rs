@@ -182,6 +182,15 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     Reply::Integer(keys.len() as i64)
 }
 
+/// The hash of the chunk before chunk `i` of a `KVC.PUT ... TOKENS parent ...`.
+fn before<'a>(i: usize, parent: &'a Bytes, hashes: &'a [Bytes]) -> &'a Bytes {
+    if i == 0 {
+        parent
+    } else {
+        &hashes[i - 1]
+    }
+}
+
 /// The records of each chunk's tokens and parent, under their [`strata_kvcache::
 /// tokens_key_for`] keys.
 fn tokens_records(
@@ -196,12 +205,9 @@ fn tokens_records(
         .iter()
         .enumerate()
         .map(|(i, h)| {
-            let before = if i == 0 { parent } else { &hashes[i - 1] };
             let key = ctx.key(&strata_kvcache::tokens_key_for(c.ns, tag, h));
-            (
-                key,
-                Bytes::from(strata_kvcache::ChunkTokens::encode(before, tokens[i])),
-            )
+            let record = strata_kvcache::ChunkTokens::encode(before(i, parent, hashes), tokens[i]);
+            (key, Bytes::from(record))
         })
         .collect()
 }
@@ -213,11 +219,10 @@ fn announce_stored(
     parent: &Bytes,
     tokens: &[&Bytes],
 ) {
-    for i in 0..hashes.len() {
-        let before = if i == 0 { parent } else { &hashes[i - 1] };
+    for (i, h) in hashes.iter().enumerate() {
         let t = strata_kvcache::tokens_from_le(tokens[i]).unwrap_or_default();
-        let before = (!before.is_empty()).then_some(&before[..]);
-        feed.stored(&hashes[i], before, t, strata_kvfeed::Medium::Disk);
+        let parent = strata_kvcache::parent_hash(before(i, parent, hashes));
+        feed.stored(h, parent, t, strata_kvfeed::Medium::Disk);
     }
 }
 
