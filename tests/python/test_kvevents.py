@@ -238,15 +238,18 @@ def test_chunks_are_announced_as_they_move_between_tiers_and_expire(tmp_path):
         assert kv.retrieve(prompt) == [chunk]  # read: it returns to the warm tier
         back = [e for _, _, evs in receive(sub, 2, llmd_event) for e in evs]
         assert [(e["type"], e["medium"]) for e in back] == [("BlockStored", "DISK"), ("BlockRemoved", "EXTERNAL")]
-        kv.store(list(range(100, 132)), [chunk], ttl_s=1)
-        (_, _, (ttl_chunk,)), = receive(sub, 1, llmd_event)
-        # It may be demoted before it expires (the warm tier is tiny): events until its
-        # removal from both tiers has come.
-        removed = set()
-        while removed != {"DISK", "EXTERNAL"}:
+        ttl_tokens = list(range(100, 132))
+        kv.store(ttl_tokens, [chunk], ttl_s=1)
+        # Events until its removal from both tiers has come: it may be demoted before it
+        # expires (the warm tier is tiny), and a batch may carry several events.
+        ttl_blocks, removed = None, set()
+        while ttl_blocks is None or removed != {"DISK", "EXTERNAL"}:
             (_, _, events), = receive(sub, 1, llmd_event)
-            removed |= {e["medium"] for e in events
-                        if e["type"] == "BlockRemoved" and e["block_hashes"] == ttl_chunk["block_hashes"]}
+            for e in events:
+                if e["type"] == "BlockStored" and e["token_ids"] == ttl_tokens and e["medium"] == "DISK":
+                    ttl_blocks = e["block_hashes"]
+                elif e["type"] == "BlockRemoved" and e["block_hashes"] == ttl_blocks:
+                    removed.add(e["medium"])
         r.delete(NS.key_of(NS.chunk_hashes(prompt)[0]))
         deadline = time.time() + 10
         while r.keys("kvt:*") and time.time() < deadline:
