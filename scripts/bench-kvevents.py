@@ -17,9 +17,7 @@ import argparse
 import json
 import multiprocessing
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,58 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "clients" / "python"))
-from ab import free_port, log  # noqa: E402  (this folder's A/B script: the same helpers)
+import ab  # noqa: E402  (this folder's A/B script: the same helpers)
+from ab import log  # noqa: E402
+from resp_pipe import bench_args, info_stats, resp, run_pipelined  # noqa: E402
 from strata_client.kvcache import Namespace, tokens_le  # noqa: E402
-
-
-def resp(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += [b"$%d\r\n" % len(a), a, b"\r\n"]
-    return b"".join(out)
-
-
-def read_replies(sock, n, buf=b""):
-    """Reads `n` whole replies (integers, errors, arrays of bulk strings) and returns the rest."""
-    done = 0
-    while done < n:
-        while True:
-            end = skip_reply(buf, 0)
-            if end is None:
-                break
-            if buf[:1] == b"-":
-                raise RuntimeError(buf[: buf.index(b"\r\n")].decode())
-            buf, done = buf[end:], done + 1
-            if done == n:
-                return buf
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            raise RuntimeError("server closed the connection")
-        buf += chunk
-    return buf
-
-
-def skip_reply(buf, at):
-    """Where the reply at `at` ends, or None if it has not all arrived."""
-    line = buf.find(b"\r\n", at)
-    if line < 0:
-        return None
-    kind, head = buf[at : at + 1], buf[at + 1 : line]
-    if kind in (b"+", b"-", b":"):
-        return line + 2
-    if kind == b"$":
-        n = int(head)
-        end = line + 2 + max(n, 0) + (2 if n >= 0 else 0)
-        return end if n < 0 or len(buf) >= end else None
-    if kind == b"*":
-        at = line + 2
-        for _ in range(max(int(head), 0)):
-            at = skip_reply(buf, at)
-            if at is None:
-                return None
-        return at
-    raise RuntimeError(f"unexpected reply {buf[at:at + 40]!r}")
 
 
 def workload(ns, prompts, chunks_per_prompt, chunk_tokens, value):
@@ -95,21 +45,6 @@ def workload(ns, prompts, chunks_per_prompt, chunk_tokens, value):
         plain.append(resp("KVC.PUT", ns.id, *[x for h in hashes for x in (h, value)]))
         gets.append(resp("KVC.GET", ns.id, *hashes))
     return puts, plain, gets
-
-
-def run_pipelined(port, commands, depth=32):
-    """Sends `commands` with `depth` in flight; returns the seconds taken."""
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    start = time.perf_counter()
-    buf = b""
-    for i in range(0, len(commands), depth):
-        batch = commands[i : i + depth]
-        sock.sendall(b"".join(batch))
-        buf = read_replies(sock, len(batch), buf)
-    took = time.perf_counter() - start
-    sock.close()
-    return took
 
 
 def consume(endpoint, ready, stop, out):
@@ -144,37 +79,13 @@ def consume(endpoint, ready, stop, out):
     ctx.destroy(linger=0)
 
 
-def info_stats(port):
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(resp("INFO", "stats"))
-    buf = b""
-    while skip_reply(buf, 0) is None:
-        buf += sock.recv(1 << 16)
-    sock.close()
-    text = buf[buf.index(b"\r\n") + 2 :].decode()
-    return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
-
-
 def one_round(args, feed, puts, gets, chunks, consumer_on=True):
     with tempfile.TemporaryDirectory() as data:
-        port = free_port()
-        settings = ["--set", "metrics_port=0", "--set", "durability=none"]
         endpoint = f"ipc://{data}/kv-events"
-        if feed:
-            settings += ["--set", f"kv_events_endpoint={endpoint}"]
-        pin = (lambda c: ["taskset", "-c", str(c)]) if not args.unpinned else (lambda c: [])
-        proc = subprocess.Popen(
-            pin(0) + [args.bin, "serve", "--data-dir", data, "--port", str(port)] + settings,
-            env=dict(os.environ, STRATA_LOG_LEVEL="warn"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        binary = f"{args.bin}@kv_events_endpoint={endpoint}" if feed else args.bin
+        proc, port = ab.start_strata(binary, data, "none")
         try:
-            for _ in range(600):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            if not args.unpinned:
+            if ab.PINNED:
                 os.sched_setaffinity(0, {1})
             seen = None
             if feed and consumer_on:
@@ -200,15 +111,11 @@ def one_round(args, feed, puts, gets, chunks, consumer_on=True):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "strata"))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--prompts", type=int, default=2000)
-    ap.add_argument("--chunks-per-prompt", type=int, default=8)
+    bench_args(ap)
     ap.add_argument("--chunk-tokens", type=int, default=64)
-    ap.add_argument("--value-bytes", type=int, default=4096)
-    ap.add_argument("--unpinned", action="store_true")
     ap.add_argument("--name", default="kvevents")
     args = ap.parse_args()
+    ab.PINNED = not args.unpinned
     ns = Namespace("bench-model", "main", "bf16", "vllm", 1, 0, args.chunk_tokens)
     value = b"v" * args.value_bytes
     puts, plain, gets = workload(ns, args.prompts, args.chunks_per_prompt, args.chunk_tokens, value)

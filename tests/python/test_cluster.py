@@ -614,6 +614,12 @@ def test_kv_cache_chunks_of_one_group_tag_live_in_its_slot_and_are_redirected(cl
     assert one.execute_command(*args) == 2
     assert one.execute_command("KVC.GET", "ns1", "TAG", tag, "h1", "h2") == [b"v1", b"v2"]
     assert one.execute_command("KVC.GET", "ns1", "h1") == [], "untagged keys are other keys"
+    # Quotas are per node; `strata cluster status` sums each namespace over the live nodes.
+    assert owner.execute_command("KVC.PUT", "nsq", "TAG", tag, "h1", b"abc", "h2", b"de") == 2
+    owner.execute_command("KVC.QUOTA", "nsq", 1000)
+    other.execute_command("KVC.QUOTA", "nsq", 500)
+    status = cluster_cmd(cluster3.etcd, cluster3.name, "status").stdout
+    assert "nsq 5 bytes in 2 chunks, quota 1500, 0 dropped for it" in status, status
 
 
 def test_kv_cache_client_spreads_a_prefix_over_groups_and_any_node_says_where_it_is(cluster3, strata):

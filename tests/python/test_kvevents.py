@@ -211,6 +211,32 @@ def test_kvc_drop_deletes_a_namespace_in_the_background_and_announces_it(tmp_pat
         s.stop()
 
 
+def test_chunks_dropped_for_a_quota_are_announced_and_their_tokens_go(tmp_path):
+    s = feed_server(tmp_path)
+    ctx = zmq.Context()
+    try:
+        sub = subscriber(ctx, tmp_path)
+        kv = KVCacheClient(f"redis://127.0.0.1:{s.port}", NS)
+        assert kv.r.execute_command("KVC.QUOTA", NS.id, 2500) == b"OK"
+        first, second = list(range(32)), list(range(1000, 1032))
+        kv.store(first, [b"a" * 1000])
+        stored = [e for _, _, evs in receive(sub, 1, llmd_event) for e in evs]
+        kv.store(second, [b"c" * 1000])
+        kv.store(list(range(2000, 2032)), [b"d" * 1000])  # 3,000 bytes > 2,500: the first goes
+        events = [e for _, _, evs in receive(sub, 4, llmd_event) for e in evs]
+        removed = [e for e in events if e["type"] == "BlockRemoved"]
+        assert {e["medium"] for e in removed} == {"DISK", "EXTERNAL"}
+        assert all(e["block_hashes"] == stored[0]["block_hashes"] for e in removed)
+        assert kv.lookup(first) == 0 and kv.lookup(second) == 32
+        deadline = time.time() + 10
+        while kv.r.exists("kvt" + NS.chunk_keys(first)[0][3:]) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not kv.r.exists("kvt" + NS.chunk_keys(first)[0][3:])
+    finally:
+        ctx.destroy(linger=0)
+        s.stop()
+
+
 def test_chunks_are_announced_as_they_move_between_tiers_and_expire(tmp_path):
     """Demoted to the object store: stored EXTERNAL, removed from DISK; read back: the
     reverse; expired or deleted: removed, and the tokens kept beside it go too."""

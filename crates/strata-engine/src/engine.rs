@@ -29,7 +29,7 @@ use crate::settings::{Durability, HotPolicy, Settings};
 use crate::stats::{Counters, Stats};
 use crate::tier::Tier;
 use crate::vlog::ValueLog;
-use crate::warm::Warm;
+use crate::warm::{Saved, Warm};
 use crate::write::{Existing, PutOptions, PutResult};
 use crate::writeback::state::WriteBack;
 use crate::{Clock, Result, SystemClock};
@@ -366,15 +366,15 @@ impl Engine {
         self.core.warm.swap_dbs(a, b)
     }
 
-    /// The server's function libraries as last saved (an opaque payload), if any.
-    pub fn functions(&self) -> Result<Option<Bytes>> {
-        self.core.warm.functions()
+    /// What the server saved as `what` (an opaque payload), if anything.
+    pub fn saved(&self, what: Saved) -> Result<Option<Bytes>> {
+        self.core.warm.saved(what)
     }
 
-    /// Saves the server's function libraries durably (`None`: there are none); they are
-    /// in backups with the rest of the warm store.
-    pub fn save_functions(&self, payload: Option<&[u8]>) -> Result<()> {
-        self.core.warm.save_functions(payload)
+    /// Saves the server's `what` durably (`None`: nothing); it is in backups with the rest
+    /// of the warm store.
+    pub fn save_server(&self, what: Saved, payload: Option<&[u8]>) -> Result<()> {
+        self.core.warm.save(what, payload)
     }
 
     // Reads.
@@ -709,6 +709,12 @@ impl Engine {
             Ok((cur.is_some().then_some(Change::Delete), cur.is_some()))
         })
         .await
+    }
+
+    /// Deletes each of `keys` (none named twice) in one batch; returns how many held a live
+    /// value.
+    pub fn delete_many(&self, keys: &[&Key]) -> Result<Written<usize>> {
+        crate::write::delete_many(&self.core, keys)
     }
 
     /// Atomically adds `delta` to the integer stored at `key` (absent counts as 0) and

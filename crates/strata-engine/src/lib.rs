@@ -91,7 +91,7 @@ pub use strata_format::{Key, Kind};
 pub use strata_warm::MemoryShares;
 pub use tier::Tier;
 pub use tierwatch::{Move, TierChange};
-pub use warm::warm_dir;
+pub use warm::{warm_dir, Saved};
 pub use write::{parse_i64, Condition, Existing, Expire, PutOptions, PutResult};
 /// Bytes the DRAM tier charges per entry on top of key and value.
 pub const HOT_ENTRY_OVERHEAD_BYTES: usize = strata_hot::ENTRY_OVERHEAD_BYTES;

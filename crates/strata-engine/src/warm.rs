@@ -53,8 +53,25 @@ const DB_MAP: &[u8] = b"db_map";
 /// Meta key of the key mode: 1 if stored keys carry their cluster slot (cluster mode), 0
 /// or absent if the slot is always 0.
 const KEY_SLOTS: &[u8] = b"key_slots";
-/// Meta key of the server's function libraries (`FUNCTION`), as the server encodes them.
-const FUNCTIONS: &[u8] = b"functions";
+
+/// What the server saves through the engine, in its own encoding, each under a meta key
+/// of its own (durable, in backups; not in the bucket log: it is this node's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// The function libraries (`FUNCTION`).
+    Functions,
+    /// The KV-cache pool's quotas per namespace (`KVC.QUOTA`).
+    KvcQuotas,
+}
+
+impl Saved {
+    fn meta_key(self) -> &'static [u8] {
+        match self {
+            Saved::Functions => b"functions",
+            Saved::KvcQuotas => b"kvc_quotas",
+        }
+    }
+}
 
 /// The persistent counters, in the order they are stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -549,15 +566,15 @@ impl Warm {
         Ok(())
     }
 
-    pub(crate) fn functions(&self) -> Result<Option<Bytes>> {
-        self.meta(FUNCTIONS)
+    pub(crate) fn saved(&self, what: Saved) -> Result<Option<Bytes>> {
+        self.meta(what.meta_key())
     }
 
-    pub(crate) fn save_functions(&self, payload: Option<&[u8]>) -> Result<()> {
+    pub(crate) fn save(&self, what: Saved, payload: Option<&[u8]>) -> Result<()> {
         let mut batch = self.store.batch();
         match payload {
-            Some(p) => batch.put(Family::Meta, FUNCTIONS, p),
-            None => batch.delete(Family::Meta, FUNCTIONS),
+            Some(p) => batch.put(Family::Meta, what.meta_key(), p),
+            None => batch.delete(Family::Meta, what.meta_key()),
         }
         Ok(self.store.write(batch, true)?)
     }

@@ -415,6 +415,36 @@ pub(crate) async fn put(
     .await
 }
 
+/// Deletes `keys` (each named once) as [`update`] deletes one, in one batch committed
+/// once; returns how many held a live value.
+pub(crate) fn delete_many(core: &Core, keys: &[&Key]) -> Result<Written<usize>> {
+    for k in keys {
+        check_sizes(k, None)?;
+    }
+    let _locks = core.locks.lock_many(keys.iter().copied());
+    core.check_writable()?;
+    crate::settle::settle_many_locked(core, keys)?;
+    let now = core.now_ms();
+    let (mut batch, mut d) = (core.warm.batch(), Counts::default());
+    let mut staged = Vec::with_capacity(keys.len());
+    let mut deleted = 0;
+    for (k, old) in keys.iter().zip(core.lookup_many(keys)?) {
+        if let Some(old) = old {
+            deleted += old.is_live(now) as usize;
+            staged.extend(stage(
+                core,
+                k,
+                Some(&old),
+                Change::Delete,
+                &mut batch,
+                &mut d,
+            )?);
+        }
+    }
+    let ticket = commit_staged(core, staged, batch, &d, core.syncs_client_writes())?;
+    Ok(Written::new(deleted, ticket))
+}
+
 /// Stores every pair in one batch, pair `i` expiring at `expire_of(i)` (see
 /// [`crate::Engine::put_many`]).
 pub(crate) async fn put_many(

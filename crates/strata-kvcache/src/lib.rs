@@ -30,6 +30,9 @@
 
 use sha2::{Digest, Sha256};
 
+pub mod quota;
+pub use quota::{Quotas, SpaceFigures};
+
 /// Chunks per group in a cluster (`kvc_group_chunks`): the chunks of a group share a slot.
 pub const GROUP_CHUNKS_DEFAULT: usize = 16;
 
@@ -151,14 +154,14 @@ impl Namespace {
     }
 }
 
-/// The storage key for a namespace id, an optional group tag and a chunk hash given on the
-/// wire: `kvc:<ns>:<hash>`, or with a tag `kvc:<ns>:{<tag>}<hash>`, so that every chunk of
-/// one group hashes to the slot of `{<tag>}` in a cluster.
 /// What every chunk key starts with.
 pub const CHUNK_PREFIX: &[u8] = b"kvc:";
 /// What the key of every chunk's tokens starts with (then the rest of the chunk's key).
 pub const TOKENS_PREFIX: &[u8] = b"kvt:";
 
+/// The storage key for a namespace id, an optional group tag and a chunk hash given on the
+/// wire: `kvc:<ns>:<hash>`, or with a tag `kvc:<ns>:{<tag>}<hash>`, so that every chunk of
+/// one group hashes to the slot of `{<tag>}` in a cluster.
 pub fn key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + ns_id.len() + chunk_hash.len() + tag.map_or(0, |t| t.len()));
     k.extend_from_slice(CHUNK_PREFIX);
@@ -173,7 +176,6 @@ pub fn key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
     k
 }
 
-/// A key whose cluster slot is that of group tag `tag` (every chunk key with this tag has it).
 /// The key a chunk's tokens are kept under, beside the chunk (`kvt:` for `kvc:`, the same
 /// group tag, so the same slot): the chunk's own value stays the client's bytes.
 pub fn tokens_key_for(ns_id: &[u8], tag: Option<&[u8]>, chunk_hash: &[u8]) -> Vec<u8> {
@@ -255,6 +257,7 @@ pub fn tokens_from_le(bytes: &[u8]) -> Option<Vec<u32>> {
     )
 }
 
+/// A key whose cluster slot is that of group tag `tag` (every chunk key with this tag has it).
 pub fn group_key(tag: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(tag.len() + 2);
     k.push(b'{');

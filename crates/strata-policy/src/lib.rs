@@ -20,6 +20,7 @@ mod opt;
 mod s3fifo;
 mod sketch;
 mod strata;
+mod tenants;
 mod tinylfu;
 mod trace;
 
@@ -29,6 +30,7 @@ pub use markov::MarkovModel;
 pub use opt::Opt;
 pub use s3fifo::S3Fifo;
 pub use strata::StrataPolicy;
+pub use tenants::{replay_tenants, rounds_to_send_all, Tenant};
 pub use tinylfu::WTinyLfu;
 pub use trace::{load_trace, Request};
 

@@ -18,7 +18,9 @@ fn body(shared: &Shared) -> String {
     let engine = shared.engine.stats_now();
     let server = shared.stats();
     let rows = engine.rows().into_iter().chain(server.rows());
-    crate::metrics::render(&shared.metrics, rows)
+    let mut o = crate::metrics::render(&shared.metrics, rows);
+    crate::metrics::write_namespaces(&mut o, &shared.kvc_quotas.figures());
+    o
 }
 
 /// Serves `/metrics` and `/healthz` until the server shuts down.

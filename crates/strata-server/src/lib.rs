@@ -44,6 +44,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{AclUser, Role};
 pub use config::{ServerConfig, CONFIG_NAMES, DATABASES_MAX, MAXMEMORY_MIN};
+pub use link::node_namespaces;
 pub use memory::{rss_anon_bytes_of, set_allocator, split as split_memory, Allocator};
 pub use shared::{ServerStats, SERVER_STATS};
 
@@ -142,6 +143,7 @@ impl Server {
                 cluster,
                 kv_feed: Default::default(),
                 kvc_drops_running: Default::default(),
+                kvc_quotas: Default::default(),
                 links: Default::default(),
                 encoding_params: Mutex::new(cmd::ENCODING_PARAMS.iter().copied().collect()),
             }),

@@ -203,6 +203,42 @@ impl Links {
     }
 }
 
+/// The KV-cache namespaces node `endpoint` holds (`INFO kvcache`): each one's name as
+/// `INFO` labels it, with its figures (`strata cluster status` sums them over the nodes).
+pub async fn node_namespaces(
+    endpoint: &str,
+    password: &str,
+) -> Result<Vec<strata_kvcache::SpaceFigures>, String> {
+    let mut link = Link::connect(endpoint, password).await?;
+    let text = match link.call(&[b"INFO", b"kvcache"]).await? {
+        Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        Reply::Verbatim(t) => t,
+        other => return Err(format!("{endpoint}: INFO answered {other:?}")),
+    };
+    Ok(text.lines().filter_map(namespace_line).collect())
+}
+
+/// One `ns_<name>:quota=..,used_bytes=..,chunks=..,dropped=..` line of `INFO kvcache`.
+fn namespace_line(line: &str) -> Option<strata_kvcache::SpaceFigures> {
+    let (name, fields) = line.trim_end().strip_prefix("ns_")?.split_once(':')?;
+    let mut f = strata_kvcache::SpaceFigures {
+        namespace: name.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    for kv in fields.split(',') {
+        let (k, v) = kv.split_once('=')?;
+        let v: u64 = v.parse().ok()?;
+        match k {
+            "quota" => f.quota = v,
+            "used_bytes" => f.used_bytes = v,
+            "chunks" => f.chunks = v,
+            "dropped" => f.dropped = v,
+            _ => {}
+        }
+    }
+    Some(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +275,14 @@ mod tests {
             .is_err());
         let deep = "*1\r\n".repeat(DEPTH_MAX + 1) + ":1\r\n";
         assert!(parse(deep.as_bytes()).await.is_err());
+    }
+
+    #[test]
+    fn an_info_line_of_a_namespace_reads_back() {
+        let f = namespace_line("ns_m1:quota=10,used_bytes=7,chunks=2,dropped=1\r").unwrap();
+        assert_eq!(f.namespace, b"m1");
+        assert_eq!((f.quota, f.used_bytes, f.chunks, f.dropped), (10, 7, 2, 1));
+        assert!(namespace_line("# KVCache").is_none());
+        assert!(namespace_line("ns_m1:quota=x").is_none());
     }
 }

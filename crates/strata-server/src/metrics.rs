@@ -235,3 +235,40 @@ fn write_figures(o: &mut String, rows: impl Iterator<Item = (&'static Stat, u64)
         }
     }
 }
+
+/// Writes each KV-cache namespace's figures (`KVC.QUOTA`), labelled by namespace.
+pub(crate) fn write_namespaces(o: &mut String, spaces: &[strata_kvcache::SpaceFigures]) {
+    type Figure = fn(&strata_kvcache::SpaceFigures) -> u64;
+    let families: [(&str, &str, &str, Figure); 4] = [
+        (
+            "strata_kvc_namespace_bytes",
+            "gauge",
+            "Bytes of a KV-cache namespace's chunks on this node, every tier counted.",
+            |f| f.used_bytes,
+        ),
+        (
+            "strata_kvc_namespace_chunks",
+            "gauge",
+            "Chunks of a KV-cache namespace on this node.",
+            |f| f.chunks,
+        ),
+        (
+            "strata_kvc_namespace_quota_bytes",
+            "gauge",
+            "A KV-cache namespace's quota on this node (0: none).",
+            |f| f.quota,
+        ),
+        (
+            "strata_kvc_namespace_dropped_total",
+            "counter",
+            "Chunks a KV-cache namespace dropped for its quota since the start.",
+            |f| f.dropped,
+        ),
+    ];
+    for (name, kind, help, figure) in families {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for f in spaces {
+            let _ = writeln!(o, "{name}{{namespace=\"{}\"}} {}", f.label(), figure(f));
+        }
+    }
+}

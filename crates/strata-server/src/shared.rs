@@ -28,6 +28,7 @@ strata_engine::define_stats! {
         clients_cut_off_slow_request: "strata_clients_cut_off_total" "reason=\"slow_request\"" "Clients cut off for a request that did not arrive in time.",
         clients_cut_off_not_reading: "strata_clients_cut_off_total" "reason=\"not_reading\"" "Clients cut off for not reading their replies.",
         kvc_chunks_dropped: "strata_kvc_chunks_dropped_total" "" "KV-cache chunks deleted by KVC.DROP.",
+        kvc_chunks_over_quota: "strata_kvc_chunks_over_quota_total" "" "KV-cache chunks dropped because their namespace was over its quota (KVC.QUOTA).",
         clients_cut_off_protocol_error: "strata_clients_cut_off_total" "reason=\"protocol_error\"" "Clients cut off for a malformed or oversized request.",
     }
     gauges {
@@ -129,6 +130,8 @@ pub(crate) struct Shared {
     pub(crate) kv_feed: std::sync::OnceLock<strata_kvfeed::Feed>,
     /// `KVC.DROP`s still deleting their namespace.
     pub(crate) kvc_drops_running: AtomicU64,
+    /// The bytes each KV-cache namespace holds on this node, and its quota (`KVC.QUOTA`).
+    pub(crate) kvc_quotas: strata_kvcache::Quotas<strata_engine::Key>,
     /// Idle connections to the other nodes of the cluster.
     pub(crate) links: crate::link::Links,
     /// Redis's encoding thresholds as `CONFIG SET` left them (no effect in Strata).

@@ -2,6 +2,7 @@
 
 mod backup;
 mod config;
+mod namespaces;
 mod runtime;
 #[cfg(test)]
 mod settings_page;
@@ -256,6 +257,51 @@ const MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 /// How long `strata cluster add-node` waits for the node to register.
 const NODE_REGISTER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The KV-cache namespaces of every live node, each one's figures summed (quotas are
+/// per node: their sum is what the cluster may hold), one line per namespace.
+async fn namespaces_summed(st: &strata_cluster::Status, password: &str) -> String {
+    let mut sums: BTreeMap<Vec<u8>, [u64; 4]> = BTreeMap::new();
+    let mut out = String::new();
+    for addr in st.live.values() {
+        match strata_server::node_namespaces(&addr.endpoint(), password).await {
+            Ok(spaces) => {
+                for f in spaces {
+                    let s = sums.entry(f.namespace).or_default();
+                    for (i, v) in [f.used_bytes, f.chunks, f.quota, f.dropped]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        s[i] += v;
+                    }
+                }
+            }
+            Err(e) => out.push_str(&format!(
+                "  (namespaces of {} not read: {e})\n",
+                addr.endpoint()
+            )),
+        }
+    }
+    if sums.is_empty() {
+        return out;
+    }
+    let mut head = format!(
+        "KV-cache namespaces, summed over {} live nodes:\n",
+        st.live.len()
+    );
+    for (ns, [used, chunks, quota, dropped]) in sums {
+        let quota = if quota == 0 {
+            "none".to_string()
+        } else {
+            quota.to_string()
+        };
+        head.push_str(&format!(
+            "  {} {used} bytes in {chunks} chunks, quota {quota}, {dropped} dropped for it\n",
+            String::from_utf8_lossy(&ns)
+        ));
+    }
+    head + &out
+}
+
 async fn rebalance(etcd: &str, name: &str) -> Result<()> {
     eprintln!("rebalance: asking the controller of cluster '{name}'");
     let msg =
@@ -285,6 +331,7 @@ async fn cluster_command(cfg: &Config, c: ClusterCommand) -> Result<()> {
             let st = strata_cluster::status(&etcd, &name).await?;
             println!("cluster '{name}' on {etcd}");
             print!("{st}");
+            print!("{}", namespaces_summed(&st, &cfg.server.requirepass).await);
         }
         ClusterCommand::Rebalance(t) => {
             let (etcd, name) = target(&t)?;

@@ -39,6 +39,24 @@ pub struct ReplayArgs {
     /// With --engine: the DRAM policy, lru or strata.
     #[arg(long, default_value = "strata")]
     hot_policy: String,
+    /// A namespace sharing one pool with the others, as NAME=TRACE[@RATE] (repeatable;
+    /// RATE: its requests per round, 1 unless given). With namespaces the replay reports
+    /// each one's hit rate alone, sharing the pool, and sharing it with the --quota given.
+    #[arg(long = "namespace")]
+    namespaces: Vec<String>,
+    /// With --namespace: a namespace's quota, as NAME=BLOCKS or NAME=PERCENT% of the
+    /// capacity (repeatable).
+    #[arg(long = "quota")]
+    quotas: Vec<String>,
+}
+
+/// The capacities asked for, or the default ones.
+fn capacities(args: &ReplayArgs) -> Vec<usize> {
+    if args.capacity_blocks.is_empty() {
+        vec![1000, 2000, 5859, 10000, 20000]
+    } else {
+        args.capacity_blocks.clone()
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -54,6 +72,16 @@ struct Row {
 /// the replay's own flags, a temporary data directory and a local object-store directory
 /// in it take precedence. `sets`: the `--set` flags, for the report's command line.
 pub fn replay(args: &ReplayArgs, cfg: &crate::config::Config, sets: &[String]) -> Result<()> {
+    if !args.namespaces.is_empty() {
+        let caps = capacities(args);
+        return crate::namespaces::replay(
+            &args.namespaces,
+            &args.quotas,
+            &caps,
+            args.json,
+            &args.out,
+        );
+    }
     let trace = load_trace(&args.trace).map_err(anyhow::Error::msg)?;
     if trace.is_empty() {
         bail!("trace {} holds no requests", args.trace.display());
@@ -66,11 +94,7 @@ pub fn replay(args: &ReplayArgs, cfg: &crate::config::Config, sets: &[String]) -
     } else {
         vec![args.policy.parse().map_err(anyhow::Error::msg)?]
     };
-    let caps = if args.capacity_blocks.is_empty() {
-        vec![1000, 2000, 5859, 10000, 20000]
-    } else {
-        args.capacity_blocks.clone()
-    };
+    let caps = capacities(args);
     let started = Instant::now();
     let total = policies.len() * caps.len();
     let mut rows = Vec::new();

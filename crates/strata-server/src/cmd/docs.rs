@@ -227,6 +227,11 @@ pub(super) const DOCS: &[(&str, &str, &str)] = &[
     ("strata.backup", "url", "Writes a consistent copy of the store to a directory or object store."),
     ("strata.range", "start end [LIMIT count:integer] [REV]", "String keys between two bounds with their values, in key order."),
     ("kvc.drop", "namespace", "Deletes every chunk of a namespace in the background."),
+    (
+        "kvc.quota",
+        "namespace [bytes]",
+        "Sets or shows the bytes a namespace's chunks may take on this node.",
+    ),
     ("kvc.put", "namespace [TAG tag] [TOKENS parent] <hash value [tokens]>... [TTL seconds:integer]", "Stores chunks of LLM attention KV state under their prefix hash chain."),
     ("kvc.get", "namespace [TAG tag] hash...", "Reads chunks of KV state by their prefix hash chain."),
     ("kvc.match", "namespace [TAG tag] hash... [LEASE milliseconds:integer] [LOADTIME]", "How many leading chunks of a prefix hash chain are stored, and in which tiers."),

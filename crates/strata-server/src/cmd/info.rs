@@ -224,5 +224,26 @@ fn text(ctx: &Ctx<'_>, a: &[Bytes]) -> String {
         rows.push(("durability", settings.warm.durability.as_str().to_string()));
         section(&mut o, "Strata", rows);
     }
+    if show("kvcache") {
+        kvcache_section(&mut o, sh);
+    }
     o
+}
+
+/// `# KVCache`: each namespace the pool holds chunks of or has a quota for (`KVC.QUOTA`),
+/// as `ns_<namespace>:quota=..,used_bytes=..,chunks=..,dropped=..`.
+fn kvcache_section(o: &mut String, sh: &crate::shared::Shared) {
+    o.push_str("# KVCache\r\n");
+    for f in sh.kvc_quotas.figures() {
+        let _ = write!(
+            o,
+            "ns_{}:quota={},used_bytes={},chunks={},dropped={}\r\n",
+            f.label(),
+            f.quota,
+            f.used_bytes,
+            f.chunks,
+            f.dropped
+        );
+    }
+    o.push_str("\r\n");
 }

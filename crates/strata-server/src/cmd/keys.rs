@@ -283,6 +283,7 @@ pub(crate) async fn flushdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match ctx.shared.engine.flush_db(ctx.conn.db).await {
         Ok(w) => {
             touch_each(ctx, &watched);
+            ctx.shared.kvc_quotas.forget(|k| k.db() == db);
             ctx.defer(w);
             Reply::ok()
         }
@@ -354,6 +355,7 @@ pub(crate) async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     match ctx.shared.engine.flush_all().await {
         Ok(w) => {
             touch_each(ctx, &watched);
+            ctx.shared.kvc_quotas.forget(|_| true);
             if let Some(feed) = ctx.shared.kv_feed.get() {
                 feed.send(strata_kvfeed::Event::AllCleared);
             }

@@ -9,6 +9,8 @@
 //!   carries its tokens (32-bit little-endian integers) and `parent` is the hash of the
 //!   chunk before the first (empty for a prompt's first chunk): they are kept beside the
 //!   chunk (`strata_kvcache::tokens_key_for`), and announced on the KV event feed.
+//!   A namespace with a quota (`KVC.QUOTA`) that the chunks take past it drops its least
+//!   recently used chunks (`kvchunks.rs`) before the reply.
 //! - `KVC.GET ns h1 .. hN` → the values of the leading chunks that are present, in order;
 //!   it stops at the first missing chunk (a KV prefix is usable only contiguously), so the
 //!   reply's length is the number of usable chunks. It also stops before the chunk that
@@ -179,7 +181,19 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     if let (Some(feed), Some((parent, tokens))) = (shared.kv_feed.get(), &p.tokens) {
         announce_stored(feed, &p.hashes, parent, tokens);
     }
-    Reply::Integer(keys.len() as i64)
+    let n = keys.len() as i64;
+    let sizes = keys
+        .into_iter()
+        .zip(&p.values)
+        .map(|(k, v)| (k, v.len() as u64));
+    let over = shared.kvc_quotas.stored(c.ns, sizes);
+    if !over.is_empty() {
+        match crate::kvchunks::drop_over_quota(shared, &over) {
+            Ok(t) => ctx.conn.pending = ctx.conn.pending.max(t),
+            Err(e) => return engine_error(&e),
+        }
+    }
+    Reply::Integer(n)
 }
 
 /// The hash of the chunk before chunk `i` of a `KVC.PUT ... TOKENS parent ...`.
@@ -241,7 +255,10 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
     }
     let refs: Vec<&Key> = ks.iter().collect();
     match engine.get_prefix(&refs, ctx.reply_bytes_max()).await {
-        Ok(vals) => Reply::Array(vals.into_iter().map(Reply::Bulk).collect()),
+        Ok(vals) => {
+            ctx.shared.kvc_quotas.used(c.ns, &ks[..vals.len()]);
+            Reply::Array(vals.into_iter().map(Reply::Bulk).collect())
+        }
         Err(e) => engine_error(&e),
     }
 }

@@ -13,7 +13,7 @@ mod info;
 mod items;
 mod keys;
 mod kvc;
-mod kvcdrop;
+mod kvcns;
 mod lcs;
 mod lists;
 mod packed;
@@ -599,7 +599,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
     c!("strata.range", -3, READ, 0, 0, 0, st::range),
     // The KV-cache pool (one round trip each).
     c!("kvc.put", -4, WRITE, 0, 0, 0, kvc::put),
-    c!("kvc.drop", 2, WRITE, 0, 0, 0, kvcdrop::drop_namespace),
+    c!("kvc.drop", 2, WRITE, 0, 0, 0, kvcns::drop_namespace),
+    c!("kvc.quota", -2, WRITE, 0, 0, 0, kvcns::quota),
     c!("kvc.get", -3, READ, 0, 0, 0, kvc::get),
     c!("kvc.match", -3, READ, 0, 0, 0, kvc::match_prefix),
     c!("kvc.locate", -3, READ, 0, 0, 0, kvc::locate),

@@ -279,13 +279,17 @@ fn save(ctx: &Ctx<'_>, functions: &strata_script::Functions) -> Result<(), Reply
     let payload = (functions.counts().0 > 0).then(|| functions.dump());
     ctx.shared
         .engine
-        .save_functions(payload.as_deref())
+        .save_server(strata_engine::Saved::Functions, payload.as_deref())
         .map_err(|e| super::ctx::engine_error(&e))
 }
 
 /// Loads the libraries the engine saved (at start).
 pub(crate) fn restore_saved(shared: &Shared) -> Result<(), String> {
-    let Some(payload) = shared.engine.functions().map_err(|e| e.to_string())? else {
+    let Some(payload) = shared
+        .engine
+        .saved(strata_engine::Saved::Functions)
+        .map_err(|e| e.to_string())?
+    else {
         return Ok(());
     };
     shared

@@ -65,7 +65,7 @@ pub(super) const fn group_of(module: &str, name: &str) -> &'static str {
         ("cluster", "cluster"),
         ("st", "strata"),
         ("kvc", "strata"),
-        ("kvcdrop", "strata"),
+        ("kvcns", "strata"),
     ];
     let mut i = 0;
     while i < GROUPS.len() {
