@@ -8,6 +8,8 @@
 pub mod filter;
 pub mod hnsw;
 pub mod quant;
+pub mod set;
 
 pub use hnsw::{Hnsw, NodeId};
 pub use quant::{normalize, Quant, Stored};
+pub use set::{Query, Settings, VectorSet};

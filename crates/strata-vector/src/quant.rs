@@ -27,7 +27,7 @@ impl Quant {
         match self {
             Quant::NoQuant => dim * 4,
             Quant::Q8 => dim + 4,
-            Quant::Bin => dim.div_ceil(8),
+            Quant::Bin => dim.div_ceil(64) * 8,
         }
     }
 }
