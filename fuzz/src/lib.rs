@@ -229,7 +229,7 @@ fn collection_seeds() -> Vec<(strata_format::Kind, Vec<u8>)> {
 pub fn collection_one(kind: strata_format::Kind, value: &[u8]) {
     use strata_format::{hash, members, zset, Kind};
     match kind {
-        Kind::Hash => {
+        Kind::Hash | Kind::VectorSet => {
             if let Ok(fields) = hash::decode_hash(value) {
                 let again = hash::encode_hash(&fields);
                 assert_eq!(hash::decode_hash(&again).expect("re-encoded hash"), fields);

@@ -7,7 +7,7 @@
 //! families emptied (the store drops them at its next open). A crash part-way leaves the
 //! old families whole: the next open starts the copy again from a clean slate.
 
-use strata_format::keys::{self, LAYOUT_VERSION};
+use strata_format::keys::{self, STORE_LAYOUT};
 use strata_format::Key;
 use strata_warm::{Bounds, Family};
 
@@ -20,17 +20,26 @@ const BATCH_ENTRIES: usize = 10_000;
 /// Brings the warm store to the current layout; returns the keys migrated (0 if none).
 pub(crate) fn to_current(warm: &Warm) -> Result<u64> {
     match warm.layout()? {
-        Some(LAYOUT_VERSION) => {
+        Some(STORE_LAYOUT) => {
             // A crash after the layout was recorded may have left the old families full.
             clear_layout_1(warm)?;
             Ok(0)
         }
+        // Layout 2 has layout 3's keys: only the record changes (older Strata then refuse
+        // the store, which may hold kinds they cannot read).
+        Some(2) => {
+            clear_layout_1(warm)?;
+            let mut b = warm.batch();
+            b.set_layout(STORE_LAYOUT);
+            warm.write(b, true)?;
+            Ok(0)
+        }
         Some(v) => Err(Error::Invalid(format!(
-            "the store has key layout {v}; this Strata reads layouts 1 to {LAYOUT_VERSION}"
+            "the store has key layout {v}; this Strata reads layouts 1 to {STORE_LAYOUT}"
         ))),
         None if layout_1_is_empty(warm)? => {
             let mut b = warm.batch();
-            b.set_layout(LAYOUT_VERSION);
+            b.set_layout(STORE_LAYOUT);
             warm.write(b, true)?;
             Ok(0)
         }
@@ -96,7 +105,7 @@ fn clear_layout_1(warm: &Warm) -> Result<()> {
 }
 
 fn from_layout_1(warm: &Warm) -> Result<u64> {
-    tracing::info!("the store has key layout 1: copying it to layout {LAYOUT_VERSION}");
+    tracing::info!("the store has key layout 1: copying it to layout {STORE_LAYOUT}");
     let mut b = warm.batch();
     for f in Family::CURRENT.into_iter().filter(|&f| f != Family::Meta) {
         b.clear(f);
@@ -118,10 +127,10 @@ fn from_layout_1(warm: &Warm) -> Result<u64> {
         warm_bytes: (records * keys::STORED_KEY_PREFIX_BYTES as u64) as i64,
         ..Counts::default()
     });
-    b.set_layout(LAYOUT_VERSION);
+    b.set_layout(STORE_LAYOUT);
     warm.write(b, true)?;
     clear_layout_1(warm)?;
-    tracing::info!(records, cold, "key layout {LAYOUT_VERSION} in place");
+    tracing::info!(records, cold, "key layout {STORE_LAYOUT} in place");
     Ok(records + cold)
 }
 

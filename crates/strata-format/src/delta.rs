@@ -277,7 +277,7 @@ pub fn apply(kind: Kind, base: &[u8], deltas: &[&[u8]]) -> Result<Vec<u8>> {
         .map(|d| decode_delta(d))
         .collect::<Result<Vec<_>>>()?;
     match kind {
-        Kind::Hash => {
+        Kind::Hash | Kind::VectorSet => {
             let fields = decode_hash(base)?.into_iter();
             let mut o =
                 Ordered::new(fields.map(|f| (f.name.to_vec(), (f.value.to_vec(), f.expire_ms))));

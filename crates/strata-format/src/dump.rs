@@ -55,7 +55,7 @@ pub fn decode_dump(b: &[u8]) -> Result<(Kind, &[u8])> {
     let value = &body[1..];
     match kind {
         Kind::String => {}
-        Kind::Hash => {
+        Kind::Hash | Kind::VectorSet => {
             crate::hash::decode_hash(value)?;
         }
         Kind::Set | Kind::List => {

@@ -20,8 +20,12 @@
 use crate::{FormatError, Result, KEY_BYTES_MAX};
 use smallvec::SmallVec;
 
-/// The key layout this crate writes.
+/// The key layout this crate writes (what segments and value-log entries say of their keys).
 pub const LAYOUT_VERSION: u32 = 2;
+/// The layout a store records (its meta key `layout`): 3 is layout 2's keys with values of
+/// every kind up to vector sets (kind 5), which a Strata that reads layouts up to 2 could
+/// not decode: it refuses such a store at open instead.
+pub const STORE_LAYOUT: u32 = 3;
 /// Bytes in front of the client's key in a stored key.
 pub const STORED_KEY_PREFIX_BYTES: usize = 3;
 /// Largest stored key: a client key with its database and slot.

@@ -311,7 +311,7 @@ pub fn in_current_encoding(kind: Kind, b: &[u8]) -> Result<Cow<'_, [u8]>> {
         return Ok(Cow::Borrowed(b));
     }
     Ok(Cow::Owned(match kind {
-        Kind::Hash => crate::hash::encode_hash(&decode_hash(b)?),
+        Kind::Hash | Kind::VectorSet => crate::hash::encode_hash(&decode_hash(b)?),
         Kind::ZSet => crate::zset::encode_zset(&crate::zset::decode_zset(b)?),
         _ => crate::members::encode_members(&decode_members(b)?),
     }))
@@ -332,7 +332,9 @@ pub fn items(kind: Kind, b: &[u8]) -> Result<Vec<(&[u8], &[u8])>> {
     for _ in 0..count {
         let rest = &b[at..];
         let (name, len) = match kind {
-            Kind::Hash => crate::hash::field_at(rest).map(|(f, len)| (f.name, len))?,
+            Kind::Hash | Kind::VectorSet => {
+                crate::hash::field_at(rest).map(|(f, len)| (f.name, len))?
+            }
             Kind::ZSet => crate::zset::entry_at(rest).map(|((_, m), len)| (m, len))?,
             _ => crate::members::member_at(rest)?,
         };

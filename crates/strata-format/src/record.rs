@@ -34,6 +34,9 @@ pub enum Kind {
     Set = 2,
     ZSet = 3,
     List = 4,
+    /// A vector set (Redis 8): stored as a hash's fields are, each element's name with its
+    /// record (`strata_vector::set::encode_element`).
+    VectorSet = 5,
 }
 
 impl Kind {
@@ -45,6 +48,7 @@ impl Kind {
             2 => Kind::Set,
             3 => Kind::ZSet,
             4 => Kind::List,
+            5 => Kind::VectorSet,
             _ => {
                 return Err(FormatError::Bad {
                     what: "value kind",
@@ -56,7 +60,10 @@ impl Kind {
 
     /// Whether values of this kind are stored as parts when large: every collection's are.
     pub fn has_parts(self) -> bool {
-        matches!(self, Kind::Hash | Kind::Set | Kind::ZSet | Kind::List)
+        matches!(
+            self,
+            Kind::Hash | Kind::Set | Kind::ZSet | Kind::List | Kind::VectorSet
+        )
     }
 
     /// The name `TYPE` answers.
@@ -67,6 +74,7 @@ impl Kind {
             Kind::Set => "set",
             Kind::ZSet => "zset",
             Kind::List => "list",
+            Kind::VectorSet => "vectorset",
         }
     }
 

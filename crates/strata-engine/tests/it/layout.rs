@@ -183,3 +183,41 @@ async fn a_migration_cut_short_starts_again_and_finishes() {
     assert_eq!(e.stats().warm_entries, 3);
     e.close().await.unwrap();
 }
+
+/// The layout the store in `dir` records, or sets it to `to`.
+fn store_layout(dir: &std::path::Path, to: Option<u32>) -> Option<u32> {
+    use strata_warm::WarmStore;
+    let warm = crate::support::rocks(dir);
+    if let Some(v) = to {
+        let mut b = warm.batch();
+        b.put(strata_warm::Family::Meta, b"layout", &v.to_le_bytes());
+        warm.write(b, true).unwrap();
+    }
+    let got = warm.get(strata_warm::Family::Meta, b"layout").unwrap();
+    got.map(|b| u32::from_le_bytes(b[..4].try_into().unwrap()))
+}
+
+#[tokio::test]
+async fn a_layout_2_store_is_recorded_as_3_and_a_newer_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(small_options(dir.path())).await.unwrap();
+    e.put(&key(b"k"), Bytes::from("v"), PutOptions::default())
+        .await
+        .acked(&e)
+        .await
+        .unwrap();
+    e.close().await.unwrap();
+    drop(e);
+    assert_eq!(store_layout(dir.path(), None), Some(3), "a new store");
+    // A store an older Strata wrote: same keys, so only the record moves on.
+    store_layout(dir.path(), Some(2));
+    let e = open(small_options(dir.path())).await.unwrap();
+    assert_eq!(e.get(&key(b"k")).await.unwrap(), Some(Bytes::from("v")));
+    e.close().await.unwrap();
+    drop(e);
+    assert_eq!(store_layout(dir.path(), None), Some(3));
+    // A store of a layout this Strata does not know (as layout 3 is to an older one).
+    store_layout(dir.path(), Some(4));
+    let err = open(small_options(dir.path())).await.err().expect("refused");
+    assert!(err.to_string().contains("layout 4"), "{err}");
+}
