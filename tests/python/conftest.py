@@ -123,6 +123,11 @@ class StrataProcess:
     def client(self, **kw) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
+    def kill(self):
+        """SIGKILL, leaving the data directory for a restart on it."""
+        self.proc.kill()
+        self.proc.wait()
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.kill()

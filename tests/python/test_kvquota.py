@@ -72,8 +72,7 @@ def test_a_namespace_over_its_quota_drops_its_own_least_recently_used_chunks(tmp
         assert 'strata_kvc_namespace_dropped_total{namespace="noisy"} 3' in m
         assert 'strata_kvc_namespace_chunks{namespace="quiet"} 10' in m
     finally:
-        s.proc.kill()
-        s.proc.wait()
+        s.kill()
     # SIGKILLed: the quota was saved, and the count is rebuilt from what is stored.
     s = StrataProcess(data_dir=str(tmp_path))
     try:

@@ -200,10 +200,7 @@ impl VectorSet {
         ef: usize,
         filter: Option<(&Expr, usize)>,
     ) -> Option<Vec<Found<'_>>> {
-        let q = match query {
-            Query::Vector(v) => Stored::new(self.settings.quant, &normalize(v).0),
-            Query::Element(name) => self.graph.vector(*self.by_name.get(name)?).clone(),
-        };
+        let q = self.query(query)?;
         let mut keep =
             |id: NodeId| filter.is_some_and(|(e, _)| e.matches(self.element(id).attrs.as_deref()));
         let walk_filter =
@@ -212,13 +209,45 @@ impl VectorSet {
         Some(
             found
                 .into_iter()
-                .map(|(id, sim)| Found {
-                    name: &self.element(id).name,
-                    score: ((1.0 + sim) / 2.0).clamp(0.0, 1.0),
-                    attrs: self.element(id).attrs.as_deref(),
-                })
+                .map(|(id, sim)| self.found(id, sim))
                 .collect(),
         )
+    }
+
+    /// [`VectorSet::similar`] by comparing the query with every element (`TRUTH`): the
+    /// exact answer, at the cost of the whole set.
+    pub fn similar_exact(
+        &self,
+        query: Query<'_>,
+        count: usize,
+        filter: Option<&Expr>,
+    ) -> Option<Vec<Found<'_>>> {
+        let q = self.query(query)?;
+        let mut all: Vec<Found<'_>> = self
+            .by_name
+            .values()
+            .filter(|&&id| filter.is_none_or(|e| e.matches(self.element(id).attrs.as_deref())))
+            .map(|&id| self.found(id, q.similarity(self.graph.vector(id), self.settings.dim)))
+            .collect();
+        all.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.name.cmp(y.name)));
+        all.truncate(count);
+        Some(all)
+    }
+
+    fn query(&self, query: Query<'_>) -> Option<Stored> {
+        Some(match query {
+            Query::Vector(v) => Stored::new(self.settings.quant, &normalize(v).0),
+            Query::Element(name) => self.graph.vector(*self.by_name.get(name)?).clone(),
+        })
+    }
+
+    fn found(&self, id: NodeId, sim: f32) -> Found<'_> {
+        let e = self.element(id);
+        Found {
+            name: &e.name,
+            score: ((1.0 + sim) / 2.0).clamp(0.0, 1.0),
+            attrs: e.attrs.as_deref(),
+        }
     }
 
     /// Every element by name, in name order (`VRANGE`, and what the server stores).
@@ -406,6 +435,12 @@ mod tests {
             vec![&b"a"[..]]
         );
         assert!(s.similar(Query::Element(b"nope"), 3, 10, None).is_none());
+        let exact = s
+            .similar_exact(Query::Vector(&[1.0, 0.0, 0.0]), 2, None)
+            .unwrap();
+        assert_eq!(exact, found);
+        let only_a = s.similar_exact(Query::Element(b"b"), 3, Some(&f)).unwrap();
+        assert_eq!(only_a.len(), 1);
         assert_eq!(
             s.vector(b"b").unwrap(),
             vec![0.0, 2.0, 0.0],

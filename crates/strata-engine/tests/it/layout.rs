@@ -218,6 +218,9 @@ async fn a_layout_2_store_is_recorded_as_3_and_a_newer_layout_is_refused() {
     assert_eq!(store_layout(dir.path(), None), Some(3));
     // A store of a layout this Strata does not know (as layout 3 is to an older one).
     store_layout(dir.path(), Some(4));
-    let err = open(small_options(dir.path())).await.err().expect("refused");
+    let err = open(small_options(dir.path()))
+        .await
+        .err()
+        .expect("refused");
     assert!(err.to_string().contains("layout 4"), "{err}");
 }

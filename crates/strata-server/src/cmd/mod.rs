@@ -29,6 +29,8 @@ mod syntax;
 mod tests;
 pub(crate) mod txn;
 mod typed;
+mod vlive;
+mod vsets;
 mod zsets;
 
 use std::collections::HashMap;
@@ -589,6 +591,19 @@ pub(crate) static COMMANDS: &[Spec] = &[
         0,
         cluster::slottake
     ),
+    // Vector sets.
+    c!("vadd", -5, WRITE, 1, 1, 1, vsets::vadd),
+    c!("vrem", 3, WRITE | FAST, 1, 1, 1, vsets::vrem),
+    c!("vsetattr", 4, WRITE | FAST, 1, 1, 1, vsets::vsetattr),
+    c!("vsim", -4, READ, 1, 1, 1, vsets::vsim),
+    c!("vcard", 2, READ | FAST, 1, 1, 1, vsets::vcard),
+    c!("vdim", 2, READ | FAST, 1, 1, 1, vsets::vdim),
+    c!("vemb", -3, READ | FAST, 1, 1, 1, vsets::vemb),
+    c!("vismember", 3, READ | FAST, 1, 1, 1, vsets::vismember),
+    c!("vgetattr", 3, READ | FAST, 1, 1, 1, vsets::vgetattr),
+    c!("vinfo", 2, READ | FAST, 1, 1, 1, vsets::vinfo),
+    c!("vrandmember", -2, READ, 1, 1, 1, vsets::vrandmember),
+    c!("vlinks", -3, READ, 1, 1, 1, vsets::vlinks),
     // Strata's own.
     c!("tier", 2, READ | FAST, 1, 1, 1, st::tier),
     c!("strata.stats", 1, READ, 0, 0, 0, st::stats),

@@ -25,7 +25,12 @@ const fn same(a: &str, b: &str) -> bool {
 /// The flags the module of a command's handler gives it: the collections' modules
 /// (hashes, sets, sorted sets, lists) [`TOUCHES_WHAT_CHANGES`].
 pub(super) const fn module_flags(module: &str) -> u32 {
-    if same(module, "h") || same(module, "se") || same(module, "z") || same(module, "l") {
+    if same(module, "h")
+        || same(module, "se")
+        || same(module, "z")
+        || same(module, "l")
+        || same(module, "vsets")
+    {
         TOUCHES_WHAT_CHANGES
     } else {
         0
@@ -47,7 +52,7 @@ pub(super) const fn group_of(module: &str, name: &str) -> &'static str {
     if same(name, "wait") {
         return "generic";
     }
-    const GROUPS: [(&str, &str); 18] = [
+    const GROUPS: [(&str, &str); 19] = [
         ("cn", "connection"),
         ("s", "string"),
         ("lcs", "string"),
@@ -66,6 +71,7 @@ pub(super) const fn group_of(module: &str, name: &str) -> &'static str {
         ("st", "strata"),
         ("kvc", "strata"),
         ("kvcns", "strata"),
+        ("vsets", "vector_set"),
     ];
     let mut i = 0;
     while i < GROUPS.len() {
