@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 import ab  # noqa: E402  (this folder's A/B script: the same helpers)
 from ab import log  # noqa: E402
-from resp_pipe import read_replies, resp  # noqa: E402
+from resp_pipe import read_replies, resp, skip_reply  # noqa: E402
 
 
 def clustered(n, dim, spread, rng, centres):
@@ -55,7 +55,6 @@ class Conn:
         """One command; its raw reply."""
         self.sock.sendall(resp(*args))
         while True:
-            from resp_pipe import skip_reply
             end = skip_reply(self.buf, 0)
             if end is not None:
                 reply, self.buf = self.buf[:end], self.buf[end:]

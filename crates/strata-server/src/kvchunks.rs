@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_engine::{Key, Move, Saved, Ticket, TierChange};
+use strata_engine::{Key, Move, Saved, TierChange, Written};
 use strata_kvfeed::{Event, Feed, Lister, ListingHook, Medium};
 
 use crate::shared::Shared;
@@ -81,11 +81,14 @@ fn namespace_of(key: &Key) -> &[u8] {
     strata_kvcache::split_chunk_key(key.client()).map_or(&[], |c| c.ns)
 }
 
-/// Deletes `chunks`, given up by their namespace for its quota (already off its ledger).
-/// Returns the ticket the deletions are durable with.
-pub(crate) fn drop_over_quota(shared: &Shared, chunks: &[Key]) -> strata_engine::Result<Ticket> {
+/// Deletes `chunks`, given up by their namespace for its quota (already off its ledger), in
+/// one batch (`None`: there were none).
+pub(crate) fn drop_over_quota(
+    shared: &Shared,
+    chunks: &[Key],
+) -> strata_engine::Result<Option<Written<usize>>> {
     if chunks.is_empty() {
-        return Ok(Ticket::NONE);
+        return Ok(None);
     }
     let refs: Vec<&Key> = chunks.iter().collect();
     let deleted = shared.engine.delete_many(&refs)?;
@@ -96,7 +99,7 @@ pub(crate) fn drop_over_quota(shared: &Shared, chunks: &[Key]) -> strata_engine:
         .counters
         .kvc_chunks_over_quota
         .fetch_add(chunks.len() as u64, Ordering::Relaxed);
-    Ok(deleted.ticket)
+    Ok(Some(deleted))
 }
 
 /// Counts chunks found by a scan of database `db` in their namespaces' ledgers (before
@@ -107,10 +110,8 @@ fn count_found(shared: &Shared, db: u8, items: &[strata_engine::ScanItem]) {
         let key = shared.engine.key(db, &item.key);
         let ns = namespace_of(&key).to_vec();
         let over = shared.kvc_quotas.stored(&ns, [(key, item.value_len)]);
-        if !over.is_empty() {
-            if let Err(e) = drop_over_quota(shared, &over) {
-                tracing::warn!(error = %e, "KV-cache chunks over their quota not dropped");
-            }
+        if let Err(e) = drop_over_quota(shared, &over) {
+            tracing::warn!(error = %e, "KV-cache chunks over their quota not dropped");
         }
     }
 }

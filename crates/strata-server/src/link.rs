@@ -212,7 +212,6 @@ pub async fn node_namespaces(
     let mut link = Link::connect(endpoint, password).await?;
     let text = match link.call(&[b"INFO", b"kvcache"]).await? {
         Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        Reply::Verbatim(t) => t,
         other => return Err(format!("{endpoint}: INFO answered {other:?}")),
     };
     Ok(text.lines().filter_map(namespace_line).collect())

@@ -360,23 +360,17 @@ impl Hnsw {
         }
     }
 
-    /// A node on the highest layer left: among a removed entry's neighbours, else any.
+    /// The new entry after removing the entry whose links were `links`: its highest
+    /// neighbour if that one reaches the removed node's level (it is then as high as any
+    /// node left), else the highest node of all (a scan, when it stood alone that high).
     fn highest_node(&self, links: &[Vec<NodeId>]) -> Option<NodeId> {
-        if let Some(&n) = links.iter().rev().flatten().next() {
-            let top = links.len() - 1;
-            let best = links[top.min(self.node(n).links.len() - 1)..]
-                .iter()
-                .flatten()
-                .max_by_key(|&&x| self.node(x).links.len());
-            if let Some(&b) = best {
-                if self.node(b).links.len() >= self.node(n).links.len() {
-                    return Some(b);
-                }
-            }
+        let level = |id: &NodeId| self.node(*id).links.len();
+        match links.iter().flatten().copied().max_by_key(level) {
+            Some(n) if level(&n) == links.len() => Some(n),
+            _ => (0..self.nodes.len() as NodeId)
+                .filter(|&i| self.nodes[i as usize].is_some())
+                .max_by_key(level),
         }
-        (0..self.nodes.len() as NodeId)
-            .filter(|&i| self.nodes[i as usize].is_some())
-            .max_by_key(|&i| self.node(i).links.len())
     }
 
     /// About the bytes the graph holds (vectors and links).

@@ -187,11 +187,12 @@ pub(crate) async fn put(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         .zip(&p.values)
         .map(|(k, v)| (k, v.len() as u64));
     let over = shared.kvc_quotas.stored(c.ns, sizes);
-    if !over.is_empty() {
-        match crate::kvchunks::drop_over_quota(shared, &over) {
-            Ok(t) => ctx.conn.pending = ctx.conn.pending.max(t),
-            Err(e) => return engine_error(&e),
+    match crate::kvchunks::drop_over_quota(shared, &over) {
+        Ok(Some(w)) => {
+            ctx.defer(w);
         }
+        Ok(None) => {}
+        Err(e) => return engine_error(&e),
     }
     Reply::Integer(n)
 }

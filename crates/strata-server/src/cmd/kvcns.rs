@@ -98,7 +98,10 @@ pub(crate) async fn quota(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Reply {
         return engine_error(&e);
     }
     match crate::kvchunks::drop_over_quota(ctx.shared, &over) {
-        Ok(t) => ctx.conn.pending = ctx.conn.pending.max(t),
+        Ok(Some(w)) => {
+            ctx.defer(w);
+        }
+        Ok(None) => {}
         Err(e) => return engine_error(&e),
     }
     Reply::ok()

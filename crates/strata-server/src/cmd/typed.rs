@@ -77,6 +77,17 @@ pub(crate) async fn write_kind<R: Send + 'static>(
             Ok((change, (changed, out)))
         })
         .await;
+    written(ctx, key, kind, r)
+}
+
+/// The result of a write of `key` (of `kind`) that says whether it changed it: its ticket
+/// deferred to the reply and, when it changed the key, [`changed`] told.
+pub(crate) fn written<R>(
+    ctx: &mut Ctx<'_>,
+    key: &Key,
+    kind: Kind,
+    r: strata_engine::Result<strata_engine::Written<(bool, R)>>,
+) -> Result<R, Reply> {
     match r {
         Ok(w) => {
             let (written, out) = ctx.defer(w);
@@ -623,16 +634,7 @@ pub(crate) async fn write_items<C: Codec, R: Send + 'static>(
             },
         )
         .await;
-    match r {
-        Ok(w) => {
-            let (written, out) = ctx.defer(w);
-            if written {
-                changed(ctx, key, C::KIND);
-            }
-            Ok(out)
-        }
-        Err(e) => Err(engine_error(&e)),
-    }
+    written(ctx, key, C::KIND, r)
 }
 
 /// [`write_items`] always the whole-value way (the value read, changed and stored again):

@@ -13,7 +13,7 @@ use strata_resp::Reply;
 use strata_vector::VectorSet;
 
 use super::ctx::{engine_error, Ctx};
-use super::typed::changed;
+use super::typed::written;
 
 /// The live value: the set (`None` before its first element) and what changed.
 pub(crate) struct LiveSet {
@@ -135,16 +135,7 @@ pub(crate) async fn write_set<R: Send + 'static>(
             move |live| f(downcast(live)).map(|(c, out)| (c, (c, out))),
         )
         .await;
-    match r {
-        Ok(w) => {
-            let (written, out) = ctx.defer(w);
-            if written {
-                changed(ctx, key, Kind::VectorSet);
-            }
-            Ok(out)
-        }
-        Err(e) => Err(engine_error(&e)),
-    }
+    written(ctx, key, Kind::VectorSet, r)
 }
 
 /// Reads the vector set at `key` (`None`: no such key) in place. The set is made live if

@@ -403,20 +403,40 @@ fn sim_options(a: &[Bytes]) -> Result<SimOptions, Reply> {
     let mut i = 0;
     while i < a.len() {
         let value = a.get(i + 1);
-        match lower(&a[i]).as_str() {
-            "withscores" => o.scores = true,
-            "withattribs" => o.attribs = true,
-            "truth" => o.truth = true,
-            "nothread" => {}
-            "count" => o.count = count_arg(a, i + 1, usize::MAX >> 1, "COUNT")?,
-            "ef" => o.ef = count_arg(a, i + 1, EF_MAX, "EF")?,
-            "filter-ef" => o.filter_ef = Some(count_arg(a, i + 1, usize::MAX >> 1, "FILTER-EF")?),
+        // Whether the option takes the next argument as its value.
+        let valued = match lower(&a[i]).as_str() {
+            "withscores" => {
+                o.scores = true;
+                false
+            }
+            "withattribs" => {
+                o.attribs = true;
+                false
+            }
+            "truth" => {
+                o.truth = true;
+                false
+            }
+            "nothread" => false,
+            "count" => {
+                o.count = count_arg(a, i + 1, usize::MAX >> 1, "COUNT")?;
+                true
+            }
+            "ef" => {
+                o.ef = count_arg(a, i + 1, EF_MAX, "EF")?;
+                true
+            }
+            "filter-ef" => {
+                o.filter_ef = Some(count_arg(a, i + 1, usize::MAX >> 1, "FILTER-EF")?);
+                true
+            }
             "epsilon" => {
                 let e = value.and_then(|v| std::str::from_utf8(v).ok()?.parse::<f32>().ok());
                 o.epsilon = Some(
                     e.filter(|e| (0.0..=1.0).contains(e))
                         .ok_or_else(|| Reply::err("ERR invalid EPSILON"))?,
                 );
+                true
             }
             "filter" => {
                 let src = value
@@ -426,16 +446,11 @@ fn sim_options(a: &[Bytes]) -> Result<SimOptions, Reply> {
                     Reply::err(format!("ERR syntax error in FILTER expression: {}", e.0))
                 })?;
                 o.filter = Some(e);
+                true
             }
             _ => return Err(syntax_error()),
-        }
-        if matches!(
-            lower(&a[i]).as_str(),
-            "count" | "ef" | "filter-ef" | "epsilon" | "filter"
-        ) {
-            i += 1;
-        }
-        i += 1;
+        };
+        i += 1 + valued as usize;
     }
     Ok(o)
 }
